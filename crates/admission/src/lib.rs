@@ -1,0 +1,2 @@
+//! turnstile-admission: the sans-IO admission core.
+#![forbid(unsafe_code)]

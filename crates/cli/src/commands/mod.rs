@@ -1,0 +1,3 @@
+//! One module per top-level subcommand.
+
+pub mod profile;

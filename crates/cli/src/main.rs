@@ -1,0 +1,27 @@
+//! The `turnstile` command line: a thin clap front end over the library crates.
+
+mod commands;
+
+use clap::{Parser, Subcommand};
+
+/// turnstile governs the model calls of AI agents and decision engines.
+#[derive(Debug, Parser)]
+#[command(name = "turnstile", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Admission profiles: digests and validation.
+    #[command(subcommand)]
+    Profile(commands::profile::ProfileCommand),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Profile(command) => commands::profile::run(command),
+    }
+}

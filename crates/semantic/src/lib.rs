@@ -1,0 +1,2 @@
+//! The semantic roster scheduler of ADR 0119.
+#![forbid(unsafe_code)]

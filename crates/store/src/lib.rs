@@ -1,0 +1,3 @@
+//! Durable state for turnstile. SQLite is the embedded default; every store sits behind a small
+//! trait with an in-memory twin for tests.
+#![forbid(unsafe_code)]
