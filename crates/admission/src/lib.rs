@@ -1,2 +1,39 @@
 //! turnstile-admission: the sans-IO admission core.
+//!
+//! Decides, before every provider call, whether it may go now, must wait, or is refused —
+//! fairly across principals, with evidence that never names a tenant. No tokio, no I/O, no
+//! clock reads: `now` (integer milliseconds) is a parameter of every call, and
+//! [`Controller::poll_timeout`] tells the host when to call again.
+//!
+//! Start at [`Registry`] (one controller per workspace, profiles, audit) or [`Controller`]
+//! (one workspace's state machine). `docs/admission.md` explains the flow of a request.
 #![forbid(unsafe_code)]
+
+pub mod breaker;
+pub mod bucket;
+pub mod budget;
+pub mod controller;
+pub mod digest;
+pub mod estimate;
+pub mod evidence;
+pub mod lane;
+pub mod limits;
+pub mod profile;
+pub mod reason;
+pub mod registry;
+pub mod scope;
+pub mod time;
+
+pub use breaker::BreakerTransition;
+pub use controller::{
+    Acquired, AdmissionRequest, Controller, ProviderSnapshot, Released, Resolution, Snapshot,
+};
+pub use estimate::{CheckedEstimate, Estimate, InvalidEstimate};
+pub use evidence::{Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
+pub use limits::{CircuitBreakerConfig, Limits, LimitsError, ScopeKind};
+pub use profile::{Profile, ProfileError};
+pub use reason::{BreakerState, Decision, Reason};
+pub use registry::{
+    ClockId, ListenerId, ProfileChangeKind, ProfileChangeRecord, Registry, RegistryError,
+};
+pub use time::Millis;

@@ -1,0 +1,200 @@
+//! The closed / open / half-open circuit breaker of one provider lane.
+//!
+//! - closed: calls pass; each failure counts; at `failureThreshold` the breaker opens.
+//! - open: calls defer as `circuit-open` until `openedAt + openMs`; the first admission attempt
+//!   after that moves it to half-open.
+//! - half-open: at most `halfOpenMaxCalls` probes in flight; a success closes it, a failure that
+//!   reaches the threshold opens it again.
+//!
+//! A success always resets the failure count. A release with a Retry-After or with no outcome
+//! leaves the breaker untouched. Without a breaker configuration nothing is counted. Every
+//! transition is reported to the caller as a [`BreakerTransition`], which never names a
+//! principal or workspace.
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::CircuitBreakerConfig;
+use crate::reason::BreakerState;
+use crate::time::Millis;
+
+/// One change of breaker state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakerTransition {
+    pub provider_id: String,
+    pub from: BreakerState,
+    pub to: BreakerState,
+    pub at_epoch_ms: Millis,
+    pub failures: u32,
+}
+
+/// Whether the breaker lets a call through now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerGate {
+    /// Pass; `probe` says the call counts as a half-open probe.
+    Pass { probe: bool },
+    /// Open until the given instant.
+    OpenUntil(Millis),
+    /// Half-open with every probe slot taken: wait for a probe's release.
+    ProbesBusy,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Breaker {
+    state: BreakerState,
+    failures: u32,
+    opened_at: Millis,
+    probes_in_flight: u32,
+}
+
+impl Breaker {
+    pub fn state(&self) -> BreakerState {
+        self.state
+    }
+
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    pub fn probes_in_flight(&self) -> u32 {
+        self.probes_in_flight
+    }
+
+    fn transition(
+        &mut self,
+        provider_id: &str,
+        to: BreakerState,
+        now: Millis,
+    ) -> BreakerTransition {
+        let record = BreakerTransition {
+            provider_id: provider_id.to_owned(),
+            from: self.state,
+            to,
+            at_epoch_ms: now,
+            failures: self.failures,
+        };
+        self.state = to;
+        record
+    }
+
+    /// Looks at the gate without changing anything except the open → half-open move, which
+    /// happens the first time a call is considered after the open period.
+    pub fn gate(
+        &mut self,
+        config: Option<&CircuitBreakerConfig>,
+        provider_id: &str,
+        now: Millis,
+        transitions: &mut Vec<BreakerTransition>,
+    ) -> BreakerGate {
+        let Some(config) = config else {
+            return BreakerGate::Pass { probe: false };
+        };
+        if self.state == BreakerState::Open {
+            let reopens_at = self.opened_at.saturating_add(config.open_ms);
+            if now < reopens_at {
+                return BreakerGate::OpenUntil(reopens_at);
+            }
+            transitions.push(self.transition(provider_id, BreakerState::HalfOpen, now));
+        }
+        match self.state {
+            BreakerState::HalfOpen if self.probes_in_flight >= config.half_open_max_calls => {
+                BreakerGate::ProbesBusy
+            }
+            BreakerState::HalfOpen => BreakerGate::Pass { probe: true },
+            _ => BreakerGate::Pass { probe: false },
+        }
+    }
+
+    /// Counts an admitted probe.
+    pub fn start_probe(&mut self) {
+        self.probes_in_flight += 1;
+    }
+
+    /// A probe's lease ended, whatever its outcome.
+    pub fn end_probe(&mut self) {
+        self.probes_in_flight = self.probes_in_flight.saturating_sub(1);
+    }
+
+    pub fn record_success(
+        &mut self,
+        provider_id: &str,
+        now: Millis,
+        transitions: &mut Vec<BreakerTransition>,
+    ) {
+        self.failures = 0;
+        if self.state != BreakerState::Closed {
+            transitions.push(self.transition(provider_id, BreakerState::Closed, now));
+        }
+    }
+
+    pub fn record_failure(
+        &mut self,
+        config: Option<&CircuitBreakerConfig>,
+        provider_id: &str,
+        now: Millis,
+        transitions: &mut Vec<BreakerTransition>,
+    ) {
+        let Some(config) = config else { return };
+        self.failures = self.failures.saturating_add(1);
+        if self.failures >= config.failure_threshold && self.state != BreakerState::Open {
+            transitions.push(self.transition(provider_id, BreakerState::Open, now));
+            self.opened_at = now;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> CircuitBreakerConfig {
+        CircuitBreakerConfig {
+            failure_threshold: 2,
+            open_ms: 100,
+            half_open_max_calls: 1,
+        }
+    }
+
+    #[test]
+    fn opens_at_threshold_then_probes_then_closes() {
+        let mut breaker = Breaker::default();
+        let mut log = Vec::new();
+        breaker.record_failure(Some(&config()), "jev", 0, &mut log);
+        assert!(log.is_empty());
+        breaker.record_failure(Some(&config()), "jev", 5, &mut log);
+        assert_eq!(log.len(), 1);
+        assert_eq!(
+            breaker.gate(Some(&config()), "jev", 104, &mut log),
+            BreakerGate::OpenUntil(105)
+        );
+        assert_eq!(
+            breaker.gate(Some(&config()), "jev", 105, &mut log),
+            BreakerGate::Pass { probe: true }
+        );
+        breaker.start_probe();
+        assert_eq!(
+            breaker.gate(Some(&config()), "jev", 106, &mut log),
+            BreakerGate::ProbesBusy
+        );
+        breaker.end_probe();
+        breaker.record_success("jev", 107, &mut log);
+        let states: Vec<_> = log.iter().map(|t| (t.from, t.to)).collect();
+        assert_eq!(
+            states,
+            vec![
+                (BreakerState::Closed, BreakerState::Open),
+                (BreakerState::Open, BreakerState::HalfOpen),
+                (BreakerState::HalfOpen, BreakerState::Closed)
+            ]
+        );
+        assert_eq!(breaker.failures(), 0);
+    }
+
+    #[test]
+    fn without_config_failures_are_not_counted() {
+        let mut breaker = Breaker::default();
+        let mut log = Vec::new();
+        breaker.record_failure(None, "jev", 0, &mut log);
+        assert_eq!(breaker.failures(), 0);
+    }
+}

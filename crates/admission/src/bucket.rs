@@ -1,0 +1,137 @@
+//! Token buckets in exact fixed-point arithmetic.
+//!
+//! A bucket of `rate` units per `period_ms` holds its level scaled by `period_ms`, so one
+//! millisecond of refill adds exactly `rate` scaled units and no rounding ever happens: the same
+//! inputs give the same decisions on every machine. The capacity equals `rate` units (the bucket
+//! starts full). Refill is lazy (on each look), so an idle bucket costs nothing.
+//!
+//! Invariant: `0 <= level <= rate * period_ms`.
+
+use crate::time::Millis;
+
+/// Requests-per-minute buckets refill over a minute.
+pub const MINUTE_MS: u64 = 60_000;
+/// Tokens-per-second buckets refill over a second.
+pub const SECOND_MS: u64 = 1_000;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenBucket {
+    rate: u64,
+    period_ms: u64,
+    level: u128,
+    refilled_at: Millis,
+}
+
+impl TokenBucket {
+    /// A full bucket of `rate` units per `period_ms`.
+    pub fn full(rate: u64, period_ms: u64, now: Millis) -> Self {
+        TokenBucket {
+            rate,
+            period_ms,
+            level: u128::from(rate) * u128::from(period_ms),
+            refilled_at: now,
+        }
+    }
+
+    fn capacity(&self) -> u128 {
+        u128::from(self.rate) * u128::from(self.period_ms)
+    }
+
+    fn scaled(&self, units: u64) -> u128 {
+        u128::from(units) * u128::from(self.period_ms)
+    }
+
+    /// Brings the level up to date with `now`.
+    pub fn refill(&mut self, now: Millis) {
+        if now > self.refilled_at {
+            let gained = u128::from(now - self.refilled_at) * u128::from(self.rate);
+            self.level = (self.level + gained).min(self.capacity());
+            self.refilled_at = now;
+        }
+    }
+
+    /// Whether `units` could ever fit (the bucket's capacity is at least `units`).
+    pub fn can_ever_hold(&self, units: u64) -> bool {
+        self.scaled(units) <= self.capacity()
+    }
+
+    /// Whether `units` are available now (after [`refill`](Self::refill)).
+    pub fn has(&self, units: u64) -> bool {
+        self.level >= self.scaled(units)
+    }
+
+    /// Milliseconds from the last refill until `units` are available; `None` if never.
+    pub fn wait_for(&self, units: u64) -> Option<Millis> {
+        let need = self.scaled(units);
+        if need > self.capacity() || self.rate == 0 {
+            return None;
+        }
+        let deficit = need.saturating_sub(self.level);
+        let rate = u128::from(self.rate);
+        Some(u64::try_from(deficit.div_ceil(rate)).unwrap_or(u64::MAX))
+    }
+
+    /// Consumes `units`; the caller checked [`has`](Self::has).
+    pub fn take(&mut self, units: u64) {
+        self.level = self.level.saturating_sub(self.scaled(units));
+    }
+
+    /// Whole units available now (after refill), for snapshots.
+    pub fn available(&self) -> u64 {
+        u64::try_from(self.level / u128::from(self.period_ms.max(1))).unwrap_or(u64::MAX)
+    }
+
+    /// Adopts a new rate: the capacity changes, the level is kept but clamped to it.
+    pub fn set_rate(&mut self, rate: u64, now: Millis) {
+        self.refill(now);
+        self.rate = rate;
+        self.level = self.level.min(self.capacity());
+    }
+
+    pub fn rate(&self) -> u64 {
+        self.rate
+    }
+
+    /// Whether the bucket is full, so forgetting it loses nothing.
+    pub fn is_full(&self) -> bool {
+        self.level >= self.capacity()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refill_is_exact_and_capped() {
+        let mut bucket = TokenBucket::full(1000, SECOND_MS, 0);
+        bucket.take(900);
+        assert_eq!(bucket.wait_for(900), Some(800));
+        bucket.refill(799);
+        assert!(!bucket.has(900));
+        bucket.refill(800);
+        assert!(bucket.has(900));
+        bucket.refill(10_000);
+        assert_eq!(bucket.available(), 1000);
+    }
+
+    #[test]
+    fn one_request_per_minute_refills_in_sixty_seconds() {
+        let mut bucket = TokenBucket::full(1, MINUTE_MS, 0);
+        bucket.take(1);
+        assert_eq!(bucket.wait_for(1), Some(60_000));
+        bucket.refill(59_999);
+        assert!(!bucket.has(1));
+        bucket.refill(60_000);
+        assert!(bucket.has(1));
+    }
+
+    #[test]
+    fn zero_rate_and_oversized_requests_never_fit() {
+        let bucket = TokenBucket::full(0, MINUTE_MS, 0);
+        assert_eq!(bucket.wait_for(1), None);
+        let bucket = TokenBucket::full(4, SECOND_MS, 0);
+        assert!(!bucket.can_ever_hold(5));
+        assert_eq!(bucket.wait_for(5), None);
+    }
+}

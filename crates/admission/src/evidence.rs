@@ -1,0 +1,81 @@
+//! Admission evidence (REFERENCE §5): metadata only, bounded, and never an ID of a principal or
+//! workspace.
+//!
+//! The type system enforces the last rule: [`Evidence`] has no field that could hold an ID, and
+//! estimates are copied only from a validated estimate, so malformed host values never appear.
+
+use serde::{Deserialize, Serialize};
+
+use crate::breaker::BreakerTransition;
+use crate::reason::{BreakerState, Decision, Reason};
+use crate::time::Millis;
+
+/// What one admission decision looked like.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Evidence {
+    pub decision: Decision,
+    pub reason: Reason,
+    /// Time spent queued at the decision (0 for immediate decisions).
+    pub queue_delay_ms: Millis,
+    /// This principal's active leases, including an admitted one.
+    pub active: u64,
+    /// Other requests waiting in this principal's lane (never the request itself).
+    pub queued: u64,
+    pub estimated_tokens: Option<u64>,
+    pub estimated_cost_usd: Option<f64>,
+    /// Retry-After coordinations this controller has seen.
+    pub retry_pressure: u64,
+    /// The provider lane's breaker state after the decision.
+    pub breaker_state: BreakerState,
+    /// The real remaining time until the blocking condition can change, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<Millis>,
+    /// Breaker transitions this attempt caused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub breaker_transitions: Vec<BreakerTransition>,
+}
+
+/// A refusal: the request never reached the provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "camelCase")]
+#[error("admission rejected: {reason}")]
+pub struct Rejection {
+    pub reason: Reason,
+    /// Whether trying again later may succeed.
+    pub retryable: bool,
+    pub evidence: Evidence,
+}
+
+/// Identifies a granted lease within its controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LeaseId(pub u64);
+
+/// Identifies a queued request within its controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct WaiterId(pub u64);
+
+/// A granted permit to call the provider. Release it exactly once with
+/// `Controller::release`; a second release does nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    pub id: LeaseId,
+    pub evidence: Evidence,
+}
+
+/// How an attempt ended, reported when its lease is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Outcome {
+    /// The provider answered: failures reset, a non-closed breaker closes.
+    Success,
+    /// The provider failed: counts toward the breaker threshold.
+    Failure,
+    /// The provider asked to be left alone: pauses the provider lane, breaker untouched.
+    #[serde(rename_all = "camelCase")]
+    RetryAfter { retry_after_ms: Millis },
+    /// Nothing is known (a dropped lease): only counts are given back.
+    #[default]
+    None,
+}

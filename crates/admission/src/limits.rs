@@ -1,0 +1,290 @@
+//! Limits: one shape for the principal, workspace and provider scopes (REFERENCE §2).
+//!
+//! Deserialization refuses unknown fields, negative numbers and fractions where a count is
+//! expected, so a typo in a profile is an error rather than a silently missing limit.
+//! [`Limits::validate`] checks the rules serde cannot express and names the offending field.
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::Millis;
+
+/// The largest integer JSON hosts can represent exactly (2^53 − 1).
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Circuit breaker settings; only the provider scope's breaker is used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CircuitBreakerConfig {
+    /// Consecutive failures that open the breaker (≥ 1).
+    pub failure_threshold: u32,
+    /// How long an open breaker refuses calls before a half-open probe.
+    #[serde(default = "default_open_ms")]
+    pub open_ms: Millis,
+    /// Probes allowed in flight while half-open (≥ 1).
+    #[serde(default = "default_half_open_max_calls")]
+    pub half_open_max_calls: u32,
+}
+
+fn default_open_ms() -> Millis {
+    30_000
+}
+
+fn default_half_open_max_calls() -> u32 {
+    1
+}
+
+/// The limits of one scope. Every field but `concurrency` is optional; absent means unbounded.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Limits {
+    /// Maximum active leases in this scope.
+    pub concurrency: u32,
+    /// Request bucket: capacity = value, refills value per minute; `0` rejects everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u64>,
+    /// Token bucket: capacity = value, refills value per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_second: Option<u64>,
+    /// Invocation-scoped attempt budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u64>,
+    /// Invocation-scoped money budget in USD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// With `maxCostUsd`, whether a request without a cost estimate may pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_unknown_cost: Option<bool>,
+    /// Invocation-scoped cumulative token reservation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_batch_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_request_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_items: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retained_work: Option<u64>,
+    /// Maximum queued waiters counted in this scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queue_length: Option<u64>,
+    /// Queue-dwell bound; the effective bound is the minimum over the three scopes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queue_wait_ms: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<CircuitBreakerConfig>,
+    /// Principal scope only: workspace and provider permits held back for this principal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_concurrency: Option<u32>,
+    /// Workspace or provider scope only, in (0, 1]: caps one principal's share of the pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_principal_share: Option<f64>,
+}
+
+/// Which scope a set of limits belongs to; decides which fields are allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScopeKind {
+    Principal,
+    Workspace,
+    Provider,
+}
+
+impl ScopeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScopeKind::Principal => "principal",
+            ScopeKind::Workspace => "workspace",
+            ScopeKind::Provider => "provider",
+        }
+    }
+}
+
+/// A limits value that breaks a rule serde cannot express.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LimitsError {
+    /// A count above 2^53 − 1, which JSON hosts cannot represent exactly.
+    #[error("{field} must be at most 2^53-1")]
+    TooLarge { field: &'static str },
+    /// `maxCostUsd` negative, NaN or infinite.
+    #[error("maxCostUsd must be a finite number >= 0")]
+    InvalidCost,
+    /// `reservedConcurrency` outside [0, principal concurrency].
+    #[error(
+        "reservedConcurrency must be within the principal concurrency ({reserved} > {concurrency})"
+    )]
+    ReservationOutsideConcurrency { reserved: u32, concurrency: u32 },
+    /// `reservedConcurrency` on a workspace or provider.
+    #[error("reservedConcurrency is only allowed on principal limits, not on {scope} limits")]
+    ReservationOutsidePrincipal { scope: &'static str },
+    /// `maxPrincipalShare` outside (0, 1].
+    #[error("maxPrincipalShare (share) must be in (0, 1], got {share}")]
+    ShareOutOfRange { share: f64 },
+    /// `maxPrincipalShare` on a principal.
+    #[error("maxPrincipalShare is only allowed on workspace or provider limits")]
+    ShareOnPrincipal,
+    /// A circuit breaker that can never open or never probe.
+    #[error("circuitBreaker.{field} must be at least 1")]
+    BreakerZero { field: &'static str },
+}
+
+impl LimitsError {
+    /// The camelCase name of the offending field.
+    pub fn field(&self) -> &'static str {
+        match self {
+            LimitsError::TooLarge { field } => field,
+            LimitsError::InvalidCost => "maxCostUsd",
+            LimitsError::ReservationOutsideConcurrency { .. }
+            | LimitsError::ReservationOutsidePrincipal { .. } => "reservedConcurrency",
+            LimitsError::ShareOutOfRange { .. } | LimitsError::ShareOnPrincipal => {
+                "maxPrincipalShare"
+            }
+            LimitsError::BreakerZero { field } => field,
+        }
+    }
+}
+
+impl Limits {
+    /// Limits with only a concurrency ceiling.
+    pub fn with_concurrency(concurrency: u32) -> Self {
+        Limits {
+            concurrency,
+            ..Limits::default()
+        }
+    }
+
+    /// Checks the rules serde cannot express, for limits used in `scope`.
+    pub fn validate(&self, scope: ScopeKind) -> Result<(), LimitsError> {
+        let counts: [(&'static str, Option<u64>); 10] = [
+            ("requestsPerMinute", self.requests_per_minute),
+            ("tokensPerSecond", self.tokens_per_second),
+            ("maxAttempts", self.max_attempts),
+            ("maxTokens", self.max_tokens),
+            ("maxBatchSize", self.max_batch_size),
+            ("maxRequestBytes", self.max_request_bytes),
+            ("maxItems", self.max_items),
+            ("maxRetainedWork", self.max_retained_work),
+            ("maxQueueLength", self.max_queue_length),
+            ("maxQueueWaitMs", self.max_queue_wait_ms),
+        ];
+        for (field, value) in counts {
+            if value.is_some_and(|v| v > MAX_SAFE_INTEGER) {
+                return Err(LimitsError::TooLarge { field });
+            }
+        }
+        if let Some(cost) = self.max_cost_usd {
+            if !cost.is_finite() || cost < 0.0 {
+                return Err(LimitsError::InvalidCost);
+            }
+        }
+        if let Some(breaker) = &self.circuit_breaker {
+            if breaker.failure_threshold == 0 {
+                return Err(LimitsError::BreakerZero {
+                    field: "failureThreshold",
+                });
+            }
+            if breaker.half_open_max_calls == 0 {
+                return Err(LimitsError::BreakerZero {
+                    field: "halfOpenMaxCalls",
+                });
+            }
+            if breaker.open_ms > MAX_SAFE_INTEGER {
+                return Err(LimitsError::TooLarge {
+                    field: "circuitBreaker.openMs",
+                });
+            }
+        }
+        match scope {
+            ScopeKind::Principal => {
+                if self.max_principal_share.is_some() {
+                    return Err(LimitsError::ShareOnPrincipal);
+                }
+                if let Some(reserved) = self.reserved_concurrency {
+                    if reserved > self.concurrency {
+                        return Err(LimitsError::ReservationOutsideConcurrency {
+                            reserved,
+                            concurrency: self.concurrency,
+                        });
+                    }
+                }
+            }
+            ScopeKind::Workspace | ScopeKind::Provider => {
+                if self.reserved_concurrency.is_some() {
+                    return Err(LimitsError::ReservationOutsidePrincipal {
+                        scope: scope.as_str(),
+                    });
+                }
+                if let Some(share) = self.max_principal_share {
+                    if !(share > 0.0 && share <= 1.0) {
+                        return Err(LimitsError::ShareOutOfRange { share });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The reservation this principal holds in a pool of `capacity` permits.
+    pub(crate) fn reservation_in(&self, capacity: u32) -> u32 {
+        self.reserved_concurrency.unwrap_or(0).min(capacity)
+    }
+
+    /// One principal's active-permit cap in this pool, if a share is set.
+    pub(crate) fn active_share_cap(&self) -> Option<u64> {
+        self.max_principal_share
+            .map(|share| share_cap(share, u64::from(self.concurrency)))
+    }
+
+    /// One principal's queued-request cap in this pool, if a share and a queue bound are set.
+    pub(crate) fn queued_share_cap(&self) -> Option<u64> {
+        match (self.max_principal_share, self.max_queue_length) {
+            (Some(share), Some(length)) => Some(share_cap(share, length)),
+            _ => None,
+        }
+    }
+}
+
+/// `max(1, floor(share × pool))`.
+fn share_cap(share: f64, pool: u64) -> u64 {
+    // `pool` is at most 2^53 − 1, so the product is exact enough for floor().
+    ((share * pool as f64).floor() as u64).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_and_negative_counts_are_refused() {
+        let typo = serde_json::from_str::<Limits>(r#"{"concurrency":1,"maxQueueLenght":3}"#);
+        assert!(typo.is_err());
+        let negative = serde_json::from_str::<Limits>(r#"{"concurrency":-1}"#);
+        assert!(negative.is_err());
+        let fraction = serde_json::from_str::<Limits>(r#"{"concurrency":1,"maxItems":1.5}"#);
+        assert!(fraction.is_err());
+    }
+
+    #[test]
+    fn share_and_reservation_rules_name_their_field() {
+        let mut limits = Limits::with_concurrency(2);
+        limits.max_principal_share = Some(1.5);
+        let err = limits.validate(ScopeKind::Workspace).unwrap_err();
+        assert_eq!(err.field(), "maxPrincipalShare");
+        assert!(err.to_string().contains("share"));
+
+        let mut principal = Limits::with_concurrency(1);
+        principal.reserved_concurrency = Some(2);
+        let err = principal.validate(ScopeKind::Principal).unwrap_err();
+        assert!(err.to_string().contains("within the principal concurrency"));
+    }
+
+    #[test]
+    fn share_caps_are_at_least_one() {
+        let mut limits = Limits::with_concurrency(4);
+        limits.max_principal_share = Some(0.1);
+        limits.max_queue_length = Some(4);
+        assert_eq!(limits.active_share_cap(), Some(1));
+        assert_eq!(limits.queued_share_cap(), Some(1));
+        limits.max_principal_share = Some(0.75);
+        assert_eq!(limits.active_share_cap(), Some(3));
+    }
+}

@@ -1,0 +1,175 @@
+//! Admission profiles: the limits of one workspace at one `profileVersion`.
+//!
+//! A profile holds the workspace limits, the limits of every provider lane and the limits of the
+//! principals it knows. [`Profile::validate`] checks every scope's limits and the cross-scope
+//! rule: reservations may not add up to more than the workspace concurrency or any provider's.
+//! The profile digest covers `{providers, workspace}` only (principal limits are checked for
+//! immutability separately by the registry); it is computed from the normalized limits, so
+//! equal limits always give equal digests.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::digest::{canonical_digest, CanonicalJsonError};
+use crate::limits::{Limits, LimitsError, ScopeKind};
+
+/// The limits of one workspace: workspace, providers and principals.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Profile {
+    pub workspace: Limits,
+    pub providers: BTreeMap<String, Limits>,
+    /// Principal limits by principal ID. Accepts a map, or a list of `{id, limits}` entries
+    /// (the load-manifest form, whose extra fields such as `class` and `weight` are ignored).
+    #[serde(default, deserialize_with = "principal_table")]
+    pub principals: BTreeMap<String, Limits>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PrincipalTable {
+    Map(BTreeMap<String, Limits>),
+    List(Vec<PrincipalEntry>),
+}
+
+#[derive(Deserialize)]
+struct PrincipalEntry {
+    id: String,
+    limits: Limits,
+}
+
+fn principal_table<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, Limits>, D::Error> {
+    Ok(match PrincipalTable::deserialize(deserializer)? {
+        PrincipalTable::Map(map) => map,
+        PrincipalTable::List(list) => list.into_iter().map(|e| (e.id, e.limits)).collect(),
+    })
+}
+
+/// A profile that breaks a rule. Messages name the field or scope, never a limit of another
+/// tenant.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProfileError {
+    #[error("workspace limits: {0}")]
+    Workspace(LimitsError),
+    #[error("provider {provider} limits: {error}")]
+    Provider {
+        provider: String,
+        error: LimitsError,
+    },
+    /// A principal's limits are invalid. The principal is named by its position only.
+    #[error("principal limits: {0}")]
+    Principal(LimitsError),
+    #[error("reservations exceed the {pool} concurrency ({reserved} > {concurrency})")]
+    ReservationsExceed {
+        pool: String,
+        reserved: u64,
+        concurrency: u32,
+    },
+}
+
+impl ProfileError {
+    /// The camelCase name of the offending field, for typed API errors.
+    pub fn field(&self) -> &'static str {
+        match self {
+            ProfileError::Workspace(e) | ProfileError::Principal(e) => e.field(),
+            ProfileError::Provider { error, .. } => error.field(),
+            ProfileError::ReservationsExceed { .. } => "reservedConcurrency",
+        }
+    }
+}
+
+/// The part of a profile its digest covers.
+#[derive(Serialize)]
+struct DigestedPart<'a> {
+    providers: &'a BTreeMap<String, Limits>,
+    workspace: &'a Limits,
+}
+
+impl Profile {
+    /// Checks every scope's limits and the reservation sums.
+    pub fn validate(&self) -> Result<(), ProfileError> {
+        self.workspace
+            .validate(ScopeKind::Workspace)
+            .map_err(ProfileError::Workspace)?;
+        for (provider, limits) in &self.providers {
+            limits
+                .validate(ScopeKind::Provider)
+                .map_err(|error| ProfileError::Provider {
+                    provider: provider.clone(),
+                    error,
+                })?;
+        }
+        for limits in self.principals.values() {
+            limits
+                .validate(ScopeKind::Principal)
+                .map_err(ProfileError::Principal)?;
+        }
+        let reserved: u64 = self
+            .principals
+            .values()
+            .map(|l| u64::from(l.reserved_concurrency.unwrap_or(0)))
+            .sum();
+        if reserved > 0 {
+            if reserved > u64::from(self.workspace.concurrency) {
+                return Err(ProfileError::ReservationsExceed {
+                    pool: "workspace".into(),
+                    reserved,
+                    concurrency: self.workspace.concurrency,
+                });
+            }
+            for (provider, limits) in &self.providers {
+                if reserved > u64::from(limits.concurrency) {
+                    return Err(ProfileError::ReservationsExceed {
+                        pool: format!("provider {provider}"),
+                        reserved,
+                        concurrency: limits.concurrency,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `"sha256:" + hex(sha256(canonical JSON of {"providers", "workspace"}))`.
+    pub fn digest(&self) -> Result<String, CanonicalJsonError> {
+        canonical_digest(&DigestedPart {
+            providers: &self.providers,
+            workspace: &self.workspace,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_form_reads_principals_from_a_list() {
+        let json = r#"{"workspace":{"concurrency":4},"providers":{"jev":{"concurrency":2}},
+            "principals":[{"id":"a","class":"quiet","weight":0.5,"limits":{"concurrency":1}}]}"#;
+        let profile: Profile = serde_json::from_str(json).unwrap();
+        assert_eq!(profile.principals["a"].concurrency, 1);
+        profile.validate().unwrap();
+    }
+
+    #[test]
+    fn reservations_above_a_provider_concurrency_are_refused() {
+        let mut profile = Profile {
+            workspace: Limits::with_concurrency(4),
+            ..Profile::default()
+        };
+        profile
+            .providers
+            .insert("jev".into(), Limits::with_concurrency(2));
+        for id in ["a", "b", "c"] {
+            let mut limits = Limits::with_concurrency(2);
+            limits.reserved_concurrency = Some(1);
+            profile.principals.insert(id.into(), limits);
+        }
+        let err = profile.validate().unwrap_err();
+        assert!(err.to_string().contains("reservations exceed"), "{err}");
+    }
+}

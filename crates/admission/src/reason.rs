@@ -1,0 +1,173 @@
+//! The closed vocabularies of admission: decisions, reasons and breaker states.
+//!
+//! Serde names are exactly the specification's (REFERENCE §5). A reason says *why*; whether a
+//! rejection may be retried by the caller follows from the reason alone
+//! ([`Reason::is_retryable_rejection`]), so no call site can disagree with another.
+
+use serde::{Deserialize, Serialize};
+
+/// The three answers admission gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Decision {
+    /// The request holds a lease and may call the provider now.
+    Admit,
+    /// The request waits in its lane's queue.
+    Defer,
+    /// The request is refused; it never reached the provider.
+    Reject,
+}
+
+impl Decision {
+    /// The spec's name, for metrics and span attributes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Admit => "admit",
+            Decision::Defer => "defer",
+            Decision::Reject => "reject",
+        }
+    }
+}
+
+/// Why a decision was taken. A closed vocabulary: safe as a metric dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reason {
+    Admitted,
+    Disabled,
+    Cancelled,
+    DeadlineExceeded,
+    Concurrency,
+    RequestsPerMinute,
+    TokensPerSecond,
+    Attempts,
+    BatchSize,
+    Cost,
+    UnknownCost,
+    Tokens,
+    UnknownTokens,
+    QueueFull,
+    QueueTimeout,
+    InvalidEstimate,
+    RequestTooLarge,
+    TooManyItems,
+    RetainedWork,
+    UnknownRetainedWork,
+    RetryAfter,
+    CircuitOpen,
+    UnconfiguredProvider,
+}
+
+impl Reason {
+    /// Every reason, in the specification's order.
+    pub const ALL: [Reason; 23] = [
+        Reason::Admitted,
+        Reason::Disabled,
+        Reason::Cancelled,
+        Reason::DeadlineExceeded,
+        Reason::Concurrency,
+        Reason::RequestsPerMinute,
+        Reason::TokensPerSecond,
+        Reason::Attempts,
+        Reason::BatchSize,
+        Reason::Cost,
+        Reason::UnknownCost,
+        Reason::Tokens,
+        Reason::UnknownTokens,
+        Reason::QueueFull,
+        Reason::QueueTimeout,
+        Reason::InvalidEstimate,
+        Reason::RequestTooLarge,
+        Reason::TooManyItems,
+        Reason::RetainedWork,
+        Reason::UnknownRetainedWork,
+        Reason::RetryAfter,
+        Reason::CircuitOpen,
+        Reason::UnconfiguredProvider,
+    ];
+
+    /// The spec's kebab-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Admitted => "admitted",
+            Reason::Disabled => "disabled",
+            Reason::Cancelled => "cancelled",
+            Reason::DeadlineExceeded => "deadline-exceeded",
+            Reason::Concurrency => "concurrency",
+            Reason::RequestsPerMinute => "requests-per-minute",
+            Reason::TokensPerSecond => "tokens-per-second",
+            Reason::Attempts => "attempts",
+            Reason::BatchSize => "batch-size",
+            Reason::Cost => "cost",
+            Reason::UnknownCost => "unknown-cost",
+            Reason::Tokens => "tokens",
+            Reason::UnknownTokens => "unknown-tokens",
+            Reason::QueueFull => "queue-full",
+            Reason::QueueTimeout => "queue-timeout",
+            Reason::InvalidEstimate => "invalid-estimate",
+            Reason::RequestTooLarge => "request-too-large",
+            Reason::TooManyItems => "too-many-items",
+            Reason::RetainedWork => "retained-work",
+            Reason::UnknownRetainedWork => "unknown-retained-work",
+            Reason::RetryAfter => "retry-after",
+            Reason::CircuitOpen => "circuit-open",
+            Reason::UnconfiguredProvider => "unconfigured-provider",
+        }
+    }
+
+    /// Whether a *rejection* with this reason may succeed if the caller tries again later.
+    ///
+    /// Queue overflow and queue expiry are load conditions and pass; everything that follows
+    /// from the request and the profile (bounds, budgets, never-fitting buckets, a missing
+    /// provider, a passed deadline, a cancellation) is permanent.
+    pub fn is_retryable_rejection(self) -> bool {
+        matches!(
+            self,
+            Reason::QueueFull | Reason::QueueTimeout | Reason::RetryAfter | Reason::CircuitOpen
+        )
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state of a provider's circuit breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BreakerState {
+    #[default]
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+impl BreakerState {
+    /// The spec's name, for metrics and span attributes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half-open",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_names_match_as_str() {
+        for reason in Reason::ALL {
+            let json = serde_json::to_string(&reason).unwrap();
+            assert_eq!(json, format!("\"{}\"", reason.as_str()));
+        }
+        assert_eq!(
+            serde_json::to_string(&BreakerState::HalfOpen).unwrap(),
+            "\"half-open\""
+        );
+    }
+}

@@ -1,0 +1,481 @@
+//! The registry: one controller per workspace, immutable profile revisions, rollback and audit
+//! (REFERENCE §6).
+//!
+//! # Rules
+//!
+//! - A `profileVersion` is immutable: registering the same revision for a workspace with a
+//!   different `{providers, workspace}` digest, or for a principal with different limits, fails
+//!   closed with [`RegistryError::Conflict`] (`invalid-definition`) and changes nothing.
+//! - The most recently registered revision supplies the current limits. Registering an earlier
+//!   revision again is a rollback and reproduces that revision's digest.
+//! - Principal limits accumulate: a principal keeps the limits of the newest registration that
+//!   named it, so the controller knows every principal's reservation up front.
+//! - Every change of current revision emits one `decision-admission-profile-change/v1` record
+//!   (kind `initial`, `change` or `rollback`); re-registering the current revision emits none.
+//!   Records carry digests, never limit values.
+//! - Histories are bounded: 64 profile-change records and 64 breaker transitions per workspace,
+//!   4096 tracked revisions and 4096 tracked principal revisions per workspace (the oldest that
+//!   is not current is forgotten first).
+//! - Clock switch: registering with a different [`ClockId`] restarts an idle workspace scope
+//!   (fresh counters on the new clock); a busy scope keeps its clock and counters.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::breaker::BreakerTransition;
+use crate::controller::{Acquired, AdmissionRequest, Controller, Released, Resolution, Snapshot};
+use crate::digest::canonical_digest;
+use crate::evidence::{LeaseId, Outcome, Rejection, WaiterId};
+use crate::limits::Limits;
+use crate::profile::{Profile, ProfileError};
+use crate::time::Millis;
+
+pub const PROFILE_CHANGE_SCHEMA: &str = "decision-admission-profile-change/v1";
+pub const PROFILE_HISTORY_LIMIT: usize = 64;
+pub const TRACKED_REVISIONS_LIMIT: usize = 4096;
+pub const TRACKED_PRINCIPALS_LIMIT: usize = 4096;
+
+/// What kind of change of current revision a record reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProfileChangeKind {
+    Initial,
+    Change,
+    Rollback,
+}
+
+/// `decision-admission-profile-change/v1`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProfileChangeRecord {
+    pub schema: String,
+    pub workspace_id: String,
+    pub kind: ProfileChangeKind,
+    pub previous_profile_version: Option<String>,
+    pub profile_version: String,
+    pub digest: String,
+    pub at_epoch_ms: Millis,
+}
+
+/// Identifies the clock a host drives a workspace with (a test seam; see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct ClockId(pub u64);
+
+/// A registration that cannot be accepted; maps to `invalid-definition`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RegistryError {
+    /// The revision is already registered with different limits.
+    #[error("invalid-definition: profileVersion {profile_version} conflicts with the limits already registered under it")]
+    Conflict { profile_version: String },
+    /// The revision is already registered for a principal with different limits.
+    #[error("invalid-definition: profileVersion {profile_version} conflicts with the principal limits already registered under it")]
+    PrincipalConflict { profile_version: String },
+    /// The profile breaks a limits rule.
+    #[error("invalid-definition: {0}")]
+    InvalidProfile(#[from] ProfileError),
+    /// The profile cannot be digested (a non-finite number).
+    #[error("invalid-definition: profile cannot be digested")]
+    Undigestable,
+    /// No profile has been registered for the workspace.
+    #[error("no admission profile is registered for this workspace")]
+    UnknownWorkspace,
+}
+
+/// Handle returned by a subscription; pass it to `unsubscribe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListenerId(u64);
+
+type ProfileListener = Box<dyn FnMut(&ProfileChangeRecord) + Send>;
+type BreakerListener = Box<dyn FnMut(&BreakerTransition) + Send>;
+
+struct Revision {
+    digest: String,
+    workspace: Limits,
+    providers: BTreeMap<String, Limits>,
+}
+
+struct WorkspaceEntry {
+    controller: Controller,
+    clock: ClockId,
+    current: String,
+    revisions: HashMap<String, Revision>,
+    revision_order: VecDeque<String>,
+    principal_revisions: HashMap<(String, String), String>,
+    principal_order: VecDeque<(String, String)>,
+    principals: BTreeMap<String, Limits>,
+    history: VecDeque<ProfileChangeRecord>,
+}
+
+/// Controllers by workspace, with their profile history and listeners.
+#[derive(Default)]
+pub struct Registry {
+    workspaces: HashMap<String, WorkspaceEntry>,
+    profile_listeners: Vec<(ListenerId, ProfileListener)>,
+    breaker_listeners: Vec<(ListenerId, BreakerListener)>,
+    next_listener: u64,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `profile` as revision `profile_version` of `workspace_id` on the default clock.
+    pub fn register(
+        &mut self,
+        workspace_id: &str,
+        profile_version: &str,
+        profile: Profile,
+        now: Millis,
+    ) -> Result<Option<ProfileChangeRecord>, RegistryError> {
+        self.register_with_clock(
+            workspace_id,
+            profile_version,
+            profile,
+            now,
+            ClockId::default(),
+        )
+    }
+
+    /// Registers a revision; see the module docs for every rule. Returns the profile-change
+    /// record when the current revision changed.
+    pub fn register_with_clock(
+        &mut self,
+        workspace_id: &str,
+        profile_version: &str,
+        profile: Profile,
+        now: Millis,
+        clock: ClockId,
+    ) -> Result<Option<ProfileChangeRecord>, RegistryError> {
+        profile.validate()?;
+        let digest = profile.digest().map_err(|_| RegistryError::Undigestable)?;
+        let mut principal_digests = Vec::with_capacity(profile.principals.len());
+        for (id, limits) in &profile.principals {
+            let principal_digest =
+                canonical_digest(limits).map_err(|_| RegistryError::Undigestable)?;
+            principal_digests.push((id.clone(), principal_digest));
+        }
+
+        let existing = self.workspaces.get(workspace_id);
+        if let Some(entry) = existing {
+            if let Some(revision) = entry.revisions.get(profile_version) {
+                if revision.digest != digest {
+                    return Err(RegistryError::Conflict {
+                        profile_version: profile_version.to_owned(),
+                    });
+                }
+            }
+            for (id, principal_digest) in &principal_digests {
+                let key = (id.clone(), profile_version.to_owned());
+                if entry
+                    .principal_revisions
+                    .get(&key)
+                    .is_some_and(|known| known != principal_digest)
+                {
+                    return Err(RegistryError::PrincipalConflict {
+                        profile_version: profile_version.to_owned(),
+                    });
+                }
+            }
+        }
+
+        let mut principals = existing.map(|e| e.principals.clone()).unwrap_or_default();
+        principals.extend(profile.principals.clone());
+        let merged = Profile {
+            workspace: profile.workspace.clone(),
+            providers: profile.providers.clone(),
+            principals,
+        };
+        merged.validate()?;
+
+        let (kind, previous) = match self.workspaces.get_mut(workspace_id) {
+            None => {
+                let controller = Controller::new(merged.clone(), now)?;
+                self.workspaces.insert(
+                    workspace_id.to_owned(),
+                    WorkspaceEntry {
+                        controller,
+                        clock,
+                        current: profile_version.to_owned(),
+                        revisions: HashMap::new(),
+                        revision_order: VecDeque::new(),
+                        principal_revisions: HashMap::new(),
+                        principal_order: VecDeque::new(),
+                        principals: BTreeMap::new(),
+                        history: VecDeque::new(),
+                    },
+                );
+                (Some(ProfileChangeKind::Initial), None)
+            }
+            Some(entry) => {
+                if entry.clock != clock && entry.controller.is_idle() {
+                    entry.controller = Controller::new(merged.clone(), now)?;
+                    entry.clock = clock;
+                } else {
+                    entry.controller.set_profile(merged.clone(), now)?;
+                }
+                let previous = entry.current.clone();
+                let kind = if previous == profile_version {
+                    None
+                } else if entry.revisions.contains_key(profile_version) {
+                    Some(ProfileChangeKind::Rollback)
+                } else {
+                    Some(ProfileChangeKind::Change)
+                };
+                (kind, Some(previous))
+            }
+        };
+
+        let Some(entry) = self.workspaces.get_mut(workspace_id) else {
+            return Err(RegistryError::UnknownWorkspace);
+        };
+        entry.current = profile_version.to_owned();
+        entry.principals = merged.principals;
+        if !entry.revisions.contains_key(profile_version) {
+            entry.revisions.insert(
+                profile_version.to_owned(),
+                Revision {
+                    digest: digest.clone(),
+                    workspace: profile.workspace,
+                    providers: profile.providers,
+                },
+            );
+            entry.revision_order.push_back(profile_version.to_owned());
+            while entry.revision_order.len() > TRACKED_REVISIONS_LIMIT {
+                let Some(oldest) = entry.revision_order.pop_front() else {
+                    break;
+                };
+                if oldest == entry.current {
+                    entry.revision_order.push_back(oldest);
+                } else {
+                    entry.revisions.remove(&oldest);
+                }
+            }
+        }
+        for (id, principal_digest) in principal_digests {
+            let key = (id, profile_version.to_owned());
+            if entry
+                .principal_revisions
+                .insert(key.clone(), principal_digest)
+                .is_none()
+            {
+                entry.principal_order.push_back(key);
+            }
+            while entry.principal_order.len() > TRACKED_PRINCIPALS_LIMIT {
+                let Some(oldest) = entry.principal_order.pop_front() else {
+                    break;
+                };
+                entry.principal_revisions.remove(&oldest);
+            }
+        }
+        let record = kind.map(|kind| ProfileChangeRecord {
+            schema: PROFILE_CHANGE_SCHEMA.to_owned(),
+            workspace_id: workspace_id.to_owned(),
+            kind,
+            previous_profile_version: previous,
+            profile_version: profile_version.to_owned(),
+            digest,
+            at_epoch_ms: now,
+        });
+        if let Some(record) = &record {
+            if entry.history.len() == PROFILE_HISTORY_LIMIT {
+                entry.history.pop_front();
+            }
+            entry.history.push_back(record.clone());
+            for (_, listener) in &mut self.profile_listeners {
+                listener(record);
+            }
+        }
+        self.deliver_transitions(workspace_id);
+        Ok(record)
+    }
+
+    /// The current revision of a workspace.
+    pub fn current_profile_version(&self, workspace_id: &str) -> Option<&str> {
+        self.workspaces
+            .get(workspace_id)
+            .map(|e| e.current.as_str())
+    }
+
+    /// The digest of a registered revision.
+    pub fn revision_digest(&self, workspace_id: &str, profile_version: &str) -> Option<&str> {
+        self.workspaces
+            .get(workspace_id)?
+            .revisions
+            .get(profile_version)
+            .map(|r| r.digest.as_str())
+    }
+
+    /// The workspace and provider limits of a registered revision.
+    pub fn revision_limits(
+        &self,
+        workspace_id: &str,
+        profile_version: &str,
+    ) -> Option<(&Limits, &BTreeMap<String, Limits>)> {
+        self.workspaces
+            .get(workspace_id)?
+            .revisions
+            .get(profile_version)
+            .map(|r| (&r.workspace, &r.providers))
+    }
+
+    /// The last [`PROFILE_HISTORY_LIMIT`] profile-change records, oldest first.
+    pub fn profile_history(&self, workspace_id: &str) -> Vec<ProfileChangeRecord> {
+        self.workspaces
+            .get(workspace_id)
+            .map(|e| e.history.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Delivers every future profile-change record to `listener`.
+    pub fn on_profile_change(
+        &mut self,
+        listener: impl FnMut(&ProfileChangeRecord) + Send + 'static,
+    ) -> ListenerId {
+        let id = self.listener_id();
+        self.profile_listeners.push((id, Box::new(listener)));
+        id
+    }
+
+    /// Delivers every future breaker transition of every workspace to `listener`.
+    pub fn on_breaker_transition(
+        &mut self,
+        listener: impl FnMut(&BreakerTransition) + Send + 'static,
+    ) -> ListenerId {
+        let id = self.listener_id();
+        self.breaker_listeners.push((id, Box::new(listener)));
+        id
+    }
+
+    /// Removes a listener. Returns whether it was subscribed.
+    pub fn unsubscribe(&mut self, id: ListenerId) -> bool {
+        let before = self.profile_listeners.len() + self.breaker_listeners.len();
+        self.profile_listeners.retain(|(l, _)| *l != id);
+        self.breaker_listeners.retain(|(l, _)| *l != id);
+        before != self.profile_listeners.len() + self.breaker_listeners.len()
+    }
+
+    fn listener_id(&mut self) -> ListenerId {
+        self.next_listener += 1;
+        ListenerId(self.next_listener)
+    }
+
+    fn deliver_transitions(&mut self, workspace_id: &str) {
+        let Some(entry) = self.workspaces.get_mut(workspace_id) else {
+            return;
+        };
+        let transitions = entry.controller.take_new_transitions();
+        for transition in &transitions {
+            for (_, listener) in &mut self.breaker_listeners {
+                listener(transition);
+            }
+        }
+    }
+
+    /// Runs `operation` on a workspace's controller, then delivers breaker transitions.
+    fn with_controller<T>(
+        &mut self,
+        workspace_id: &str,
+        operation: impl FnOnce(&mut Controller) -> T,
+    ) -> Result<T, RegistryError> {
+        let entry = self
+            .workspaces
+            .get_mut(workspace_id)
+            .ok_or(RegistryError::UnknownWorkspace)?;
+        let result = operation(&mut entry.controller);
+        self.deliver_transitions(workspace_id);
+        Ok(result)
+    }
+
+    pub fn acquire(
+        &mut self,
+        workspace_id: &str,
+        request: AdmissionRequest,
+        now: Millis,
+    ) -> Result<Acquired, RegistryError> {
+        self.with_controller(workspace_id, |c| c.acquire(request, now))
+    }
+
+    pub fn cancel(
+        &mut self,
+        workspace_id: &str,
+        waiter: WaiterId,
+        now: Millis,
+    ) -> Result<Option<Rejection>, RegistryError> {
+        self.with_controller(workspace_id, |c| c.cancel(waiter, now))
+    }
+
+    pub fn release(
+        &mut self,
+        workspace_id: &str,
+        lease: LeaseId,
+        outcome: Outcome,
+        now: Millis,
+    ) -> Result<Option<Released>, RegistryError> {
+        self.with_controller(workspace_id, |c| c.release(lease, outcome, now))
+    }
+
+    pub fn coordinate_retry_after(
+        &mut self,
+        workspace_id: &str,
+        provider_id: &str,
+        retry_after_ms: Millis,
+        now: Millis,
+    ) -> Result<(), RegistryError> {
+        self.with_controller(workspace_id, |c| {
+            c.coordinate_retry_after(provider_id, retry_after_ms, now)
+        })
+    }
+
+    pub fn release_budget(
+        &mut self,
+        workspace_id: &str,
+        budget_id: &str,
+        now: Millis,
+    ) -> Result<bool, RegistryError> {
+        self.with_controller(workspace_id, |c| c.release_budget(budget_id, now))
+    }
+
+    pub fn handle_timeout(&mut self, workspace_id: &str, now: Millis) -> Result<(), RegistryError> {
+        self.with_controller(workspace_id, |c| c.handle_timeout(now))
+    }
+
+    pub fn poll_resolution(&mut self, workspace_id: &str) -> Option<Resolution> {
+        self.workspaces
+            .get_mut(workspace_id)
+            .and_then(|e| e.controller.poll_resolution())
+    }
+
+    /// The earliest `poll_timeout` of any workspace.
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        self.workspaces
+            .values()
+            .filter_map(|e| e.controller.poll_timeout())
+            .min()
+    }
+
+    pub fn snapshot(&self, workspace_id: &str) -> Option<Snapshot> {
+        self.workspaces
+            .get(workspace_id)
+            .map(|e| e.controller.snapshot())
+    }
+
+    pub fn breaker_transitions(&self, workspace_id: &str) -> Vec<BreakerTransition> {
+        self.workspaces
+            .get(workspace_id)
+            .map(|e| e.controller.breaker_transitions())
+            .unwrap_or_default()
+    }
+
+    /// Direct access to a workspace's controller (breaker listeners are fed by the registry's
+    /// own operations only).
+    pub fn controller(&self, workspace_id: &str) -> Option<&Controller> {
+        self.workspaces.get(workspace_id).map(|e| &e.controller)
+    }
+
+    /// Workspace IDs with a registered profile.
+    pub fn workspace_ids(&self) -> impl Iterator<Item = &str> {
+        self.workspaces.keys().map(String::as_str)
+    }
+}

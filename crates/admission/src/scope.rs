@@ -1,0 +1,76 @@
+//! The counters and buckets of one scope (a principal, the workspace, or a provider lane).
+//!
+//! Invariants: `active` counts live leases charged to this scope and `queued` counts live
+//! waiters; both return to zero when everything is released or cancelled. Buckets exist exactly
+//! when the current limits configure them; a rate change keeps the level (clamped to the new
+//! capacity), so tightening a profile never refunds spent requests or tokens.
+
+use crate::bucket::{TokenBucket, MINUTE_MS, SECOND_MS};
+use crate::evidence::WaiterId;
+use crate::limits::Limits;
+use crate::time::Millis;
+
+/// The waiter that holds a token bucket's large-token reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenHolder {
+    pub waiter: WaiterId,
+    pub tokens: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ScopeState {
+    pub active: u32,
+    pub queued: u64,
+    pub requests: Option<TokenBucket>,
+    pub tokens: Option<TokenBucket>,
+    pub token_holder: Option<TokenHolder>,
+}
+
+impl ScopeState {
+    /// Creates or adjusts the buckets to match `limits`.
+    pub fn sync_limits(&mut self, limits: &Limits, now: Millis) {
+        sync_bucket(
+            &mut self.requests,
+            limits.requests_per_minute,
+            MINUTE_MS,
+            now,
+        );
+        sync_bucket(&mut self.tokens, limits.tokens_per_second, SECOND_MS, now);
+        if self.tokens.is_none() {
+            self.token_holder = None;
+        }
+    }
+
+    pub fn refill(&mut self, now: Millis) {
+        if let Some(bucket) = &mut self.requests {
+            bucket.refill(now);
+        }
+        if let Some(bucket) = &mut self.tokens {
+            bucket.refill(now);
+        }
+    }
+
+    /// Drops the token reservation if `waiter` holds it.
+    pub fn forget_holder(&mut self, waiter: WaiterId) {
+        if self.token_holder.is_some_and(|h| h.waiter == waiter) {
+            self.token_holder = None;
+        }
+    }
+
+    /// Whether dropping this state would lose nothing (idle, buckets full).
+    pub fn is_pristine(&self) -> bool {
+        self.active == 0
+            && self.queued == 0
+            && self.requests.as_ref().is_none_or(TokenBucket::is_full)
+            && self.tokens.as_ref().is_none_or(TokenBucket::is_full)
+    }
+}
+
+fn sync_bucket(slot: &mut Option<TokenBucket>, rate: Option<u64>, period: u64, now: Millis) {
+    match (slot.as_mut(), rate) {
+        (_, None) => *slot = None,
+        (None, Some(rate)) => *slot = Some(TokenBucket::full(rate, period, now)),
+        (Some(bucket), Some(rate)) if bucket.rate() != rate => bucket.set_rate(rate, now),
+        (Some(_), Some(_)) => {}
+    }
+}
