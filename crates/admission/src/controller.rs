@@ -579,12 +579,12 @@ impl Controller {
                 .err()
                 .or_else(|| self.never_fits(lane, &budget_id, &estimate));
             if let Some(reason) = verdict {
-                self.reject_waiter(id, reason, now).map(|rejection| {
+                if let Some(rejection) = self.reject_waiter(id, reason, now) {
                     self.resolutions.push_back(Resolution {
                         waiter: id,
                         outcome: Err(rejection),
-                    })
-                });
+                    });
+                }
                 continue;
             }
             let new_expiry = self.expiry_for(lane, deadline, enqueued_at);

@@ -1,0 +1,608 @@
+//! CNC-ADMIT-RESERVE / SHARE / TOKEN / BREAKER / AUDIT / DRILL and the registry validation case.
+//! Shared pools use the controls-test defaults: concurrency 4, queue 64, wait 60 s.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use turnstile_admission::{
+    Acquired, AdmissionRequest, BreakerState, BreakerTransition, CircuitBreakerConfig, Controller,
+    Estimate, Lease, Limits, Outcome, Profile, ProfileChangeKind, ProfileChangeRecord, Reason,
+    Registry, RegistryError,
+};
+
+fn pool() -> Limits {
+    limits(4, 64, 60_000)
+}
+
+fn principal_limits(concurrency: u32, reserved: Option<u32>) -> Limits {
+    Limits {
+        reserved_concurrency: reserved,
+        ..limits(concurrency, 64, 60_000)
+    }
+}
+
+/// A bare controller: each principal has its own limits over shared workspace and provider
+/// pools; the full principal table is known up front.
+fn controls(workspace: Limits, provider: Limits, principals: &[(&str, Limits)]) -> Controller {
+    let mut profile = Profile {
+        workspace,
+        ..Profile::default()
+    };
+    profile.providers.insert("jev".into(), provider);
+    for (id, l) in principals {
+        profile.principals.insert((*id).into(), l.clone());
+    }
+    Controller::new(profile, 0).expect("valid profile")
+}
+
+fn ask(principal: &str) -> AdmissionRequest {
+    AdmissionRequest::new(principal, "jev", "invocation").with_deadline(600_000)
+}
+
+/// Acquires `n` times; returns the leases granted at once.
+fn acquire_many(c: &mut Controller, principal: &str, n: usize) -> Vec<Lease> {
+    (0..n)
+        .filter_map(|_| match c.acquire(ask(principal), 0) {
+            Acquired::Admitted(lease) => Some(lease),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn cnc_admit_reserve_001_idle_reservation_is_held_back_from_others() {
+    let mut c = controls(
+        pool(),
+        pool(),
+        &[
+            ("noisy", principal_limits(8, None)),
+            ("quiet", principal_limits(2, Some(1))),
+        ],
+    );
+    let mut noisy = acquire_many(&mut c, "noisy", 6);
+    assert_eq!(noisy.len(), 3, "4 - 1 held for the idle quiet principal");
+    let quiet = admitted(c.acquire(ask("quiet"), 0));
+    assert_eq!(quiet.evidence.queued, 0);
+    c.release(noisy[0].id, Outcome::Success, 1).unwrap();
+    for resolution in drain(&mut c) {
+        noisy.push(resolution.outcome.unwrap());
+    }
+    assert_eq!(
+        noisy.len(),
+        4,
+        "quiet uses its reservation, nothing is held back any more"
+    );
+}
+
+#[test]
+fn cnc_admit_reserve_002_without_reservation_noisy_takes_the_pool() {
+    let mut c = controls(
+        pool(),
+        pool(),
+        &[
+            ("noisy", principal_limits(8, None)),
+            ("quiet", principal_limits(2, None)),
+        ],
+    );
+    assert_eq!(acquire_many(&mut c, "noisy", 6).len(), 4);
+}
+
+#[test]
+fn cnc_admit_share_001_share_caps_bound_one_principal_per_pool() {
+    let shared_workspace = Limits {
+        max_principal_share: Some(0.5),
+        ..pool()
+    };
+    let principals = [
+        ("noisy", principal_limits(8, None)),
+        ("quiet", principal_limits(4, None)),
+    ];
+    let mut c = controls(shared_workspace, pool(), &principals);
+    assert_eq!(acquire_many(&mut c, "noisy", 6).len(), 2);
+    assert_eq!(acquire_many(&mut c, "quiet", 2).len(), 2);
+
+    let shared_provider = Limits {
+        max_principal_share: Some(0.75),
+        ..pool()
+    };
+    let mut c = controls(pool(), shared_provider, &principals);
+    assert_eq!(acquire_many(&mut c, "noisy", 6).len(), 3);
+}
+
+#[test]
+fn cnc_admit_share_002_queue_share_rejects_only_the_noisy_principal() {
+    let workspace = Limits {
+        max_principal_share: Some(0.5),
+        ..limits(1, 4, 60_000)
+    };
+    let principals = [
+        ("noisy", principal_limits(8, None)),
+        ("quiet", principal_limits(8, None)),
+    ];
+    let mut c = controls(workspace, pool(), &principals);
+    let held = admitted(c.acquire(ask("noisy"), 0));
+    let mut waiters = vec![
+        queued(c.acquire(ask("noisy"), 0)),
+        queued(c.acquire(ask("noisy"), 0)),
+    ];
+    let third = rejected(c.acquire(ask("noisy"), 0));
+    assert_eq!(third.reason, Reason::QueueFull);
+    assert!(third.retryable);
+    waiters.push(queued(c.acquire(ask("quiet"), 0)));
+    let snapshot = c.snapshot();
+    assert_eq!((snapshot.active, snapshot.queued), (1, 3));
+    // Everything drains: each admitted lease is released in turn.
+    let mut current = held;
+    let mut admitted_waiters = Vec::new();
+    for step in 1..=3 {
+        c.release(current.id, Outcome::Success, step).unwrap();
+        let resolution = drain(&mut c).pop().expect("one admission per release");
+        admitted_waiters.push(resolution.waiter);
+        current = resolution.outcome.unwrap();
+    }
+    c.release(current.id, Outcome::Success, 4).unwrap();
+    admitted_waiters.sort();
+    waiters.sort();
+    assert_eq!(admitted_waiters, waiters);
+    let snapshot = c.snapshot();
+    assert_eq!((snapshot.active, snapshot.queued), (0, 0));
+}
+
+#[test]
+fn cnc_admit_registry_validation_refuses_impossible_reservations_and_shares() {
+    let mut registry = Registry::new();
+    let mut profile = Profile {
+        workspace: pool(),
+        ..Profile::default()
+    };
+    profile
+        .providers
+        .insert("jev".into(), limits(2, 64, 60_000));
+    for id in ["a", "b"] {
+        profile
+            .principals
+            .insert(id.into(), principal_limits(2, Some(1)));
+    }
+    registry
+        .register("validation", "v1", profile.clone(), 0)
+        .unwrap();
+
+    let mut with_c = profile.clone();
+    with_c.principals = [("c".to_owned(), principal_limits(2, Some(1)))].into();
+    let err = registry
+        .register("validation", "v1", with_c, 0)
+        .unwrap_err();
+    assert!(err.to_string().contains("reservations exceed"), "{err}");
+
+    let mut with_d = profile.clone();
+    with_d.principals = [("d".to_owned(), principal_limits(1, Some(2)))].into();
+    let err = registry
+        .register("validation", "v1", with_d, 0)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("within the principal concurrency"),
+        "{err}"
+    );
+
+    let mut bad_share = profile;
+    bad_share.workspace.max_principal_share = Some(1.5);
+    let err = registry
+        .register("validation", "v2", bad_share, 0)
+        .unwrap_err();
+    assert!(err.to_string().contains("share"), "{err}");
+    assert!(matches!(err, RegistryError::InvalidProfile(_)));
+}
+
+#[test]
+fn cnc_admit_token_001_large_request_holds_the_token_bucket_reservation() {
+    let wide = limits(64, 64, 60_000);
+    let provider = Limits {
+        tokens_per_second: Some(1000),
+        ..wide.clone()
+    };
+    let mut c = controls(
+        wide.clone(),
+        provider,
+        &[("small", wide.clone()), ("huge", wide)],
+    );
+    let tokens = |principal: &str, n: u64| ask(principal).with_estimate(Estimate::new().tokens(n));
+    for _ in 0..9 {
+        let lease = admitted(c.acquire(tokens("small", 100), 0));
+        c.release(lease.id, Outcome::Success, 0).unwrap();
+    }
+    let huge = queued(c.acquire(tokens("huge", 900), 0));
+    // (instant, whether it was the huge request)
+    let mut admissions: Vec<(u64, bool)> = Vec::new();
+    let record = |c: &mut Controller, admissions: &mut Vec<(u64, bool)>, now: u64| {
+        for resolution in drain(c) {
+            let lease = resolution.outcome.expect("admitted");
+            admissions.push((now, resolution.waiter == huge));
+            c.release(lease.id, Outcome::Success, now).unwrap();
+        }
+    };
+    let arrivals: Vec<u64> = (1..=20).map(|i| i * 100).collect();
+    let end = 2000 + 5000;
+    let mut next_arrival = 0;
+    let mut now = 0;
+    loop {
+        let arrival = arrivals.get(next_arrival).copied();
+        let timer = c.poll_timeout();
+        let Some(at) = [arrival, timer].into_iter().flatten().min() else {
+            break;
+        };
+        if at > end {
+            break;
+        }
+        now = at;
+        if arrival == Some(at) {
+            next_arrival += 1;
+            match c.acquire(tokens("small", 100), now) {
+                Acquired::Admitted(lease) => {
+                    c.release(lease.id, Outcome::Success, now).unwrap();
+                    admissions.push((now, false));
+                }
+                Acquired::Queued { .. } => {}
+                Acquired::Rejected(r) => panic!("small request rejected: {r:?}"),
+            }
+        } else {
+            c.handle_timeout(now);
+        }
+        record(&mut c, &mut admissions, now);
+    }
+    assert!(now <= end);
+    let (first_at, first_is_huge) = admissions[0];
+    assert!(first_is_huge, "the huge request is admitted first");
+    assert!((800..1000).contains(&first_at), "admitted at {first_at}");
+    assert_eq!(
+        admissions.len(),
+        21,
+        "all 20 small requests are admitted eventually"
+    );
+}
+
+fn breaker_profile(threshold: u32, open_ms: u64) -> Profile {
+    let provider = Limits {
+        circuit_breaker: Some(CircuitBreakerConfig {
+            failure_threshold: threshold,
+            open_ms,
+            half_open_max_calls: 1,
+        }),
+        ..pool()
+    };
+    let mut profile = Profile {
+        workspace: pool(),
+        ..Profile::default()
+    };
+    profile.providers.insert("jev".into(), provider);
+    profile.principals.insert(PRINCIPAL.into(), pool());
+    profile
+}
+
+fn collect_transitions(registry: &mut Registry) -> Arc<Mutex<Vec<BreakerTransition>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    registry.on_breaker_transition(move |t| sink.lock().unwrap().push(t.clone()));
+    seen
+}
+
+fn acquire_lease(registry: &mut Registry, now: u64) -> Lease {
+    admitted(registry.acquire(WORKSPACE, ask(PRINCIPAL), now).unwrap())
+}
+
+#[test]
+fn cnc_admit_breaker_001_transitions_are_on_evidence_history_and_listeners() {
+    let mut registry = Registry::new();
+    registry
+        .register(WORKSPACE, "v1", breaker_profile(3, 500), 1000)
+        .unwrap();
+    let seen = collect_transitions(&mut registry);
+    for _ in 0..2 {
+        let lease = acquire_lease(&mut registry, 1000);
+        assert!(lease.evidence.breaker_transitions.is_empty());
+        let released = registry
+            .release(WORKSPACE, lease.id, Outcome::Failure, 1000)
+            .unwrap()
+            .unwrap();
+        assert!(released.breaker_transitions.is_empty());
+    }
+    assert!(registry.breaker_transitions(WORKSPACE).is_empty());
+    let lease = acquire_lease(&mut registry, 1000);
+    let released = registry
+        .release(WORKSPACE, lease.id, Outcome::Failure, 1000)
+        .unwrap()
+        .unwrap();
+    let states: Vec<_> = released
+        .breaker_transitions
+        .iter()
+        .map(|t| (t.from, t.to))
+        .collect();
+    assert_eq!(states, vec![(BreakerState::Closed, BreakerState::Open)]);
+
+    let waiter = queued(registry.acquire(WORKSPACE, ask(PRINCIPAL), 1000).unwrap());
+    let snapshot = registry.snapshot(WORKSPACE).unwrap();
+    assert_eq!((snapshot.active, snapshot.queued), (0, 1));
+    let cancelled = registry.cancel(WORKSPACE, waiter, 1000).unwrap().unwrap();
+    assert_eq!(cancelled.reason, Reason::Cancelled);
+    assert_eq!(cancelled.evidence.breaker_state, BreakerState::Open);
+
+    let probe = acquire_lease(&mut registry, 1500);
+    let released = registry
+        .release(WORKSPACE, probe.id, Outcome::Success, 1500)
+        .unwrap()
+        .unwrap();
+    let mut evidence_transitions = probe.evidence.breaker_transitions.clone();
+    evidence_transitions.extend(released.breaker_transitions);
+    let states: Vec<_> = evidence_transitions
+        .iter()
+        .map(|t| (t.from, t.to))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (BreakerState::Open, BreakerState::HalfOpen),
+            (BreakerState::HalfOpen, BreakerState::Closed)
+        ]
+    );
+
+    let seen = seen.lock().unwrap().clone();
+    let states: Vec<_> = seen.iter().map(|t| (t.from, t.to)).collect();
+    assert_eq!(
+        states,
+        vec![
+            (BreakerState::Closed, BreakerState::Open),
+            (BreakerState::Open, BreakerState::HalfOpen),
+            (BreakerState::HalfOpen, BreakerState::Closed)
+        ]
+    );
+    assert_eq!(seen[0].provider_id, "jev");
+    assert_eq!(seen[0].at_epoch_ms, 1000);
+    assert_eq!(seen[0].failures, 3);
+    assert_eq!(registry.breaker_transitions(WORKSPACE), seen);
+    assert!(!serde_json::to_string(&seen).unwrap().contains("principal"));
+}
+
+fn audit_profile(concurrency: u32) -> Profile {
+    let mut profile = Profile {
+        workspace: limits(concurrency, 64, 60_000),
+        ..Profile::default()
+    };
+    profile.providers.insert("jev".into(), pool());
+    profile
+}
+
+#[test]
+fn cnc_admit_audit_001_profile_changes_are_recorded_with_reproducible_digests() {
+    let mut registry = Registry::new();
+    let heard = Arc::new(Mutex::new(Vec::<ProfileChangeRecord>::new()));
+    let sink = heard.clone();
+    let listener = registry.on_profile_change(move |r| sink.lock().unwrap().push(r.clone()));
+
+    let initial = registry
+        .register("audit", "v1", audit_profile(4), 10)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            initial.kind,
+            initial.previous_profile_version.as_deref(),
+            initial.profile_version.as_str(),
+            initial.at_epoch_ms
+        ),
+        (ProfileChangeKind::Initial, None, "v1", 10)
+    );
+    assert_eq!(
+        registry
+            .register("audit", "v1", audit_profile(4), 15)
+            .unwrap(),
+        None
+    );
+    let change = registry
+        .register("audit", "v2", audit_profile(2), 20)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            change.kind,
+            change.previous_profile_version.as_deref(),
+            change.profile_version.as_str(),
+            change.at_epoch_ms
+        ),
+        (ProfileChangeKind::Change, Some("v1"), "v2", 20)
+    );
+    let conflict = registry
+        .register("audit", "v2", audit_profile(3), 25)
+        .unwrap_err();
+    assert!(conflict.to_string().contains("conflicts"), "{conflict}");
+    let rollback = registry
+        .register("audit", "v1", audit_profile(4), 30)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            rollback.kind,
+            rollback.previous_profile_version.as_deref(),
+            rollback.profile_version.as_str(),
+            rollback.at_epoch_ms
+        ),
+        (ProfileChangeKind::Rollback, Some("v2"), "v1", 30)
+    );
+    assert_eq!(rollback.digest, initial.digest);
+    for digest in [&initial.digest, &rollback.digest] {
+        assert!(digest.starts_with("sha256:") && digest.len() == 71);
+        assert!(digest[7..]
+            .chars()
+            .all(|ch| matches!(ch, '0'..='9' | 'a'..='f')));
+    }
+    assert!(registry.unsubscribe(listener));
+    registry
+        .register("audit", "v3", audit_profile(1), 40)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        heard.lock().unwrap().len(),
+        3,
+        "no record after unsubscribing"
+    );
+
+    let history = registry.profile_history("audit");
+    let versions: Vec<_> = history.iter().map(|r| r.profile_version.as_str()).collect();
+    assert_eq!(versions, ["v1", "v2", "v1", "v3"]);
+    let json = serde_json::to_string(&history).unwrap();
+    assert!(!json.contains("\"concurrency\""));
+    assert!(history
+        .iter()
+        .all(|r| r.schema == "decision-admission-profile-change/v1"));
+}
+
+fn storm_profile(workspace_concurrency: u32, workspace_queue: u64) -> Profile {
+    let provider = Limits {
+        circuit_breaker: Some(CircuitBreakerConfig {
+            failure_threshold: 2,
+            open_ms: 1000,
+            half_open_max_calls: 1,
+        }),
+        ..limits(4, 64, 60_000)
+    };
+    let mut profile = Profile {
+        workspace: limits(workspace_concurrency, workspace_queue, 60_000),
+        ..Profile::default()
+    };
+    profile.providers.insert("jev".into(), provider);
+    profile
+        .principals
+        .insert(PRINCIPAL.into(), limits(4, 8, 60_000));
+    profile
+}
+
+/// The drill's steps, in order; each must appear as a row of the runbook's table.
+const DRILL_STEPS: [&str; 6] = [
+    "provider-failures",
+    "load-shed",
+    "approved-profile-change",
+    "evidence-retained",
+    "previous-profile-restored",
+    "capacity-restored",
+];
+
+#[test]
+fn cnc_admit_drill_001_admission_storm_tabletop() {
+    let mut registry = Registry::new();
+    let mut report = Vec::new();
+    let mut clock = 1000;
+    let initial = registry
+        .register(WORKSPACE, "storm-v1", storm_profile(2, 2), clock)
+        .unwrap()
+        .unwrap();
+
+    // 1. provider-failures
+    let mut transitions = Vec::new();
+    for _ in 0..2 {
+        let lease = acquire_lease(&mut registry, clock);
+        let released = registry
+            .release(WORKSPACE, lease.id, Outcome::Failure, clock)
+            .unwrap()
+            .unwrap();
+        transitions.extend(released.breaker_transitions);
+    }
+    assert_eq!(transitions.len(), 1);
+    assert_eq!(transitions[0].to, BreakerState::Open);
+    report.push(format!(
+        "provider-failures: pass ({} transition to open)",
+        transitions.len()
+    ));
+
+    // 2. load-shed
+    clock += 1000;
+    let probe = acquire_lease(&mut registry, clock);
+    let waiting: Vec<_> = (0..2)
+        .map(|_| queued(registry.acquire(WORKSPACE, ask(PRINCIPAL), clock).unwrap()))
+        .collect();
+    let shed = rejected(registry.acquire(WORKSPACE, ask(PRINCIPAL), clock).unwrap());
+    assert_eq!(shed.reason, Reason::QueueFull);
+    assert!(shed.retryable);
+    let hint = shed.evidence.retry_after_ms.expect("a retry hint");
+    assert!((1..=30_000).contains(&hint), "hint {hint}");
+    for waiter in waiting {
+        registry.cancel(WORKSPACE, waiter, clock).unwrap().unwrap();
+    }
+    registry
+        .release(WORKSPACE, probe.id, Outcome::Success, clock)
+        .unwrap()
+        .unwrap();
+    report.push(format!("load-shed: pass (queue-full, retryAfterMs {hint})"));
+
+    // 3. approved-profile-change
+    let change = registry
+        .register(WORKSPACE, "storm-v2", storm_profile(1, 1), clock)
+        .unwrap()
+        .unwrap();
+    assert_eq!(change.kind, ProfileChangeKind::Change);
+    assert_eq!(change.previous_profile_version.as_deref(), Some("storm-v1"));
+    let results: Vec<_> = (0..2)
+        .map(|_| registry.acquire(WORKSPACE, ask(PRINCIPAL), clock).unwrap())
+        .collect();
+    let leases: Vec<Lease> = results
+        .iter()
+        .filter_map(|r| match r {
+            Acquired::Admitted(lease) => Some(lease.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(leases.len(), 1, "only one of two acquires is admitted");
+    report.push("approved-profile-change: pass (1 of 2 admitted)".to_owned());
+
+    // 4. evidence-retained
+    let history = registry.breaker_transitions(WORKSPACE);
+    assert!(history.len() >= 3);
+    assert_eq!(history.first().unwrap().to, BreakerState::Open);
+    assert_eq!(history.last().unwrap().to, BreakerState::Closed);
+    report.push(format!(
+        "evidence-retained: pass ({} breaker transitions)",
+        history.len()
+    ));
+
+    // 5. previous-profile-restored
+    let rollback = registry
+        .register(WORKSPACE, "storm-v1", storm_profile(2, 2), clock)
+        .unwrap()
+        .unwrap();
+    assert_eq!(rollback.kind, ProfileChangeKind::Rollback);
+    assert_eq!(rollback.digest, initial.digest);
+    report.push("previous-profile-restored: pass (rollback digest equals initial)".to_owned());
+
+    // 6. capacity-restored: release the step-3 work, then two concurrent acquires.
+    registry
+        .release(WORKSPACE, leases[0].id, Outcome::Success, clock)
+        .unwrap();
+    while let Some(resolution) = registry.poll_resolution(WORKSPACE) {
+        let lease = resolution.outcome.unwrap();
+        registry
+            .release(WORKSPACE, lease.id, Outcome::Success, clock)
+            .unwrap();
+    }
+    let _a = acquire_lease(&mut registry, clock);
+    let _b = acquire_lease(&mut registry, clock);
+    assert_eq!(registry.snapshot(WORKSPACE).unwrap().active, 2);
+    report.push("capacity-restored: pass (active 2)".to_owned());
+
+    let report = report.join("\n");
+    assert!(!report.contains(PRINCIPAL) && !report.contains(WORKSPACE));
+    for (step, line) in DRILL_STEPS.iter().zip(report.lines()) {
+        assert!(line.starts_with(step));
+    }
+
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations");
+    let runbook = std::fs::read_to_string(docs.join("admission.md")).expect("runbook exists");
+    assert!(runbook.contains("RUN-JEV-ADMISSION-v1"));
+    assert!(runbook.contains("DRILL-ADMISSION-STORM-v1"));
+    for step in DRILL_STEPS {
+        assert!(
+            runbook.contains(&format!("| {step} |")),
+            "runbook row for {step}"
+        );
+    }
+    let index = std::fs::read_to_string(docs.join("README.md")).expect("operations index");
+    assert!(index.contains("admission.md"));
+}
