@@ -5,7 +5,7 @@
 //! Budgets only grow until the host calls `releaseBudget`, which forgets one invocation whole.
 //! A check that would exceed a limit is permanent: waiting never makes a budget larger.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use crate::estimate::CheckedEstimate;
 use crate::limits::Limits;
@@ -58,7 +58,7 @@ impl Usage {
 /// Usage of every open invocation.
 #[derive(Debug, Default)]
 pub struct BudgetLedger {
-    invocations: HashMap<String, HashMap<ScopeKey, Usage>>,
+    invocations: FxHashMap<String, FxHashMap<ScopeKey, Usage>>,
 }
 
 impl BudgetLedger {

@@ -39,7 +39,9 @@
 //! - A rejected request is never admitted later.
 //! - Evidence never carries a principal or workspace ID.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use rustc_hash::FxHashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -208,15 +210,15 @@ pub struct Controller {
     now: Millis,
     workspace: ScopeState,
     principals: Vec<PrincipalState>,
-    principal_index: HashMap<String, u32>,
+    principal_index: FxHashMap<String, u32>,
     reserved_principals: Vec<u32>,
     providers: Vec<ProviderState>,
-    provider_index: HashMap<String, u32>,
-    lanes: HashMap<LaneKey, Lane>,
+    provider_index: FxHashMap<String, u32>,
+    lanes: FxHashMap<LaneKey, Lane>,
     ring: VecDeque<LaneKey>,
-    waiters: HashMap<WaiterId, Waiter>,
+    waiters: FxHashMap<WaiterId, Waiter>,
     expiries: BTreeSet<(Millis, WaiterId)>,
-    leases: HashMap<LeaseId, LeaseRecord>,
+    leases: FxHashMap<LeaseId, LeaseRecord>,
     budgets: BudgetLedger,
     retry_pressure: u64,
     mean_hold_ms: Option<Millis>,
@@ -239,15 +241,15 @@ impl Controller {
             now,
             workspace: ScopeState::default(),
             principals: Vec::new(),
-            principal_index: HashMap::new(),
+            principal_index: FxHashMap::default(),
             reserved_principals: Vec::new(),
             providers: Vec::new(),
-            provider_index: HashMap::new(),
-            lanes: HashMap::new(),
+            provider_index: FxHashMap::default(),
+            lanes: FxHashMap::default(),
             ring: VecDeque::new(),
-            waiters: HashMap::new(),
+            waiters: FxHashMap::default(),
             expiries: BTreeSet::new(),
-            leases: HashMap::new(),
+            leases: FxHashMap::default(),
             budgets: BudgetLedger::default(),
             retry_pressure: 0,
             mean_hold_ms: None,
