@@ -17,11 +17,14 @@ enum Command {
     /// Admission profiles: digests and validation.
     #[command(subcommand)]
     Profile(commands::profile::ProfileCommand),
+    /// The semantic roster scheduler: status, enqueue evidence, run reads.
+    Roster(commands::roster::RosterArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Profile(command) => commands::profile::run(command),
+        Command::Roster(args) => commands::roster::run(args),
     }
 }

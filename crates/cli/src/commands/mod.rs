@@ -1,3 +1,4 @@
 //! One module per top-level subcommand.
 
 pub mod profile;
+pub mod roster;

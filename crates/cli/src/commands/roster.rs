@@ -1,0 +1,298 @@
+//! `turnstile roster …`: the semantic roster scheduler (ADR 0119) over a SQLite data directory.
+//!
+//! Thin: every subcommand is one call into `turnstile-semantic`. The only clock read is
+//! [`SystemClock`]; the only secret is the API key, read from the environment variable *named*
+//! by `--api-key-env` and never printed.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use turnstile_semantic::time::format_utc;
+use turnstile_semantic::{
+    parse_calls_per_hour, CallLimit, ChatCompletionsReader, ChatReaderSettings, Clock, Evidence,
+    NeverStop, PassSettings, PassStep, Policy, Roster, RosterStatus, SystemClock,
+};
+use turnstile_store::roster::meta_keys;
+use turnstile_store::{RosterStore, SqliteRosterStore};
+
+/// Environment variable for the reader's base URL.
+pub const ENV_BASE_URL: &str = "TURNSTILE_READER_BASE_URL";
+/// Environment variable for the reader's model.
+pub const ENV_MODEL: &str = "TURNSTILE_READER_MODEL";
+/// Environment variable naming the variable that holds the API key.
+pub const ENV_API_KEY_ENV: &str = "TURNSTILE_READER_API_KEY_ENV";
+/// Default name of the variable that holds the API key.
+pub const DEFAULT_API_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// Arguments of `turnstile roster`.
+#[derive(Debug, Args)]
+pub struct RosterArgs {
+    /// Directory holding the roster database (roster.sqlite3); created if missing.
+    #[arg(long, global = true, default_value = "./turnstile-data")]
+    data: PathBuf,
+    #[command(subcommand)]
+    command: RosterCommand,
+}
+
+/// Accepted --calls-per-hour values: whole numbers 1..=120 (fractions are floored).
+fn calls_per_hour(text: &str) -> Result<u32, turnstile_semantic::CallsPerHourError> {
+    parse_calls_per_hour(text)
+}
+
+#[derive(Debug, Subcommand)]
+enum RosterCommand {
+    /// Rolling calls used / limit / available, pending count and next eligible time.
+    Status {
+        /// Report against this limit instead of the one last used by `run` (1..=120).
+        #[arg(long, value_name = "N", value_parser = calls_per_hour, allow_negative_numbers = true)]
+        calls_per_hour: Option<u32>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Enqueue evidence: a JSON file with one evidence object or an array ("-" reads stdin).
+    Enqueue {
+        /// The evidence file (see docs/semantic.md for the format).
+        file: PathBuf,
+    },
+    /// Read pending generations through an OpenAI-compatible chat-completions endpoint.
+    Run(RunArgs),
+    /// Print the latest record of every generation as JSON.
+    Records,
+    /// Clear pending items, evidence, records and cache. The call history (the rolling cap) is
+    /// kept.
+    Reset,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Lower the hard ceiling of 120 calls per rolling hour (1..=120; never above 120).
+    #[arg(long, value_name = "N", value_parser = calls_per_hour, allow_negative_numbers = true)]
+    calls_per_hour: Option<u32>,
+    /// Run one pass and exit.
+    #[arg(long)]
+    once: bool,
+    /// Evidence must be pending this long before it is read.
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
+    debounce_ms: u64,
+    /// Endpoint base URL, e.g. https://api.openai.com/v1 [env: TURNSTILE_READER_BASE_URL].
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// Model name [env: TURNSTILE_READER_MODEL].
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
+    /// NAME of the environment variable holding the API key
+    /// [env: TURNSTILE_READER_API_KEY_ENV; default OPENAI_API_KEY].
+    #[arg(long, value_name = "NAME")]
+    api_key_env: Option<String>,
+    /// Per-call timeout in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    timeout_secs: u64,
+    /// Longest sleep between checks for new evidence, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 2_000)]
+    poll_ms: u64,
+}
+
+/// Runs `turnstile roster …`.
+pub fn run(args: RosterArgs) -> anyhow::Result<()> {
+    let store = open(&args.data)?;
+    match args.command {
+        RosterCommand::Status {
+            calls_per_hour,
+            json,
+        } => status(store, calls_per_hour, json),
+        RosterCommand::Enqueue { file } => enqueue(store, &file),
+        RosterCommand::Run(run_args) => run_passes(store, run_args),
+        RosterCommand::Records => {
+            let records = store.records().context("reading records")?;
+            println!("{}", serde_json::to_string_pretty(&records)?);
+            Ok(())
+        }
+        RosterCommand::Reset => {
+            let mut roster = Roster::new(store, PassSettings::default());
+            roster.reset().context("resetting the roster")?;
+            println!("roster reset; the rolling call history is kept");
+            Ok(())
+        }
+    }
+}
+
+fn open(data: &Path) -> anyhow::Result<SqliteRosterStore> {
+    SqliteRosterStore::open_dir(data)
+        .with_context(|| format!("opening the roster database in {}", data.display()))
+}
+
+fn settings(limit: CallLimit, debounce_ms: u64) -> PassSettings {
+    PassSettings {
+        policy: Policy::ADR_0119,
+        limit,
+        debounce_ms,
+    }
+}
+
+/// The limit in force: the flag, else the value last used by `run`, else the hard ceiling.
+fn effective_limit(store: &SqliteRosterStore, flag: Option<u32>) -> anyhow::Result<CallLimit> {
+    let stored = store
+        .meta(meta_keys::CONFIGURED_CALLS_PER_HOUR)?
+        .and_then(|text| text.parse::<u32>().ok());
+    let configured = flag.or(stored).map(f64::from);
+    Ok(CallLimit::from_configured(configured, &Policy::ADR_0119))
+}
+
+fn status(store: SqliteRosterStore, flag: Option<u32>, json: bool) -> anyhow::Result<()> {
+    let limit = effective_limit(&store, flag)?;
+    let roster = Roster::new(store, settings(limit, 5_000));
+    let status = roster.status(SystemClock.now_ms())?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print!("{}", render_status(&status));
+    }
+    Ok(())
+}
+
+fn render_status(status: &RosterStatus) -> String {
+    let calls = &status.rolling_calls;
+    let mut out = format!(
+        "rolling calls: {}/{} used, {} available",
+        calls.used, calls.limit, calls.available
+    );
+    if let Some(at) = calls.eligible_after {
+        out.push_str(&format!(
+            " (cap reached; capacity returns {})",
+            format_utc(at)
+        ));
+    }
+    out.push_str(&format!("\npending: {}\nnext eligible: ", status.pending));
+    match status.next_eligible_at {
+        None => out.push_str("- (nothing pending)"),
+        Some(at) if at <= status.now => out.push_str("now"),
+        Some(at) => out.push_str(&format_utc(at)),
+    }
+    out.push('\n');
+    out
+}
+
+fn enqueue(store: SqliteRosterStore, file: &Path) -> anyhow::Result<()> {
+    let text = if file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text)?;
+        text
+    } else {
+        std::fs::read_to_string(file)
+            .with_context(|| format!("reading evidence file {}", file.display()))?
+    };
+    let documents = Evidence::parse_documents(&text)
+        .with_context(|| format!("parsing evidence file {}", file.display()))?;
+    let mut roster = Roster::new(store, PassSettings::default());
+    let now = SystemClock.now_ms();
+    for evidence in &documents {
+        let entry = roster.enqueue(evidence, now)?;
+        println!(
+            "enqueued {} band {} {} pending since {}",
+            entry.generation_id,
+            entry.band.number(),
+            entry.evidence_digest,
+            format_utc(entry.pending_since)
+        );
+    }
+    Ok(())
+}
+
+fn reader_settings(args: &RunArgs) -> anyhow::Result<ChatReaderSettings> {
+    let from_env = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .filter(|value| !value.trim().is_empty())
+    };
+    let base_url = args.base_url.clone().or_else(|| from_env(ENV_BASE_URL));
+    let model = args.model.clone().or_else(|| from_env(ENV_MODEL));
+    let (Some(base_url), Some(model)) = (base_url, model) else {
+        bail!(
+            "no reader endpoint is configured; `turnstile roster run` reads through an \
+             OpenAI-compatible chat-completions endpoint. Configure it with:\n  \
+             --base-url URL       or {ENV_BASE_URL}   (e.g. https://api.openai.com/v1 or http://127.0.0.1:8080/v1)\n  \
+             --model NAME         or {ENV_MODEL}\n  \
+             --api-key-env NAME   or {ENV_API_KEY_ENV}   (the NAME of the variable that holds the key; default {DEFAULT_API_KEY_ENV})"
+        );
+    };
+    let api_key_env = args
+        .api_key_env
+        .clone()
+        .or_else(|| from_env(ENV_API_KEY_ENV))
+        .unwrap_or_else(|| DEFAULT_API_KEY_ENV.to_owned());
+    Ok(ChatReaderSettings {
+        base_url,
+        model,
+        api_key_env,
+        timeout: Duration::from_secs(args.timeout_secs.max(1)),
+    })
+}
+
+fn describe(step: &PassStep) -> String {
+    match step {
+        PassStep::Called {
+            generation_id,
+            band,
+            outcome,
+            ..
+        } => format!(
+            "read {generation_id} (band {}): {}",
+            band.number(),
+            outcome.as_str()
+        ),
+        PassStep::CacheHit { generation_id } => format!("cached {generation_id}: record reused"),
+        PassStep::Deferred {
+            generation_id,
+            eligible_after,
+        } => format!(
+            "deferred {generation_id}: rate cap, eligible after {}",
+            format_utc(*eligible_after)
+        ),
+        PassStep::Held { generation_id } => format!("held {generation_id}: within its interval"),
+        PassStep::Dropped { generation_id } => {
+            format!("dropped {generation_id}: evidence changed")
+        }
+        PassStep::NoReader { generation_id } => format!("unavailable {generation_id}: no reader"),
+    }
+}
+
+fn run_passes(mut store: SqliteRosterStore, args: RunArgs) -> anyhow::Result<()> {
+    let reader_settings = reader_settings(&args)?;
+    let mut reader = ChatCompletionsReader::from_env(&reader_settings)
+        .context("setting up the chat-completions reader")?;
+    let limit = CallLimit::from_configured(args.calls_per_hour.map(f64::from), &Policy::ADR_0119);
+    store.set_meta(
+        meta_keys::CONFIGURED_CALLS_PER_HOUR,
+        &limit.get().to_string(),
+    )?;
+    let mut roster = Roster::new(store, settings(limit, args.debounce_ms));
+    let clock = SystemClock;
+    eprintln!(
+        "roster run: model {} at {}, limit {} calls per rolling hour",
+        reader_settings.model,
+        reader_settings.base_url,
+        limit.get()
+    );
+    loop {
+        let now = clock.now_ms();
+        if args.once || roster.pass_due(now)? {
+            let report = roster.run_pass(Some(&mut reader), &clock, &NeverStop)?;
+            for step in &report.steps {
+                println!("{}", describe(step));
+            }
+        }
+        if args.once {
+            return Ok(());
+        }
+        let now = clock.now_ms();
+        let wait = roster
+            .next_wake(now)?
+            .map_or(args.poll_ms, |wake| wake.saturating_sub(now))
+            .clamp(100, args.poll_ms.max(100));
+        std::thread::sleep(Duration::from_millis(wait));
+    }
+}
