@@ -215,7 +215,11 @@ pub struct Controller {
     providers: Vec<ProviderState>,
     provider_index: FxHashMap<String, u32>,
     lanes: FxHashMap<LaneKey, Lane>,
-    ring: VecDeque<LaneKey>,
+    /// Round-robin ring of (lane, ticket); an entry whose ticket is not its lane's is stale.
+    ring: VecDeque<(LaneKey, u64)>,
+    /// Lanes with a live ring entry.
+    ring_lanes: usize,
+    next_ticket: u64,
     waiters: FxHashMap<WaiterId, Waiter>,
     expiries: BTreeSet<(Millis, WaiterId)>,
     leases: FxHashMap<LeaseId, LeaseRecord>,
@@ -247,6 +251,8 @@ impl Controller {
             provider_index: FxHashMap::default(),
             lanes: FxHashMap::default(),
             ring: VecDeque::new(),
+            ring_lanes: 0,
+            next_ticket: 0,
             waiters: FxHashMap::default(),
             expiries: BTreeSet::new(),
             leases: FxHashMap::default(),
@@ -337,6 +343,14 @@ impl Controller {
         self.workspace.sync_limits(&profile.workspace, now);
         for provider in &mut self.providers {
             provider.limits = profile.providers.get(&provider.id).cloned();
+            let has_breaker = provider
+                .limits
+                .as_ref()
+                .is_some_and(|l| l.circuit_breaker.is_some());
+            if !has_breaker {
+                // Without a breaker configuration nothing is counted: forget any old state.
+                provider.breaker = Breaker::default();
+            }
             match &provider.limits {
                 Some(limits) => provider.scope.sync_limits(limits, now),
                 None => provider.scope.sync_limits(&Limits::default(), now),
@@ -437,8 +451,11 @@ impl Controller {
         lane.queue.push_back(waiter_id);
         lane.live += 1;
         if !lane.in_ring {
+            self.next_ticket += 1;
             lane.in_ring = true;
-            self.ring.push_back(lane_key);
+            lane.ring_ticket = self.next_ticket;
+            self.ring_lanes += 1;
+            self.ring.push_back((lane_key, self.next_ticket));
         }
 
         self.expire(now);
@@ -1077,7 +1094,17 @@ impl Controller {
             .forget_holder(waiter_id);
         if let Some(lane) = self.lanes.get_mut(&waiter.lane) {
             lane.live -= 1;
-            if lane.queue.front() == Some(&waiter_id) {
+            if lane.live == 0 {
+                // Every ID left in the queue is stale; the lane's ring entry becomes stale too.
+                lane.queue.clear();
+                if lane.in_ring {
+                    lane.in_ring = false;
+                    self.ring_lanes -= 1;
+                }
+                if lane.is_idle() {
+                    self.lanes.remove(&waiter.lane);
+                }
+            } else if lane.queue.front() == Some(&waiter_id) {
                 lane.queue.pop_front();
             }
         }
@@ -1105,7 +1132,9 @@ impl Controller {
         evidence.breaker_transitions = waiter.transitions;
         Some(Rejection {
             reason,
-            retryable: reason.is_retryable_rejection(),
+            // A zero dwell bound can never be met: that queue-timeout is permanent.
+            retryable: reason.is_retryable_rejection()
+                && !(reason == Reason::QueueTimeout && waiter.expires_at == Some(waiter.enqueued_at)),
             evidence,
         })
     }
@@ -1138,6 +1167,12 @@ impl Controller {
     }
 
     fn commit(&mut self, waiter_id: WaiterId, probe: bool, now: Millis) -> Option<Lease> {
+        // The lease counts in its lane before the waiter leaves, so the lane is never dropped
+        // as idle in between.
+        let lane_key = self.waiters.get(&waiter_id)?.lane;
+        if let Some(lane) = self.lanes.get_mut(&lane_key) {
+            lane.active += 1;
+        }
         let mut waiter = self.remove_waiter(waiter_id)?;
         let lane_key = waiter.lane;
         let (provider, principal) = lane_key;
@@ -1162,9 +1197,6 @@ impl Controller {
         );
         if probe {
             self.providers[provider as usize].breaker.start_probe();
-        }
-        if let Some(lane) = self.lanes.get_mut(&lane_key) {
-            lane.active += 1;
         }
         let lease_id = LeaseId(self.next_id());
         self.leases.insert(
@@ -1211,14 +1243,18 @@ impl Controller {
             if self.workspace.queued == blocked_queued {
                 break;
             }
-            let Some(lane_key) = self.ring.pop_front() else {
+            let Some(entry) = self.ring.pop_front() else {
                 break;
             };
+            let (lane_key, ticket) = entry;
             let (provider, principal) = lane_key;
             let head = {
                 let Some(lane) = self.lanes.get_mut(&lane_key) else {
                     continue;
                 };
+                if !lane.in_ring || lane.ring_ticket != ticket {
+                    continue; // a stale entry of a lane that emptied
+                }
                 while lane
                     .queue
                     .front()
@@ -1230,6 +1266,7 @@ impl Controller {
                     Some(&head) => head,
                     None => {
                         lane.in_ring = false;
+                        self.ring_lanes -= 1;
                         if lane.is_idle() {
                             self.lanes.remove(&lane_key);
                         }
@@ -1240,7 +1277,7 @@ impl Controller {
             if self.provider_blocked_in_pass[provider as usize] == pass
                 || self.principal_blocked_in_pass[principal as usize] == pass
             {
-                self.ring.push_back(lane_key);
+                self.ring.push_back(entry);
                 since_admission += 1;
                 continue;
             }
@@ -1269,7 +1306,9 @@ impl Controller {
                             outcome: Ok(lease),
                         });
                     }
-                    self.ring.push_back(lane_key);
+                    if self.ring_entry_is_live(entry) {
+                        self.ring.push_back(entry);
+                    }
                     since_admission = 0;
                 }
                 Attempt::Reject(reason) => {
@@ -1280,7 +1319,9 @@ impl Controller {
                         });
                     }
                     // The lane's next waiter is considered at once.
-                    self.ring.push_front(lane_key);
+                    if self.ring_entry_is_live(entry) {
+                        self.ring.push_front(entry);
+                    }
                 }
                 Attempt::Defer {
                     reason,
@@ -1294,7 +1335,7 @@ impl Controller {
                     if let Some(at) = wake {
                         self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
                     }
-                    self.ring.push_back(lane_key);
+                    self.ring.push_back(entry);
                     since_admission += 1;
                     match blocked {
                         Blocked::Workspace => break,
@@ -1314,6 +1355,21 @@ impl Controller {
         // not served and come first again next time.
         let unserved = since_admission.min(self.ring.len());
         self.ring.rotate_right(unserved);
+        // Stale entries are dropped when reached; compact if they ever dominate the ring.
+        if self.ring.len() > 2 * self.ring_lanes + 64 {
+            let lanes = &self.lanes;
+            self.ring.retain(|&(key, ticket)| {
+                lanes
+                    .get(&key)
+                    .is_some_and(|lane| lane.in_ring && lane.ring_ticket == ticket)
+            });
+        }
+    }
+
+    fn ring_entry_is_live(&self, (key, ticket): (LaneKey, u64)) -> bool {
+        self.lanes
+            .get(&key)
+            .is_some_and(|lane| lane.in_ring && lane.ring_ticket == ticket)
     }
 
     // ----- evidence ------------------------------------------------------------------------

@@ -6,8 +6,10 @@
 //! `live` is always the exact number of waiting requests. `active` counts the lane's leases: the
 //! principal's active permits in the provider pool, used by share caps and reservations.
 //!
-//! The round-robin ring holds each lane with live waiters once (`in_ring`); the pump serves the
-//! ring front and moves a lane to the back after considering its head, so the ring front is the
+//! The round-robin ring holds each lane with live waiters once (`in_ring`, with the entry's
+//! `ring_ticket`). When a lane empties, its entry turns stale (the lane forgets it) and is
+//! dropped when the pump reaches it, so leaving the ring is O(1) too. The pump serves the ring
+//! front and moves a lane to the back after considering its head, so the ring front is the
 //! round-robin cursor.
 
 use std::collections::VecDeque;
@@ -22,7 +24,10 @@ pub struct Lane {
     pub queue: VecDeque<WaiterId>,
     pub live: u64,
     pub active: u32,
+    /// Whether the lane has a live entry in the ring.
     pub in_ring: bool,
+    /// The ticket of that entry; older entries for this lane are stale.
+    pub ring_ticket: u64,
 }
 
 impl Lane {

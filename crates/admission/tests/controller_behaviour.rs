@@ -615,3 +615,14 @@ fn cnc_admit_021_successful_half_open_probe_closes_the_breaker() {
     let lease = resolution_of(&drain(&mut c), follower).unwrap();
     assert_eq!(lease.evidence.breaker_state, BreakerState::Closed);
 }
+
+#[test]
+fn zero_queue_wait_times_out_at_once_and_is_not_retryable() {
+    // Reference behaviour (RECEIPT-001's queue-timeout case): a zero dwell bound times out even
+    // with free capacity. It can never succeed, so unlike other queue timeouts it is permanent.
+    let mut c = controller(&limits(4, 8, 0), &[PRINCIPAL], 0);
+    let rejection = rejected(c.acquire(request(PRINCIPAL, 0), 0));
+    assert_eq!(rejection.reason, Reason::QueueTimeout);
+    assert!(!rejection.retryable);
+    assert_eq!(c.lane_count(), 0);
+}
