@@ -1134,7 +1134,8 @@ impl Controller {
             reason,
             // A zero dwell bound can never be met: that queue-timeout is permanent.
             retryable: reason.is_retryable_rejection()
-                && !(reason == Reason::QueueTimeout && waiter.expires_at == Some(waiter.enqueued_at)),
+                && !(reason == Reason::QueueTimeout
+                    && waiter.expires_at == Some(waiter.enqueued_at)),
             evidence,
         })
     }
