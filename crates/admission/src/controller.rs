@@ -1241,7 +1241,11 @@ impl Controller {
         let mut since_admission = 0usize;
         let mut blocked_queued = 0u64;
         while since_admission < self.ring.len() {
-            if self.workspace.queued == blocked_queued {
+            if self.workspace.queued == blocked_queued
+                || self.workspace.active >= self.profile.workspace.concurrency
+            {
+                // Nothing unblocked is queued, or the workspace ceiling holds everyone back:
+                // no head needs to be looked at.
                 break;
             }
             let Some(entry) = self.ring.pop_front() else {
