@@ -681,6 +681,11 @@ impl Controller {
         }
     }
 
+    /// Workspace-wide (active, queued) counts, without building a snapshot.
+    pub fn totals(&self) -> (u64, u64) {
+        (u64::from(self.workspace.active), self.workspace.queued)
+    }
+
     /// Active and queued counts of one principal (for tests and operators' own tooling).
     pub fn principal_counts(&self, principal_id: &str) -> (u64, u64) {
         self.principal_index

@@ -461,6 +461,11 @@ impl Registry {
             .map(|e| e.controller.snapshot())
     }
 
+    /// Workspace-wide (active, queued) counts.
+    pub fn totals(&self, workspace_id: &str) -> Option<(u64, u64)> {
+        self.workspaces.get(workspace_id).map(|e| e.controller.totals())
+    }
+
     pub fn breaker_transitions(&self, workspace_id: &str) -> Vec<BreakerTransition> {
         self.workspaces
             .get(workspace_id)

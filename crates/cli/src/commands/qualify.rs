@@ -1,0 +1,148 @@
+//! `turnstile qualify …`: the offline load harness over the pinned manifests.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+use turnstile_qualification::arrivals::{generate, write_json_lines};
+use turnstile_qualification::manifest::LoadedManifest;
+use turnstile_qualification::qualify::qualify_admission_controller;
+use turnstile_qualification::record::LoadResultRecord;
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct QualifyArgs {
+    #[command(subcommand)]
+    command: Option<QualifyCommand>,
+    /// A v2-shaped load manifest; its sha256 must be pinned. Default: the embedded v2 manifest.
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+    /// Which path the arrivals go through.
+    #[arg(long, value_enum, default_value_t = TargetChoice::AdmissionController)]
+    target: TargetChoice,
+    /// Directory for the `decision-load-result/v1` records.
+    #[arg(long, default_value = "turnstile-data/qualification")]
+    out: PathBuf,
+    /// Print the records as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum QualifyCommand {
+    /// Write the manifest's arrivals as JSON Lines to stdout.
+    Arrivals {
+        #[arg(long)]
+        manifest: Option<PathBuf>,
+        /// Only the first N seconds of the stream (default: the whole window).
+        #[arg(long)]
+        window_seconds: Option<u64>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TargetChoice {
+    AdmissionController,
+    Evaluator,
+    All,
+}
+
+fn load(manifest: Option<&PathBuf>) -> anyhow::Result<LoadedManifest> {
+    match manifest {
+        None => Ok(LoadedManifest::embedded_v2()?),
+        Some(path) => {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            LoadedManifest::from_bytes(&bytes)
+                .with_context(|| format!("{} is not a usable load manifest", path.display()))
+        }
+    }
+}
+
+pub fn run(args: QualifyArgs) -> anyhow::Result<()> {
+    if let Some(QualifyCommand::Arrivals {
+        manifest,
+        window_seconds,
+    }) = &args.command
+    {
+        let loaded = load(manifest.as_ref())?;
+        let window = window_seconds.unwrap_or(loaded.manifest.duration.window_seconds());
+        let arrivals = generate(&loaded.manifest, window);
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::new(stdout.lock());
+        write_json_lines(&arrivals, &mut out)?;
+        out.flush()?;
+        return Ok(());
+    }
+
+    let loaded = load(args.manifest.as_ref())?;
+    if matches!(args.target, TargetChoice::Evaluator | TargetChoice::All) {
+        anyhow::bail!(
+            "the evaluator target needs the decision evaluator, which this build does not include yet; use --target admission-controller"
+        );
+    }
+    let window_ms = loaded.manifest.duration.window_seconds() * 1000;
+    let bar = indicatif::ProgressBar::new(window_ms);
+    if !std::io::stderr().is_terminal() || args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {pos}/{len} virtual ms ({elapsed})",
+        )?
+        .progress_chars("=> "),
+    );
+    bar.set_message("admission-controller");
+    let record =
+        qualify_admission_controller(&loaded, &mut |now| bar.set_position(now.min(window_ms)))?;
+    bar.finish_and_clear();
+
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let path = args.out.join(format!("{}.json", record.target.as_str()));
+    std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&record)?);
+    } else {
+        print_table(&record, &path);
+    }
+    if !record.passed {
+        anyhow::bail!("qualification failed: at least one bound did not hold");
+    }
+    Ok(())
+}
+
+fn print_table(record: &LoadResultRecord, path: &std::path::Path) {
+    let o = &record.observations;
+    println!(
+        "manifest {} ({})\ntarget {}  window {} s  virtual {} ms",
+        record.manifest.version,
+        record.manifest.digest,
+        record.target.as_str(),
+        record.window.seconds,
+        o.virtual_duration_ms
+    );
+    println!(
+        "arrivals {}  attempts {}  completed {}  failed {}  shed {}  cancelled {}",
+        o.arrivals, o.attempts, o.completed, o.failed, o.shed, o.cancelled
+    );
+    println!("{:<40} {:>12} {:>12}  pass", "bound", "limit", "observed");
+    for comparison in &record.comparisons {
+        println!(
+            "{:<40} {:>12} {:>12}  {}",
+            comparison.bound,
+            comparison.limit,
+            comparison.observed,
+            if comparison.pass { "yes" } else { "NO" }
+        );
+    }
+    println!(
+        "{}  record {} written to {}",
+        if record.passed { "PASSED" } else { "FAILED" },
+        record.digest,
+        path.display()
+    );
+}

@@ -1,0 +1,150 @@
+//! The arrival generator, bit-compatible with the reference (REFERENCE §7).
+//!
+//! mulberry32 seeded with `arrivalModel.seed` draws, per arrival and in exactly this order: the
+//! exponential gap (rate × `spikeMultiplier` while the current time is inside the spike), the
+//! principal by cumulative weight, the provider among sorted IDs, huge or small tokens, the
+//! service time, whether the first attempt fails, and whether the arrival cancels. All integer
+//! steps are 32-bit wrapping; `atMs` is JavaScript `Math.round` of the float time. The same
+//! manifest always yields the same arrivals, on every machine.
+
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::{Manifest, PrincipalClass};
+
+/// The reference PRNG.
+#[derive(Debug, Clone)]
+pub struct Mulberry32 {
+    state: u32,
+}
+
+impl Mulberry32 {
+    pub fn new(seed: u32) -> Self {
+        Mulberry32 { state: seed }
+    }
+
+    /// A uniform draw in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        self.state = self.state.wrapping_add(0x6D2B_79F5);
+        let mut t = self.state;
+        t = (t ^ (t >> 15)).wrapping_mul(t | 1);
+        t ^= t.wrapping_add((t ^ (t >> 7)).wrapping_mul(t | 61));
+        f64::from(t ^ (t >> 14)) / 4_294_967_296.0
+    }
+}
+
+/// One synthetic request. Serialized keys are in the documented order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Arrival {
+    pub ordinal: u64,
+    pub at_ms: u64,
+    pub principal_id: String,
+    pub principal_class: PrincipalClass,
+    pub provider_id: String,
+    pub tokens: u64,
+    pub service_ms: u64,
+    pub fails_first_attempt: bool,
+    pub cancel_at_ms: Option<u64>,
+}
+
+/// JavaScript `Math.round` for non-negative times: halves round up.
+fn js_round(x: f64) -> u64 {
+    (x + 0.5).floor() as u64
+}
+
+/// The arrivals of the first `window_seconds` of the manifest's stream.
+pub fn generate(manifest: &Manifest, window_seconds: u64) -> Vec<Arrival> {
+    let model = &manifest.arrival_model;
+    let mut random = Mulberry32::new(model.seed);
+    let base_rate = model.average_requests_per_second / 1000.0;
+    let spike_start = (manifest.duration.load_seconds * 1000) as f64;
+    let spike_end = spike_start + model.spike_duration_seconds * 1000.0;
+    let window_end = (window_seconds * 1000) as f64;
+    let providers = manifest.provider_ids();
+    let total_weight: Vec<f64> = manifest
+        .principals
+        .iter()
+        .scan(0.0, |sum, p| {
+            *sum += p.weight;
+            Some(*sum)
+        })
+        .collect();
+
+    let mut arrivals = Vec::with_capacity(
+        (window_seconds as f64 * model.average_requests_per_second * 1.2) as usize,
+    );
+    let mut time = 0.0f64;
+    loop {
+        let rate = if time >= spike_start && time < spike_end {
+            base_rate * model.spike_multiplier
+        } else {
+            base_rate
+        };
+        time += -(1.0 - random.next_f64()).ln() / rate;
+        if time >= window_end {
+            break;
+        }
+        let u = random.next_f64();
+        let principal_index = total_weight
+            .iter()
+            .position(|&cumulative| cumulative > u)
+            .unwrap_or(manifest.principals.len().saturating_sub(1));
+        let principal = &manifest.principals[principal_index];
+        let provider_index = (random.next_f64() * providers.len() as f64).floor() as usize;
+        let provider = providers[provider_index.min(providers.len() - 1)];
+        let tokens = if random.next_f64() < model.huge_token_share {
+            model.huge_tokens
+        } else {
+            model.small_tokens
+        };
+        let span = model.service_time_ms.maximum - model.service_time_ms.minimum + 1;
+        let service_ms =
+            model.service_time_ms.minimum + (random.next_f64() * span as f64).floor() as u64;
+        let fails_first_attempt = random.next_f64() < model.retryable_failure_rate;
+        let at_ms = js_round(time);
+        let cancel_at_ms =
+            (random.next_f64() < model.cancellation_rate).then(|| at_ms + model.cancel_after_ms);
+        arrivals.push(Arrival {
+            ordinal: arrivals.len() as u64,
+            at_ms,
+            principal_id: principal.id.clone(),
+            principal_class: principal.class,
+            provider_id: provider.to_owned(),
+            tokens,
+            service_ms,
+            fails_first_attempt,
+            cancel_at_ms,
+        });
+    }
+    arrivals
+}
+
+/// Writes arrivals as JSON Lines: one compact object per line, keys in the documented order.
+pub fn write_json_lines(
+    arrivals: &[Arrival],
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    for arrival in arrivals {
+        serde_json::to_writer(&mut *out, arrival)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::LoadedManifest;
+
+    #[test]
+    fn first_arrival_of_v2_is_the_documented_one() {
+        let manifest = LoadedManifest::embedded_v2().unwrap().manifest;
+        let arrivals = generate(&manifest, 990);
+        let mut line = Vec::new();
+        write_json_lines(&arrivals[..1], &mut line).unwrap();
+        assert_eq!(
+            String::from_utf8(line).unwrap(),
+            "{\"ordinal\":0,\"atMs\":21,\"principalId\":\"noisy\",\"principalClass\":\"noisy\",\"providerId\":\"llm-subagent\",\"tokens\":200,\"serviceMs\":44,\"failsFirstAttempt\":true,\"cancelAtMs\":null}\n"
+        );
+    }
+}

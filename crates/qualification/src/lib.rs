@@ -1,0 +1,12 @@
+//! turnstile-qualification: pinned load manifests, the arrival generator, the load harness on
+//! virtual time, `decision-load-result/v1` records and the gate G5 flags (REFERENCE §7).
+#![forbid(unsafe_code)]
+
+pub mod arrivals;
+pub mod gate;
+pub mod harness;
+pub mod manifest;
+pub mod observations;
+pub mod qualify;
+pub mod record;
+pub mod resources;

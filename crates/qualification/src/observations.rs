@@ -1,0 +1,43 @@
+//! Deterministic observations of a load run (REFERENCE §7).
+//!
+//! Every field is a pure function of the manifest and the target under virtual time, so a fresh
+//! run must reproduce a retained record's observations exactly. Ratios are rounded to 6 decimals.
+//! Invariant: `shed + completed + failed + cancelled == arrivals`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Observations {
+    pub arrivals: u64,
+    pub attempts: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub shed: u64,
+    pub cancelled: u64,
+    pub shed_reasons: BTreeMap<String, u64>,
+    pub maximum_active_calls: u64,
+    pub maximum_queued_calls: u64,
+    pub maximum_eligible_lane_wait_ms: u64,
+    pub retry_amplification_ratio: f64,
+    pub maximum_cancellation_latency_ms: u64,
+    pub quiet_principal_admission_ratio: f64,
+    pub noisy_principal_admission_ratio: f64,
+    pub virtual_duration_ms: u64,
+}
+
+/// Rounds to 6 decimals, as the reference does.
+pub fn round6(value: f64) -> f64 {
+    (value * 1_000_000.0).round() / 1_000_000.0
+}
+
+/// `numerator / denominator` rounded; 0 when there is nothing to divide.
+pub fn ratio(numerator: u64, denominator: u64) -> f64 {
+    if denominator == 0 {
+        0.0
+    } else {
+        round6(numerator as f64 / denominator as f64)
+    }
+}

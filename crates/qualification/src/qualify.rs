@@ -1,0 +1,44 @@
+//! One qualification run: generate the arrivals, drive a target, sample resources, seal a record.
+
+use crate::arrivals::generate;
+use crate::harness::run_admission_controller;
+use crate::manifest::LoadedManifest;
+use crate::record::{LoadResultRecord, Mode, Target};
+use crate::resources::CpuStopwatch;
+
+/// A run that could not produce a record.
+#[derive(Debug, thiserror::Error)]
+pub enum QualifyError {
+    #[error("the manifest profile was refused: {0}")]
+    Profile(#[from] turnstile_admission::RegistryError),
+    #[error("the record cannot be sealed: {0}")]
+    Seal(#[from] turnstile_admission::digest::CanonicalJsonError),
+    #[error("target {0} is not available in this build")]
+    TargetUnavailable(&'static str),
+}
+
+/// Runs the admission-controller target over the manifest's whole window.
+/// `progress` receives the virtual instant reached (ms) now and then.
+pub fn qualify_admission_controller(
+    manifest: &LoadedManifest,
+    progress: &mut dyn FnMut(u64),
+) -> Result<LoadResultRecord, QualifyError> {
+    let window_seconds = manifest.manifest.duration.window_seconds();
+    let stopwatch = CpuStopwatch::start();
+    let arrivals = generate(&manifest.manifest, window_seconds);
+    let observations = run_admission_controller(
+        &manifest.manifest,
+        &arrivals,
+        window_seconds * 1000,
+        progress,
+    )?;
+    let resources = stopwatch.finish(observations.virtual_duration_ms);
+    Ok(LoadResultRecord::new(
+        manifest,
+        Mode::OfflineFakeProvider,
+        Target::AdmissionController,
+        window_seconds,
+        observations,
+        resources,
+    )?)
+}
