@@ -19,10 +19,6 @@ enum Command {
     Profile(commands::profile::ProfileCommand),
     /// The semantic roster scheduler: status, enqueue evidence, run reads.
     Roster(commands::roster::RosterArgs),
-    /// Run admission as an HTTP service (the main command).
-    Serve(commands::serve::ServeArgs),
-    /// Load-test a turnstile service: acquire + release pairs with concurrent clients.
-    BenchServe(commands::bench_serve::BenchServeArgs),
     /// Qualification: run the pinned load manifest on virtual time and write result records.
     Qualify(commands::qualify::QualifyArgs),
 }
@@ -32,8 +28,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Profile(command) => commands::profile::run(command),
         Command::Roster(args) => commands::roster::run(args),
-        Command::Serve(args) => commands::serve::run(args),
-        Command::BenchServe(args) => commands::bench_serve::run(args),
         Command::Qualify(args) => commands::qualify::run(args),
     }
 }

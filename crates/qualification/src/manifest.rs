@@ -14,8 +14,11 @@ use turnstile_admission::{Limits, Profile};
 /// The embedded manifests, byte for byte.
 pub const MANIFEST_V1: &[u8] = include_bytes!("../../../manifests/load-manifest.v1.json");
 pub const MANIFEST_V2: &[u8] = include_bytes!("../../../manifests/load-manifest.v2.json");
+/// Scaling manifests derived from v2 (10× and 100× the arrival rate and the limits).
+pub const MANIFEST_V3_X10: &[u8] = include_bytes!("../../../manifests/load-manifest.v3-x10.json");
+pub const MANIFEST_V3_X100: &[u8] = include_bytes!("../../../manifests/load-manifest.v3-x100.json");
 
-/// `(schema, digest)` of every manifest this build accepts.
+/// `(schema, digest)` of every manifest this build accepts; a schema may pin several files.
 pub const PINNED_DIGESTS: &[(&str, &str)] = &[
     (
         "decision-load-manifest/v1",
@@ -24,6 +27,14 @@ pub const PINNED_DIGESTS: &[(&str, &str)] = &[
     (
         "decision-load-manifest/v2",
         "sha256:416a41466dc58063f45b5e5e9a7ad78b011cf6d3be50b081bab6e47c76a28a0c",
+    ),
+    (
+        "decision-load-manifest/v3",
+        "sha256:d40913b0c44862dfd71fbc305fe0e0037b2daa30b0386a5e021b006167d3b4ea",
+    ),
+    (
+        "decision-load-manifest/v3",
+        "sha256:d26b54ec25e2cc5442875cf52e4ad0ec1576f0f95c99db08c945e25d94b65bb3",
     ),
 ];
 
@@ -146,15 +157,18 @@ impl LoadedManifest {
     pub fn from_bytes_pinned(bytes: &[u8], pins: &[(&str, &str)]) -> Result<Self, ManifestError> {
         let manifest: Manifest = serde_json::from_slice(bytes)?;
         let actual = sha256_digest(bytes);
-        let expected = pins
+        let pinned: Vec<&str> = pins
             .iter()
-            .find(|(schema, _)| *schema == manifest.schema)
+            .filter(|(schema, _)| *schema == manifest.schema)
             .map(|(_, digest)| *digest)
-            .ok_or_else(|| ManifestError::Unpinned(manifest.schema.clone()))?;
-        if expected != actual {
+            .collect();
+        if pinned.is_empty() {
+            return Err(ManifestError::Unpinned(manifest.schema.clone()));
+        }
+        if !pinned.contains(&actual.as_str()) {
             return Err(ManifestError::DigestMismatch {
                 schema: manifest.schema.clone(),
-                expected: expected.to_owned(),
+                expected: pinned.join(" or "),
                 actual,
             });
         }

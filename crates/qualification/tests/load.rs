@@ -171,3 +171,16 @@ fn cnc_load_004_a_passing_staged_provider_record_qualifies() {
     ];
     assert!(!g5_flags(&records).qualified);
 }
+
+#[test]
+fn scaling_manifests_are_pinned_and_valid() {
+    use turnstile_qualification::manifest::{MANIFEST_V3_X10, MANIFEST_V3_X100};
+    for (bytes, factor) in [(MANIFEST_V3_X10, 10.0), (MANIFEST_V3_X100, 100.0)] {
+        let loaded = LoadedManifest::from_bytes(bytes).unwrap();
+        assert_eq!(loaded.manifest.schema, "decision-load-manifest/v3");
+        assert_eq!(
+            loaded.manifest.arrival_model.average_requests_per_second,
+            20.0 * factor
+        );
+    }
+}

@@ -1,7 +1,5 @@
 //! One module per top-level subcommand.
 
-pub mod bench_serve;
 pub mod profile;
 pub mod qualify;
 pub mod roster;
-pub mod serve;
