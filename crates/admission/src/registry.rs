@@ -463,7 +463,9 @@ impl Registry {
 
     /// Workspace-wide (active, queued) counts.
     pub fn totals(&self, workspace_id: &str) -> Option<(u64, u64)> {
-        self.workspaces.get(workspace_id).map(|e| e.controller.totals())
+        self.workspaces
+            .get(workspace_id)
+            .map(|e| e.controller.totals())
     }
 
     pub fn breaker_transitions(&self, workspace_id: &str) -> Vec<BreakerTransition> {
