@@ -54,58 +54,91 @@ fn js_round(x: f64) -> u64 {
 
 /// The arrivals of the first `window_seconds` of the manifest's stream.
 pub fn generate(manifest: &Manifest, window_seconds: u64) -> Vec<Arrival> {
-    let model = &manifest.arrival_model;
-    let mut random = Mulberry32::new(model.seed);
-    let base_rate = model.average_requests_per_second / 1000.0;
-    let spike_start = (manifest.duration.load_seconds * 1000) as f64;
-    let spike_end = spike_start + model.spike_duration_seconds * 1000.0;
-    let window_end = (window_seconds * 1000) as f64;
-    let providers = manifest.provider_ids();
-    let total_weight: Vec<f64> = manifest
-        .principals
-        .iter()
-        .scan(0.0, |sum, p| {
-            *sum += p.weight;
-            Some(*sum)
-        })
-        .collect();
+    ArrivalStream::new(manifest, window_seconds).collect()
+}
 
-    let mut arrivals = Vec::with_capacity(
-        (window_seconds as f64 * model.average_requests_per_second * 1.2) as usize,
-    );
-    let mut time = 0.0f64;
-    loop {
-        let rate = if time >= spike_start && time < spike_end {
-            base_rate * model.spike_multiplier
-        } else {
-            base_rate
-        };
-        time += -(1.0 - random.next_f64()).ln() / rate;
-        if time >= window_end {
-            break;
+/// The arrival stream, generated lazily in `atMs` order (so a harness holds only the arrivals
+/// in flight, whatever the window).
+pub struct ArrivalStream<'a> {
+    manifest: &'a Manifest,
+    random: Mulberry32,
+    base_rate: f64,
+    spike_start: f64,
+    spike_end: f64,
+    window_end: f64,
+    providers: Vec<&'a str>,
+    cumulative_weights: Vec<f64>,
+    time: f64,
+    ordinal: u64,
+}
+
+impl<'a> ArrivalStream<'a> {
+    pub fn new(manifest: &'a Manifest, window_seconds: u64) -> Self {
+        let model = &manifest.arrival_model;
+        let spike_start = (manifest.duration.load_seconds * 1000) as f64;
+        ArrivalStream {
+            manifest,
+            random: Mulberry32::new(model.seed),
+            base_rate: model.average_requests_per_second / 1000.0,
+            spike_start,
+            spike_end: spike_start + model.spike_duration_seconds * 1000.0,
+            window_end: (window_seconds * 1000) as f64,
+            providers: manifest.provider_ids(),
+            cumulative_weights: manifest
+                .principals
+                .iter()
+                .scan(0.0, |sum, p| {
+                    *sum += p.weight;
+                    Some(*sum)
+                })
+                .collect(),
+            time: 0.0,
+            ordinal: 0,
         }
-        let u = random.next_f64();
-        let principal_index = total_weight
+    }
+}
+
+impl Iterator for ArrivalStream<'_> {
+    type Item = Arrival;
+
+    fn next(&mut self) -> Option<Arrival> {
+        let model = &self.manifest.arrival_model;
+        let rate = if self.time >= self.spike_start && self.time < self.spike_end {
+            self.base_rate * model.spike_multiplier
+        } else {
+            self.base_rate
+        };
+        self.time += -(1.0 - self.random.next_f64()).ln() / rate;
+        if self.time >= self.window_end || self.providers.is_empty() {
+            // Park the stream at the end: every later call returns None.
+            self.time = f64::INFINITY;
+            return None;
+        }
+        let u = self.random.next_f64();
+        let principals = &self.manifest.principals;
+        let principal_index = self
+            .cumulative_weights
             .iter()
             .position(|&cumulative| cumulative > u)
-            .unwrap_or(manifest.principals.len().saturating_sub(1));
-        let principal = &manifest.principals[principal_index];
-        let provider_index = (random.next_f64() * providers.len() as f64).floor() as usize;
-        let provider = providers[provider_index.min(providers.len() - 1)];
-        let tokens = if random.next_f64() < model.huge_token_share {
+            .unwrap_or(principals.len().saturating_sub(1));
+        let principal = principals.get(principal_index)?;
+        let provider_index =
+            (self.random.next_f64() * self.providers.len() as f64).floor() as usize;
+        let provider = self.providers[provider_index.min(self.providers.len() - 1)];
+        let tokens = if self.random.next_f64() < model.huge_token_share {
             model.huge_tokens
         } else {
             model.small_tokens
         };
         let span = model.service_time_ms.maximum - model.service_time_ms.minimum + 1;
         let service_ms =
-            model.service_time_ms.minimum + (random.next_f64() * span as f64).floor() as u64;
-        let fails_first_attempt = random.next_f64() < model.retryable_failure_rate;
-        let at_ms = js_round(time);
-        let cancel_at_ms =
-            (random.next_f64() < model.cancellation_rate).then(|| at_ms + model.cancel_after_ms);
-        arrivals.push(Arrival {
-            ordinal: arrivals.len() as u64,
+            model.service_time_ms.minimum + (self.random.next_f64() * span as f64).floor() as u64;
+        let fails_first_attempt = self.random.next_f64() < model.retryable_failure_rate;
+        let at_ms = js_round(self.time);
+        let cancel_at_ms = (self.random.next_f64() < model.cancellation_rate)
+            .then(|| at_ms + model.cancel_after_ms);
+        let arrival = Arrival {
+            ordinal: self.ordinal,
             at_ms,
             principal_id: principal.id.clone(),
             principal_class: principal.class,
@@ -114,9 +147,10 @@ pub fn generate(manifest: &Manifest, window_seconds: u64) -> Vec<Arrival> {
             service_ms,
             fails_first_attempt,
             cancel_at_ms,
-        });
+        };
+        self.ordinal += 1;
+        Some(arrival)
     }
-    arrivals
 }
 
 /// Writes arrivals as JSON Lines: one compact object per line, keys in the documented order.

@@ -18,8 +18,10 @@
 //! ends with `releaseBudget`.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
+use std::iter::Peekable;
 
+use rustc_hash::FxHashMap;
 use turnstile_admission::{
     Acquired, AdmissionRequest, Estimate, LeaseId, Outcome, Reason, Registry, RegistryError,
     WaiterId,
@@ -31,21 +33,21 @@ use crate::observations::{ratio, Observations};
 
 const WORKSPACE: &str = "load-harness";
 
+/// Events between two progress reports.
+const PROGRESS_EVERY: u64 = 4096;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    Arrive(usize),
-    Cancel(usize),
-    CallEnds { arrival: usize, lease: LeaseId },
-    Retry(usize),
+    Cancel(u64),
+    CallEnds { arrival: u64, lease: LeaseId },
+    Retry(u64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    NotArrived,
     Queued(WaiterId),
     Calling(LeaseId),
     BackingOff,
-    Done,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,76 +58,97 @@ enum Ending {
     Cancelled,
 }
 
-struct ArrivalState {
+/// An arrival in flight; finished arrivals are dropped, so memory follows concurrency, not the
+/// window.
+struct Live {
+    arrival: Arrival,
     phase: Phase,
     attempts: u32,
     admitted_once: bool,
 }
 
-/// Runs the admission-controller target over `arrivals` (already cut to the window).
-///
-/// `progress` is called now and then with the virtual instant reached (ms).
+#[derive(Default)]
+struct ClassCounts {
+    arrivals: u64,
+    admitted: u64,
+}
+
+/// Runs the admission-controller target over `arrivals` (in `atMs` order, already cut to the
+/// window). `progress` is called now and then with the virtual instant reached (ms).
 pub fn run_admission_controller(
     manifest: &Manifest,
-    arrivals: &[Arrival],
+    arrivals: impl Iterator<Item = Arrival>,
     window_ms: u64,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Observations, RegistryError> {
-    Harness::new(manifest, arrivals)?.run(window_ms, progress)
+    Harness::new(manifest, arrivals.peekable())?.run(window_ms, progress)
 }
 
-/// Events between two progress reports.
-const PROGRESS_EVERY: u64 = 4096;
-
-struct Harness<'a> {
+struct Harness<'a, I: Iterator<Item = Arrival>> {
     manifest: &'a Manifest,
-    arrivals: &'a [Arrival],
+    arrivals: Peekable<I>,
     registry: Registry,
-    events: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    /// (instant, class, rank): class 0 orders cancellations with the arrivals of the same
+    /// instant by ordinal (arrival 2·o, its cancellation 2·o + 1), as if both had been scheduled
+    /// up front; class 1 is everything scheduled while running, in scheduling order.
+    events: BinaryHeap<Reverse<(u64, u8, u64, Event)>>,
     sequence: u64,
-    states: Vec<ArrivalState>,
-    waiting: BTreeMap<WaiterId, usize>,
+    live: FxHashMap<u64, Live>,
+    waiting: FxHashMap<WaiterId, u64>,
+    quiet: ClassCounts,
+    noisy: ClassCounts,
     observations: Observations,
     now: u64,
 }
 
-impl<'a> Harness<'a> {
-    fn new(manifest: &'a Manifest, arrivals: &'a [Arrival]) -> Result<Self, RegistryError> {
+impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
+    fn new(manifest: &'a Manifest, arrivals: Peekable<I>) -> Result<Self, RegistryError> {
         let mut registry = Registry::new();
         registry.register(WORKSPACE, &manifest.profile_version, manifest.profile(), 0)?;
-        let mut harness = Harness {
+        Ok(Harness {
             manifest,
             arrivals,
             registry,
-            events: BinaryHeap::with_capacity(arrivals.len() * 2),
+            events: BinaryHeap::new(),
             sequence: 0,
-            states: arrivals
-                .iter()
-                .map(|_| ArrivalState {
-                    phase: Phase::NotArrived,
-                    attempts: 0,
-                    admitted_once: false,
-                })
-                .collect(),
-            waiting: BTreeMap::new(),
-            observations: Observations {
-                arrivals: arrivals.len() as u64,
-                ..Observations::default()
-            },
+            live: FxHashMap::default(),
+            waiting: FxHashMap::default(),
+            quiet: ClassCounts::default(),
+            noisy: ClassCounts::default(),
+            observations: Observations::default(),
             now: 0,
-        };
-        for (index, arrival) in arrivals.iter().enumerate() {
-            harness.schedule(arrival.at_ms, Event::Arrive(index));
-            if let Some(at) = arrival.cancel_at_ms {
-                harness.schedule(at, Event::Cancel(index));
-            }
-        }
-        Ok(harness)
+        })
     }
 
     fn schedule(&mut self, at: u64, event: Event) {
-        self.sequence += 1;
-        self.events.push(Reverse((at, self.sequence, event)));
+        let (class, rank) = match event {
+            Event::Cancel(ordinal) => (0, 2 * ordinal + 1),
+            _ => {
+                self.sequence += 1;
+                (1, self.sequence)
+            }
+        };
+        self.events.push(Reverse((at, class, rank, event)));
+    }
+
+    /// The next thing due at or before `now`: an arrival or an event, whichever orders first.
+    fn next_due(&mut self) -> Option<Result<Arrival, Event>> {
+        let arrival_key = self
+            .arrivals
+            .peek()
+            .filter(|a| a.at_ms <= self.now)
+            .map(|a| (a.at_ms, 0u8, 2 * a.ordinal));
+        let event_key = self
+            .events
+            .peek()
+            .filter(|Reverse((at, ..))| *at <= self.now)
+            .map(|Reverse((at, class, rank, _))| (*at, *class, *rank));
+        match (arrival_key, event_key) {
+            (Some(a), Some(e)) if a < e => self.arrivals.next().map(Ok),
+            (Some(_), None) => self.arrivals.next().map(Ok),
+            (_, Some(_)) => self.events.pop().map(|Reverse((.., event))| Err(event)),
+            (None, None) => None,
+        }
     }
 
     fn run(
@@ -136,70 +159,96 @@ impl<'a> Harness<'a> {
         let mut steps = 0u64;
         loop {
             steps += 1;
-            if steps % PROGRESS_EVERY == 0 {
+            if steps.is_multiple_of(PROGRESS_EVERY) {
                 progress(self.now);
             }
-            let next_event = self.events.peek().map(|Reverse((at, _, _))| *at);
+            let next_arrival = self.arrivals.peek().map(|a| a.at_ms);
+            let next_event = self.events.peek().map(|Reverse((at, ..))| *at);
             let next_timer = self.registry.poll_timeout();
-            let at = match (next_event, next_timer) {
-                (None, None) => break,
-                (Some(e), Some(t)) => e.min(t),
-                (e, t) => e.or(t).unwrap_or(self.now),
+            let Some(at) = [next_arrival, next_event, next_timer]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
+                break;
             };
             self.now = self.now.max(at);
-            if next_timer.is_some_and(|t| t <= at) {
+            if next_timer.is_some_and(|t| t <= self.now) {
                 self.registry.handle_timeout(WORKSPACE, self.now)?;
                 self.drain_resolutions()?;
             }
-            while let Some(Reverse((event_at, _, event))) = self.events.peek().copied() {
-                if event_at > self.now {
-                    break;
+            while let Some(due) = self.next_due() {
+                match due {
+                    Ok(arrival) => self.arrive(arrival)?,
+                    Err(event) => self.handle(event)?,
                 }
-                self.events.pop();
-                self.handle(event)?;
             }
         }
         let observations = &mut self.observations;
         observations.retry_amplification_ratio =
             ratio(observations.attempts, observations.arrivals);
-        let admitted = |class: PrincipalClass| {
-            let of_class = self
-                .arrivals
-                .iter()
-                .zip(&self.states)
-                .filter(|(a, _)| a.principal_class == class);
-            let total = of_class.clone().count() as u64;
-            let admitted = of_class.filter(|(_, s)| s.admitted_once).count() as u64;
-            ratio(admitted, total)
-        };
-        observations.quiet_principal_admission_ratio = admitted(PrincipalClass::Quiet);
-        observations.noisy_principal_admission_ratio = admitted(PrincipalClass::Noisy);
+        observations.quiet_principal_admission_ratio =
+            ratio(self.quiet.admitted, self.quiet.arrivals);
+        observations.noisy_principal_admission_ratio =
+            ratio(self.noisy.admitted, self.noisy.arrivals);
         observations.virtual_duration_ms = self.now.max(window_ms);
         Ok(self.observations)
     }
 
+    fn class(&mut self, class: PrincipalClass) -> &mut ClassCounts {
+        match class {
+            PrincipalClass::Quiet => &mut self.quiet,
+            PrincipalClass::Noisy => &mut self.noisy,
+        }
+    }
+
+    fn arrive(&mut self, arrival: Arrival) -> Result<(), RegistryError> {
+        self.observations.arrivals += 1;
+        self.class(arrival.principal_class).arrivals += 1;
+        let ordinal = arrival.ordinal;
+        if let Some(at) = arrival.cancel_at_ms {
+            self.schedule(at, Event::Cancel(ordinal));
+        }
+        self.live.insert(
+            ordinal,
+            Live {
+                arrival,
+                phase: Phase::BackingOff,
+                attempts: 0,
+                admitted_once: false,
+            },
+        );
+        self.attempt(ordinal)
+    }
+
     fn handle(&mut self, event: Event) -> Result<(), RegistryError> {
         match event {
-            Event::Arrive(index) | Event::Retry(index) => {
-                if matches!(
-                    self.states[index].phase,
-                    Phase::NotArrived | Phase::BackingOff
-                ) {
-                    self.attempt(index)?;
+            Event::Retry(ordinal) => {
+                if self
+                    .live
+                    .get(&ordinal)
+                    .is_some_and(|l| l.phase == Phase::BackingOff)
+                {
+                    self.attempt(ordinal)?;
                 }
             }
-            Event::Cancel(index) => self.cancel(index)?,
+            Event::Cancel(ordinal) => self.cancel(ordinal)?,
             Event::CallEnds { arrival, lease } => {
-                if self.states[arrival].phase != Phase::Calling(lease) {
+                let Some(live) = self.live.get(&arrival) else {
+                    return Ok(()); // already finished (cancelled)
+                };
+                if live.phase != Phase::Calling(lease) {
                     return Ok(()); // aborted by a cancellation
                 }
-                let fails = self.arrivals[arrival].fails_first_attempt
-                    && self.states[arrival].attempts == 1;
+                let fails = live.arrival.fails_first_attempt && live.attempts == 1;
+                let may_retry = live.attempts <= self.manifest.arrival_model.max_retries;
                 if fails {
                     self.registry
                         .release(WORKSPACE, lease, Outcome::Failure, self.now)?;
-                    if self.states[arrival].attempts <= self.manifest.arrival_model.max_retries {
-                        self.states[arrival].phase = Phase::BackingOff;
+                    if may_retry {
+                        if let Some(live) = self.live.get_mut(&arrival) {
+                            live.phase = Phase::BackingOff;
+                        }
                         let at = self.now + self.manifest.arrival_model.retry_backoff_ms;
                         self.schedule(at, Event::Retry(arrival));
                     } else {
@@ -216,12 +265,16 @@ impl<'a> Harness<'a> {
         Ok(())
     }
 
-    fn attempt(&mut self, index: usize) -> Result<(), RegistryError> {
-        let arrival = &self.arrivals[index];
+    fn attempt(&mut self, ordinal: u64) -> Result<(), RegistryError> {
+        let Some(live) = self.live.get_mut(&ordinal) else {
+            return Ok(());
+        };
+        live.attempts += 1;
+        let arrival = &live.arrival;
         let request = AdmissionRequest::new(
             arrival.principal_id.as_str(),
             arrival.provider_id.as_str(),
-            arrival.ordinal.to_string(),
+            ordinal.to_string(),
         )
         .with_estimate(
             Estimate::new()
@@ -233,71 +286,72 @@ impl<'a> Harness<'a> {
                 .retained_work(1),
         )
         .with_deadline(self.now + 2000 + arrival.service_ms);
-        self.states[index].attempts += 1;
         self.observations.attempts += 1;
-        let result = self.registry.acquire(WORKSPACE, request, self.now)?;
-        match result {
-            Acquired::Admitted(lease) => self.start_call(index, lease.id, 0),
+        match self.registry.acquire(WORKSPACE, request, self.now)? {
+            Acquired::Admitted(lease) => self.start_call(ordinal, lease.id, 0),
             Acquired::Queued { waiter, .. } => {
-                self.states[index].phase = Phase::Queued(waiter);
-                self.waiting.insert(waiter, index);
+                if let Some(live) = self.live.get_mut(&ordinal) {
+                    live.phase = Phase::Queued(waiter);
+                }
+                self.waiting.insert(waiter, ordinal);
             }
-            Acquired::Rejected(rejection) => self.rejected(index, rejection.reason)?,
+            Acquired::Rejected(rejection) => self.rejected(ordinal, rejection.reason)?,
         }
-        self.sample_counts();
         self.drain_resolutions()
     }
 
-    fn start_call(&mut self, index: usize, lease: LeaseId, queue_delay_ms: u64) {
-        let state = &mut self.states[index];
-        state.phase = Phase::Calling(lease);
-        state.admitted_once = true;
+    fn start_call(&mut self, ordinal: u64, lease: LeaseId, queue_delay_ms: u64) {
+        let Some(live) = self.live.get_mut(&ordinal) else {
+            return;
+        };
+        live.phase = Phase::Calling(lease);
+        live.admitted_once = true;
+        let at = self.now + live.arrival.service_ms;
         let observations = &mut self.observations;
         observations.maximum_eligible_lane_wait_ms = observations
             .maximum_eligible_lane_wait_ms
             .max(queue_delay_ms);
-        let at = self.now + self.arrivals[index].service_ms;
         self.schedule(
             at,
             Event::CallEnds {
-                arrival: index,
+                arrival: ordinal,
                 lease,
             },
         );
     }
 
-    fn rejected(&mut self, index: usize, reason: Reason) -> Result<(), RegistryError> {
+    fn rejected(&mut self, ordinal: u64, reason: Reason) -> Result<(), RegistryError> {
         if reason == Reason::Cancelled {
-            self.finish(index, Ending::Cancelled)
+            self.finish(ordinal, Ending::Cancelled)
         } else {
             *self
                 .observations
                 .shed_reasons
                 .entry(reason.as_str().to_owned())
                 .or_default() += 1;
-            self.finish(index, Ending::Shed)
+            self.finish(ordinal, Ending::Shed)
         }
     }
 
-    fn cancel(&mut self, index: usize) -> Result<(), RegistryError> {
-        match self.states[index].phase {
+    fn cancel(&mut self, ordinal: u64) -> Result<(), RegistryError> {
+        let Some(live) = self.live.get(&ordinal) else {
+            return Ok(()); // already finished
+        };
+        let requested_at = live.arrival.cancel_at_ms.unwrap_or(self.now);
+        match live.phase {
             Phase::Queued(waiter) => {
                 self.waiting.remove(&waiter);
                 self.registry.cancel(WORKSPACE, waiter, self.now)?;
-                self.finish(index, Ending::Cancelled)?;
             }
             Phase::Calling(lease) => {
                 self.registry
                     .release(WORKSPACE, lease, Outcome::None, self.now)?;
-                self.finish(index, Ending::Cancelled)?;
             }
-            Phase::BackingOff => self.finish(index, Ending::Cancelled)?,
-            Phase::NotArrived | Phase::Done => return Ok(()),
+            Phase::BackingOff => {}
         }
+        self.finish(ordinal, Ending::Cancelled)?;
         // Cancellation takes effect at the instant it is requested on virtual time.
-        let latency = self
-            .now
-            .saturating_sub(self.arrivals[index].cancel_at_ms.unwrap_or(self.now));
+        let latency = self.now.saturating_sub(requested_at);
         self.observations.maximum_cancellation_latency_ms = self
             .observations
             .maximum_cancellation_latency_ms
@@ -305,8 +359,13 @@ impl<'a> Harness<'a> {
         self.drain_resolutions()
     }
 
-    fn finish(&mut self, index: usize, ending: Ending) -> Result<(), RegistryError> {
-        self.states[index].phase = Phase::Done;
+    fn finish(&mut self, ordinal: u64, ending: Ending) -> Result<(), RegistryError> {
+        let Some(live) = self.live.remove(&ordinal) else {
+            return Ok(());
+        };
+        if live.admitted_once {
+            self.class(live.arrival.principal_class).admitted += 1;
+        }
         let observations = &mut self.observations;
         match ending {
             Ending::Completed => observations.completed += 1,
@@ -314,30 +373,26 @@ impl<'a> Harness<'a> {
             Ending::Shed => observations.shed += 1,
             Ending::Cancelled => observations.cancelled += 1,
         }
-        let budget = self.arrivals[index].ordinal.to_string();
-        self.registry.release_budget(WORKSPACE, &budget, self.now)?;
+        self.registry
+            .release_budget(WORKSPACE, &ordinal.to_string(), self.now)?;
         Ok(())
     }
 
     fn drain_resolutions(&mut self) -> Result<(), RegistryError> {
         while let Some(resolution) = self.registry.poll_resolution(WORKSPACE) {
-            let Some(index) = self.waiting.remove(&resolution.waiter) else {
+            let Some(ordinal) = self.waiting.remove(&resolution.waiter) else {
                 continue;
             };
             match resolution.outcome {
-                Ok(lease) => self.start_call(index, lease.id, lease.evidence.queue_delay_ms),
-                Err(rejection) => self.rejected(index, rejection.reason)?,
+                Ok(lease) => self.start_call(ordinal, lease.id, lease.evidence.queue_delay_ms),
+                Err(rejection) => self.rejected(ordinal, rejection.reason)?,
             }
         }
-        self.sample_counts();
-        Ok(())
-    }
-
-    fn sample_counts(&mut self) {
         if let Some((active, queued)) = self.registry.totals(WORKSPACE) {
             let observations = &mut self.observations;
             observations.maximum_active_calls = observations.maximum_active_calls.max(active);
             observations.maximum_queued_calls = observations.maximum_queued_calls.max(queued);
         }
+        Ok(())
     }
 }

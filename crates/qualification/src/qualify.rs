@@ -1,6 +1,6 @@
 //! One qualification run: generate the arrivals, drive a target, sample resources, seal a record.
 
-use crate::arrivals::generate;
+use crate::arrivals::ArrivalStream;
 use crate::harness::run_admission_controller;
 use crate::manifest::LoadedManifest;
 use crate::record::{LoadResultRecord, Mode, Target};
@@ -25,10 +25,10 @@ pub fn qualify_admission_controller(
 ) -> Result<LoadResultRecord, QualifyError> {
     let window_seconds = manifest.manifest.duration.window_seconds();
     let stopwatch = CpuStopwatch::start();
-    let arrivals = generate(&manifest.manifest, window_seconds);
+    let arrivals = ArrivalStream::new(&manifest.manifest, window_seconds);
     let observations = run_admission_controller(
         &manifest.manifest,
-        &arrivals,
+        arrivals,
         window_seconds * 1000,
         progress,
     )?;
