@@ -19,6 +19,8 @@ enum Command {
     Profile(commands::profile::ProfileCommand),
     /// The semantic roster scheduler: status, enqueue evidence, run reads.
     Roster(commands::roster::RosterArgs),
+    /// Evaluate a decision ruleset and print the RulesetResult JSON.
+    Evaluate(commands::evaluate::EvaluateArgs),
     /// Qualification: run the pinned load manifest on virtual time and write result records.
     Qualify(commands::qualify::QualifyArgs),
 }
@@ -28,6 +30,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Profile(command) => commands::profile::run(command),
         Command::Roster(args) => commands::roster::run(args),
+        Command::Evaluate(args) => commands::evaluate::run(args),
         Command::Qualify(args) => commands::qualify::run(args),
     }
 }

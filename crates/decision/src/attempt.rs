@@ -1,0 +1,36 @@
+//! Attempt records: one per try (and per failed capability check), numbered from 1 per alias
+//! across all of its targets.
+
+use serde::{Deserialize, Serialize};
+use turnstile_admission::Evidence;
+
+use crate::artifact::Pin;
+use crate::observation::Usage;
+use crate::reason::{AttemptReason, DispatchCertainty, Status, Termination};
+
+/// The record of one attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptRecord {
+    pub ordinal: u32,
+    pub adapter: String,
+    pub adapter_version: String,
+    pub requested_model: String,
+    pub actual_model: Option<String>,
+    pub subagent: Option<Pin>,
+    pub status: Status,
+    pub reason: AttemptReason,
+    pub duration_ms: u64,
+    pub usage: Usage,
+    pub request_id: Option<String>,
+    /// The backoff slept after this attempt before the next try.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_delay_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination: Option<Termination>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_certainty: Option<DispatchCertainty>,
+    /// The admission evidence (scheduled runs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Evidence>,
+}
