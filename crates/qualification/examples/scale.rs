@@ -6,7 +6,9 @@ use turnstile_qualification::manifest::LoadedManifest;
 use turnstile_qualification::qualify::qualify_admission_controller;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = std::env::args().nth(1).ok_or("usage: scale <manifest.json>")?;
+    let path = std::env::args()
+        .nth(1)
+        .ok_or("usage: scale <manifest.json>")?;
     let loaded = LoadedManifest::from_bytes(&std::fs::read(&path)?)?;
     let record = qualify_admission_controller(&loaded, &mut |_| {})?;
     let arrivals = record.observations.arrivals.max(1) as f64;
