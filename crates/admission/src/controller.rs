@@ -232,6 +232,8 @@ pub struct Controller {
     next_id: u64,
     wake_at: Option<Millis>,
     pass: u64,
+    /// Ring entries the pump has looked at, over the controller's life (a cost counter).
+    lanes_visited: u64,
     provider_blocked_in_pass: Vec<u64>,
     principal_blocked_in_pass: Vec<u64>,
 }
@@ -265,6 +267,7 @@ impl Controller {
             next_id: 1,
             wake_at: None,
             pass: 0,
+            lanes_visited: 0,
             provider_blocked_in_pass: Vec::new(),
             principal_blocked_in_pass: Vec::new(),
         };
@@ -679,6 +682,13 @@ impl Controller {
                 })
                 .collect(),
         }
+    }
+
+    /// Pump passes run and ring entries looked at, over the controller's life. The cost of the
+    /// pump is proportional to the entries looked at; operators and tests use this to check that
+    /// a handoff does not scan lanes.
+    pub fn pump_stats(&self) -> (u64, u64) {
+        (self.pass, self.lanes_visited)
     }
 
     /// Workspace-wide (active, queued) counts, without building a snapshot.
@@ -1256,6 +1266,7 @@ impl Controller {
             let Some(entry) = self.ring.pop_front() else {
                 break;
             };
+            self.lanes_visited += 1;
             let (lane_key, ticket) = entry;
             let (provider, principal) = lane_key;
             let head = {

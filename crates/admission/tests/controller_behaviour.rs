@@ -626,3 +626,39 @@ fn zero_queue_wait_times_out_at_once_and_is_not_retryable() {
     assert!(!rejection.retryable);
     assert_eq!(c.lane_count(), 0);
 }
+
+#[test]
+fn handoff_looks_at_a_constant_number_of_lanes_whatever_their_count() {
+    // Every one of 20,000 lanes holds a waiter behind a workspace ceiling of 1. Each release
+    // hands the permit to one waiter; the pump must not scan the other lanes. (The benchmark
+    // `handoff/lanes/100000` measures the time; this counts the work.)
+    let names: Vec<String> = (0..20_000).map(|i| format!("p{i}")).collect();
+    let mut profile = turnstile_admission::Profile {
+        workspace: Limits::with_concurrency(1),
+        ..turnstile_admission::Profile::default()
+    };
+    profile
+        .providers
+        .insert("jev".into(), Limits::with_concurrency(1));
+    for name in &names {
+        profile
+            .principals
+            .insert(name.clone(), Limits::with_concurrency(1));
+    }
+    let mut c = turnstile_admission::Controller::new(profile, 0).unwrap();
+    let mut lease = admitted(c.acquire(AdmissionRequest::new("p0", "jev", "b"), 0));
+    for name in &names[1..] {
+        queued(c.acquire(AdmissionRequest::new(name.as_str(), "jev", "b"), 0));
+    }
+    let (_, visited_before) = c.pump_stats();
+    for round in 0..1000u64 {
+        c.release(lease.id, Outcome::Success, round).unwrap();
+        lease = drain(&mut c).pop().unwrap().outcome.unwrap();
+    }
+    let (_, visited_after) = c.pump_stats();
+    let per_handoff = (visited_after - visited_before) as f64 / 1000.0;
+    assert!(
+        per_handoff <= 2.0,
+        "{per_handoff} lanes looked at per handoff"
+    );
+}
