@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 /// A value that cannot be turned into canonical JSON (a non-finite float, say).
 #[derive(Debug, thiserror::Error)]
 #[error("value cannot be written as canonical JSON: {0}")]
-pub struct CanonicalJsonError(#[from] serde_json::Error);
+pub struct CanonicalJsonError(#[from] pub serde_json::Error);
 
 /// Canonical JSON text of any serializable value.
 pub fn canonical_json<T: Serialize + ?Sized>(value: &T) -> Result<String, CanonicalJsonError> {
