@@ -21,6 +21,10 @@ enum Command {
     Roster(commands::roster::RosterArgs),
     /// Evaluate a decision ruleset and print the RulesetResult JSON.
     Evaluate(commands::evaluate::EvaluateArgs),
+    /// Run admission as an HTTP service (the main command).
+    Serve(commands::serve::ServeArgs),
+    /// Load-test a turnstile service: acquire + release pairs with concurrent clients.
+    BenchServe(commands::bench_serve::BenchServeArgs),
     /// Qualification: run the pinned load manifest on virtual time and write result records.
     Qualify(commands::qualify::QualifyArgs),
 }
@@ -31,6 +35,8 @@ fn main() -> anyhow::Result<()> {
         Command::Profile(command) => commands::profile::run(command),
         Command::Roster(args) => commands::roster::run(args),
         Command::Evaluate(args) => commands::evaluate::run(args),
+        Command::Serve(args) => commands::serve::run(args),
+        Command::BenchServe(args) => commands::bench_serve::run(args),
         Command::Qualify(args) => commands::qualify::run(args),
     }
 }

@@ -3,5 +3,6 @@
 #![forbid(unsafe_code)]
 
 pub mod roster;
+pub mod service;
 
 pub use roster::{MemoryRosterStore, RosterStore, RosterStoreError, SqliteRosterStore};

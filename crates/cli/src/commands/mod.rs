@@ -1,6 +1,8 @@
 //! One module per top-level subcommand.
 
+pub mod bench_serve;
 pub mod evaluate;
 pub mod profile;
 pub mod qualify;
 pub mod roster;
+pub mod serve;

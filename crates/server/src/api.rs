@@ -1,0 +1,30 @@
+//! HTTP handlers, one file per resource. Each handler authenticates, parses and validates,
+//! sends one command to the driver (or the store) and maps the answer to a status.
+
+pub mod admissions;
+pub mod coordination;
+pub mod leases;
+pub mod ops;
+pub mod profiles;
+pub mod validate;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::driver::DriverHandle;
+use crate::keys::KeyRing;
+use crate::metrics::Metrics;
+use crate::persist::StoreHandle;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub driver: DriverHandle,
+    pub store: StoreHandle,
+    pub keys: Arc<KeyRing>,
+    pub metrics: Arc<Metrics>,
+    pub config: Arc<Config>,
+    /// False before start-up completes and once shutdown begins.
+    pub ready: Arc<AtomicBool>,
+}

@@ -1,0 +1,116 @@
+//! `POST /v1/admissions`: ask for a permit; wait up to the deadline for an answer.
+//!
+//! The caller's principal and workspace come from its key. The body names only the provider
+//! lane, the invocation budget, the estimate and how long the caller is prepared to wait
+//! (`deadlineMs`, relative, at most `admission.max_wait_ms`). While queued, the handler holds a
+//! cancel guard: a client that disconnects is removed from the queue at once.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use turnstile_admission::{Estimate, Evidence, Millis, Rejection};
+
+use crate::api::{validate, AppState};
+use crate::auth::require_principal;
+use crate::body;
+use crate::driver::{AcquireCommand, AcquireReply, Command};
+use crate::error::ApiError;
+use crate::keys::Caller;
+use crate::status::{carries_retry_after, retry_after_seconds, status_for};
+
+/// The request body.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdmissionBody {
+    pub provider_id: String,
+    pub budget_id: String,
+    /// Required; `{}` is an empty estimate. Malformed numbers are `invalid-estimate` (422).
+    #[serde(deserialize_with = "body::object")]
+    pub estimate: Estimate,
+    /// Milliseconds the caller will wait for a permit; absent means `admission.default_wait_ms`.
+    #[serde(default)]
+    pub deadline_ms: Option<Millis>,
+}
+
+/// A granted lease.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseBody {
+    pub lease_id: String,
+    pub expires_at_epoch_ms: Millis,
+    pub ttl_ms: Millis,
+    pub evidence: Evidence,
+}
+
+pub async fn acquire(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let (workspace, principal) = require_principal(&caller)?;
+    let request: AdmissionBody = body::parse(body)?;
+    validate::id("providerId", &request.provider_id)?;
+    validate::budget_id("budgetId", &request.budget_id)?;
+    let max_wait = state.config.admission.max_wait_ms;
+    let wait_ms = request
+        .deadline_ms
+        .unwrap_or(state.config.admission.default_wait_ms);
+    if wait_ms > max_wait {
+        return Err(ApiError::invalid(
+            "deadlineMs",
+            format!("deadlineMs must be at most {max_wait} (admission.max_wait_ms)"),
+        ));
+    }
+
+    let (ticket, mut guard) = state.driver.ticket();
+    let answer = state
+        .driver
+        .ask(|reply| {
+            Command::Acquire(AcquireCommand {
+                ticket,
+                workspace,
+                principal,
+                provider_id: request.provider_id,
+                budget_id: request.budget_id,
+                estimate: request.estimate,
+                wait_ms,
+                reply,
+            })
+        })
+        .await;
+    guard.disarm();
+    match answer? {
+        AcquireReply::Admitted(mut grant) => {
+            grant.accept();
+            let body = LeaseBody {
+                lease_id: grant.token.to_string(),
+                expires_at_epoch_ms: grant.expires_at,
+                ttl_ms: grant.ttl_ms,
+                evidence: grant.evidence.clone(),
+            };
+            Ok((StatusCode::OK, Json(body)).into_response())
+        }
+        AcquireReply::Rejected(rejection) => Ok(rejection_response(rejection)),
+        AcquireReply::NoProfile => Err(ApiError::no_profile()),
+        AcquireReply::ShuttingDown => Err(ApiError::ShuttingDown),
+        AcquireReply::Internal => Err(ApiError::Storage),
+    }
+}
+
+/// A typed rejection: `{reason, retryable, evidence}` with the reason's status, and
+/// `Retry-After` on 429 / 503.
+pub fn rejection_response(rejection: Rejection) -> Response {
+    let status = status_for(rejection.reason);
+    let hint = rejection.evidence.retry_after_ms;
+    let mut response = (status, Json(rejection)).into_response();
+    if carries_retry_after(status) {
+        if let Ok(value) = HeaderValue::from_str(&retry_after_seconds(hint).to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+    }
+    response
+}

@@ -1,0 +1,87 @@
+//! `POST /v1/budgets/{budgetId}/release` and `POST /v1/providers/{providerId}/retry-after`:
+//! the calls a principal makes about its workspace's shared state.
+//!
+//! Budgets are per `budgetId` within the caller's workspace. A provider pause is bounded by
+//! `admission.max_retry_after_ms`, so no key can pause a provider lane indefinitely, and only a
+//! provider the workspace profile configures can be paused.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use turnstile_admission::Millis;
+
+use crate::api::{validate, AppState};
+use crate::auth::require_principal;
+use crate::body;
+use crate::driver::Command;
+use crate::error::ApiError;
+use crate::keys::Caller;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetReleased {
+    /// Whether the invocation had spent anything.
+    pub released: bool,
+}
+
+pub async fn release_budget(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(budget_id): Path<String>,
+) -> Result<Json<BudgetReleased>, ApiError> {
+    let (workspace, _) = require_principal(&caller)?;
+    validate::budget_id("budgetId", &budget_id)?;
+    let released = state
+        .driver
+        .ask(|reply| Command::ReleaseBudget {
+            workspace,
+            budget: budget_id,
+            reply,
+        })
+        .await??;
+    Ok(Json(BudgetReleased { released }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetryAfterBody {
+    pub retry_after_ms: Millis,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Paused {
+    pub paused_until_epoch_ms: Millis,
+}
+
+pub async fn retry_after(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(provider_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Paused>, ApiError> {
+    let (workspace, _) = require_principal(&caller)?;
+    validate::id("providerId", &provider_id)?;
+    let request: RetryAfterBody = body::parse(body)?;
+    let max = state.config.admission.max_retry_after_ms;
+    if request.retry_after_ms > max {
+        return Err(ApiError::invalid(
+            "retryAfterMs",
+            format!("retryAfterMs must be at most {max} (admission.max_retry_after_ms)"),
+        ));
+    }
+    let until = state
+        .driver
+        .ask(|reply| Command::RetryAfter {
+            workspace,
+            provider: provider_id,
+            retry_after_ms: request.retry_after_ms,
+            reply,
+        })
+        .await??;
+    Ok(Json(Paused {
+        paused_until_epoch_ms: until,
+    }))
+}

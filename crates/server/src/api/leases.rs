@@ -1,0 +1,186 @@
+//! `POST /v1/leases/{leaseId}/release` and `/heartbeat`.
+//!
+//! A lease belongs to the principal that acquired it: another key (even of the same workspace)
+//! gets 404, exactly as for a lease that never existed, so lease IDs reveal nothing. Release
+//! reports the outcome to the core (breaker, Retry-After pause); heartbeat moves the expiry to
+//! now + TTL.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use turnstile_admission::{BreakerTransition, Millis, Outcome};
+
+use crate::api::AppState;
+use crate::auth::require_principal;
+use crate::body;
+use crate::driver::Command;
+use crate::error::ApiError;
+use crate::keys::Caller;
+use crate::lease::LeaseToken;
+
+/// How the provider call went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutcomeKind {
+    Success,
+    Failure,
+    RetryAfter,
+    /// Unknown (the call was not made, or its result is not known).
+    None,
+}
+
+/// What was actually used, for accounting.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ActualUsage {
+    #[serde(default)]
+    pub tokens: Option<u64>,
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+}
+
+/// The release body.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReleaseBody {
+    pub outcome: OutcomeKind,
+    /// Required with `retry-after`, refused otherwise.
+    #[serde(default)]
+    pub retry_after_ms: Option<Millis>,
+    #[serde(default, deserialize_with = "optional_object")]
+    pub actual_usage: Option<ActualUsage>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Released {
+    pub released: bool,
+    pub breaker_transitions: Vec<BreakerTransition>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Heartbeat {
+    pub lease_id: String,
+    pub expires_at_epoch_ms: Millis,
+}
+
+fn optional_object<'de, D>(deserializer: D) -> Result<Option<ActualUsage>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = serde_json::Value::deserialize(deserializer)?;
+    if value.is_null() {
+        return Ok(None);
+    }
+    body::object(value)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+fn token(text: &str) -> Result<LeaseToken, ApiError> {
+    LeaseToken::parse(text).ok_or_else(ApiError::unknown_lease)
+}
+
+fn outcome(body: &ReleaseBody, max_retry_after_ms: Millis) -> Result<Outcome, ApiError> {
+    match (body.outcome, body.retry_after_ms) {
+        (OutcomeKind::RetryAfter, Some(ms)) if ms <= max_retry_after_ms => {
+            Ok(Outcome::RetryAfter { retry_after_ms: ms })
+        }
+        (OutcomeKind::RetryAfter, Some(_)) => Err(ApiError::invalid(
+            "retryAfterMs",
+            format!(
+                "retryAfterMs must be at most {max_retry_after_ms} (admission.max_retry_after_ms)"
+            ),
+        )),
+        (OutcomeKind::RetryAfter, None) => Err(ApiError::invalid(
+            "retryAfterMs",
+            "outcome retry-after needs retryAfterMs",
+        )),
+        (_, Some(_)) => Err(ApiError::invalid(
+            "retryAfterMs",
+            "retryAfterMs is only allowed with outcome retry-after",
+        )),
+        (OutcomeKind::Success, None) => Ok(Outcome::Success),
+        (OutcomeKind::Failure, None) => Ok(Outcome::Failure),
+        (OutcomeKind::None, None) => Ok(Outcome::None),
+    }
+}
+
+pub async fn release(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(lease_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Released>, ApiError> {
+    let (workspace, principal) = require_principal(&caller)?;
+    let request: ReleaseBody = body::parse(body)?;
+    let outcome = outcome(&request, state.config.admission.max_retry_after_ms)?;
+    let usage = match &request.actual_usage {
+        Some(usage) => {
+            if usage.cost_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
+                return Err(ApiError::invalid(
+                    "actualUsage.costUsd",
+                    "actualUsage.costUsd must be a finite number >= 0",
+                ));
+            }
+            Some((usage.tokens, usage.cost_usd))
+        }
+        None => None,
+    };
+    let token = token(&lease_id)?;
+    let transitions = state
+        .driver
+        .ask(|reply| Command::Release {
+            token,
+            workspace,
+            principal,
+            outcome,
+            reply,
+        })
+        .await??;
+    if let Some((tokens, cost)) = usage {
+        use std::sync::atomic::Ordering;
+        if let Some(tokens) = tokens {
+            state
+                .metrics
+                .actual_tokens
+                .fetch_add(tokens, Ordering::Relaxed);
+        }
+        if let Some(cost) = cost {
+            let micro = (cost * 1_000_000.0).round().min(u64::MAX as f64) as u64;
+            state
+                .metrics
+                .actual_cost_micro_usd
+                .fetch_add(micro, Ordering::Relaxed);
+        }
+    }
+    Ok(Json(Released {
+        released: true,
+        breaker_transitions: transitions,
+    }))
+}
+
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(lease_id): Path<String>,
+) -> Result<Json<Heartbeat>, ApiError> {
+    let (workspace, principal) = require_principal(&caller)?;
+    let token = token(&lease_id)?;
+    let expires_at = state
+        .driver
+        .ask(|reply| Command::Heartbeat {
+            token,
+            workspace,
+            principal,
+            reply,
+        })
+        .await??;
+    Ok(Json(Heartbeat {
+        lease_id,
+        expires_at_epoch_ms: expires_at,
+    }))
+}

@@ -1,0 +1,288 @@
+//! Workspace administration: profiles, their audit history, breaker history, snapshots and
+//! principal keys.
+//!
+//! - `PUT /v1/workspaces/{workspaceId}/profiles/{profileVersion}` (admin): 201 with the
+//!   profile-change record, 200 `{unchanged: true}` when the revision is already current, 409
+//!   for a reused revision with different limits, 422 naming the field for invalid limits.
+//! - `GET .../profiles`, `GET .../breakers`, `GET .../snapshot`: an admin, or a principal of
+//!   that workspace (403 for another workspace's key). Records carry digests and states, never
+//!   limit values or principal IDs.
+//! - `POST .../keys` (admin): a new principal key, shown once.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use turnstile_admission::Profile;
+use turnstile_store::service::{AuditKind, KeyRole};
+
+use crate::api::{validate, AppState};
+use crate::auth::{require_admin, require_workspace_reader};
+use crate::body;
+use crate::driver::{Command, WorkspaceSnapshot};
+use crate::error::ApiError;
+use crate::keys::{self, Caller};
+
+/// Audit records returned by the history endpoints.
+pub const HISTORY_LIMIT: usize = 64;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unchanged {
+    pub unchanged: bool,
+    pub profile_version: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Records {
+    pub records: Vec<serde_json::Value>,
+}
+
+pub async fn put_profile(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((workspace_id, profile_version)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    require_admin(&caller)?;
+    validate::id("workspaceId", &workspace_id)?;
+    validate::id("profileVersion", &profile_version)?;
+    let bytes = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::BodyTooLarge
+        } else {
+            ApiError::MalformedJson(rejection.body_text())
+        }
+    })?;
+    let profile = parse_profile(&bytes)?;
+    for principal in profile.principals.keys() {
+        validate::id("principals", principal)?;
+    }
+    for provider in profile.providers.keys() {
+        validate::id("providers", provider)?;
+    }
+    let profile_json =
+        serde_json::to_string(&profile).map_err(|_| ApiError::InvalidDefinition {
+            field: "body".into(),
+            message: "profile cannot be encoded".into(),
+        })?;
+    let version = profile_version.clone();
+    let record = state
+        .driver
+        .ask(|reply| Command::Register {
+            workspace: workspace_id,
+            version,
+            profile,
+            profile_json,
+            reply,
+        })
+        .await??;
+    Ok(match record {
+        Some(record) => (StatusCode::CREATED, Json(record)).into_response(),
+        None => (
+            StatusCode::OK,
+            Json(Unchanged {
+                unchanged: true,
+                profile_version,
+            }),
+        )
+            .into_response(),
+    })
+}
+
+/// The profile document, strictly: `Profile` itself ignores unknown top-level keys, so a
+/// misspelt `principals` would silently register no principal limits; here any key other than
+/// `workspace`, `providers` and `principals` is refused, naming it.
+fn parse_profile(bytes: &[u8]) -> Result<Profile, ApiError> {
+    let as_definition = |error: ApiError| match error {
+        ApiError::InvalidRequest { field, message } => ApiError::InvalidDefinition {
+            field,
+            message: format!("invalid-definition: {message}"),
+        },
+        other => other,
+    };
+    let value: serde_json::Value = body::parse_slice(bytes)?;
+    if let Some(object) = value.as_object() {
+        if let Some(unknown) = object
+            .keys()
+            .find(|k| !matches!(k.as_str(), "workspace" | "providers" | "principals"))
+        {
+            return Err(ApiError::InvalidDefinition {
+                field: unknown.clone(),
+                message: format!(
+                    "invalid-definition: unknown field `{unknown}`, expected one of `workspace`, `providers`, `principals`"
+                ),
+            });
+        }
+    }
+    limits_are_objects(&value)?;
+    serde_path_to_error::deserialize(value)
+        .map_err(|error| {
+            let field = error.path().to_string();
+            let field = if field == "." {
+                "body".to_owned()
+            } else {
+                field
+            };
+            ApiError::invalid(field, error.into_inner().to_string())
+        })
+        .map_err(as_definition)
+}
+
+/// Serde's derived `Limits` also accepts a JSON *array* (positional fields), so `[1, 2]`
+/// would silently mean `{concurrency: 1, requestsPerMinute: 2}`. Every limits position must be
+/// an object.
+fn limits_are_objects(value: &serde_json::Value) -> Result<(), ApiError> {
+    fn limits(value: &serde_json::Value, field: String) -> Result<(), ApiError> {
+        let Some(object) = value.as_object() else {
+            return Err(not_object(field));
+        };
+        match object.get("circuitBreaker") {
+            None | Some(serde_json::Value::Null) | Some(serde_json::Value::Object(_)) => Ok(()),
+            Some(_) => Err(not_object(format!("{field}.circuitBreaker"))),
+        }
+    }
+    fn not_object(field: String) -> ApiError {
+        ApiError::InvalidDefinition {
+            message: format!("invalid-definition: {field} must be an object of limits"),
+            field,
+        }
+    }
+    let Some(root) = value.as_object() else {
+        return Ok(()); // serde reports the wrong type with its own message
+    };
+    if let Some(workspace) = root.get("workspace") {
+        limits(workspace, "workspace".into())?;
+    }
+    if let Some(providers) = root.get("providers").and_then(|p| p.as_object()) {
+        for (id, provider) in providers {
+            limits(provider, format!("providers.{id}"))?;
+        }
+    }
+    match root.get("principals") {
+        Some(serde_json::Value::Object(principals)) => {
+            for (id, principal) in principals {
+                limits(principal, format!("principals.{id}"))?;
+            }
+        }
+        Some(serde_json::Value::Array(entries)) => {
+            for (index, entry) in entries.iter().enumerate() {
+                match entry.get("limits") {
+                    Some(l) => limits(l, format!("principals[{index}].limits"))?,
+                    None => return Err(not_object(format!("principals[{index}].limits"))),
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+async fn history(
+    state: &AppState,
+    caller: &Caller,
+    workspace_id: &str,
+    kind: AuditKind,
+) -> Result<Json<Records>, ApiError> {
+    require_workspace_reader(caller, workspace_id)?;
+    validate::id("workspaceId", workspace_id)?;
+    let records = state
+        .store
+        .audit(workspace_id, kind, HISTORY_LIMIT)
+        .await?
+        .into_iter()
+        .filter_map(|r| serde_json::from_str(&r.record_json).ok())
+        .collect();
+    Ok(Json(Records { records }))
+}
+
+pub async fn profile_history(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(workspace_id): Path<String>,
+) -> Result<Json<Records>, ApiError> {
+    history(&state, &caller, &workspace_id, AuditKind::ProfileChange).await
+}
+
+pub async fn breaker_history(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(workspace_id): Path<String>,
+) -> Result<Json<Records>, ApiError> {
+    history(&state, &caller, &workspace_id, AuditKind::BreakerTransition).await
+}
+
+pub async fn snapshot(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(workspace_id): Path<String>,
+) -> Result<Json<WorkspaceSnapshot>, ApiError> {
+    require_workspace_reader(&caller, &workspace_id)?;
+    validate::id("workspaceId", &workspace_id)?;
+    state
+        .driver
+        .ask(|reply| Command::Snapshot {
+            workspace: workspace_id,
+            reply,
+        })
+        .await?
+        .map(Json)
+        .ok_or_else(ApiError::no_profile)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NewKeyBody {
+    pub principal_id: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewKey {
+    /// Shown once; only its hash is stored.
+    pub key: String,
+    pub workspace_id: String,
+    pub principal_id: String,
+}
+
+pub async fn create_key(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(workspace_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<NewKey>), ApiError> {
+    require_admin(&caller)?;
+    validate::id("workspaceId", &workspace_id)?;
+    let request: NewKeyBody = body::parse(body)?;
+    validate::id("principalId", &request.principal_id)?;
+    let key = keys::generate(KeyRole::Principal).map_err(|_| ApiError::Storage)?;
+    let stored = keys::stored(
+        &key,
+        KeyRole::Principal,
+        Some(&workspace_id),
+        Some(&request.principal_id),
+        now_ms(),
+    );
+    state.store.insert_key(stored.clone()).await?;
+    state.keys.insert(&stored);
+    Ok((
+        StatusCode::CREATED,
+        Json(NewKey {
+            key,
+            workspace_id,
+            principal_id: request.principal_id,
+        }),
+    ))
+}
+
+/// Wall time for a key's creation stamp (bookkeeping only, never admission time).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,232 @@
+//! Service configuration: a TOML file, every field optional with an embedded default.
+//!
+//! Unknown keys are refused (a typo is an error, not a silently ignored setting), and
+//! [`Config::validate`] refuses values that would disable a protection (a zero timeout, a zero
+//! connection cap, a zero lease TTL).
+//!
+//! ```toml
+//! listen = "127.0.0.1:8686"
+//! data_dir = "turnstile-data"
+//! demo = true
+//!
+//! [http]
+//! max_body_bytes = 65536
+//! header_read_timeout_ms = 5000
+//! max_connections = 1024
+//! shutdown_grace_ms = 10000
+//!
+//! [admission]
+//! default_wait_ms = 30000
+//! max_wait_ms = 300000
+//! max_retry_after_ms = 3600000
+//!
+//! [leases]
+//! ttl_ms = 30000
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Everything the service can be told.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on; loopback by default.
+    pub listen: SocketAddr,
+    /// Directory of the SQLite file.
+    pub data_dir: PathBuf,
+    /// On first start, register the example profile in workspace `demo` and print one key of
+    /// principal `demo`.
+    pub demo: bool,
+    pub http: HttpConfig,
+    pub admission: AdmissionConfig,
+    pub leases: LeaseConfig,
+}
+
+/// Connection-level protections.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Largest request body accepted (413 above).
+    pub max_body_bytes: usize,
+    /// A client must send its complete request head within this time, or the connection is
+    /// closed.
+    pub header_read_timeout_ms: u64,
+    /// Open connections at most; further clients wait in the listen backlog.
+    pub max_connections: usize,
+    /// How long shutdown waits for in-flight requests before closing connections.
+    pub shutdown_grace_ms: u64,
+}
+
+/// Admission request bounds.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdmissionConfig {
+    /// How long `POST /v1/admissions` may wait when the body has no `deadlineMs`.
+    pub default_wait_ms: u64,
+    /// The largest `deadlineMs` accepted (422 above).
+    pub max_wait_ms: u64,
+    /// The largest provider pause a principal may request (422 above).
+    pub max_retry_after_ms: u64,
+}
+
+/// Lease time to live.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeaseConfig {
+    /// A lease not heartbeated or released within this time is reclaimed.
+    pub ttl_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8686)),
+            data_dir: PathBuf::from("turnstile-data"),
+            demo: true,
+            http: HttpConfig::default(),
+            admission: AdmissionConfig::default(),
+            leases: LeaseConfig::default(),
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            max_body_bytes: 64 * 1024,
+            header_read_timeout_ms: 5_000,
+            max_connections: 1024,
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            default_wait_ms: 30_000,
+            max_wait_ms: 300_000,
+            max_retry_after_ms: 3_600_000,
+        }
+    }
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig { ttl_ms: 30_000 }
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema (unknown keys included).
+    #[error("invalid config file {path}: {source}")]
+    Parse {
+        path: String,
+        source: Box<toml::de::Error>,
+    },
+    /// A value that would disable a protection.
+    #[error("config value {field} must be {expected}")]
+    Invalid {
+        field: &'static str,
+        expected: &'static str,
+    },
+}
+
+impl Config {
+    /// Reads and validates a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let config: Config = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.display().to_string(),
+            source: Box::new(source),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Refuses values that would disable a protection.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let checks: [(&'static str, bool, &'static str); 7] = [
+            (
+                "http.max_body_bytes",
+                self.http.max_body_bytes >= 64,
+                "at least 64",
+            ),
+            (
+                "http.header_read_timeout_ms",
+                self.http.header_read_timeout_ms >= 1,
+                "at least 1",
+            ),
+            (
+                "http.max_connections",
+                self.http.max_connections >= 1,
+                "at least 1",
+            ),
+            (
+                "admission.max_wait_ms",
+                self.admission.max_wait_ms >= 1,
+                "at least 1",
+            ),
+            (
+                "admission.default_wait_ms",
+                self.admission.default_wait_ms <= self.admission.max_wait_ms,
+                "at most admission.max_wait_ms",
+            ),
+            ("leases.ttl_ms", self.leases.ttl_ms >= 1, "at least 1"),
+            (
+                "admission.max_retry_after_ms",
+                self.admission.max_retry_after_ms <= turnstile_admission::limits::MAX_SAFE_INTEGER,
+                "at most 2^53-1",
+            ),
+        ];
+        for (field, ok, expected) in checks {
+            if !ok {
+                return Err(ConfigError::Invalid { field, expected });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse_from_an_empty_file_and_unknown_keys_are_refused() {
+        let config: Config = toml::from_str("").unwrap();
+        assert_eq!(config, Config::default());
+        config.validate().unwrap();
+        assert!(toml::from_str::<Config>("[http]\nmax_conections = 3\n").is_err());
+        let partial: Config = toml::from_str("[leases]\nttl_ms = 250\n").unwrap();
+        assert_eq!(partial.leases.ttl_ms, 250);
+        assert_eq!(partial.http, HttpConfig::default());
+    }
+
+    #[test]
+    fn zero_protections_are_refused() {
+        let mut config = Config::default();
+        config.http.header_read_timeout_ms = 0;
+        assert!(matches!(
+            config.validate(),
+            Err(ConfigError::Invalid {
+                field: "http.header_read_timeout_ms",
+                ..
+            })
+        ));
+    }
+}

@@ -1,0 +1,144 @@
+//! Typed API errors: every failure the HTTP surface can answer, with its status and a stable
+//! machine-readable code. Bodies are `{"error": code, "message": text, "field"?: name}`.
+//!
+//! Invariant: no variant answers 5xx for anything a client sent; 5xx means the service itself
+//! (store, shutdown) could not answer.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+/// One failure of an API call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApiError {
+    /// No key, or a key nobody knows.
+    #[error("missing or unknown API key")]
+    Unauthorized,
+    /// The key is valid but may not do this.
+    #[error("{0}")]
+    Forbidden(&'static str),
+    /// The route, lease or workspace does not exist (or is not the caller's).
+    #[error("{message}")]
+    NotFound { code: &'static str, message: String },
+    /// The route exists but not with this method.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// The body is not JSON.
+    #[error("request body is not valid JSON: {0}")]
+    MalformedJson(String),
+    /// The body is JSON but a field is missing, unknown, of the wrong type or out of range.
+    #[error("{message}")]
+    InvalidRequest { field: String, message: String },
+    /// The body exceeds the configured cap.
+    #[error("request body exceeds the configured limit")]
+    BodyTooLarge,
+    /// A profile revision reused with different limits.
+    #[error("{0}")]
+    Conflict(String),
+    /// A profile that breaks a limits rule.
+    #[error("{message}")]
+    InvalidDefinition { field: String, message: String },
+    /// The service is shutting down.
+    #[error("the service is shutting down")]
+    ShuttingDown,
+    /// The durable store failed; the request may not have taken effect.
+    #[error("the durable store failed")]
+    Storage,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
+}
+
+impl ApiError {
+    /// The machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound { code, .. } => code,
+            ApiError::MethodNotAllowed => "method-not-allowed",
+            ApiError::MalformedJson(_) => "malformed-json",
+            ApiError::InvalidRequest { .. } => "invalid-request",
+            ApiError::BodyTooLarge => "body-too-large",
+            ApiError::Conflict(_) | ApiError::InvalidDefinition { .. } => "invalid-definition",
+            ApiError::ShuttingDown => "shutting-down",
+            ApiError::Storage => "storage-error",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::MalformedJson(_) => StatusCode::BAD_REQUEST,
+            ApiError::InvalidRequest { .. } | ApiError::InvalidDefinition { .. } => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::ShuttingDown | ApiError::Storage => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// An invalid field with a message.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::InvalidRequest {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn unknown_lease() -> Self {
+        ApiError::NotFound {
+            code: "unknown-lease",
+            message: "no such lease: it was released, reclaimed after its TTL, or never granted"
+                .into(),
+        }
+    }
+
+    pub fn no_profile() -> Self {
+        ApiError::NotFound {
+            code: "no-profile",
+            message: "no admission profile is registered for this workspace".into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let field = match &self {
+            ApiError::InvalidRequest { field, .. } | ApiError::InvalidDefinition { field, .. } => {
+                Some(field.as_str())
+            }
+            _ => None,
+        };
+        let body = ErrorBody {
+            error: self.code(),
+            message: self.to_string(),
+            field,
+        };
+        let mut response = (self.status(), Json(body)).into_response();
+        match &self {
+            ApiError::Unauthorized => {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::ShuttingDown | ApiError::Storage => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}

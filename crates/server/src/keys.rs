@@ -1,0 +1,138 @@
+//! API keys: generation, hashing and the in-memory key ring.
+//!
+//! A key is 256 random bits from the operating system, hex encoded behind a prefix that says
+//! what it is (`tsa_` admin, `tsk_` principal). Only `sha256(key)` is ever stored; with keys of
+//! that entropy a plain hash is enough (no password stretching is needed), and lookups compare
+//! hashes, so timing reveals nothing usable about a key.
+//!
+//! Invariant: the plaintext of a key exists only in the response (or first-start banner) that
+//! created it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use sha2::{Digest, Sha256};
+use turnstile_store::service::{KeyRole, StoredKey};
+
+/// Who an authenticated request acts as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// Manages profiles and keys of every workspace.
+    Admin,
+    /// One principal of one workspace.
+    Principal {
+        workspace: Arc<str>,
+        principal: Arc<str>,
+    },
+}
+
+/// The randomness source failed.
+#[derive(Debug, thiserror::Error)]
+#[error("the operating system's random source failed")]
+pub struct RandomError;
+
+/// Fills `buf` from the operating system's random source.
+pub fn random_bytes(buf: &mut [u8]) -> Result<(), RandomError> {
+    getrandom::fill(buf).map_err(|_| RandomError)
+}
+
+/// A fresh key with the prefix of its role.
+pub fn generate(role: KeyRole) -> Result<String, RandomError> {
+    let mut bytes = [0u8; 32];
+    random_bytes(&mut bytes)?;
+    let prefix = match role {
+        KeyRole::Admin => "tsa_",
+        KeyRole::Principal => "tsk_",
+    };
+    Ok(format!("{prefix}{}", hex::encode(bytes)))
+}
+
+/// `sha256(key)`.
+pub fn hash(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// The stored form of a key.
+pub fn stored(
+    key: &str,
+    role: KeyRole,
+    workspace: Option<&str>,
+    principal: Option<&str>,
+    now_ms: u64,
+) -> StoredKey {
+    StoredKey {
+        hash: hex::encode(hash(key)),
+        role,
+        workspace_id: workspace.map(str::to_owned),
+        principal_id: principal.map(str::to_owned),
+        created_at_ms: now_ms,
+    }
+}
+
+/// Key hashes and what they grant, loaded from the store at start and extended when an admin
+/// creates a key.
+#[derive(Debug, Default)]
+pub struct KeyRing {
+    keys: RwLock<HashMap<[u8; 32], Caller>>,
+}
+
+impl KeyRing {
+    /// A ring holding the stored keys. Rows that cannot be read (bad hash, principal key
+    /// without its scope) are skipped: they authenticate nobody.
+    pub fn from_stored(stored: &[StoredKey]) -> Self {
+        let ring = KeyRing::default();
+        for key in stored {
+            ring.insert(key);
+        }
+        ring
+    }
+
+    /// Adds one stored key.
+    pub fn insert(&self, key: &StoredKey) {
+        let Ok(bytes) = hex::decode(&key.hash) else {
+            return;
+        };
+        let Ok(hash) = <[u8; 32]>::try_from(bytes.as_slice()) else {
+            return;
+        };
+        let caller = match (key.role, &key.workspace_id, &key.principal_id) {
+            (KeyRole::Admin, _, _) => Caller::Admin,
+            (KeyRole::Principal, Some(workspace), Some(principal)) => Caller::Principal {
+                workspace: Arc::from(workspace.as_str()),
+                principal: Arc::from(principal.as_str()),
+            },
+            (KeyRole::Principal, _, _) => return,
+        };
+        let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        keys.insert(hash, caller);
+    }
+
+    /// Who `key` authenticates, if anyone.
+    pub fn lookup(&self, key: &str) -> Option<Caller> {
+        let hash = hash(key);
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        keys.get(&hash).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_hash_is_stored_and_it_authenticates() {
+        let key = generate(KeyRole::Principal).unwrap();
+        assert!(key.starts_with("tsk_") && key.len() == 68);
+        let stored = stored(&key, KeyRole::Principal, Some("w"), Some("p"), 0);
+        assert!(!stored.hash.contains(&key[4..]));
+        let ring = KeyRing::from_stored(&[stored]);
+        assert_eq!(
+            ring.lookup(&key),
+            Some(Caller::Principal {
+                workspace: "w".into(),
+                principal: "p".into()
+            })
+        );
+        assert_eq!(ring.lookup("tsk_wrong"), None);
+    }
+}

@@ -1,0 +1,140 @@
+//! The store thread: one OS thread owns the SQLite connection and applies operations in the
+//! order they were sent.
+//!
+//! The driver sends profile registrations and breaker transitions here in the order it applied
+//! them to the registry, so the durable registration order is the registry's order, and the
+//! driver never blocks on disk. A registration is acknowledged to its client only after its
+//! transaction committed (the completion callback runs on this thread).
+//!
+//! Invariant: operations are applied strictly in send order; the thread ends when every handle
+//! is dropped.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::oneshot;
+use turnstile_store::service::{
+    AuditKind, AuditRecord, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
+};
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+/// Runs on the store thread once a registration has been written (or failed to be).
+pub type Completion = Box<dyn FnOnce(Result<(), ServiceStoreError>) + Send>;
+
+/// One operation for the store thread.
+pub enum StoreOp {
+    InsertKey {
+        key: StoredKey,
+        reply: oneshot::Sender<Result<(), ServiceStoreError>>,
+    },
+    AppendProfile {
+        profile: StoredProfile,
+        change: Option<AuditRecord>,
+        done: Completion,
+    },
+    AppendAudit(Vec<AuditRecord>),
+    Audit {
+        workspace: String,
+        kind: AuditKind,
+        limit: usize,
+        reply: oneshot::Sender<Result<Vec<AuditRecord>, ServiceStoreError>>,
+    },
+}
+
+/// A handle to the store thread.
+#[derive(Clone)]
+pub struct StoreHandle {
+    tx: mpsc::Sender<StoreOp>,
+}
+
+impl StoreHandle {
+    /// Moves `store` onto its own thread.
+    pub fn spawn(
+        mut store: Box<dyn ServiceStore>,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<(Self, JoinHandle<()>)> {
+        let (tx, rx) = mpsc::channel::<StoreOp>();
+        let thread = std::thread::Builder::new()
+            .name("turnstile-store".into())
+            .spawn(move || {
+                for op in rx {
+                    let failed = match op {
+                        StoreOp::InsertKey { key, reply } => {
+                            let result = store.insert_key(&key);
+                            let failed = result.is_err();
+                            let _ = reply.send(result);
+                            failed
+                        }
+                        StoreOp::AppendProfile {
+                            profile,
+                            change,
+                            done,
+                        } => {
+                            let result = store.append_profile(&profile, change.as_ref());
+                            let failed = result.is_err();
+                            done(result);
+                            failed
+                        }
+                        StoreOp::AppendAudit(records) => store.append_audit(&records).is_err(),
+                        StoreOp::Audit {
+                            workspace,
+                            kind,
+                            limit,
+                            reply,
+                        } => {
+                            let _ = reply.send(store.audit(&workspace, kind, limit));
+                            false
+                        }
+                    };
+                    if failed {
+                        metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })?;
+        Ok((StoreHandle { tx }, thread))
+    }
+
+    /// Queues an operation. Returns `false` when the store thread is gone.
+    pub fn send(&self, op: StoreOp) -> bool {
+        self.tx.send(op).is_ok()
+    }
+
+    /// Stores a key hash.
+    pub async fn insert_key(&self, key: StoredKey) -> Result<(), ApiError> {
+        let (reply, rx) = oneshot::channel();
+        if !self.send(StoreOp::InsertKey { key, reply }) {
+            return Err(ApiError::Storage);
+        }
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(ApiError::Storage),
+        }
+    }
+
+    /// Reads the last `limit` audit records of one kind.
+    pub async fn audit(
+        &self,
+        workspace: &str,
+        kind: AuditKind,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, ApiError> {
+        let (reply, rx) = oneshot::channel();
+        let op = StoreOp::Audit {
+            workspace: workspace.to_owned(),
+            kind,
+            limit,
+            reply,
+        };
+        if !self.send(op) {
+            return Err(ApiError::Storage);
+        }
+        match rx.await {
+            Ok(Ok(records)) => Ok(records),
+            _ => Err(ApiError::Storage),
+        }
+    }
+}

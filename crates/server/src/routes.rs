@@ -1,0 +1,76 @@
+//! The router: every route of the service in one table.
+//!
+//! [`ROUTES`] lists (method, path) exactly as in `openapi.json`; a test checks that the two
+//! agree and that each listed route is served.
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post, put};
+use axum::Router;
+
+use crate::api::{admissions, coordination, leases, ops, profiles, AppState};
+
+/// Every route, as (method, OpenAPI path).
+pub const ROUTES: &[(&str, &str)] = &[
+    (
+        "put",
+        "/v1/workspaces/{workspaceId}/profiles/{profileVersion}",
+    ),
+    ("get", "/v1/workspaces/{workspaceId}/profiles"),
+    ("get", "/v1/workspaces/{workspaceId}/breakers"),
+    ("get", "/v1/workspaces/{workspaceId}/snapshot"),
+    ("post", "/v1/workspaces/{workspaceId}/keys"),
+    ("post", "/v1/admissions"),
+    ("post", "/v1/leases/{leaseId}/release"),
+    ("post", "/v1/leases/{leaseId}/heartbeat"),
+    ("post", "/v1/budgets/{budgetId}/release"),
+    ("post", "/v1/providers/{providerId}/retry-after"),
+    ("get", "/metrics"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/openapi.json"),
+];
+
+/// The service's router over `state`.
+pub fn router(state: AppState) -> Router {
+    let max_body = state.config.http.max_body_bytes;
+    Router::new()
+        .route(
+            "/v1/workspaces/{workspaceId}/profiles/{profileVersion}",
+            put(profiles::put_profile),
+        )
+        .route(
+            "/v1/workspaces/{workspaceId}/profiles",
+            get(profiles::profile_history),
+        )
+        .route(
+            "/v1/workspaces/{workspaceId}/breakers",
+            get(profiles::breaker_history),
+        )
+        .route(
+            "/v1/workspaces/{workspaceId}/snapshot",
+            get(profiles::snapshot),
+        )
+        .route(
+            "/v1/workspaces/{workspaceId}/keys",
+            post(profiles::create_key),
+        )
+        .route("/v1/admissions", post(admissions::acquire))
+        .route("/v1/leases/{leaseId}/release", post(leases::release))
+        .route("/v1/leases/{leaseId}/heartbeat", post(leases::heartbeat))
+        .route(
+            "/v1/budgets/{budgetId}/release",
+            post(coordination::release_budget),
+        )
+        .route(
+            "/v1/providers/{providerId}/retry-after",
+            post(coordination::retry_after),
+        )
+        .route("/metrics", get(ops::metrics))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/openapi.json", get(ops::openapi))
+        .fallback(ops::not_found)
+        .method_not_allowed_fallback(ops::method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}

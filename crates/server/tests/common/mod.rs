@@ -1,0 +1,185 @@
+//! A real service on an ephemeral loopback port, on its own runtime thread, for tests.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use reqwest::blocking::{Client, RequestBuilder, Response};
+use serde_json::{json, Value};
+use turnstile_server::{BootstrapKeys, Config};
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub base: String,
+    pub keys: Option<BootstrapKeys>,
+    pub client: Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Starts a service on `dir` with test-friendly defaults, adjusted by `tweak`.
+    pub fn start(dir: &Path, tweak: impl FnOnce(&mut Config)) -> Self {
+        let mut config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.to_path_buf(),
+            ..Config::default()
+        };
+        config.http.shutdown_grace_ms = 2_000;
+        config.admission.default_wait_ms = 2_000;
+        tweak(&mut config);
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let server = turnstile_server::start(config).await.unwrap();
+                ready_tx
+                    .send((server.local_addr(), server.bootstrap_keys().cloned()))
+                    .unwrap();
+                let _ = stop_rx.await;
+                server.shutdown().await.unwrap();
+            });
+        });
+        let (addr, keys) = ready_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        TestServer {
+            addr,
+            base: format!("http://{addr}"),
+            keys,
+            client: Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn admin(&self) -> String {
+        self.keys.as_ref().unwrap().admin_key.clone()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn post(&self, path: &str, key: &str) -> RequestBuilder {
+        self.client.post(self.url(path)).bearer_auth(key)
+    }
+
+    pub fn get(&self, path: &str, key: &str) -> RequestBuilder {
+        self.client.get(self.url(path)).bearer_auth(key)
+    }
+
+    pub fn put_profile(
+        &self,
+        key: &str,
+        workspace: &str,
+        version: &str,
+        profile: &Value,
+    ) -> Response {
+        self.client
+            .put(self.url(&format!("/v1/workspaces/{workspace}/profiles/{version}")))
+            .bearer_auth(key)
+            .json(profile)
+            .send()
+            .unwrap()
+    }
+
+    pub fn new_key(&self, workspace: &str, principal: &str) -> String {
+        let response = self
+            .post(&format!("/v1/workspaces/{workspace}/keys"), &self.admin())
+            .json(&json!({ "principalId": principal }))
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        response.json::<Value>().unwrap()["key"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    pub fn acquire(&self, key: &str, body: &Value) -> Response {
+        self.post("/v1/admissions", key).json(body).send().unwrap()
+    }
+
+    pub fn release(&self, key: &str, lease: &str, outcome: &Value) -> Response {
+        self.post(&format!("/v1/leases/{lease}/release"), key)
+            .json(outcome)
+            .send()
+            .unwrap()
+    }
+
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self
+            .client
+            .get(self.url("/metrics"))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        text.lines()
+            .find(|l| l.split([' ', '{']).next() == Some(name) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(|v| v.parse().unwrap())
+            .unwrap_or(0.0)
+    }
+
+    pub fn snapshot(&self, workspace: &str) -> Value {
+        self.get(
+            &format!("/v1/workspaces/{workspace}/snapshot"),
+            &self.admin(),
+        )
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+    }
+
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            thread.join().unwrap();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A small profile for workspace tests: provider `p` with one permit and a breaker, provider
+/// `zero` that can never admit, a short queue.
+pub fn test_profile() -> Value {
+    json!({
+        "workspace": {"concurrency": 4, "maxQueueLength": 1, "maxQueueWaitMs": 2000},
+        "providers": {
+            "p": {"concurrency": 1, "circuitBreaker": {"failureThreshold": 1, "openMs": 60000}},
+            "zero": {"concurrency": 0},
+            "wide": {"concurrency": 4, "tokensPerSecond": 1000}
+        },
+        "principals": {
+            "alice": {"concurrency": 4, "maxCostUsd": 1, "allowUnknownCost": true, "maxBatchSize": 4},
+            "bob": {"concurrency": 4}
+        }
+    })
+}
+
+pub fn admission(provider: &str) -> Value {
+    json!({"providerId": provider, "budgetId": "inv-1", "estimate": {"tokens": 10}, "deadlineMs": 1000})
+}

@@ -1,0 +1,617 @@
+//! Behaviour of `turnstile serve` over real loopback HTTP.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{admission, test_profile, TestServer};
+use serde_json::{json, Value};
+
+fn setup(server: &TestServer) -> (String, String) {
+    let response = server.put_profile(&server.admin(), "t", "v1", &test_profile());
+    assert_eq!(response.status(), 201);
+    (server.new_key("t", "alice"), server.new_key("t", "bob"))
+}
+
+#[test]
+fn full_flow_register_acquire_heartbeat_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |_| {});
+    let admin = server.admin();
+
+    let created = server.put_profile(&admin, "t", "v1", &test_profile());
+    assert_eq!(created.status(), 201);
+    let record: Value = created.json().unwrap();
+    assert_eq!(record["kind"], "initial");
+    assert_eq!(record["schema"], "decision-admission-profile-change/v1");
+    assert!(record["digest"].as_str().unwrap().starts_with("sha256:"));
+
+    let again = server.put_profile(&admin, "t", "v1", &test_profile());
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.json::<Value>().unwrap()["unchanged"], true);
+
+    let alice = server.new_key("t", "alice");
+    let granted = server.acquire(&alice, &admission("p"));
+    assert_eq!(granted.status(), 200);
+    let lease: Value = granted.json().unwrap();
+    let lease_id = lease["leaseId"].as_str().unwrap().to_owned();
+    assert_eq!(lease_id.len(), 32);
+    assert_eq!(lease["evidence"]["decision"], "admit");
+    assert_eq!(lease["evidence"]["active"], 1);
+    let text = lease.to_string();
+    assert!(!text.contains("alice") && !text.contains("\"t\""), "{text}");
+
+    let beat = server
+        .post(&format!("/v1/leases/{lease_id}/heartbeat"), &alice)
+        .send()
+        .unwrap();
+    assert_eq!(beat.status(), 200);
+    assert!(
+        beat.json::<Value>().unwrap()["expiresAtEpochMs"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+
+    let released = server.release(
+        &alice,
+        &lease_id,
+        &json!({"outcome": "success", "actualUsage": {"tokens": 7, "costUsd": 0.5}}),
+    );
+    assert_eq!(released.status(), 200);
+    assert_eq!(released.json::<Value>().unwrap()["released"], true);
+    assert_eq!(
+        server
+            .release(&alice, &lease_id, &json!({"outcome": "success"}))
+            .status(),
+        404
+    );
+    assert_eq!(server.metric("turnstile_actual_tokens_total"), 7.0);
+
+    let history: Value = server
+        .get("/v1/workspaces/t/profiles", &admin)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(history["records"].as_array().unwrap().len(), 1);
+    assert_eq!(server.snapshot("t")["active"], 0);
+}
+
+#[test]
+fn each_status_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |_| {});
+    let admin = server.admin();
+    let (alice, bob) = setup(&server);
+    let other = server.new_key("elsewhere", "carol");
+
+    // 401: no key, unknown key.
+    let none = server
+        .client
+        .post(server.url("/v1/admissions"))
+        .json(&admission("p"))
+        .send()
+        .unwrap();
+    assert_eq!(none.status(), 401);
+    assert_eq!(none.json::<Value>().unwrap()["error"], "unauthorized");
+    assert_eq!(server.acquire("tsk_nope", &admission("p")).status(), 401);
+
+    // 403: admin key as a principal, principal key on an admin call, another workspace.
+    assert_eq!(server.acquire(&admin, &admission("p")).status(), 403);
+    assert_eq!(
+        server
+            .put_profile(&alice, "t", "v9", &test_profile())
+            .status(),
+        403
+    );
+    assert_eq!(
+        server
+            .get("/v1/workspaces/t/profiles", &other)
+            .send()
+            .unwrap()
+            .status(),
+        403
+    );
+    assert_eq!(
+        server
+            .get("/v1/workspaces/t/profiles", &alice)
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
+    // A principal the profile does not name is `disabled`: 403 as a typed rejection.
+    let disabled = server.acquire(&other, &admission("p"));
+    assert_eq!(disabled.status(), 404, "workspace without a profile");
+    let stranger = server.new_key("t", "mallory");
+    let disabled = server.acquire(&stranger, &admission("p"));
+    assert_eq!(disabled.status(), 403);
+    assert_eq!(disabled.json::<Value>().unwrap()["reason"], "disabled");
+
+    // 409: a reused revision with different limits; 422: invalid limits name the field.
+    let mut changed = test_profile();
+    changed["workspace"]["concurrency"] = json!(5);
+    let conflict = server.put_profile(&admin, "t", "v1", &changed);
+    assert_eq!(conflict.status(), 409);
+    assert_eq!(
+        conflict.json::<Value>().unwrap()["error"],
+        "invalid-definition"
+    );
+    let mut invalid = test_profile();
+    invalid["workspace"]["maxPrincipalShare"] = json!(1.5);
+    let invalid = server.put_profile(&admin, "t", "v2", &invalid);
+    assert_eq!(invalid.status(), 422);
+    assert_eq!(
+        invalid.json::<Value>().unwrap()["field"],
+        "maxPrincipalShare"
+    );
+
+    // 422: invalid estimate, permanent bounds, never-fitting ceilings, unknown provider.
+    for (body, reason) in [
+        (
+            json!({"providerId": "p", "budgetId": "b", "estimate": {"tokens": -1}}),
+            "invalid-estimate",
+        ),
+        (
+            json!({"providerId": "p", "budgetId": "b", "estimate": {"batchSize": 9}}),
+            "batch-size",
+        ),
+        (
+            json!({"providerId": "zero", "budgetId": "b", "estimate": {}}),
+            "concurrency",
+        ),
+        (
+            json!({"providerId": "wide", "budgetId": "b", "estimate": {"tokens": 5000}}),
+            "tokens-per-second",
+        ),
+        (
+            json!({"providerId": "p", "budgetId": "b", "estimate": {"costUsd": 2}}),
+            "cost",
+        ),
+        (
+            json!({"providerId": "nope", "budgetId": "b", "estimate": {}}),
+            "unconfigured-provider",
+        ),
+    ] {
+        let response = server.acquire(&alice, &body);
+        assert_eq!(response.status(), 422, "{body}");
+        let rejection: Value = response.json().unwrap();
+        assert_eq!(rejection["reason"], reason);
+        assert_eq!(rejection["retryable"], false);
+        assert!(rejection["evidence"]["estimatedTokens"].is_null() || reason != "invalid-estimate");
+    }
+
+    // 429 queue-timeout / queue-full with Retry-After: provider p has one permit.
+    let held: Value = server.acquire(&alice, &admission("p")).json().unwrap();
+    let lease = held["leaseId"].as_str().unwrap().to_owned();
+    let timed_out = server.acquire(
+        &bob,
+        &json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 100}),
+    );
+    assert_eq!(timed_out.status(), 429);
+    assert!(timed_out.headers().get("retry-after").is_some());
+    assert_eq!(
+        timed_out.json::<Value>().unwrap()["reason"],
+        "deadline-exceeded"
+    );
+
+    let waiter = {
+        let client = server.client.clone();
+        let url = server.url("/v1/admissions");
+        let bob = bob.clone();
+        std::thread::spawn(move || {
+            client
+                .post(url)
+                .bearer_auth(bob)
+                .json(&json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 3000}))
+                .send()
+                .unwrap()
+                .status()
+        })
+    };
+    wait_until(|| server.snapshot("t")["queued"] == 1);
+    let full = server.acquire(&alice, &admission("p"));
+    assert_eq!(full.status(), 429);
+    let retry_after: u64 = full.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry_after >= 1);
+    let full: Value = full.json().unwrap();
+    assert_eq!(full["reason"], "queue-full");
+    assert_eq!(full["retryable"], true);
+
+    // Releasing hands the permit to the queued client.
+    assert_eq!(
+        server
+            .release(&alice, &lease, &json!({"outcome": "success"}))
+            .status(),
+        200
+    );
+    assert_eq!(waiter.join().unwrap(), 200);
+
+    // 503 retry-after on a free provider lane.
+    let paused = server
+        .post("/v1/providers/wide/retry-after", &alice)
+        .json(&json!({"retryAfterMs": 60000}))
+        .send()
+        .unwrap();
+    assert_eq!(paused.status(), 200);
+    let refused = server.acquire(
+        &alice,
+        &json!({"providerId": "wide", "budgetId": "b", "estimate": {}, "deadlineMs": 1000}),
+    );
+    assert_eq!(refused.status(), 503);
+    let seconds: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((59..=60).contains(&seconds), "{seconds}");
+    let refused: Value = refused.json().unwrap();
+    assert_eq!(refused["reason"], "retry-after");
+    assert_eq!(refused["retryable"], true);
+    assert_eq!(
+        server
+            .post("/v1/providers/nope/retry-after", &alice)
+            .json(&json!({"retryAfterMs": 1}))
+            .send()
+            .unwrap()
+            .status(),
+        404
+    );
+
+    // 413: body over the cap. 404 / 405 typed.
+    let huge = "x".repeat(200_000);
+    let too_large = server
+        .post("/v1/admissions", &alice)
+        .body(huge)
+        .send()
+        .unwrap();
+    assert_eq!(too_large.status(), 413);
+    assert_eq!(
+        server
+            .client
+            .get(server.url("/nope"))
+            .send()
+            .unwrap()
+            .status(),
+        404
+    );
+    let wrong_method = server
+        .client
+        .get(server.url("/v1/admissions"))
+        .send()
+        .unwrap();
+    assert_eq!(wrong_method.status(), 405);
+    assert_eq!(
+        wrong_method.json::<Value>().unwrap()["error"],
+        "method-not-allowed"
+    );
+
+    // Budgets.
+    let budget = server
+        .post("/v1/budgets/inv-1/release", &alice)
+        .send()
+        .unwrap();
+    assert_eq!(budget.status(), 200);
+}
+
+#[test]
+fn circuit_open_is_503_with_retry_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |_| {});
+    let (alice, _) = setup(&server);
+    let lease: Value = server.acquire(&alice, &admission("p")).json().unwrap();
+    let id = lease["leaseId"].as_str().unwrap();
+    assert_eq!(
+        server
+            .release(&alice, id, &json!({"outcome": "failure"}))
+            .status(),
+        200
+    );
+    let open = server.acquire(&alice, &admission("p"));
+    assert_eq!(open.status(), 503);
+    let seconds: u64 = open.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((59..=60).contains(&seconds));
+    let open: Value = open.json().unwrap();
+    assert_eq!(open["reason"], "circuit-open");
+    assert_eq!(open["evidence"]["breakerState"], "open");
+    let metrics = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(metrics.contains("turnstile_breaker_transitions_total{state=\"open\"} 1"));
+    assert!(!metrics.contains("alice") && !metrics.contains("\"t\""));
+}
+
+#[test]
+fn restart_keeps_keys_profiles_and_audit() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = TestServer::start(dir.path(), |_| {});
+    let admin = first.admin();
+    let demo = first.keys.as_ref().unwrap().demo_key.clone().unwrap();
+    let (alice, _) = setup(&first);
+    let mut v2 = test_profile();
+    v2["providers"]["p"]["concurrency"] = json!(2);
+    assert_eq!(first.put_profile(&admin, "t", "v2", &v2).status(), 201);
+    first.stop();
+
+    let second = TestServer::start(dir.path(), |_| {});
+    assert!(
+        second.keys.is_none(),
+        "keys are printed on the first start only"
+    );
+    let history: Value = second
+        .get("/v1/workspaces/t/profiles", &admin)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let kinds: Vec<&str> = history["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["initial", "change"]);
+    // The current profile is v2: two permits on p.
+    let a: Value = second.acquire(&alice, &admission("p")).json().unwrap();
+    let b = second.acquire(&alice, &admission("p"));
+    assert_eq!(b.status(), 200, "v2 allows two permits");
+    assert!(a["leaseId"].is_string());
+    // The revision is still immutable and rollback reproduces the original digest.
+    assert_eq!(second.put_profile(&admin, "t", "v1", &v2).status(), 409);
+    let rollback = second.put_profile(&admin, "t", "v1", &test_profile());
+    assert_eq!(rollback.status(), 201);
+    let rollback: Value = rollback.json().unwrap();
+    assert_eq!(rollback["kind"], "rollback");
+    assert_eq!(rollback["digest"], history["records"][0]["digest"]);
+    // The demo workspace and its key survive too.
+    let demo_lease = second.acquire(&demo, &json!({"providerId": "llm-subagent", "budgetId": "x", "estimate": {"tokens": 10, "costUsd": 0.01}}));
+    assert_eq!(demo_lease.status(), 200);
+}
+
+#[test]
+fn an_expired_lease_is_reclaimed_and_its_slot_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |c| c.leases.ttl_ms = 200);
+    let (alice, bob) = setup(&server);
+    let lease: Value = server.acquire(&alice, &admission("p")).json().unwrap();
+    let id = lease["leaseId"].as_str().unwrap().to_owned();
+    assert_eq!(lease["ttlMs"], 200);
+    // Bob waits for the only permit; the crashed holder never heartbeats.
+    let started = Instant::now();
+    let waited = server.acquire(
+        &bob,
+        &json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 1500}),
+    );
+    assert_eq!(waited.status(), 200);
+    assert!(started.elapsed() < Duration::from_millis(1200));
+    assert_eq!(server.metric("turnstile_leases_expired_total"), 1.0);
+    assert_eq!(
+        server
+            .release(&alice, &id, &json!({"outcome": "success"}))
+            .status(),
+        404
+    );
+    // A heartbeated lease is not reclaimed.
+    let bob_lease: Value = waited.json().unwrap();
+    let bob_id = bob_lease["leaseId"].as_str().unwrap();
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(80));
+        assert_eq!(
+            server
+                .post(&format!("/v1/leases/{bob_id}/heartbeat"), &bob)
+                .send()
+                .unwrap()
+                .status(),
+            200
+        );
+    }
+    assert_eq!(
+        server
+            .release(&bob, bob_id, &json!({"outcome": "success"}))
+            .status(),
+        200
+    );
+}
+
+#[test]
+fn a_disconnected_queued_client_leaves_no_waiter() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |_| {});
+    let (alice, bob) = setup(&server);
+    let held: Value = server.acquire(&alice, &admission("p")).json().unwrap();
+
+    let body = json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 60000})
+        .to_string();
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/admissions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {bob}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    wait_until(|| server.snapshot("t")["queued"] == 1);
+    assert_eq!(server.metric("turnstile_waiters_queued"), 1.0);
+    drop(stream);
+    wait_until(|| server.snapshot("t")["queued"] == 0);
+    wait_until(|| server.metric("turnstile_waiters_queued") == 0.0);
+    assert_eq!(server.snapshot("t")["waiters"], 0);
+    assert_eq!(server.metric("turnstile_waiters_disconnected_total"), 1.0);
+
+    // The permit is not handed to the departed client: releasing leaves the pool idle.
+    let id = held["leaseId"].as_str().unwrap();
+    assert_eq!(
+        server
+            .release(&alice, id, &json!({"outcome": "success"}))
+            .status(),
+        200
+    );
+    let snapshot = server.snapshot("t");
+    assert_eq!(snapshot["active"], 0);
+    assert_eq!(snapshot["leases"], 0);
+}
+
+#[test]
+fn a_slow_client_sending_headers_byte_by_byte_is_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |c| c.http.header_read_timeout_ms = 300);
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let started = Instant::now();
+    let mut cut_off = false;
+    for byte in request {
+        if stream.write_all(&[*byte]).is_err() {
+            cut_off = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+        if started.elapsed() > Duration::from_millis(1500) {
+            break;
+        }
+    }
+    // The request head is never complete, so only the header timeout can end this: the
+    // server closes (possibly after a 408) well before the 3 s read timeout.
+    let mut buf = Vec::new();
+    let read = stream.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    assert!(cut_off || read.is_ok(), "connection still open: {read:?}");
+    assert!(
+        !text.contains("200 OK"),
+        "the slow request must not be served: {text}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "closed by the header timeout"
+    );
+    // The server keeps serving others.
+    assert_eq!(
+        server
+            .client
+            .get(server.url("/healthz"))
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[test]
+fn openapi_lists_exactly_the_served_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |_| {});
+    let doc: Value = server
+        .client
+        .get(server.url("/openapi.json"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let mut documented: Vec<(String, String)> = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            documented.push((method.clone(), path.clone()));
+        }
+    }
+    documented.sort();
+    let mut routes: Vec<(String, String)> = turnstile_server::routes::ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    routes.sort();
+    assert_eq!(documented, routes);
+    // Every documented route is served (never the router's 404/405).
+    for (method, path) in routes {
+        let concrete = path
+            .replace("{workspaceId}", "t")
+            .replace("{profileVersion}", "v1")
+            .replace("{leaseId}", "00000000000000000000000000000000")
+            .replace("{budgetId}", "b")
+            .replace("{providerId}", "p");
+        let request = match method.as_str() {
+            "get" => server.client.get(server.url(&concrete)),
+            "post" => server.client.post(server.url(&concrete)),
+            "put" => server.client.put(server.url(&concrete)),
+            other => panic!("{other}"),
+        };
+        let response = request.send().unwrap();
+        let status = response.status().as_u16();
+        let body = response.text().unwrap();
+        assert!(
+            status != 405 && !body.contains("no such route"),
+            "{method} {path}: {status}"
+        );
+    }
+}
+
+#[test]
+fn health_readiness_and_metrics_have_no_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |_| {});
+    assert_eq!(
+        server
+            .client
+            .get(server.url("/healthz"))
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        server
+            .client
+            .get(server.url("/readyz"))
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
+    let (alice, _) = setup(&server);
+    let _ = server.acquire(&alice, &admission("p"));
+    let _ = server.acquire(&alice, &admission("zero"));
+    let metrics = server
+        .client
+        .get(server.url("/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        if let Some(start) = line.find('{') {
+            let labels = &line[start + 1..line.find('}').unwrap()];
+            for pair in labels.split(',') {
+                let name = pair.split('=').next().unwrap();
+                assert!(["decision", "reason", "state"].contains(&name), "{line}");
+            }
+        }
+    }
+    assert!(metrics.contains("reason=\"concurrency\""));
+    assert!(!metrics.contains("alice") && !metrics.contains("inv-1"));
+}
+
+fn wait_until(mut condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "condition not reached"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,27 @@
+//! Durable state of the admission service (`turnstile serve`): API keys, registered profiles and
+//! the audit log (profile-change records and breaker transitions).
+//!
+//! Invariants every implementation of [`ServiceStore`] upholds:
+//!
+//! - **Keys are stored only as hashes.** A [`StoredKey`] holds the hex sha256 of the key, never
+//!   the key; the plaintext exists only in the response that created it.
+//! - **Registrations are kept in order.** [`ServiceStore::profiles`] returns every accepted
+//!   registration oldest first, so re-registering them in that order rebuilds the registry's
+//!   current profiles, revisions and rollback history exactly.
+//! - **A registration and its profile-change record commit together** (one transaction), so
+//!   the audit log never misses a change that the profiles table holds, nor the reverse.
+//! - **The audit log is append-only** and read back per workspace and kind, oldest first.
+//!
+//! The store is deliberately ignorant of the admission types: profiles and records travel as
+//! the JSON documents the service produced, so this crate stays below `turnstile-admission`'s
+//! vocabulary changes.
+
+mod memory;
+mod sqlite;
+mod types;
+
+pub use memory::MemoryServiceStore;
+pub use sqlite::{SqliteServiceStore, SERVICE_DB_FILE};
+pub use types::{
+    AuditKind, AuditRecord, KeyRole, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
+};

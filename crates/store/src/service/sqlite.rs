@@ -1,0 +1,337 @@
+//! The SQLite service store: one database file in WAL mode with `synchronous=FULL`, so a
+//! registration acknowledged to a client survives a crash.
+//!
+//! Schema (version 1, tracked with `PRAGMA user_version`):
+//!
+//! - `api_keys(hash PRIMARY KEY, role, workspace_id, principal_id, created_at_ms)`
+//! - `profiles(seq INTEGER PRIMARY KEY AUTOINCREMENT, workspace_id, profile_version,
+//!   profile_json, registered_at_ms)`: registration order is `seq` order.
+//! - `audit(seq INTEGER PRIMARY KEY AUTOINCREMENT, workspace_id, kind, record_json,
+//!   at_epoch_ms)` with an index on `(workspace_id, kind, seq)`.
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::types::{
+    AuditKind, AuditRecord, KeyRole, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
+};
+
+/// The database file name inside the data directory.
+pub const SERVICE_DB_FILE: &str = "service.sqlite3";
+
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS api_keys (
+    hash TEXT PRIMARY KEY NOT NULL,
+    role TEXT NOT NULL,
+    workspace_id TEXT,
+    principal_id TEXT,
+    created_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS profiles (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    workspace_id TEXT NOT NULL,
+    profile_version TEXT NOT NULL,
+    profile_json TEXT NOT NULL,
+    registered_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    workspace_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    record_json TEXT NOT NULL,
+    at_epoch_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_by_workspace ON audit(workspace_id, kind, seq);
+";
+
+/// A [`ServiceStore`] in one SQLite file.
+pub struct SqliteServiceStore {
+    conn: Connection,
+}
+
+fn to_sql_time(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn from_sql_time(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+impl SqliteServiceStore {
+    /// Opens (creating if needed) the database at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ServiceStoreError> {
+        Self::init(Connection::open(path)?)
+    }
+
+    /// Opens (creating the directory if needed) `dir/service.sqlite3`.
+    pub fn open_dir(dir: impl AsRef<Path>) -> Result<Self, ServiceStoreError> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|source| ServiceStoreError::DataDir {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        Self::open(dir.join(SERVICE_DB_FILE))
+    }
+
+    /// A private in-memory SQLite database (same code path as a file).
+    pub fn open_in_memory() -> Result<Self, ServiceStoreError> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<Self, ServiceStoreError> {
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))?;
+        conn.execute_batch("PRAGMA synchronous=FULL;")?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        if version > SCHEMA_VERSION {
+            return Err(ServiceStoreError::SchemaTooNew {
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(&format!("PRAGMA user_version={SCHEMA_VERSION};"))?;
+        Ok(Self { conn })
+    }
+}
+
+fn insert_audit(conn: &Connection, record: &AuditRecord) -> Result<(), ServiceStoreError> {
+    conn.execute(
+        "INSERT INTO audit (workspace_id, kind, record_json, at_epoch_ms) VALUES (?1, ?2, ?3, ?4)",
+        params![
+            record.workspace_id,
+            record.kind.as_str(),
+            record.record_json,
+            to_sql_time(record.at_epoch_ms)
+        ],
+    )?;
+    Ok(())
+}
+
+impl ServiceStore for SqliteServiceStore {
+    fn insert_key(&mut self, key: &StoredKey) -> Result<(), ServiceStoreError> {
+        let exists: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT 1 FROM api_keys WHERE hash = ?1",
+                params![key.hash],
+                |row| row.get(0),
+            )
+            .optional()?;
+        if exists.is_some() {
+            return Err(ServiceStoreError::DuplicateKey);
+        }
+        self.conn.execute(
+            "INSERT INTO api_keys (hash, role, workspace_id, principal_id, created_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                key.hash,
+                key.role.as_str(),
+                key.workspace_id,
+                key.principal_id,
+                to_sql_time(key.created_at_ms)
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn keys(&self) -> Result<Vec<StoredKey>, ServiceStoreError> {
+        let mut statement = self.conn.prepare(
+            "SELECT hash, role, workspace_id, principal_id, created_at_ms FROM api_keys
+             ORDER BY created_at_ms, hash",
+        )?;
+        let rows = statement.query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, Option<String>>(2)?,
+                row.get::<_, Option<String>>(3)?,
+                row.get::<_, i64>(4)?,
+            ))
+        })?;
+        let mut keys = Vec::new();
+        for row in rows {
+            let (hash, role, workspace_id, principal_id, created) = row?;
+            let role =
+                KeyRole::parse(&role).ok_or(ServiceStoreError::InvalidValue { field: "role" })?;
+            keys.push(StoredKey {
+                hash,
+                role,
+                workspace_id,
+                principal_id,
+                created_at_ms: from_sql_time(created),
+            });
+        }
+        Ok(keys)
+    }
+
+    fn has_admin_key(&self) -> Result<bool, ServiceStoreError> {
+        let found: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT 1 FROM api_keys WHERE role = 'admin' LIMIT 1",
+                [],
+                |row| row.get(0),
+            )
+            .optional()?;
+        Ok(found.is_some())
+    }
+
+    fn append_profile(
+        &mut self,
+        profile: &StoredProfile,
+        change: Option<&AuditRecord>,
+    ) -> Result<(), ServiceStoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO profiles (workspace_id, profile_version, profile_json, registered_at_ms)
+             VALUES (?1, ?2, ?3, ?4)",
+            params![
+                profile.workspace_id,
+                profile.profile_version,
+                profile.profile_json,
+                to_sql_time(profile.registered_at_ms)
+            ],
+        )?;
+        if let Some(change) = change {
+            insert_audit(&tx, change)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn profiles(&self) -> Result<Vec<StoredProfile>, ServiceStoreError> {
+        let mut statement = self.conn.prepare(
+            "SELECT workspace_id, profile_version, profile_json, registered_at_ms FROM profiles
+             ORDER BY seq",
+        )?;
+        let rows = statement.query_map([], |row| {
+            Ok(StoredProfile {
+                workspace_id: row.get(0)?,
+                profile_version: row.get(1)?,
+                profile_json: row.get(2)?,
+                registered_at_ms: from_sql_time(row.get(3)?),
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    fn append_audit(&mut self, records: &[AuditRecord]) -> Result<(), ServiceStoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.transaction()?;
+        for record in records {
+            insert_audit(&tx, record)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn audit(
+        &self,
+        workspace_id: &str,
+        kind: AuditKind,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, ServiceStoreError> {
+        let mut statement = self.conn.prepare(
+            "SELECT workspace_id, record_json, at_epoch_ms FROM audit
+             WHERE workspace_id = ?1 AND kind = ?2 ORDER BY seq DESC LIMIT ?3",
+        )?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = statement.query_map(params![workspace_id, kind.as_str(), limit], |row| {
+            Ok(AuditRecord {
+                workspace_id: row.get(0)?,
+                kind,
+                record_json: row.get(1)?,
+                at_epoch_ms: from_sql_time(row.get(2)?),
+            })
+        })?;
+        let mut records = rows.collect::<Result<Vec<_>, _>>()?;
+        records.reverse();
+        Ok(records)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(store: &mut dyn ServiceStore) {
+        assert!(!store.has_admin_key().unwrap());
+        let key = StoredKey {
+            hash: "ab".repeat(32),
+            role: KeyRole::Admin,
+            workspace_id: None,
+            principal_id: None,
+            created_at_ms: 1,
+        };
+        store.insert_key(&key).unwrap();
+        assert!(matches!(
+            store.insert_key(&key),
+            Err(ServiceStoreError::DuplicateKey)
+        ));
+        assert!(store.has_admin_key().unwrap());
+        assert_eq!(store.keys().unwrap(), vec![key]);
+
+        for (i, version) in ["v1", "v2", "v1"].iter().enumerate() {
+            let profile = StoredProfile {
+                workspace_id: "w".into(),
+                profile_version: (*version).into(),
+                profile_json: "{}".into(),
+                registered_at_ms: i as u64,
+            };
+            let change = AuditRecord {
+                workspace_id: "w".into(),
+                kind: AuditKind::ProfileChange,
+                record_json: format!("{{\"n\":{i}}}"),
+                at_epoch_ms: i as u64,
+            };
+            store.append_profile(&profile, Some(&change)).unwrap();
+        }
+        let versions: Vec<String> = store
+            .profiles()
+            .unwrap()
+            .into_iter()
+            .map(|p| p.profile_version)
+            .collect();
+        assert_eq!(versions, ["v1", "v2", "v1"]);
+        let last_two = store.audit("w", AuditKind::ProfileChange, 2).unwrap();
+        assert_eq!(last_two.len(), 2);
+        assert_eq!(last_two[0].record_json, "{\"n\":1}");
+        assert!(store
+            .audit("w", AuditKind::BreakerTransition, 10)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn sqlite_and_memory_keep_the_same_invariants() {
+        roundtrip(&mut SqliteServiceStore::open_in_memory().unwrap());
+        roundtrip(&mut super::super::MemoryServiceStore::new());
+    }
+
+    #[test]
+    fn state_survives_reopening_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = SqliteServiceStore::open_dir(dir.path()).unwrap();
+            store
+                .append_audit(&[AuditRecord {
+                    workspace_id: "w".into(),
+                    kind: AuditKind::BreakerTransition,
+                    record_json: "{}".into(),
+                    at_epoch_ms: 5,
+                }])
+                .unwrap();
+        }
+        let store = SqliteServiceStore::open_dir(dir.path()).unwrap();
+        assert_eq!(
+            store.audit("w", AuditKind::BreakerTransition, 10).unwrap()[0].at_epoch_ms,
+            5
+        );
+    }
+}

@@ -1,0 +1,135 @@
+//! The durable shapes of the admission service and the [`ServiceStore`] trait.
+
+/// What an API key may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyRole {
+    /// Manages profiles and keys of every workspace.
+    Admin,
+    /// Acts as one principal of one workspace.
+    Principal,
+}
+
+impl KeyRole {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyRole::Admin => "admin",
+            KeyRole::Principal => "principal",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "admin" => Some(KeyRole::Admin),
+            "principal" => Some(KeyRole::Principal),
+            _ => None,
+        }
+    }
+}
+
+/// An API key as stored: its hash and what it grants. Never the key itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredKey {
+    /// Lowercase hex sha256 of the key.
+    pub hash: String,
+    pub role: KeyRole,
+    /// Set for principal keys.
+    pub workspace_id: Option<String>,
+    /// Set for principal keys.
+    pub principal_id: Option<String>,
+    pub created_at_ms: u64,
+}
+
+/// One accepted profile registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredProfile {
+    pub workspace_id: String,
+    pub profile_version: String,
+    /// The profile document as registered (JSON).
+    pub profile_json: String,
+    pub registered_at_ms: u64,
+}
+
+/// Which audit stream a record belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuditKind {
+    /// `decision-admission-profile-change/v1`.
+    ProfileChange,
+    /// A breaker transition record.
+    BreakerTransition,
+}
+
+impl AuditKind {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::ProfileChange => "profile-change",
+            AuditKind::BreakerTransition => "breaker-transition",
+        }
+    }
+}
+
+/// One audit record: the JSON document the service emitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    pub workspace_id: String,
+    pub kind: AuditKind,
+    pub record_json: String,
+    pub at_epoch_ms: u64,
+}
+
+/// A failure of a service store.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceStoreError {
+    /// The SQLite database could not be opened, migrated, read or written.
+    #[error("service database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A stored value does not belong to its closed vocabulary.
+    #[error("service database holds an invalid {field}")]
+    InvalidValue {
+        /// The column that holds the value.
+        field: &'static str,
+    },
+    /// The database was written by a newer schema than this build understands.
+    #[error("service database schema version {found} is newer than supported version {supported}")]
+    SchemaTooNew { found: i64, supported: i64 },
+    /// Creating the data directory failed.
+    #[error("could not create data directory {path}: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+    /// A key with the same hash is already stored.
+    #[error("an API key with this hash is already stored")]
+    DuplicateKey,
+}
+
+/// Durable state of the admission service. See the module docs for the invariants.
+pub trait ServiceStore: Send {
+    /// Stores a new key (hash only). Fails with [`ServiceStoreError::DuplicateKey`] on a reused
+    /// hash.
+    fn insert_key(&mut self, key: &StoredKey) -> Result<(), ServiceStoreError>;
+    /// Every stored key.
+    fn keys(&self) -> Result<Vec<StoredKey>, ServiceStoreError>;
+    /// Whether any admin key exists (first start detection).
+    fn has_admin_key(&self) -> Result<bool, ServiceStoreError>;
+    /// Appends a registration and, when the current revision changed, its profile-change
+    /// record, in one transaction.
+    fn append_profile(
+        &mut self,
+        profile: &StoredProfile,
+        change: Option<&AuditRecord>,
+    ) -> Result<(), ServiceStoreError>;
+    /// Every registration, oldest first.
+    fn profiles(&self) -> Result<Vec<StoredProfile>, ServiceStoreError>;
+    /// Appends audit records (one transaction).
+    fn append_audit(&mut self, records: &[AuditRecord]) -> Result<(), ServiceStoreError>;
+    /// The last `limit` records of one kind for one workspace, oldest first.
+    fn audit(
+        &self,
+        workspace_id: &str,
+        kind: AuditKind,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, ServiceStoreError>;
+}
