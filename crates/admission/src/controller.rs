@@ -395,12 +395,29 @@ impl Controller {
     pub fn acquire(&mut self, request: AdmissionRequest, now: Millis) -> Acquired {
         let now = self.advance(now);
         self.expire(now);
+        let estimate = request.estimate.check();
+        let checked = estimate.as_ref().ok().copied();
+        // A provider or principal the profile has never named is refused before any state is
+        // kept for it, so arbitrary IDs cannot grow the controller.
+        let provider_known = self.provider_index.contains_key(&request.provider_id);
+        let principal_known = self.principal_index.contains_key(&request.principal_id);
+        if !provider_known || !principal_known {
+            // Preflight order: an unconfigured provider is reported before an unknown principal.
+            let reason = if self.profile.providers.contains_key(&request.provider_id) {
+                Reason::Disabled
+            } else {
+                Reason::UnconfiguredProvider
+            };
+            return Acquired::Rejected(self.unknown_scope_rejection(
+                reason,
+                &request.principal_id,
+                checked.as_ref(),
+            ));
+        }
         let principal = self.principal(&request.principal_id);
         let provider = self.provider(&request.provider_id);
         let lane_key = (provider, principal);
 
-        let estimate = request.estimate.check();
-        let checked = estimate.as_ref().ok().copied();
         let refuse = |this: &mut Self, reason: Reason, hint: Option<Millis>| {
             let mut evidence = this.evidence(
                 lane_key,
@@ -550,7 +567,7 @@ impl Controller {
     }
 
     /// Pauses a provider lane for `retry_after_ms` (the pause only ever extends) and counts one
-    /// unit of retry pressure.
+    /// unit of retry pressure. A provider the profile never named is ignored.
     pub fn coordinate_retry_after(
         &mut self,
         provider_id: &str,
@@ -559,6 +576,9 @@ impl Controller {
     ) {
         let now = self.advance(now);
         self.expire(now);
+        if !self.provider_index.contains_key(provider_id) {
+            return; // a provider the profile never named has no lane to pause
+        }
         let provider = self.provider(provider_id);
         let state = &mut self.providers[provider as usize];
         state.paused_until = state.paused_until.max(now.saturating_add(retry_after_ms));
@@ -710,6 +730,36 @@ impl Controller {
     /// Number of lanes with state (waiters or leases); for leak checks.
     pub fn lane_count(&self) -> usize {
         self.lanes.len()
+    }
+
+    /// The refusal of a request naming a provider or principal the controller does not know.
+    fn unknown_scope_rejection(
+        &self,
+        reason: Reason,
+        principal_id: &str,
+        estimate: Option<&CheckedEstimate>,
+    ) -> Rejection {
+        let active = self
+            .principal_index
+            .get(principal_id)
+            .map_or(0, |&i| u64::from(self.principals[i as usize].scope.active));
+        Rejection {
+            reason,
+            retryable: false,
+            evidence: Evidence {
+                decision: Decision::Reject,
+                reason,
+                queue_delay_ms: 0,
+                active,
+                queued: 0,
+                estimated_tokens: estimate.and_then(|e| e.tokens),
+                estimated_cost_usd: estimate.and_then(|e| e.cost_usd),
+                retry_pressure: self.retry_pressure,
+                breaker_state: BreakerState::Closed,
+                retry_after_ms: None,
+                breaker_transitions: Vec::new(),
+            },
+        }
     }
 
     // ----- checks --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ use crate::limits::{Limits, LimitsError, ScopeKind};
 
 /// The limits of one workspace: workspace, providers and principals.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Profile {
     pub workspace: Limits,
     pub providers: BTreeMap<String, Limits>,
@@ -153,6 +153,12 @@ mod tests {
         let profile: Profile = serde_json::from_str(json).unwrap();
         assert_eq!(profile.principals["a"].concurrency, 1);
         profile.validate().unwrap();
+    }
+
+    #[test]
+    fn a_misspelt_top_level_key_is_refused() {
+        let json = r#"{"workspace":{"concurrency":4},"providers":{},"principal":{}}"#;
+        assert!(serde_json::from_str::<Profile>(json).is_err());
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! - Clock switch: registering with a different [`ClockId`] restarts an idle workspace scope
 //!   (fresh counters on the new clock); a busy scope keeps its clock and counters.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -114,6 +114,9 @@ pub struct Registry {
     profile_listeners: Vec<(ListenerId, ProfileListener)>,
     breaker_listeners: Vec<(ListenerId, BreakerListener)>,
     next_listener: u64,
+    /// Every workspace's next `poll_timeout`, ordered, so the earliest is found in O(log n).
+    timeouts: BTreeSet<(Millis, String)>,
+    scheduled: HashMap<String, Millis>,
 }
 
 impl Registry {
@@ -288,7 +291,53 @@ impl Registry {
             }
         }
         self.deliver_transitions(workspace_id);
+        self.reschedule(workspace_id);
         Ok(record)
+    }
+
+    /// Re-files a workspace's next timeout after anything that may have changed it.
+    fn reschedule(&mut self, workspace_id: &str) {
+        let next = self
+            .workspaces
+            .get(workspace_id)
+            .and_then(|e| e.controller.poll_timeout());
+        let previous = match next {
+            Some(at) => self.scheduled.insert(workspace_id.to_owned(), at),
+            None => self.scheduled.remove(workspace_id),
+        };
+        if previous == next {
+            return;
+        }
+        if let Some(at) = previous {
+            self.timeouts.remove(&(at, workspace_id.to_owned()));
+        }
+        if let Some(at) = next {
+            self.timeouts.insert((at, workspace_id.to_owned()));
+        }
+    }
+
+    /// Handles every workspace whose timeout is due at `now`; returns their IDs so the host can
+    /// drain their resolutions. Costs O(log n) per due workspace, nothing for the others.
+    pub fn handle_due(&mut self, now: Millis) -> Vec<String> {
+        let mut due = Vec::new();
+        while let Some((at, workspace_id)) = self.timeouts.first().cloned() {
+            if at > now {
+                break;
+            }
+            if let Some(entry) = self.workspaces.get_mut(&workspace_id) {
+                entry.controller.handle_timeout(now);
+            }
+            self.deliver_transitions(&workspace_id);
+            self.reschedule(&workspace_id);
+            // A controller always moves its timeout past `now` when handled; guard anyway.
+            if self.scheduled.get(&workspace_id).is_some_and(|&t| t <= now) {
+                if let Some(t) = self.scheduled.remove(&workspace_id) {
+                    self.timeouts.remove(&(t, workspace_id.clone()));
+                }
+            }
+            due.push(workspace_id);
+        }
+        due
     }
 
     /// The current revision of a workspace.
@@ -385,6 +434,7 @@ impl Registry {
             .ok_or(RegistryError::UnknownWorkspace)?;
         let result = operation(&mut entry.controller);
         self.deliver_transitions(workspace_id);
+        self.reschedule(workspace_id);
         Ok(result)
     }
 
@@ -447,12 +497,14 @@ impl Registry {
             .and_then(|e| e.controller.poll_resolution())
     }
 
-    /// The earliest `poll_timeout` of any workspace.
+    /// The earliest `poll_timeout` of any workspace, in O(1).
     pub fn poll_timeout(&self) -> Option<Millis> {
-        self.workspaces
-            .values()
-            .filter_map(|e| e.controller.poll_timeout())
-            .min()
+        self.timeouts.first().map(|(at, _)| *at)
+    }
+
+    /// One workspace's next timeout.
+    pub fn poll_timeout_of(&self, workspace_id: &str) -> Option<Millis> {
+        self.scheduled.get(workspace_id).copied()
     }
 
     pub fn snapshot(&self, workspace_id: &str) -> Option<Snapshot> {

@@ -662,3 +662,29 @@ fn handoff_looks_at_a_constant_number_of_lanes_whatever_their_count() {
         "{per_handoff} lanes looked at per handoff"
     );
 }
+
+#[test]
+fn unknown_providers_and_principals_are_refused_without_keeping_state() {
+    let mut c = controller(&default_limits(), &[PRINCIPAL], 0);
+    for i in 0..100 {
+        let mut r = request(PRINCIPAL, 0);
+        r.provider_id = format!("random-provider-{i}");
+        assert_eq!(
+            rejected(c.acquire(r, 0)).reason,
+            Reason::UnconfiguredProvider
+        );
+        let stranger = request(&format!("stranger-{i}"), 0);
+        let rejection = rejected(c.acquire(stranger, 0));
+        assert_eq!(rejection.reason, Reason::Disabled);
+        assert!(!rejection.retryable);
+        c.coordinate_retry_after(&format!("random-provider-{i}"), 10, 0);
+    }
+    let snapshot = c.snapshot();
+    assert_eq!(
+        snapshot.providers.keys().collect::<Vec<_>>(),
+        ["jev", "llm-subagent"],
+        "no state for providers the profile never named"
+    );
+    assert_eq!(snapshot.retry_pressure, 0);
+    assert_eq!(c.lane_count(), 0);
+}

@@ -606,3 +606,27 @@ fn cnc_admit_drill_001_admission_storm_tabletop() {
     let index = std::fs::read_to_string(docs.join("README.md")).expect("operations index");
     assert!(index.contains("admission.md"));
 }
+
+#[test]
+fn registry_files_each_workspace_timeout_and_handles_only_the_due_ones() {
+    let mut registry = Registry::new();
+    for (workspace, wait) in [("fast", 40), ("slow", 90)] {
+        let mut profile = same_profile(&limits(1, 8, wait), &[PRINCIPAL]);
+        profile
+            .principals
+            .insert(PRINCIPAL.into(), limits(1, 8, wait));
+        registry.register(workspace, "v1", profile, 0).unwrap();
+        admitted(registry.acquire(workspace, ask(PRINCIPAL), 0).unwrap());
+        queued(registry.acquire(workspace, ask(PRINCIPAL), 0).unwrap());
+    }
+    assert_eq!(registry.poll_timeout(), Some(40));
+    assert_eq!(registry.poll_timeout_of("slow"), Some(90));
+    assert!(registry.handle_due(39).is_empty());
+    assert_eq!(registry.handle_due(40), vec!["fast".to_owned()]);
+    let expired = registry.poll_resolution("fast").unwrap();
+    assert_eq!(expired.outcome.unwrap_err().reason, Reason::QueueTimeout);
+    assert!(registry.poll_resolution("slow").is_none());
+    assert_eq!(registry.poll_timeout(), Some(90));
+    assert_eq!(registry.handle_due(1000), vec!["slow".to_owned()]);
+    assert_eq!(registry.poll_timeout(), None);
+}
