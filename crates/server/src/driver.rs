@@ -345,19 +345,8 @@ impl Driver {
         let now = self.clock.now();
         self.timer_floor = now + 1;
         self.reclaim_expired(now);
-        let due: Vec<String> = self
-            .registry
-            .workspace_ids()
-            .filter(|ws| {
-                self.registry
-                    .controller(ws)
-                    .and_then(|c| c.poll_timeout())
-                    .is_some_and(|at| at <= now)
-            })
-            .map(str::to_owned)
-            .collect();
-        for ws in due {
-            let _ = self.registry.handle_timeout(&ws, now);
+        // Only the due workspaces are touched: the registry keeps their timeouts ordered.
+        for ws in self.registry.handle_due(now) {
             self.drain(&ws, now);
         }
     }
