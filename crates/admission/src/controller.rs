@@ -489,7 +489,7 @@ impl Controller {
                 };
             }
         }
-        let evidence = self.waiter_evidence(waiter_id, Decision::Defer, None, now);
+        let evidence = self.deferral_evidence(waiter_id, lane_key, now);
         Acquired::Queued {
             waiter: waiter_id,
             evidence,
@@ -1475,40 +1475,21 @@ impl Controller {
         }
     }
 
-    fn waiter_evidence(
-        &self,
-        waiter_id: WaiterId,
-        decision: Decision,
-        reason: Option<Reason>,
-        now: Millis,
-    ) -> Evidence {
-        match self.waiters.get(&waiter_id) {
-            Some(waiter) => {
-                let mut evidence = self.evidence(
-                    waiter.lane,
-                    decision,
-                    reason.unwrap_or(waiter.last_reason),
-                    now.saturating_sub(waiter.enqueued_at),
-                    Some(&waiter.estimate),
-                    true,
-                );
-                evidence.retry_after_ms = waiter.last_wake.map(|at| at.saturating_sub(now).max(1));
-                evidence.breaker_transitions = waiter.transitions.clone();
-                evidence
-            }
-            None => Evidence {
-                decision,
-                reason: reason.unwrap_or(Reason::Cancelled),
-                queue_delay_ms: 0,
-                active: 0,
-                queued: 0,
-                estimated_tokens: None,
-                estimated_cost_usd: None,
-                retry_pressure: self.retry_pressure,
-                breaker_state: BreakerState::Closed,
-                retry_after_ms: None,
-                breaker_transitions: Vec::new(),
-            },
+    /// The `defer` evidence of a request that just joined its lane and is still waiting.
+    fn deferral_evidence(&self, waiter_id: WaiterId, lane: LaneKey, now: Millis) -> Evidence {
+        let waiter = self.waiters.get(&waiter_id);
+        let mut evidence = self.evidence(
+            lane,
+            Decision::Defer,
+            waiter.map_or(Reason::Concurrency, |w| w.last_reason),
+            0,
+            waiter.map(|w| &w.estimate),
+            true,
+        );
+        if let Some(waiter) = waiter {
+            evidence.retry_after_ms = waiter.last_wake.map(|at| at.saturating_sub(now).max(1));
+            evidence.breaker_transitions = waiter.transitions.clone();
         }
+        evidence
     }
 }
