@@ -21,6 +21,9 @@
 //! - Resolutions are drained inside the same critical section that produced them, so when any
 //!   caller takes the lock the core's resolution queue is empty.
 //! - The timer task holds only a weak reference: dropping the last driver handle stops it.
+//! - [`AdmissionDriver::peak_totals`] is a high-water mark of the registry's workspace
+//!   `totals()`, sampled at the end of every operation on that workspace (after its
+//!   resolutions are delivered), so it sees every state a caller or the timer can observe.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -42,6 +45,8 @@ struct DriverState {
     registry: Registry,
     pending: HashMap<(String, WaiterId), oneshot::Sender<Resolved>>,
     armed: Option<Millis>,
+    /// Largest (active, queued) workspace totals seen after any operation, per workspace.
+    peaks: HashMap<String, (u64, u64)>,
 }
 
 struct Shared {
@@ -85,6 +90,7 @@ impl AdmissionDriver {
                 registry,
                 pending: HashMap::new(),
                 armed: None,
+                peaks: HashMap::new(),
             }),
             wake: Arc::clone(&wake),
         });
@@ -141,6 +147,13 @@ impl AdmissionDriver {
     /// Aggregate counts of a workspace.
     pub fn snapshot(&self, workspace_id: &str) -> Option<Snapshot> {
         self.lock().registry.snapshot(workspace_id)
+    }
+
+    /// The largest workspace-wide `(active, queued)` counts seen at the end of any operation of
+    /// this driver on `workspace_id` (registration, acquire, release, cancellation, budget
+    /// release, Retry-After, timer expiry); `None` before the first operation on it.
+    pub fn peak_totals(&self, workspace_id: &str) -> Option<(u64, u64)> {
+        self.lock().peaks.get(workspace_id).copied()
     }
 
     /// The instant the single timer is armed for, if any.
@@ -301,6 +314,16 @@ fn deliver(state: &mut DriverState, workspace_id: &str) {
             let _ = state
                 .registry
                 .release(workspace_id, lease.id, Outcome::None, now);
+        }
+    }
+    if let Some((active, queued)) = state.registry.totals(workspace_id) {
+        match state.peaks.get_mut(workspace_id) {
+            Some(peak) => *peak = (peak.0.max(active), peak.1.max(queued)),
+            None => {
+                state
+                    .peaks
+                    .insert(workspace_id.to_owned(), (active, queued));
+            }
         }
     }
 }

@@ -118,6 +118,37 @@ async fn cancelling_a_pending_acquire_returns_the_cancelled_evidence() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn peak_totals_keep_the_high_water_marks_of_active_and_queued() {
+    let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
+    assert_eq!(driver.peak_totals("ws"), None);
+    driver.register("ws", "v1", profile(2, 8, 60_000)).unwrap();
+    assert_eq!(driver.peak_totals("ws"), Some((0, 0)));
+    let first = driver.acquire("ws", request()).await.unwrap();
+    let second = driver.acquire("ws", request()).await.unwrap();
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let driver = driver.clone();
+            tokio::spawn(async move { driver.acquire("ws", request()).await })
+        })
+        .collect();
+    common::settle().await;
+    assert_eq!(driver.peak_totals("ws"), Some((2, 3)));
+    drop(first);
+    drop(second);
+    for waiter in waiting {
+        drop(waiter.await.unwrap().unwrap());
+    }
+    let snapshot = driver.snapshot("ws").unwrap();
+    assert_eq!((snapshot.active, snapshot.queued), (0, 0));
+    assert_eq!(
+        driver.peak_totals("ws"),
+        Some((2, 3)),
+        "marks never go down"
+    );
+    assert_eq!(driver.peak_totals("other"), None);
+}
+
+#[tokio::test(start_paused = true)]
 async fn unknown_workspace_is_a_registry_error_without_the_id() {
     let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
     let error = driver

@@ -1,11 +1,14 @@
 //! The 990 s admission-controller target of manifest v2, end to end (arrival generation, the
 //! controller on virtual time, observations). Target: at most 0.2 s of CPU on a 2-core machine.
+//! And the evaluator target: the first 90 s through the decision evaluator with a fake adapter
+//! on paused tokio time. Target: at most 1 s of CPU.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use turnstile_qualification::arrivals::ArrivalStream;
+use turnstile_qualification::evaluator_target::run_evaluator;
 use turnstile_qualification::harness::run_admission_controller;
 use turnstile_qualification::manifest::LoadedManifest;
 
@@ -27,12 +30,21 @@ fn controller_target(c: &mut Criterion) {
     });
 }
 
+fn evaluator_target(c: &mut Criterion) {
+    let loaded = LoadedManifest::embedded_v2().expect("embedded manifest");
+    let manifest = &loaded.manifest;
+    let sample = manifest.duration.evaluator_sample_seconds;
+    c.bench_function("qualify/evaluator_v2_90s", |b| {
+        b.iter(|| black_box(run_evaluator(manifest, sample, &mut |_| {}).expect("run")))
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
-    targets = controller_target
+    targets = controller_target, evaluator_target
 }
 criterion_main!(benches);

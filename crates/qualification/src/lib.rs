@@ -1,8 +1,10 @@
 //! turnstile-qualification: pinned load manifests, the arrival generator, the load harness on
-//! virtual time, `decision-load-result/v1` records and the gate G5 flags (REFERENCE §7).
+//! virtual time (the `admission-controller` target in `harness`, the `evaluator` target in
+//! `evaluator_target`), `decision-load-result/v1` records and the gate G5 flags (REFERENCE §7).
 #![forbid(unsafe_code)]
 
 pub mod arrivals;
+pub mod evaluator_target;
 pub mod gate;
 pub mod harness;
 pub mod manifest;

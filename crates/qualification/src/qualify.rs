@@ -1,6 +1,9 @@
-//! One qualification run: generate the arrivals, drive a target, sample resources, seal a record.
+//! One qualification run: generate the arrivals, drive a target (the admission controller over
+//! the whole window, or the evaluator over `evaluatorSampleSeconds`), sample resources, seal a
+//! record.
 
 use crate::arrivals::ArrivalStream;
+use crate::evaluator_target::{run_evaluator, EvaluatorTargetError};
 use crate::harness::run_admission_controller;
 use crate::manifest::LoadedManifest;
 use crate::record::{LoadResultRecord, Mode, Target};
@@ -15,6 +18,8 @@ pub enum QualifyError {
     Seal(#[from] turnstile_admission::digest::CanonicalJsonError),
     #[error("target {0} is not available in this build")]
     TargetUnavailable(&'static str),
+    #[error("the evaluator target failed: {0}")]
+    Evaluator(#[from] EvaluatorTargetError),
 }
 
 /// Runs the admission-controller target over the manifest's whole window.
@@ -37,6 +42,26 @@ pub fn qualify_admission_controller(
         manifest,
         Mode::OfflineFakeProvider,
         Target::AdmissionController,
+        window_seconds,
+        observations,
+        resources,
+    )?)
+}
+
+/// Runs the evaluator target over the manifest's first `evaluatorSampleSeconds`.
+/// `progress` receives the virtual instant reached (ms) at every arrival.
+pub fn qualify_evaluator(
+    manifest: &LoadedManifest,
+    progress: &mut dyn FnMut(u64),
+) -> Result<LoadResultRecord, QualifyError> {
+    let window_seconds = manifest.manifest.duration.evaluator_sample_seconds;
+    let stopwatch = CpuStopwatch::start();
+    let observations = run_evaluator(&manifest.manifest, window_seconds, progress)?;
+    let resources = stopwatch.finish(observations.virtual_duration_ms);
+    Ok(LoadResultRecord::new(
+        manifest,
+        Mode::OfflineFakeProvider,
+        Target::Evaluator,
         window_seconds,
         observations,
         resources,

@@ -7,8 +7,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use turnstile_qualification::arrivals::{generate, write_json_lines};
 use turnstile_qualification::manifest::LoadedManifest;
-use turnstile_qualification::qualify::qualify_admission_controller;
-use turnstile_qualification::record::LoadResultRecord;
+use turnstile_qualification::qualify::{qualify_admission_controller, qualify_evaluator};
+use turnstile_qualification::record::{LoadResultRecord, Target};
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -77,14 +77,61 @@ pub fn run(args: QualifyArgs) -> anyhow::Result<()> {
     }
 
     let loaded = load(args.manifest.as_ref())?;
-    if matches!(args.target, TargetChoice::Evaluator | TargetChoice::All) {
+    let targets: &[Target] = match args.target {
+        TargetChoice::AdmissionController => &[Target::AdmissionController],
+        TargetChoice::Evaluator => &[Target::Evaluator],
+        TargetChoice::All => &[Target::AdmissionController, Target::Evaluator],
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let mut records = Vec::with_capacity(targets.len());
+    for &target in targets {
+        let record = run_target(&loaded, target, args.json)?;
+        let path = args.out.join(format!("{}.json", record.target.as_str()));
+        std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        if !args.json {
+            if !records.is_empty() {
+                println!();
+            }
+            print_table(&record, &path);
+        }
+        records.push(record);
+    }
+
+    if args.json {
+        match records.as_slice() {
+            [only] => println!("{}", serde_json::to_string_pretty(only)?),
+            all => println!("{}", serde_json::to_string_pretty(all)?),
+        }
+    }
+    let failed: Vec<&str> = records
+        .iter()
+        .filter(|r| !r.passed)
+        .map(|r| r.target.as_str())
+        .collect();
+    if !failed.is_empty() {
         anyhow::bail!(
-            "the evaluator target needs the decision evaluator, which this build does not include yet; use --target admission-controller"
+            "qualification failed ({}): at least one bound did not hold",
+            failed.join(", ")
         );
     }
-    let window_ms = loaded.manifest.duration.window_seconds() * 1000;
+    Ok(())
+}
+
+/// Runs one target with a progress bar over its virtual window (hidden off a terminal).
+fn run_target(
+    loaded: &LoadedManifest,
+    target: Target,
+    json: bool,
+) -> anyhow::Result<LoadResultRecord> {
+    let duration = &loaded.manifest.duration;
+    let window_ms = match target {
+        Target::AdmissionController => duration.window_seconds(),
+        Target::Evaluator => duration.evaluator_sample_seconds,
+    } * 1000;
     let bar = indicatif::ProgressBar::new(window_ms);
-    if !std::io::stderr().is_terminal() || args.json {
+    if !std::io::stderr().is_terminal() || json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     bar.set_style(
@@ -93,26 +140,14 @@ pub fn run(args: QualifyArgs) -> anyhow::Result<()> {
         )?
         .progress_chars("=> "),
     );
-    bar.set_message("admission-controller");
-    let record =
-        qualify_admission_controller(&loaded, &mut |now| bar.set_position(now.min(window_ms)))?;
+    bar.set_message(target.as_str());
+    let mut progress = |now: u64| bar.set_position(now.min(window_ms));
+    let record = match target {
+        Target::AdmissionController => qualify_admission_controller(loaded, &mut progress)?,
+        Target::Evaluator => qualify_evaluator(loaded, &mut progress)?,
+    };
     bar.finish_and_clear();
-
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let path = args.out.join(format!("{}.json", record.target.as_str()));
-    std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
-        .with_context(|| format!("cannot write {}", path.display()))?;
-
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&record)?);
-    } else {
-        print_table(&record, &path);
-    }
-    if !record.passed {
-        anyhow::bail!("qualification failed: at least one bound did not hold");
-    }
-    Ok(())
+    Ok(record)
 }
 
 fn print_table(record: &LoadResultRecord, path: &std::path::Path) {
