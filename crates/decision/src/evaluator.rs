@@ -18,8 +18,19 @@
 //! govern the invocation. A fired signal makes the result `cancelled`; a passed total deadline
 //! makes it `error` / `timeout`. A per-target timeout only ends its attempt.
 //!
-//! Receipts (durable `decision-receipt/v2`) are not implemented here: every run is a
-//! receipt-less run, so scheduled runs give their permit back during backoff.
+//! # Receipts
+//!
+//! With `receipts` (the spec's `receiptStore`), step 2 acquires the invocation's durable
+//! `decision-receipt/v2` ([`crate::receipt`]): a non-owner gets its replay answer without any
+//! call; the owner runs serially (concurrency 1, permit kept through backoff), writes the
+//! pending slot before every dispatch, each evaluation as it finishes, and finally `composed`
+//! → `completed` with the result. An uncertain dispatch ends the run (and the receipt) as
+//! `execution-uncertain`. Without a store, scheduled runs give their permit back during backoff.
+//!
+//! # Telemetry
+//!
+//! With `telemetry`, every admission request records a `decision.admit` span and the admission
+//! counters ([`crate::telemetry`]). Telemetry is write-only: it never changes a result.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -33,11 +44,13 @@ use crate::clock::Clock;
 use crate::compose::compose;
 use crate::driver::AdmissionDriver;
 use crate::execution::{run_alias, unstarted, Context, Stop};
-use crate::plan::plan;
+use crate::plan::{plan, Plan};
 use crate::policy::SchedulerPolicy;
 use crate::reason::{ResultReason, RulesetStatus};
+use crate::receipt::{begin, fingerprint, Begin, ReceiptRun, ReceiptWriter, Replay};
 use crate::result::{Evaluations, ResultNaming, RulesetResult, RulesetResultSpec};
 use crate::scheduler::{run_bounded_fair, FairOptions, Scheduled, WorkItem};
+use crate::telemetry::Telemetry;
 
 /// The injected source of randomness: values in [0, 1).
 pub type RandomFn = Arc<dyn Fn() -> f64 + Send + Sync>;
@@ -79,6 +92,10 @@ pub struct EvaluationRequest {
     /// The clock for unscheduled runs (scheduled runs use the driver's).
     pub clock: Option<Clock>,
     pub naming: ResultNaming,
+    /// The durable receipt store (`receiptStore`); makes the run serial and idempotent.
+    pub receipts: Option<ReceiptRun>,
+    /// Admission spans and metrics.
+    pub telemetry: Option<Telemetry>,
 }
 
 impl std::fmt::Debug for EvaluationRequest {
@@ -88,6 +105,7 @@ impl std::fmt::Debug for EvaluationRequest {
             .field("invocation_id", &self.invocation_id)
             .field("adapters", &self.adapters)
             .field("scheduler", &self.scheduler)
+            .field("receipts", &self.receipts)
             .finish_non_exhaustive()
     }
 }
@@ -113,7 +131,24 @@ impl EvaluationRequest {
             scheduler: None,
             clock: None,
             naming: ResultNaming::default(),
+            receipts: None,
+            telemetry: None,
         }
+    }
+
+    pub fn with_receipts(mut self, receipts: ReceiptRun) -> Self {
+        self.receipts = Some(receipts);
+        self
+    }
+
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = Some(telemetry);
+        self
+    }
+
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
     }
 
     pub fn with_ids(mut self, run_id: impl Into<String>, invocation_id: impl Into<String>) -> Self {
@@ -225,7 +260,63 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
         .random
         .clone()
         .unwrap_or_else(|| seeded_random(&request.invocation_id));
-    let concurrency = scheduler.map_or(1, |s| s.policy.ceiling(plan.binding.spec().concurrency));
+
+    // Step 2: the receipt.
+    let writer: Option<Box<ReceiptWriter>> = match &request.receipts {
+        None => None,
+        Some(run) => {
+            let fingerprint = fingerprint(
+                &request.invocation_id,
+                &request.input,
+                &ruleset_pin,
+                &binding_pin,
+                &definition_pins(&plan),
+            );
+            let begun = match fingerprint {
+                Ok(fingerprint) => {
+                    begin(
+                        run,
+                        &request.invocation_id,
+                        &fingerprint,
+                        clock,
+                        plan.binding.spec().total_timeout_ms,
+                    )
+                    .await
+                }
+                Err(error) => Err(turnstile_store::receipt::ReceiptError::Canonical(error)),
+            };
+            match begun {
+                Ok(Begin::Owner(writer)) => Some(writer),
+                Ok(Begin::Replay(replay)) => {
+                    if let Some(run) = scheduler {
+                        run.driver
+                            .release_budget(&run.policy.workspace.id, &request.invocation_id);
+                    }
+                    return replayed(replay, &plan, |reason, detail| {
+                        error_result(
+                            reason,
+                            Some(ruleset_pin.clone()),
+                            Some(binding_pin.clone()),
+                            detail,
+                        )
+                    });
+                }
+                Err(error) => {
+                    return error_result(
+                        ResultReason::ReceiptUnavailable,
+                        Some(ruleset_pin),
+                        Some(binding_pin),
+                        error.to_string(),
+                    )
+                }
+            }
+        }
+    };
+    let serial = writer.is_some();
+    let concurrency = match scheduler {
+        Some(s) if !serial => s.policy.ceiling(plan.binding.spec().concurrency),
+        _ => 1,
+    };
 
     let context = Context {
         plan: &plan,
@@ -241,8 +332,11 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
         used_attempts: std::sync::atomic::AtomicU64::new(0),
         random,
         scheduler,
-        suspend_backoff: scheduler.is_some(),
+        suspend_backoff: scheduler.is_some() && !serial,
         stopped: Mutex::new(None),
+        receipt: writer.as_deref(),
+        telemetry: request.telemetry.as_ref(),
+        naming: &naming,
     };
 
     let work: Vec<WorkItem<usize>> = plan
@@ -296,10 +390,10 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
             .release_budget(&run.policy.workspace.id, &request.invocation_id);
     }
 
-    let stopped = if signal.is_cancelled() {
-        Some(Stop::Cancelled)
-    } else {
-        context.stopped()
+    let stopped = match context.stopped() {
+        Some(stop @ (Stop::Uncertain | Stop::ReceiptFailed)) => Some(stop),
+        _ if signal.is_cancelled() => Some(Stop::Cancelled),
+        other => other,
     };
     let (status, reason, outcome, matched_rules, detail) = match stopped {
         Some(Stop::Cancelled) => (
@@ -315,6 +409,20 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
             Value::Null,
             Vec::new(),
             None,
+        ),
+        Some(Stop::Uncertain) => (
+            RulesetStatus::Error,
+            ResultReason::ExecutionUncertain,
+            Value::Null,
+            Vec::new(),
+            Some(UNCERTAIN_DETAIL.to_owned()),
+        ),
+        Some(Stop::ReceiptFailed) => (
+            RulesetStatus::Error,
+            ResultReason::ReceiptUnavailable,
+            Value::Null,
+            Vec::new(),
+            Some("the receipt could not be written; nothing further was dispatched".to_owned()),
         ),
         None => {
             let composed = compose(
@@ -332,7 +440,7 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
             )
         }
     };
-    naming.ruleset_result(RulesetResultSpec {
+    let result = naming.ruleset_result(RulesetResultSpec {
         ruleset: Some(ruleset_pin),
         binding: Some(binding_pin),
         run_id: request.run_id.clone(),
@@ -343,5 +451,61 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
         matched_rules,
         evaluations,
         detail,
-    })
+    });
+    if let Some(writer) = &writer {
+        match stopped {
+            // Already terminal (or written as far as the store allowed).
+            Some(Stop::Uncertain) => {
+                let _ = writer.uncertain();
+            }
+            Some(Stop::ReceiptFailed) => {
+                let _ = writer.fail();
+            }
+            _ => {
+                if writer.finish(&result).is_err() {
+                    let _ = writer.fail();
+                }
+            }
+        }
+    }
+    result
+}
+
+const UNCERTAIN_DETAIL: &str =
+    "a call of this invocation may have reached the provider; it is never dispatched again";
+
+/// The definition pins in ruleset order (part of the fingerprint).
+fn definition_pins(plan: &Plan) -> Vec<crate::artifact::Pin> {
+    plan.aliases.iter().map(|a| a.definition.pin()).collect()
+}
+
+/// The result a non-owner gets.
+fn replayed(
+    replay: Replay,
+    plan: &Plan,
+    error_result: impl Fn(ResultReason, String) -> RulesetResult,
+) -> RulesetResult {
+    match replay {
+        Replay::Mismatch => error_result(
+            ResultReason::ReplayMismatch,
+            "the invocation id was used with a different input or different pins".to_owned(),
+        ),
+        Replay::Uncertain => error_result(
+            ResultReason::ExecutionUncertain,
+            UNCERTAIN_DETAIL.to_owned(),
+        ),
+        Replay::Stored(value) => match serde_json::from_value::<RulesetResult>(value) {
+            Ok(mut result) => {
+                result
+                    .spec
+                    .evaluations
+                    .reorder(plan.aliases.iter().map(|a| a.alias.as_str()));
+                result
+            }
+            Err(_) => error_result(
+                ResultReason::ReceiptUnavailable,
+                "the stored result could not be read".to_owned(),
+            ),
+        },
+    }
 }

@@ -12,6 +12,11 @@
 //!   `total-deadline` when the attempt deadline is the total deadline) — never a caller
 //!   cancellation. Only the caller's signal yields `cancelled` / `caller-cancelled`.
 //! - Ordinals count from 1 per alias, across targets.
+//! - With a receipt store ([`crate::receipt`]): the pending slot is written before the adapter
+//!   is called (a failed write means no call); a non-success whose dispatch certainty is neither
+//!   `terminal-response` nor `not-sent` stops the invocation as `execution-uncertain`.
+//! - With telemetry, every admission request has one `decision.admit` span
+//!   ([`crate::telemetry`]), closed on rejection or on lease release.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,14 +36,20 @@ use crate::evaluator::{RandomFn, SchedulerRun};
 use crate::observation::{Observation, Uncertainty, Usage};
 use crate::plan::{AliasPlan, Plan};
 use crate::reason::{map_admission_reason, AttemptReason, DispatchCertainty, Status, Termination};
-use crate::result::DecisionResultSpec;
+use crate::receipt::ReceiptWriter;
+use crate::result::{DecisionResultSpec, ResultNaming};
 use crate::scheduler::{Interrupt, Slot};
+use crate::telemetry::Telemetry;
 
 /// What interrupted the invocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stop {
     Cancelled,
     TotalDeadline,
+    /// A dispatched call's outcome is unknown (receipt-backed runs).
+    Uncertain,
+    /// The receipt could not be written.
+    ReceiptFailed,
 }
 
 impl From<Interrupt> for Stop {
@@ -55,6 +66,19 @@ impl Stop {
         match self {
             Stop::Cancelled => (Status::Cancelled, AttemptReason::Cancelled),
             Stop::TotalDeadline => (Status::Error, AttemptReason::Timeout),
+            Stop::Uncertain => (Status::Error, AttemptReason::ExecutionUncertain),
+            Stop::ReceiptFailed => (Status::Error, AttemptReason::ReceiptUnavailable),
+        }
+    }
+
+    /// Which stop wins when several happened: an uncertain dispatch outranks everything (it is
+    /// what a replay must report), then a receipt failure, then the caller, then the deadline.
+    fn rank(self) -> u8 {
+        match self {
+            Stop::Uncertain => 3,
+            Stop::ReceiptFailed => 2,
+            Stop::Cancelled => 1,
+            Stop::TotalDeadline => 0,
         }
     }
 }
@@ -77,10 +101,17 @@ pub(crate) struct Context<'a> {
     /// Give the scheduler permit back during backoff (scheduled, receipt-less runs).
     pub suspend_backoff: bool,
     pub stopped: Mutex<Option<Stop>>,
+    /// The owner's receipt writer (receipt-backed runs).
+    pub receipt: Option<&'a ReceiptWriter>,
+    pub telemetry: Option<&'a Telemetry>,
+    pub naming: &'a ResultNaming,
 }
 
 impl Context<'_> {
     fn stop(&self) -> Option<Stop> {
+        if let Some(stop @ (Stop::Uncertain | Stop::ReceiptFailed)) = self.stopped() {
+            return Some(stop);
+        }
         if self.signal.is_cancelled() {
             Some(Stop::Cancelled)
         } else if self.clock.now_ms() >= self.total_deadline {
@@ -92,7 +123,7 @@ impl Context<'_> {
 
     pub(crate) fn note_stop(&self, stop: Stop) {
         let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
-        if stopped.is_none() || stop == Stop::Cancelled {
+        if stopped.is_none_or(|current| stop.rank() > current.rank()) {
             *stopped = Some(stop);
         }
     }
@@ -180,7 +211,7 @@ pub(crate) async fn run_alias(
     let mut ordinal = 0u32;
     let mut end = AliasEnd::failed(Status::Error, AttemptReason::ExecutorUnavailable);
 
-    'targets: for target in &alias.binding.targets {
+    'targets: for (target_index, target) in alias.binding.targets.iter().enumerate() {
         if let Some(stop) = context.stop() {
             context.note_stop(stop);
             let (status, reason) = stop.status_reason();
@@ -225,8 +256,30 @@ pub(crate) async fn run_alias(
                 break 'targets;
             }
             ordinal += 1;
-            let (mut record, observation) =
-                attempt(context, alias, target, adapter.as_ref(), ordinal).await;
+            let Tried {
+                mut record,
+                observation,
+                uncertain,
+            } = attempt(
+                context,
+                alias,
+                (target_index, target),
+                adapter.as_ref(),
+                ordinal,
+                &attempts,
+            )
+            .await;
+            if uncertain {
+                attempts.push(record);
+                context.note_stop(Stop::Uncertain);
+                end = AliasEnd::failed(Status::Error, AttemptReason::ExecutionUncertain);
+                break 'targets;
+            }
+            if record.reason == AttemptReason::ReceiptUnavailable {
+                attempts.push(record);
+                end = AliasEnd::failed(Status::Error, AttemptReason::ReceiptUnavailable);
+                break 'targets;
+            }
             if record.status == Status::Success && record.reason == AttemptReason::None {
                 let observation =
                     observation.unwrap_or_else(|| Observation::success(serde_json::Value::Null));
@@ -288,7 +341,35 @@ pub(crate) async fn run_alias(
             break;
         }
     }
-    context.result(alias, end, attempts)
+    let spec = context.result(alias, end, attempts);
+    if let Some(writer) = context.receipt {
+        if !writer.state().is_terminal()
+            && writer
+                .evaluation(&context.naming.decision_result(spec.clone()))
+                .is_err()
+        {
+            context.note_stop(Stop::ReceiptFailed);
+        }
+    }
+    spec
+}
+
+/// What one try produced.
+struct Tried {
+    record: AttemptRecord,
+    observation: Option<Observation>,
+    /// Receipt-backed and dispatched with an unknown outcome.
+    uncertain: bool,
+}
+
+impl Tried {
+    fn not_called(record: AttemptRecord) -> Self {
+        Tried {
+            record,
+            observation: None,
+            uncertain: false,
+        }
+    }
 }
 
 /// The capability check before a target: adapter present and of a serving version, answer
@@ -373,10 +454,11 @@ fn lease_outcome(observation: &Observation, termination: Option<Termination>) ->
 async fn attempt(
     context: &Context<'_>,
     alias: &AliasPlan,
-    target: &Target,
+    (target_index, target): (usize, &Target),
     adapter: &dyn Adapter,
     ordinal: u32,
-) -> (AttemptRecord, Option<Observation>) {
+    prior: &[AttemptRecord],
+) -> Tried {
     let start = context.clock.now_ms();
     let deadline = context
         .total_deadline
@@ -386,9 +468,13 @@ async fn attempt(
         ..base_record(target, ordinal, None)
     };
 
+    let mut span = None;
     let lease = match context.scheduler {
         None => None,
         Some(run) => {
+            span = context
+                .telemetry
+                .map(|t| t.admission_requested(&target.adapter));
             let estimate = run
                 .estimate
                 .as_ref()
@@ -407,6 +493,9 @@ async fn attempt(
                 .await
             {
                 Ok(lease) => {
+                    if let Some(span) = span.as_mut() {
+                        span.admitted(lease.evidence());
+                    }
                     record.admission = Some(lease.evidence().clone());
                     Some(lease)
                 }
@@ -414,6 +503,9 @@ async fn attempt(
                     record.dispatch_certainty = Some(DispatchCertainty::NotSent);
                     match error {
                         AdmissionError::Rejected(rejection) => {
+                            if let Some(span) = span.take() {
+                                span.rejected(&rejection.evidence);
+                            }
                             let caller = context.signal.is_cancelled();
                             let (status, reason) = match rejection.reason {
                                 Reason::Cancelled if !caller => {
@@ -433,16 +525,38 @@ async fn attempt(
                             record.admission = Some(rejection.evidence);
                         }
                         AdmissionError::Registry(_) => {
+                            if let Some(span) = span.take() {
+                                span.failed();
+                            }
                             record.status = Status::Error;
                             record.reason = AttemptReason::Overloaded;
                         }
                     }
                     record.duration_ms = context.clock.now_ms().saturating_sub(start);
-                    return (record, None);
+                    return Tried::not_called(record);
                 }
             }
         }
     };
+
+    // The pending slot is durable before anything is sent.
+    if let Some(writer) = context.receipt {
+        if writer
+            .dispatching(&alias.alias, target_index, ordinal, prior)
+            .is_err()
+        {
+            drop(lease);
+            if let Some(span) = span.take() {
+                span.released(&[]);
+            }
+            context.note_stop(Stop::ReceiptFailed);
+            record.status = Status::Error;
+            record.reason = AttemptReason::ReceiptUnavailable;
+            record.dispatch_certainty = Some(DispatchCertainty::NotSent);
+            record.duration_ms = context.clock.now_ms().saturating_sub(start);
+            return Tried::not_called(record);
+        }
+    }
 
     let now = context.clock.now_ms();
     let request = AdapterRequest {
@@ -469,10 +583,36 @@ async fn attempt(
     };
     if let Some(lease) = lease {
         let outcome = lease_outcome(&observation, record.termination);
-        if record.termination == Some(Termination::CallerCancelled) {
+        let released = if record.termination == Some(Termination::CallerCancelled) {
             drop(lease);
+            None
         } else {
-            lease.release(outcome);
+            lease.release(outcome)
+        };
+        if let Some(span) = span.take() {
+            span.released(
+                released
+                    .as_ref()
+                    .map_or(&[][..], |r| &r.breaker_transitions),
+            );
+        }
+    }
+
+    // With a store, a non-answer that may have reached the provider is uncertain.
+    let uncertain = context.receipt.is_some()
+        && observation.status != Status::Success
+        && !matches!(
+            observation.dispatch_certainty,
+            Some(DispatchCertainty::TerminalResponse | DispatchCertainty::NotSent)
+        );
+    if let Some(writer) = context.receipt {
+        let written = if uncertain {
+            writer.uncertain()
+        } else {
+            writer.observed()
+        };
+        if written.is_err() && !uncertain {
+            context.note_stop(Stop::ReceiptFailed);
         }
     }
 
@@ -500,7 +640,11 @@ async fn attempt(
     record.request_id = observation.request_id.clone();
     record.dispatch_certainty = observation.dispatch_certainty;
     record.duration_ms = context.clock.now_ms().saturating_sub(start);
-    (record, Some(observation))
+    Tried {
+        record,
+        observation: Some(observation),
+        uncertain,
+    }
 }
 
 /// Why an answer is not accepted, if it is not.

@@ -6,6 +6,10 @@
 //!   order, permits given back during backoff).
 //! - [`evaluate`] runs a decision ruleset (EVALUATOR.md): validation, admission before every
 //!   attempt, retries, fallback, deadlines, composition.
+//! - [`receipt`]: durable `decision-receipt/v2` runs (serial, idempotent, honest about
+//!   uncertain dispatches) on any `turnstile_store::receipt::ReceiptStore`.
+//! - [`telemetry`]: `decision.admit` spans, breaker events and admission counters on
+//!   OpenTelemetry, plus a Prometheus text exposition.
 //! - [`Adapter`] is how providers are called: [`ScriptedAdapter`] for tests and demos,
 //!   [`ChatCompletionsAdapter`] for OpenAI-compatible endpoints.
 //!
@@ -32,11 +36,13 @@ pub mod plan;
 pub mod policy;
 pub mod predicate;
 pub mod reason;
+pub mod receipt;
 pub mod result;
 pub mod ruleset;
 pub mod scheduler;
 pub mod schema;
 pub mod scripted;
+pub mod telemetry;
 
 pub use adapter::{Adapter, AdapterRequest, AdapterSet, Capabilities};
 pub use adapter_config::AdaptersFile;
@@ -51,6 +57,8 @@ pub use policy::{SchedulerPolicy, ScopeLimits};
 pub use reason::{
     AttemptReason, DispatchCertainty, ResultReason, RulesetStatus, Status, Termination,
 };
+pub use receipt::ReceiptRun;
 pub use result::{DecisionResult, ResultNaming, RulesetResult};
 pub use scheduler::{run_bounded_fair, FairOptions, Interrupt, Scheduled, Slot, WorkItem};
 pub use scripted::{CallLog, ScriptedAdapter, Step};
+pub use telemetry::{LogRecord, LogSink, Telemetry};

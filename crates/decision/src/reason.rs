@@ -44,6 +44,9 @@ pub enum AttemptReason {
     UnsupportedCapability,
     Cancelled,
     ExecutionUncertain,
+    /// The receipt could not be written before a dispatch, so nothing was sent (our addition:
+    /// the spec's evaluator has no failing store).
+    ReceiptUnavailable,
 }
 
 impl AttemptReason {
@@ -95,6 +98,12 @@ pub enum ResultReason {
     InvalidOutput,
     Cancelled,
     Timeout,
+    /// A call may have reached the provider and its outcome is unknown (receipt-backed runs).
+    ExecutionUncertain,
+    /// The invocation id was used before with different input or pins.
+    ReplayMismatch,
+    /// The receipt store failed, so the run stopped before dispatching more (our addition).
+    ReceiptUnavailable,
 }
 
 /// Which signal ended an attempt early.

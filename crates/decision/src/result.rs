@@ -2,10 +2,12 @@
 //!
 //! `RulesetResult.spec.evaluations` keeps the ruleset's canonical alias order, whatever the
 //! completion order: it is stored as an ordered list and written as a JSON object in that
-//! order.
+//! order. Results also deserialize (a receipt's stored result is replayed), and an
+//! `Evaluations` map read back keeps the order of the document.
 
+use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::artifact::{Artifact, Metadata, Pin, API_VERSION};
@@ -14,7 +16,7 @@ use crate::observation::Uncertainty;
 use crate::reason::{AttemptReason, ResultReason, RulesetStatus, Status};
 
 /// `spec` of a DecisionResult.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionResultSpec {
     pub decision: Pin,
@@ -24,7 +26,7 @@ pub struct DecisionResultSpec {
     pub run_id: String,
     pub invocation_id: String,
     pub status: Status,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
     pub reason: AttemptReason,
     pub uncertainty: Option<Uncertainty>,
@@ -53,6 +55,37 @@ impl Evaluations {
     pub fn aliases(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(|(a, _)| a.as_str())
     }
+
+    /// Puts the entries in the order of `aliases` (unknown aliases keep their place at the end).
+    pub fn reorder<'a>(&mut self, aliases: impl IntoIterator<Item = &'a str>) {
+        let position: Vec<&str> = aliases.into_iter().collect();
+        self.0.sort_by_key(|(alias, _)| {
+            position
+                .iter()
+                .position(|a| a == alias)
+                .unwrap_or(usize::MAX)
+        });
+    }
+}
+
+impl<'de> Deserialize<'de> for Evaluations {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Ordered;
+        impl<'de> Visitor<'de> for Ordered {
+            type Value = Evaluations;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of alias to DecisionResult")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Evaluations, A::Error> {
+                let mut entries = Vec::new();
+                while let Some((alias, result)) = map.next_entry::<String, DecisionResult>()? {
+                    entries.push((alias, result));
+                }
+                Ok(Evaluations(entries))
+            }
+        }
+        deserializer.deserialize_map(Ordered)
+    }
 }
 
 impl Serialize for Evaluations {
@@ -66,7 +99,7 @@ impl Serialize for Evaluations {
 }
 
 /// `spec` of a RulesetResult.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RulesetResultSpec {
     pub ruleset: Option<Pin>,
@@ -79,7 +112,7 @@ pub struct RulesetResultSpec {
     pub matched_rules: Vec<String>,
     pub evaluations: Evaluations,
     /// What failed validation (never an ID of a principal or workspace).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
 

@@ -1,0 +1,168 @@
+//! The live `decision.admit` span of one admission request.
+//!
+//! Lifecycle: [`AdmitSpan::open`] when admission is requested; then exactly one of
+//! [`AdmitSpan::admitted`] (span stays open while the lease is held) followed by
+//! [`AdmitSpan::released`], [`AdmitSpan::rejected`], [`AdmitSpan::deferred`] or
+//! [`AdmitSpan::failed`]. Each closing call ends the span; dropping an unclosed span ends it too
+//! (the SDK ends spans on drop), so a cancelled attempt never leaks one. Every decision is
+//! counted once; every breaker transition becomes one event, one count and one log record.
+
+use std::collections::BTreeMap;
+
+use opentelemetry::global::BoxedSpan;
+use opentelemetry::trace::{Span, Status, Tracer};
+use opentelemetry::KeyValue;
+use turnstile_admission::{BreakerTransition, Decision, Evidence};
+
+use super::attributes::{
+    evidence_attributes, ADAPTER_ID, BREAKER_FAILURES, BREAKER_FROM, BREAKER_TO, DECISION, REASON,
+};
+use super::log::{LogLevel, LogRecord};
+use super::{guarded, Telemetry};
+
+/// One admission request's span.
+pub(crate) struct AdmitSpan {
+    telemetry: Telemetry,
+    span: Option<BoxedSpan>,
+    adapter_id: String,
+}
+
+impl AdmitSpan {
+    pub(crate) fn open(telemetry: Telemetry, adapter_id: &str) -> Self {
+        let mut span = None;
+        guarded(|| {
+            let mut started = telemetry.tracer.start("decision.admit");
+            started.set_attribute(KeyValue::new(ADAPTER_ID, adapter_id.to_owned()));
+            span = Some(started);
+        });
+        AdmitSpan {
+            telemetry,
+            span,
+            adapter_id: adapter_id.to_owned(),
+        }
+    }
+
+    fn with_span(&mut self, f: impl FnOnce(&mut BoxedSpan)) {
+        if let Some(span) = self.span.as_mut() {
+            guarded(|| f(span));
+        }
+    }
+
+    fn end(&mut self) {
+        if let Some(mut span) = self.span.take() {
+            guarded(move || span.end());
+        }
+    }
+
+    /// Records a decision: attributes, status, counts, transitions, a log line if throttled.
+    fn decide(&mut self, evidence: &Evidence) {
+        let attributes = evidence_attributes(evidence);
+        let status = match evidence.decision {
+            Decision::Admit => Status::Ok,
+            Decision::Defer => Status::Unset,
+            Decision::Reject => Status::error(evidence.reason.as_str()),
+        };
+        self.with_span(|span| {
+            span.set_attributes(attributes);
+            span.set_status(status);
+        });
+        let telemetry = self.telemetry.clone();
+        guarded(|| {
+            telemetry.instruments.decision(
+                evidence.decision,
+                evidence.reason,
+                evidence.breaker_state,
+            )
+        });
+        self.telemetry.prometheus.decision(
+            evidence.decision,
+            evidence.reason,
+            evidence.breaker_state,
+        );
+        if evidence.decision != Decision::Admit {
+            let mut attributes = BTreeMap::new();
+            attributes.insert(DECISION, evidence.decision.as_str().to_owned());
+            attributes.insert(REASON, evidence.reason.as_str().to_owned());
+            attributes.insert(
+                super::attributes::BREAKER_STATUS,
+                evidence.breaker_state.as_str().to_owned(),
+            );
+            attributes.insert(ADAPTER_ID, self.adapter_id.clone());
+            self.telemetry.log(LogRecord {
+                level: LogLevel::Info,
+                message: "admission throttled",
+                attributes,
+            });
+        }
+        self.transitions(&evidence.breaker_transitions);
+    }
+
+    fn transitions(&mut self, transitions: &[BreakerTransition]) {
+        for transition in transitions {
+            let (from, to) = (transition.from.as_str(), transition.to.as_str());
+            let failures = i64::from(transition.failures);
+            self.with_span(|span| {
+                span.add_event(
+                    "breaker.transition",
+                    vec![
+                        KeyValue::new(BREAKER_FROM, from),
+                        KeyValue::new(BREAKER_TO, to),
+                        KeyValue::new(BREAKER_FAILURES, failures),
+                    ],
+                );
+            });
+            let telemetry = self.telemetry.clone();
+            guarded(|| telemetry.instruments.transition(transition.to));
+            self.telemetry.prometheus.transition(transition.to);
+            let mut attributes = BTreeMap::new();
+            attributes.insert(BREAKER_FROM, from.to_owned());
+            attributes.insert(BREAKER_TO, to.to_owned());
+            attributes.insert(ADAPTER_ID, self.adapter_id.clone());
+            self.telemetry.log(LogRecord {
+                level: LogLevel::Warn,
+                message: "breaker transition",
+                attributes,
+            });
+        }
+    }
+
+    /// Admitted: the span stays open until the lease is released.
+    pub(crate) fn admitted(&mut self, evidence: &Evidence) {
+        self.decide(evidence);
+    }
+
+    /// Rejected: the span ends with status error.
+    pub(crate) fn rejected(mut self, evidence: &Evidence) {
+        self.decide(evidence);
+        self.end();
+    }
+
+    /// Deferred: the span ends with status unset. (The driver resolves every acquire to an
+    /// admit or a reject, so the evaluator does not produce these; hosts polling the core do.)
+    #[allow(dead_code)]
+    pub(crate) fn deferred(mut self, evidence: &Evidence) {
+        self.decide(evidence);
+        self.end();
+    }
+
+    /// The registry could not take the request (no evidence exists).
+    pub(crate) fn failed(mut self) {
+        self.with_span(|span| {
+            span.set_attribute(KeyValue::new(DECISION, Decision::Reject.as_str()));
+            span.set_status(Status::error("registry"));
+        });
+        self.end();
+    }
+
+    /// The lease was released: transitions the outcome caused become events; the span ends.
+    pub(crate) fn released(mut self, transitions: &[BreakerTransition]) {
+        self.transitions(transitions);
+        self.end();
+    }
+}
+
+impl Drop for AdmitSpan {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
