@@ -56,6 +56,9 @@ use crate::reason::{BreakerState, Decision, Reason};
 use crate::scope::{ScopeState, TokenHolder};
 use crate::time::Millis;
 
+/// Idle lanes kept for reuse (the reference keeps at most 1024 idle scopes).
+pub const IDLE_LANES_KEPT: usize = 1024;
+
 /// Breaker transitions kept in [`Controller::breaker_transitions`].
 pub const BREAKER_HISTORY_LIMIT: usize = 64;
 
@@ -215,6 +218,8 @@ pub struct Controller {
     providers: Vec<ProviderState>,
     provider_index: FxHashMap<String, u32>,
     lanes: FxHashMap<LaneKey, Lane>,
+    /// Lanes that went idle, oldest first (entries may be stale: the lane got busy again).
+    idle_lanes: VecDeque<LaneKey>,
     /// Round-robin ring of (lane, ticket); an entry whose ticket is not its lane's is stale.
     ring: VecDeque<(LaneKey, u64)>,
     /// Lanes with a live ring entry.
@@ -252,6 +257,7 @@ impl Controller {
             providers: Vec::new(),
             provider_index: FxHashMap::default(),
             lanes: FxHashMap::default(),
+            idle_lanes: VecDeque::new(),
             ring: VecDeque::new(),
             ring_lanes: 0,
             next_ticket: 0,
@@ -399,9 +405,15 @@ impl Controller {
         let checked = estimate.as_ref().ok().copied();
         // A provider or principal the profile has never named is refused before any state is
         // kept for it, so arbitrary IDs cannot grow the controller.
-        let provider_known = self.provider_index.contains_key(&request.provider_id);
-        let principal_known = self.principal_index.contains_key(&request.principal_id);
-        if !provider_known || !principal_known {
+        let provider = self
+            .provider_index
+            .get(request.provider_id.as_str())
+            .copied();
+        let principal = self
+            .principal_index
+            .get(request.principal_id.as_str())
+            .copied();
+        let (Some(provider), Some(principal)) = (provider, principal) else {
             // Preflight order: an unconfigured provider is reported before an unknown principal.
             let reason = if self.profile.providers.contains_key(&request.provider_id) {
                 Reason::Disabled
@@ -413,9 +425,7 @@ impl Controller {
                 &request.principal_id,
                 checked.as_ref(),
             ));
-        }
-        let principal = self.principal(&request.principal_id);
-        let provider = self.provider(&request.provider_id);
+        };
         let lane_key = (provider, principal);
 
         let refuse = |this: &mut Self, reason: Reason, hint: Option<Millis>| {
@@ -553,11 +563,12 @@ impl Controller {
             None => held,
             Some(mean) => (mean * 7 + held) / 8,
         });
-        if let Some(lane) = self.lanes.get_mut(&record.lane) {
+        let now_idle = self.lanes.get_mut(&record.lane).is_some_and(|lane| {
             lane.active -= 1;
-            if lane.is_idle() {
-                self.lanes.remove(&record.lane);
-            }
+            lane.is_idle()
+        });
+        if now_idle {
+            self.lane_went_idle(record.lane);
         }
         self.record_transitions(&transitions);
         self.pump(now);
@@ -729,7 +740,22 @@ impl Controller {
 
     /// Number of lanes with state (waiters or leases); for leak checks.
     pub fn lane_count(&self) -> usize {
-        self.lanes.len()
+        self.lanes.values().filter(|lane| !lane.is_idle()).count()
+    }
+
+    /// Keeps an idle lane (so a busy principal does not rebuild it on every request) but at most
+    /// [`IDLE_LANES_KEPT`] of them: the oldest idle lanes are forgotten first. An idle lane holds
+    /// no waiter and no lease, so forgetting it loses nothing.
+    fn lane_went_idle(&mut self, key: LaneKey) {
+        self.idle_lanes.push_back(key);
+        while self.idle_lanes.len() > IDLE_LANES_KEPT {
+            let Some(oldest) = self.idle_lanes.pop_front() else {
+                break;
+            };
+            if self.lanes.get(&oldest).is_some_and(Lane::is_idle) {
+                self.lanes.remove(&oldest);
+            }
+        }
     }
 
     /// The refusal of a request naming a provider or principal the controller does not know.
@@ -1157,6 +1183,7 @@ impl Controller {
         self.providers[provider as usize]
             .scope
             .forget_holder(waiter_id);
+        let mut now_idle = false;
         if let Some(lane) = self.lanes.get_mut(&waiter.lane) {
             lane.live -= 1;
             if lane.live == 0 {
@@ -1166,12 +1193,13 @@ impl Controller {
                     lane.in_ring = false;
                     self.ring_lanes -= 1;
                 }
-                if lane.is_idle() {
-                    self.lanes.remove(&waiter.lane);
-                }
+                now_idle = lane.is_idle();
             } else if lane.queue.front() == Some(&waiter_id) {
                 lane.queue.pop_front();
             }
+        }
+        if now_idle {
+            self.lane_went_idle(waiter.lane);
         }
         Some(waiter)
     }
@@ -1339,7 +1367,7 @@ impl Controller {
                         lane.in_ring = false;
                         self.ring_lanes -= 1;
                         if lane.is_idle() {
-                            self.lanes.remove(&lane_key);
+                            self.lane_went_idle(lane_key);
                         }
                         continue;
                     }
@@ -1491,5 +1519,43 @@ impl Controller {
             evidence.breaker_transitions = waiter.transitions.clone();
         }
         evidence
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_lanes_are_kept_for_reuse_but_bounded() {
+        let mut profile = Profile {
+            workspace: Limits::with_concurrency(8),
+            ..Profile::default()
+        };
+        profile
+            .providers
+            .insert("jev".into(), Limits::with_concurrency(8));
+        let names: Vec<String> = (0..3000).map(|i| format!("p{i}")).collect();
+        for name in &names {
+            profile
+                .principals
+                .insert(name.clone(), Limits::with_concurrency(1));
+        }
+        let mut controller = Controller::new(profile, 0).unwrap();
+        for name in &names {
+            let Acquired::Admitted(lease) =
+                controller.acquire(AdmissionRequest::new(name.as_str(), "jev", "b"), 0)
+            else {
+                panic!("admitted");
+            };
+            controller.release(lease.id, Outcome::Success, 0).unwrap();
+        }
+        assert_eq!(controller.lane_count(), 0, "no busy lane is left");
+        assert!(
+            controller.lanes.len() <= IDLE_LANES_KEPT,
+            "{}",
+            controller.lanes.len()
+        );
+        assert!(controller.idle_lanes.len() <= IDLE_LANES_KEPT);
     }
 }
