@@ -2,8 +2,8 @@
 //!
 //! `--clients` concurrent clients (default 64) each run acquire + release pairs back to back
 //! over loopback HTTP/1.1 keep-alive connections, for `--seconds` after a short warm-up. It
-//! reports pairs per second and the p50 / p99 / max latency of a pair (acquire and release,
-//! measured at the client). Without `--url` it starts an in-process service on an ephemeral
+//! reports pairs per second, the p50 / p99 / max latency of a pair and the p50 / p99 latency of
+//! each request (acquire or release), all measured at the client. Without `--url` it starts an in-process service on an ephemeral
 //! loopback port with a fresh data directory and a profile that never binds (the benchmark
 //! measures the service, not the limits); with `--url` and `--key` it targets a running service,
 //! whose profile decides what happens.
@@ -107,6 +107,7 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
             let target = target.clone();
             tasks.push(tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(16_384);
+                let mut requests = Vec::with_capacity(32_768);
                 let mut failures = 0u64;
 
                 loop {
@@ -115,43 +116,47 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
                         break;
                     }
 
-                    let ok = pair(&client, &target, client_index).await;
+                    let outcome = pair(&client, &target, client_index).await;
                     let elapsed = began.elapsed();
                     if began.duration_since(start) >= warmup {
-                        if ok {
-                            latencies.push(elapsed.as_micros() as u64);
-                        } else {
-                            failures += 1;
+                        match outcome {
+                            Some((acquire, release)) => {
+                                latencies.push(elapsed.as_micros() as u64);
+                                requests.push(acquire.as_micros() as u64);
+                                requests.push(release.as_micros() as u64);
+                            }
+                            None => failures += 1,
                         }
                     }
                 }
-                (latencies, failures)
+                (latencies, requests, failures)
             }));
         }
         let mut latencies = Vec::new();
+        let mut requests = Vec::new();
         let mut failures = 0;
         for task in tasks {
-            let (mut l, f) = task.await?;
+            let (mut l, mut r, f) = task.await?;
             latencies.append(&mut l);
+            requests.append(&mut r);
             failures += f;
         }
         latencies.sort_unstable();
+        requests.sort_unstable();
         let pairs = latencies.len();
         let rate = pairs as f64 / measured.as_secs_f64();
-        let pct = |p: f64| -> f64 {
-            if latencies.is_empty() {
-                return 0.0;
-            }
-            let index = ((p * pairs as f64).ceil() as usize).clamp(1, pairs) - 1;
-            latencies[index] as f64 / 1000.0
-        };
         println!("pairs:        {pairs} ({failures} failed)");
         println!("pairs/s:      {rate:.0}");
         println!(
             "pair latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-            pct(0.50),
-            pct(0.99),
+            percentile_ms(&latencies, 0.50),
+            percentile_ms(&latencies, 0.99),
             latencies.last().map_or(0.0, |&v| v as f64 / 1000.0)
+        );
+        println!(
+            "request latency (acquire or release): p50 {:.2} ms, p99 {:.2} ms",
+            percentile_ms(&requests, 0.50),
+            percentile_ms(&requests, 0.99),
         );
         if let Some(server) = server {
             server.shutdown().await?;
@@ -196,8 +201,22 @@ async fn setup(client: &reqwest::Client, base: &str, admin: &str) -> anyhow::Res
     })
 }
 
-/// One acquire + release. Returns whether both succeeded.
-async fn pair(client: &reqwest::Client, target: &Target, client_index: usize) -> bool {
+/// The `p` quantile of sorted microsecond samples, in ms (0 when there are none).
+fn percentile_ms(sorted_us: &[u64], p: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    let index = ((p * sorted_us.len() as f64).ceil() as usize).clamp(1, sorted_us.len()) - 1;
+    sorted_us[index] as f64 / 1000.0
+}
+
+/// One acquire + release. Returns the latency of each when both succeeded.
+async fn pair(
+    client: &reqwest::Client,
+    target: &Target,
+    client_index: usize,
+) -> Option<(Duration, Duration)> {
+    let began = Instant::now();
     let body = json!({
         "providerId": target.provider,
         "budgetId": format!("bench-{client_index}"),
@@ -211,18 +230,20 @@ async fn pair(client: &reqwest::Client, target: &Target, client_index: usize) ->
         .send()
         .await
     else {
-        return false;
+        return None;
     };
     if !response.status().is_success() {
         let _ = response.bytes().await;
-        return false;
+        return None;
     }
     let Ok(lease) = response.json::<serde_json::Value>().await else {
-        return false;
+        return None;
     };
     let Some(lease_id) = lease["leaseId"].as_str() else {
-        return false;
+        return None;
     };
+    let acquired = began.elapsed();
+    let released_at = Instant::now();
     let released = client
         .post(format!("{}/v1/leases/{lease_id}/release", target.base))
         .bearer_auth(&target.key)
@@ -233,8 +254,8 @@ async fn pair(client: &reqwest::Client, target: &Target, client_index: usize) ->
         Ok(response) => {
             let ok = response.status().is_success();
             let _ = response.bytes().await;
-            ok
+            ok.then(|| (acquired, released_at.elapsed()))
         }
-        Err(_) => false,
+        Err(_) => None,
     }
 }
