@@ -239,9 +239,7 @@ async fn pair(
     let Ok(lease) = response.json::<serde_json::Value>().await else {
         return None;
     };
-    let Some(lease_id) = lease["leaseId"].as_str() else {
-        return None;
-    };
+    let lease_id = lease["leaseId"].as_str()?;
     let acquired = began.elapsed();
     let released_at = Instant::now();
     let released = client
