@@ -76,7 +76,7 @@ impl TokenBucket {
         self.level = self.level.saturating_sub(self.scaled(units));
     }
 
-    /// Whole units available now (after refill), for snapshots.
+    /// Whole units available now (after refill).
     pub fn available(&self) -> u64 {
         u64::try_from(self.level / u128::from(self.period_ms.max(1))).unwrap_or(u64::MAX)
     }
@@ -90,11 +90,6 @@ impl TokenBucket {
 
     pub fn rate(&self) -> u64 {
         self.rate
-    }
-
-    /// Whether the bucket is full, so forgetting it loses nothing.
-    pub fn is_full(&self) -> bool {
-        self.level >= self.capacity()
     }
 }
 

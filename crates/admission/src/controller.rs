@@ -40,6 +40,7 @@
 //! - Evidence never carries a principal or workspace ID.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -151,14 +152,16 @@ pub struct ProviderSnapshot {
     pub paused_until: Option<Millis>,
 }
 
+/// Limits are shared (`Arc`) so the pump can hold them across mutations of the same state
+/// without copying them for every head it looks at.
 struct PrincipalState {
-    limits: Option<Limits>,
+    limits: Option<Arc<Limits>>,
     scope: ScopeState,
 }
 
 struct ProviderState {
     id: String,
-    limits: Option<Limits>,
+    limits: Option<Arc<Limits>>,
     scope: ScopeState,
     breaker: Breaker,
     paused_until: Millis,
@@ -314,7 +317,7 @@ impl Controller {
             return index;
         }
         let index = self.principals.len() as u32;
-        let limits = self.profile.principals.get(id).cloned();
+        let limits = self.profile.principals.get(id).cloned().map(Arc::new);
         let mut scope = ScopeState::default();
         if let Some(limits) = &limits {
             scope.sync_limits(limits, self.now);
@@ -330,7 +333,7 @@ impl Controller {
             return index;
         }
         let index = self.providers.len() as u32;
-        let limits = self.profile.providers.get(id).cloned();
+        let limits = self.profile.providers.get(id).cloned().map(Arc::new);
         let mut scope = ScopeState::default();
         if let Some(limits) = &limits {
             scope.sync_limits(limits, self.now);
@@ -351,7 +354,7 @@ impl Controller {
         let now = self.now;
         self.workspace.sync_limits(&profile.workspace, now);
         for provider in &mut self.providers {
-            provider.limits = profile.providers.get(&provider.id).cloned();
+            provider.limits = profile.providers.get(&provider.id).cloned().map(Arc::new);
             let has_breaker = provider
                 .limits
                 .as_ref()
@@ -367,7 +370,7 @@ impl Controller {
         }
         for (id, &index) in &self.principal_index {
             let state = &mut self.principals[index as usize];
-            state.limits = profile.principals.get(id).cloned();
+            state.limits = profile.principals.get(id).cloned().map(Arc::new);
             match &state.limits {
                 Some(limits) => state.scope.sync_limits(limits, now),
                 None => state.scope.sync_limits(&Limits::default(), now),
@@ -791,11 +794,11 @@ impl Controller {
     // ----- checks --------------------------------------------------------------------------
 
     fn principal_limits(&self, index: u32) -> Option<&Limits> {
-        self.principals[index as usize].limits.as_ref()
+        self.principals[index as usize].limits.as_deref()
     }
 
     fn provider_limits(&self, index: u32) -> Option<&Limits> {
-        self.providers[index as usize].limits.as_ref()
+        self.providers[index as usize].limits.as_deref()
     }
 
     /// Preflight (REFERENCE §4): permanent, order as specified.
@@ -1026,8 +1029,8 @@ impl Controller {
         let (provider, principal) = lane_key;
         let estimate = waiter.estimate;
         let (Some(principal_limits), Some(provider_limits)) = (
-            self.principal_limits(principal).cloned(),
-            self.provider_limits(provider).cloned(),
+            self.principals[principal as usize].limits.clone(),
+            self.providers[provider as usize].limits.clone(),
         ) else {
             return Attempt::Reject(Reason::UnconfiguredProvider);
         };

@@ -56,14 +56,6 @@ impl ScopeState {
             self.token_holder = None;
         }
     }
-
-    /// Whether dropping this state would lose nothing (idle, buckets full).
-    pub fn is_pristine(&self) -> bool {
-        self.active == 0
-            && self.queued == 0
-            && self.requests.as_ref().is_none_or(TokenBucket::is_full)
-            && self.tokens.as_ref().is_none_or(TokenBucket::is_full)
-    }
 }
 
 fn sync_bucket(slot: &mut Option<TokenBucket>, rate: Option<u64>, period: u64, now: Millis) {

@@ -16,8 +16,6 @@ pub enum QualifyError {
     Profile(#[from] turnstile_admission::RegistryError),
     #[error("the record cannot be sealed: {0}")]
     Seal(#[from] turnstile_admission::digest::CanonicalJsonError),
-    #[error("target {0} is not available in this build")]
-    TargetUnavailable(&'static str),
     #[error("the evaluator target failed: {0}")]
     Evaluator(#[from] EvaluatorTargetError),
 }
