@@ -16,14 +16,18 @@ use crate::error::ApiError;
 
 /// Reads the extracted body bytes (or their rejection) into `T`.
 pub fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let bytes = body.map_err(|rejection| {
+    parse_slice(&bytes(body)?)
+}
+
+/// The extracted body bytes, or the typed error for the extractor's rejection.
+pub fn bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::BodyTooLarge
         } else {
             ApiError::MalformedJson(rejection.body_text())
         }
-    })?;
-    parse_slice(&bytes)
+    })
 }
 
 /// Parses a complete JSON document into `T`.

@@ -51,13 +51,7 @@ pub async fn put_profile(
     require_admin(&caller)?;
     validate::id("workspaceId", &workspace_id)?;
     validate::id("profileVersion", &profile_version)?;
-    let bytes = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::BodyTooLarge
-        } else {
-            ApiError::MalformedJson(rejection.body_text())
-        }
-    })?;
+    let bytes = crate::body::bytes(body)?;
     let profile = parse_profile(&bytes)?;
     for principal in profile.principals.keys() {
         validate::id("principals", principal)?;
