@@ -8,12 +8,15 @@
 //! measures the service, not the limits); with `--url` and `--key` it targets a running service,
 //! whose profile decides what happens.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Args;
+use serde::Serialize;
 use serde_json::json;
+
+use super::bench_client::{BenchClient, Endpoint, PairFailure};
 
 #[derive(Debug, Args)]
 pub struct BenchServeArgs {
@@ -29,9 +32,15 @@ pub struct BenchServeArgs {
     /// Concurrent clients.
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
-    /// Measured duration in seconds (after a 1 s warm-up).
+    /// Measured duration in seconds (after the warm-up).
     #[arg(long, default_value_t = 10)]
     pub seconds: u64,
+    /// Warm-up before measuring, in milliseconds (pairs started in it are not counted).
+    #[arg(long, default_value_t = 1000)]
+    pub warmup_ms: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 const BENCH_PROFILE: &str = r#"{
@@ -92,80 +101,229 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
                 target
             }
         };
-        let target = Arc::new(target);
 
-        println!(
-            "bench-serve: {} clients, {} s, target {}",
-            args.clients, args.seconds, target.base
-        );
-        let warmup = Duration::from_secs(1);
+        if !args.json {
+            println!(
+                "bench-serve: {} clients, {} s, target {}",
+                args.clients, args.seconds, target.base
+            );
+        }
+        let warmup = Duration::from_millis(args.warmup_ms);
         let measured = Duration::from_secs(args.seconds);
-        let start = Instant::now();
-        let mut tasks = Vec::with_capacity(args.clients);
-        for client_index in 0..args.clients {
-            let client = client.clone();
-            let target = target.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(16_384);
-                let mut requests = Vec::with_capacity(32_768);
-                let mut failures = 0u64;
-
-                loop {
-                    let began = Instant::now();
-                    if began.duration_since(start) >= warmup + measured {
-                        break;
-                    }
-
-                    let outcome = pair(&client, &target, client_index).await;
-                    let elapsed = began.elapsed();
-                    if began.duration_since(start) >= warmup {
-                        match outcome {
-                            Some((acquire, release)) => {
-                                latencies.push(elapsed.as_micros() as u64);
-                                requests.push(acquire.as_micros() as u64);
-                                requests.push(release.as_micros() as u64);
-                            }
-                            None => failures += 1,
-                        }
-                    }
-                }
-                (latencies, requests, failures)
-            }));
+        let cpu_before = process_cpu();
+        let samples = drive(&target, args.clients, warmup, measured).await?;
+        let cpu = process_cpu()
+            .zip(cpu_before)
+            .map(|(after, before)| after.saturating_sub(before));
+        let report = Report::new(&args, samples, measured, cpu);
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            report.print();
         }
-        let mut latencies = Vec::new();
-        let mut requests = Vec::new();
-        let mut failures = 0;
-        for task in tasks {
-            let (mut l, mut r, f) = task.await?;
-            latencies.append(&mut l);
-            requests.append(&mut r);
-            failures += f;
-        }
-        latencies.sort_unstable();
-        requests.sort_unstable();
-        let pairs = latencies.len();
-        let rate = pairs as f64 / measured.as_secs_f64();
-        println!("pairs:        {pairs} ({failures} failed)");
-        println!("pairs/s:      {rate:.0}");
-        println!(
-            "pair latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-            percentile_ms(&latencies, 0.50),
-            percentile_ms(&latencies, 0.99),
-            latencies.last().map_or(0.0, |&v| v as f64 / 1000.0)
-        );
-        println!(
-            "request latency (acquire or release): p50 {:.2} ms, p99 {:.2} ms",
-            percentile_ms(&requests, 0.50),
-            percentile_ms(&requests, 0.99),
-        );
         if let Some(server) = server {
             server.shutdown().await?;
         }
         if let Some(dir) = data_dir {
             let _ = std::fs::remove_dir_all(dir);
         }
+        if report.pairs == 0 {
+            bail!("no acquire + release pair succeeded");
+        }
         anyhow::Ok(())
     })
+}
+
+/// What every client measured, merged.
+#[derive(Default)]
+struct Samples {
+    /// Pair latencies, µs.
+    pairs: Vec<u64>,
+    /// Latencies of single requests (acquire or release), µs.
+    requests: Vec<u64>,
+    failures: BTreeMap<PairFailure, u64>,
+    /// Wall-clock time of warm-up and measurement.
+    elapsed: Duration,
+}
+
+/// Runs `clients` closed-loop clients for `warmup + measured`; only pairs started after the
+/// warm-up are counted.
+async fn drive(
+    target: &Target,
+    clients: usize,
+    warmup: Duration,
+    measured: Duration,
+) -> anyhow::Result<Samples> {
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(clients);
+    for client_index in 0..clients {
+        let endpoint = Endpoint::new(
+            &target.base,
+            &target.key,
+            &target.provider,
+            &format!("bench-{client_index}"),
+        )?;
+        let mut client = BenchClient::new(endpoint);
+        tasks.push(tokio::spawn(async move {
+            let mut samples = Samples {
+                pairs: Vec::with_capacity(16_384),
+                requests: Vec::with_capacity(32_768),
+                ..Samples::default()
+            };
+            loop {
+                let began = Instant::now();
+                if began.duration_since(start) >= warmup + measured {
+                    break;
+                }
+                let outcome = client.pair().await;
+                let elapsed = began.elapsed();
+                if began.duration_since(start) < warmup {
+                    continue;
+                }
+                match outcome {
+                    Ok(times) => {
+                        samples.pairs.push(micros(elapsed));
+                        samples.requests.push(micros(times.acquire));
+                        samples.requests.push(micros(times.release));
+                    }
+                    Err(failure) => *samples.failures.entry(failure).or_default() += 1,
+                }
+            }
+            samples
+        }));
+    }
+    let mut merged = Samples::default();
+    for task in tasks {
+        let mut samples = task.await?;
+        merged.pairs.append(&mut samples.pairs);
+        merged.requests.append(&mut samples.requests);
+        for (failure, count) in samples.failures {
+            *merged.failures.entry(failure).or_default() += count;
+        }
+    }
+    merged.elapsed = start.elapsed();
+    merged.pairs.sort_unstable();
+    merged.requests.sort_unstable();
+    Ok(merged)
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Latency quantiles in milliseconds.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Latency {
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+impl Latency {
+    fn of(sorted_us: &[u64]) -> Self {
+        Latency {
+            p50_ms: percentile_ms(sorted_us, 0.50),
+            p99_ms: percentile_ms(sorted_us, 0.99),
+            max_ms: sorted_us.last().map_or(0.0, |&v| v as f64 / 1000.0),
+        }
+    }
+}
+
+/// The benchmark's result (`--json` prints it as is).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    target: String,
+    in_process_service: bool,
+    clients: usize,
+    measured_seconds: u64,
+    pairs: usize,
+    pairs_per_second: f64,
+    /// Failed pairs by cause ("status 429", "transport", ...).
+    failures: BTreeMap<String, u64>,
+    pair_latency: Latency,
+    /// One acquire or one release.
+    request_latency: Latency,
+    /// CPU seconds of this process during warm-up and measurement: the clients, plus the
+    /// service when it runs in-process. Absent where the platform does not report it.
+    process_cpu_seconds: Option<f64>,
+    /// Wall-clock seconds of warm-up and measurement.
+    wall_seconds: f64,
+}
+
+impl Report {
+    fn new(
+        args: &BenchServeArgs,
+        samples: Samples,
+        measured: Duration,
+        cpu: Option<Duration>,
+    ) -> Self {
+        let pairs = samples.pairs.len();
+        Report {
+            target: args.url.clone().unwrap_or_else(|| "in-process".to_owned()),
+            in_process_service: args.url.is_none(),
+            clients: args.clients,
+            measured_seconds: args.seconds,
+            pairs,
+            pairs_per_second: pairs as f64 / measured.as_secs_f64(),
+            failures: samples
+                .failures
+                .iter()
+                .map(|(failure, count)| (failure.to_string(), *count))
+                .collect(),
+            pair_latency: Latency::of(&samples.pairs),
+            request_latency: Latency::of(&samples.requests),
+            process_cpu_seconds: cpu.map(|d| d.as_secs_f64()),
+            wall_seconds: samples.elapsed.as_secs_f64(),
+        }
+    }
+
+    fn print(&self) {
+        let failed: u64 = self.failures.values().sum();
+        println!("pairs:        {} ({failed} failed)", self.pairs);
+        for (failure, count) in &self.failures {
+            println!("  failed by {failure}: {count}");
+        }
+        println!("pairs/s:      {:.0}", self.pairs_per_second);
+        println!(
+            "pair latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            self.pair_latency.p50_ms, self.pair_latency.p99_ms, self.pair_latency.max_ms
+        );
+        println!(
+            "request latency (acquire or release): p50 {:.2} ms, p99 {:.2} ms",
+            self.request_latency.p50_ms, self.request_latency.p99_ms,
+        );
+        if let Some(cpu) = self.process_cpu_seconds {
+            let scope = if self.in_process_service {
+                "clients and service"
+            } else {
+                "clients only"
+            };
+            println!(
+                "process CPU:  {cpu:.2} s over {:.2} s wall ({scope}; {:.0}% of one core)",
+                self.wall_seconds,
+                100.0 * cpu / self.wall_seconds.max(f64::EPSILON)
+            );
+        }
+    }
+}
+
+/// User + system CPU time of this process so far.
+#[cfg(unix)]
+fn process_cpu() -> Option<Duration> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    let to_duration = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(u64::try_from(t.tv_sec()).ok()?)
+            .checked_add(Duration::from_micros(u64::try_from(t.tv_usec()).ok()?))
+    };
+    to_duration(usage.user_time())?.checked_add(to_duration(usage.system_time())?)
+}
+
+#[cfg(not(unix))]
+fn process_cpu() -> Option<Duration> {
+    None
 }
 
 /// Registers the bench profile and creates the bench principal's key.
@@ -208,52 +366,4 @@ fn percentile_ms(sorted_us: &[u64], p: f64) -> f64 {
     }
     let index = ((p * sorted_us.len() as f64).ceil() as usize).clamp(1, sorted_us.len()) - 1;
     sorted_us[index] as f64 / 1000.0
-}
-
-/// One acquire + release. Returns the latency of each when both succeeded.
-async fn pair(
-    client: &reqwest::Client,
-    target: &Target,
-    client_index: usize,
-) -> Option<(Duration, Duration)> {
-    let began = Instant::now();
-    let body = json!({
-        "providerId": target.provider,
-        "budgetId": format!("bench-{client_index}"),
-        "estimate": {"tokens": 100, "costUsd": 0.0001},
-        "deadlineMs": 5000,
-    });
-    let Ok(response) = client
-        .post(format!("{}/v1/admissions", target.base))
-        .bearer_auth(&target.key)
-        .json(&body)
-        .send()
-        .await
-    else {
-        return None;
-    };
-    if !response.status().is_success() {
-        let _ = response.bytes().await;
-        return None;
-    }
-    let Ok(lease) = response.json::<serde_json::Value>().await else {
-        return None;
-    };
-    let lease_id = lease["leaseId"].as_str()?;
-    let acquired = began.elapsed();
-    let released_at = Instant::now();
-    let released = client
-        .post(format!("{}/v1/leases/{lease_id}/release", target.base))
-        .bearer_auth(&target.key)
-        .json(&json!({"outcome": "success"}))
-        .send()
-        .await;
-    match released {
-        Ok(response) => {
-            let ok = response.status().is_success();
-            let _ = response.bytes().await;
-            ok.then(|| (acquired, released_at.elapsed()))
-        }
-        Err(_) => None,
-    }
 }

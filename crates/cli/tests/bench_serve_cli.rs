@@ -1,0 +1,97 @@
+//! `turnstile bench-serve`: the load generator runs against an in-process service and reports
+//! what it measured; bad arguments are refused with a clear message.
+
+use std::process::{Command, Output};
+
+fn bench_serve(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .arg("bench-serve")
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("the turnstile binary runs")
+}
+
+#[test]
+fn bench_serve_in_process_measures_pairs_without_failures() {
+    let output = bench_serve(&[
+        "--clients",
+        "4",
+        "--seconds",
+        "1",
+        "--warmup-ms",
+        "100",
+        "--json",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("--json prints one JSON document");
+    assert_eq!(report["inProcessService"], true);
+    assert_eq!(report["clients"], 4);
+    let pairs = report["pairs"].as_u64().unwrap();
+    assert!(pairs > 0, "{report}");
+    assert_eq!(report["pairsPerSecond"].as_f64().unwrap(), pairs as f64);
+    assert_eq!(report["failures"], serde_json::json!({}), "{report}");
+    for latency in ["pairLatency", "requestLatency"] {
+        let l = &report[latency];
+        let (p50, p99, max) = (
+            l["p50Ms"].as_f64().unwrap(),
+            l["p99Ms"].as_f64().unwrap(),
+            l["maxMs"].as_f64().unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{latency}: {l}");
+    }
+    // A pair is two requests: its median cannot be below one request's median.
+    assert!(
+        report["pairLatency"]["p50Ms"].as_f64().unwrap()
+            >= report["requestLatency"]["p50Ms"].as_f64().unwrap()
+    );
+    assert!(report["processCpuSeconds"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_serve_refuses_bad_targets_and_counts() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["--url", "http://127.0.0.1:1"], "--url needs --key"),
+        (
+            &["--url", "https://127.0.0.1:1", "--key", "tsk_x"],
+            "plain HTTP",
+        ),
+        (
+            &["--url", "http://127.0.0.1:1/base", "--key", "tsk_x"],
+            "without a path",
+        ),
+        (&["--clients", "0"], "at least 1"),
+    ];
+    for (args, message) in cases {
+        let output = bench_serve(args);
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn bench_serve_against_an_unreachable_service_fails_with_transport_errors() {
+    // Port 1 on loopback refuses connections: every pair fails, and the command says so.
+    let output = bench_serve(&[
+        "--url",
+        "http://127.0.0.1:1",
+        "--key",
+        "tsk_x",
+        "--clients",
+        "2",
+        "--seconds",
+        "1",
+        "--warmup-ms",
+        "0",
+    ]);
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("failed by transport"), "{stdout}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no acquire + release pair succeeded"));
+}
