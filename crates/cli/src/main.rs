@@ -29,6 +29,11 @@ enum Command {
     Qualify(commands::qualify::QualifyArgs),
 }
 
+/// mimalloc: the service allocates small, short-lived buffers per request from many threads;
+/// measured in `docs/performance.md`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {

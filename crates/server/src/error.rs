@@ -132,6 +132,13 @@ impl IntoResponse for ApiError {
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
+            ApiError::BodyTooLarge => {
+                // The rest of the body is never read, so the connection cannot carry another
+                // request; saying so keeps a client from reusing it (and racing the close).
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             ApiError::ShuttingDown | ApiError::Storage => {
                 response
                     .headers_mut()

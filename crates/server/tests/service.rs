@@ -273,6 +273,7 @@ fn each_status_code() {
         .send()
         .unwrap();
     assert_eq!(too_large.status(), 413);
+    assert_eq!(too_large.headers()["connection"], "close");
     assert_eq!(
         server
             .client
