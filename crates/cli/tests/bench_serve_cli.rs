@@ -36,7 +36,12 @@ fn bench_serve_in_process_measures_pairs_without_failures() {
     assert!(pairs > 0, "{report}");
     assert_eq!(report["pairsPerSecond"].as_f64().unwrap(), pairs as f64);
     assert_eq!(report["failures"], serde_json::json!({}), "{report}");
-    for latency in ["pairLatency", "requestLatency"] {
+    for latency in [
+        "pairLatency",
+        "requestLatency",
+        "acquireLatency",
+        "releaseLatency",
+    ] {
         let l = &report[latency];
         let (p50, p99, max) = (
             l["p50Ms"].as_f64().unwrap(),

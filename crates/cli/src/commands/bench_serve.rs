@@ -139,8 +139,10 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
 struct Samples {
     /// Pair latencies, µs.
     pairs: Vec<u64>,
-    /// Latencies of single requests (acquire or release), µs.
-    requests: Vec<u64>,
+    /// Latencies of the acquire requests, µs.
+    acquires: Vec<u64>,
+    /// Latencies of the release requests, µs.
+    releases: Vec<u64>,
     failures: BTreeMap<PairFailure, u64>,
     /// Wall-clock time of warm-up and measurement.
     elapsed: Duration,
@@ -167,7 +169,8 @@ async fn drive(
         tasks.push(tokio::spawn(async move {
             let mut samples = Samples {
                 pairs: Vec::with_capacity(16_384),
-                requests: Vec::with_capacity(32_768),
+                acquires: Vec::with_capacity(16_384),
+                releases: Vec::with_capacity(16_384),
                 ..Samples::default()
             };
             loop {
@@ -183,8 +186,8 @@ async fn drive(
                 match outcome {
                     Ok(times) => {
                         samples.pairs.push(micros(elapsed));
-                        samples.requests.push(micros(times.acquire));
-                        samples.requests.push(micros(times.release));
+                        samples.acquires.push(micros(times.acquire));
+                        samples.releases.push(micros(times.release));
                     }
                     Err(failure) => *samples.failures.entry(failure).or_default() += 1,
                 }
@@ -196,15 +199,26 @@ async fn drive(
     for task in tasks {
         let mut samples = task.await?;
         merged.pairs.append(&mut samples.pairs);
-        merged.requests.append(&mut samples.requests);
+        merged.acquires.append(&mut samples.acquires);
+        merged.releases.append(&mut samples.releases);
         for (failure, count) in samples.failures {
             *merged.failures.entry(failure).or_default() += count;
         }
     }
     merged.elapsed = start.elapsed();
     merged.pairs.sort_unstable();
-    merged.requests.sort_unstable();
+    merged.acquires.sort_unstable();
+    merged.releases.sort_unstable();
     Ok(merged)
+}
+
+/// Two sorted sample sets as one sorted set.
+fn merged_sorted(a: &[u64], b: &[u64]) -> Vec<u64> {
+    let mut merged = Vec::with_capacity(a.len() + b.len());
+    merged.extend_from_slice(a);
+    merged.extend_from_slice(b);
+    merged.sort_unstable();
+    merged
 }
 
 fn micros(duration: Duration) -> u64 {
@@ -245,6 +259,10 @@ struct Report {
     pair_latency: Latency,
     /// One acquire or one release.
     request_latency: Latency,
+    /// `POST /v1/admissions`: the time a caller waits for its permit.
+    acquire_latency: Latency,
+    /// `POST /v1/leases/{id}/release`.
+    release_latency: Latency,
     /// CPU seconds of this process during warm-up and measurement: the clients, plus the
     /// service when it runs in-process. Absent where the platform does not report it.
     process_cpu_seconds: Option<f64>,
@@ -273,7 +291,9 @@ impl Report {
                 .map(|(failure, count)| (failure.to_string(), *count))
                 .collect(),
             pair_latency: Latency::of(&samples.pairs),
-            request_latency: Latency::of(&samples.requests),
+            request_latency: Latency::of(&merged_sorted(&samples.acquires, &samples.releases)),
+            acquire_latency: Latency::of(&samples.acquires),
+            release_latency: Latency::of(&samples.releases),
             process_cpu_seconds: cpu.map(|d| d.as_secs_f64()),
             wall_seconds: samples.elapsed.as_secs_f64(),
         }
@@ -287,13 +307,19 @@ impl Report {
         }
         println!("pairs/s:      {:.0}", self.pairs_per_second);
         println!(
-            "pair latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            "pair          p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             self.pair_latency.p50_ms, self.pair_latency.p99_ms, self.pair_latency.max_ms
         );
-        println!(
-            "request latency (acquire or release): p50 {:.2} ms, p99 {:.2} ms",
-            self.request_latency.p50_ms, self.request_latency.p99_ms,
-        );
+        for (name, latency) in [
+            ("request", &self.request_latency),
+            ("  acquire", &self.acquire_latency),
+            ("  release", &self.release_latency),
+        ] {
+            println!(
+                "{name:<13} p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                latency.p50_ms, latency.p99_ms, latency.max_ms
+            );
+        }
         if let Some(cpu) = self.process_cpu_seconds {
             let scope = if self.in_process_service {
                 "clients and service"
