@@ -59,8 +59,35 @@ fn bench_serve_in_process_measures_pairs_without_failures() {
 }
 
 #[test]
+fn bench_serve_open_loop_never_offers_more_than_its_rate() {
+    // 4 clients sharing 200 pairs/s: one pair every 20 ms per client. The generator must keep
+    // to its schedule (never above the rate); a loopback service sustains this easily.
+    let output = bench_serve(&[
+        "--clients",
+        "4",
+        "--rate",
+        "200",
+        "--seconds",
+        "1",
+        "--warmup-ms",
+        "100",
+        "--json",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["targetPairsPerSecond"], 200.0);
+    let pairs = report["pairs"].as_u64().unwrap();
+    assert!((100..=204).contains(&pairs), "{report}");
+    assert_eq!(report["failures"], serde_json::json!({}), "{report}");
+}
+
+#[test]
 fn bench_serve_refuses_bad_targets_and_counts() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["--url", "http://127.0.0.1:1"], "--url needs --key"),
         (
             &["--url", "https://127.0.0.1:1", "--key", "tsk_x"],
@@ -71,6 +98,9 @@ fn bench_serve_refuses_bad_targets_and_counts() {
             "without a path",
         ),
         (&["--clients", "0"], "at least 1"),
+        (&["--rate", "0"], "is not a rate"),
+        (&["--rate=-5"], "is not a rate"),
+        (&["--rate", "fast"], "is not a rate"),
     ];
     for (args, message) in cases {
         let output = bench_serve(args);

@@ -1,12 +1,22 @@
 //! `turnstile bench-serve`: a load generator for the admission service.
 //!
-//! `--clients` concurrent clients (default 64) each run acquire + release pairs back to back
-//! over loopback HTTP/1.1 keep-alive connections, for `--seconds` after a short warm-up. It
-//! reports pairs per second, the p50 / p99 / max latency of a pair and the p50 / p99 latency of
-//! each request (acquire or release), all measured at the client. Without `--url` it starts an in-process service on an ephemeral
-//! loopback port with a fresh data directory and a profile that never binds (the benchmark
-//! measures the service, not the limits); with `--url` and `--key` it targets a running service,
-//! whose profile decides what happens.
+//! `--clients` concurrent clients (default 64) each run acquire + release pairs over their own
+//! loopback HTTP/1.1 keep-alive connection, for `--seconds` after a warm-up. Two modes:
+//!
+//! - **Closed loop** (default): every client starts its next pair as soon as the last one
+//!   ended. The throughput is the service's saturation point on this machine (load generator
+//!   included); latency then is mostly queueing, and by Little's law the mean pair time is
+//!   `clients / throughput`.
+//! - **Open loop** (`--rate N`): the clients together start `N` pairs per second on a fixed
+//!   schedule, and a pair that starts late because the service was slow is measured from when
+//!   it was due (no coordinated omission). This answers "what is the latency at N pairs/s".
+//!
+//! It reports pairs per second, failures by cause, and p50 / p99 / max latency of a pair, of
+//! one request, and of acquire and release separately, all measured at the client, plus the
+//! process's CPU time. Without `--url` it starts an in-process service on an ephemeral loopback
+//! port with a fresh data directory and a profile that never binds (the benchmark measures the
+//! service, not the limits); with `--url` and `--key` it targets a running service, whose
+//! profile decides what happens.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -38,6 +48,11 @@ pub struct BenchServeArgs {
     /// Warm-up before measuring, in milliseconds (pairs started in it are not counted).
     #[arg(long, default_value_t = 1000)]
     pub warmup_ms: u64,
+    /// Open loop: start this many pairs per second (all clients together) on a fixed schedule
+    /// and measure latency at that load. Without it, clients run pairs back to back and the
+    /// benchmark measures the saturation throughput.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<f64>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -53,6 +68,15 @@ struct Target {
     base: String,
     key: String,
     provider: String,
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 && rate <= 10_000_000.0 => Ok(rate),
+        _ => Err(format!(
+            "{text:?} is not a rate: give pairs per second, above 0 and at most 10000000"
+        )),
+    }
 }
 
 pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
@@ -103,15 +127,19 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         };
 
         if !args.json {
+            let load = match args.rate {
+                Some(rate) => format!("{rate} pairs/s offered"),
+                None => "back to back".to_owned(),
+            };
             println!(
-                "bench-serve: {} clients, {} s, target {}",
+                "bench-serve: {} clients, {load}, {} s, target {}",
                 args.clients, args.seconds, target.base
             );
         }
         let warmup = Duration::from_millis(args.warmup_ms);
         let measured = Duration::from_secs(args.seconds);
         let cpu_before = process_cpu();
-        let samples = drive(&target, args.clients, warmup, measured).await?;
+        let samples = drive(&target, args.clients, args.rate, warmup, measured).await?;
         let cpu = process_cpu()
             .zip(cpu_before)
             .map(|(after, before)| after.saturating_sub(before));
@@ -148,14 +176,20 @@ struct Samples {
     elapsed: Duration,
 }
 
-/// Runs `clients` closed-loop clients for `warmup + measured`; only pairs started after the
-/// warm-up are counted.
+/// Runs `clients` clients for `warmup + measured`; only pairs started after the warm-up are
+/// counted. Without a rate each client runs pairs back to back (closed loop: the figure is the
+/// saturation throughput); with `rate` (pairs per second, all clients together) each client
+/// starts its pairs on a fixed schedule, and a pair that starts late because the previous one
+/// was slow is measured from when it was due.
 async fn drive(
     target: &Target,
     clients: usize,
+    rate: Option<f64>,
     warmup: Duration,
     measured: Duration,
 ) -> anyhow::Result<Samples> {
+    let pace = rate.map(|rate| Duration::from_secs_f64(clients as f64 / rate));
+    let stagger = move |client_index: usize| client_index as f64 / clients as f64;
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(clients);
     for client_index in 0..clients {
@@ -173,20 +207,45 @@ async fn drive(
                 releases: Vec::with_capacity(16_384),
                 ..Samples::default()
             };
+            // Open loop (`--rate`): this client's k-th pair is due at `due`; clients are
+            // staggered across one interval so their requests do not arrive in bursts.
+            let mut due = pace.map(|interval| start + interval.mul_f64(stagger(client_index)));
             loop {
-                let began = Instant::now();
-                if began.duration_since(start) >= warmup + measured {
+                let (counted_from, sent_at) = match (pace, due) {
+                    (Some(interval), Some(at)) => {
+                        due = Some(at + interval);
+                        if Instant::now() < at {
+                            // On schedule: wait, and measure from the real start (the timer's
+                            // own lateness is the load generator's, not the service's).
+                            tokio::time::sleep_until(at.into()).await;
+                            let now = Instant::now();
+                            (now, now)
+                        } else {
+                            // Behind schedule because the service was slow: the pair counts
+                            // from when it was due (no coordinated omission).
+                            (at, Instant::now())
+                        }
+                    }
+                    _ => {
+                        let now = Instant::now();
+                        (now, now)
+                    }
+                };
+                if counted_from.duration_since(start) >= warmup + measured {
                     break;
                 }
                 let outcome = client.pair().await;
-                let elapsed = began.elapsed();
-                if began.duration_since(start) < warmup {
+                let elapsed = counted_from.elapsed();
+                if counted_from.duration_since(start) < warmup {
                     continue;
                 }
                 match outcome {
                     Ok(times) => {
                         samples.pairs.push(micros(elapsed));
-                        samples.acquires.push(micros(times.acquire));
+                        let waited_for_schedule = sent_at.duration_since(counted_from);
+                        samples
+                            .acquires
+                            .push(micros(times.acquire + waited_for_schedule));
                         samples.releases.push(micros(times.release));
                     }
                     Err(failure) => *samples.failures.entry(failure).or_default() += 1,
@@ -251,6 +310,8 @@ struct Report {
     target: String,
     in_process_service: bool,
     clients: usize,
+    /// `--rate`: the offered load in pairs per second (absent: closed loop, back to back).
+    target_pairs_per_second: Option<f64>,
     measured_seconds: u64,
     pairs: usize,
     pairs_per_second: f64,
@@ -282,6 +343,7 @@ impl Report {
             target: args.url.clone().unwrap_or_else(|| "in-process".to_owned()),
             in_process_service: args.url.is_none(),
             clients: args.clients,
+            target_pairs_per_second: args.rate,
             measured_seconds: args.seconds,
             pairs,
             pairs_per_second: pairs as f64 / measured.as_secs_f64(),
@@ -305,7 +367,16 @@ impl Report {
         for (failure, count) in &self.failures {
             println!("  failed by {failure}: {count}");
         }
-        println!("pairs/s:      {:.0}", self.pairs_per_second);
+        match self.target_pairs_per_second {
+            Some(rate) => println!(
+                "pairs/s:      {:.0} (offered {rate:.0}, open loop)",
+                self.pairs_per_second
+            ),
+            None => println!(
+                "pairs/s:      {:.0} (closed loop: saturation)",
+                self.pairs_per_second
+            ),
+        }
         println!(
             "pair          p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             self.pair_latency.p50_ms, self.pair_latency.p99_ms, self.pair_latency.max_ms
