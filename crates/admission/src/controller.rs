@@ -47,7 +47,7 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::{Breaker, BreakerGate, BreakerTransition};
-use crate::budget::{BudgetLedger, ScopeKey};
+use crate::budget::{ActualUsage, BudgetLedger, ScopeKey};
 use crate::estimate::{CheckedEstimate, Estimate};
 use crate::evidence::{Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
 use crate::lane::{Lane, LaneKey};
@@ -183,6 +183,10 @@ struct LeaseRecord {
     lane: LaneKey,
     probe: bool,
     admitted_at: Millis,
+    /// The invocation charged, its epoch and what it was charged (for actual usage).
+    budget_id: String,
+    budget_epoch: u64,
+    charged: CheckedEstimate,
 }
 
 /// Which scope blocked a head; decides how far the blockage reaches in this pump pass.
@@ -525,9 +529,32 @@ impl Controller {
     /// Releases a lease with its outcome. A second release of the same lease does nothing and
     /// returns `None`.
     pub fn release(&mut self, lease: LeaseId, outcome: Outcome, now: Millis) -> Option<Released> {
+        self.release_with_usage(lease, outcome, ActualUsage::none(), now)
+    }
+
+    /// [`Controller::release`], reporting what the call actually used: the invocation's budget
+    /// lines then count the actual tokens and cost instead of the estimate (see
+    /// [`crate::budget`]). Rate buckets keep the estimate: they pace admissions, they do not
+    /// account.
+    pub fn release_with_usage(
+        &mut self,
+        lease: LeaseId,
+        outcome: Outcome,
+        usage: ActualUsage,
+        now: Millis,
+    ) -> Option<Released> {
         let now = self.advance(now);
         self.expire(now);
         let record = self.leases.remove(&lease)?;
+        if !usage.is_none() {
+            self.budgets.correct(
+                &record.budget_id,
+                record.budget_epoch,
+                Self::scope_keys(record.lane),
+                &record.charged,
+                &usage,
+            );
+        }
         let (provider, principal) = record.lane;
         self.workspace.active -= 1;
         self.principals[principal as usize].scope.active -= 1;
@@ -1287,7 +1314,7 @@ impl Controller {
             }
             scope.active += 1;
         }
-        self.budgets.charge(
+        let budget_epoch = self.budgets.charge(
             &waiter.budget_id,
             Self::scope_keys(lane_key),
             &waiter.estimate,
@@ -1302,6 +1329,9 @@ impl Controller {
                 lane: lane_key,
                 probe,
                 admitted_at: now,
+                budget_id: std::mem::take(&mut waiter.budget_id),
+                budget_epoch,
+                charged: waiter.estimate,
             },
         );
         let mut evidence = self.evidence(

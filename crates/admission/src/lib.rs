@@ -25,6 +25,7 @@ pub mod scope;
 pub mod time;
 
 pub use breaker::BreakerTransition;
+pub use budget::{ActualUsage, InvalidActualCost};
 pub use controller::{
     Acquired, AdmissionRequest, Controller, ProviderSnapshot, Released, Resolution, Snapshot,
 };

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerTransition;
+use crate::budget::ActualUsage;
 use crate::controller::{Acquired, AdmissionRequest, Controller, Released, Resolution, Snapshot};
 use crate::digest::canonical_digest;
 use crate::evidence::{LeaseId, Outcome, Rejection, WaiterId};
@@ -464,6 +465,21 @@ impl Registry {
         now: Millis,
     ) -> Result<Option<Released>, RegistryError> {
         self.with_controller(workspace_id, |c| c.release(lease, outcome, now))
+    }
+
+    /// [`Registry::release`] with what the call actually used (corrects the invocation's
+    /// budget lines; see [`crate::budget`]).
+    pub fn release_with_usage(
+        &mut self,
+        workspace_id: &str,
+        lease: LeaseId,
+        outcome: Outcome,
+        usage: ActualUsage,
+        now: Millis,
+    ) -> Result<Option<Released>, RegistryError> {
+        self.with_controller(workspace_id, |c| {
+            c.release_with_usage(lease, outcome, usage, now)
+        })
     }
 
     pub fn coordinate_retry_after(

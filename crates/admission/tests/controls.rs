@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use turnstile_admission::{
-    Acquired, AdmissionRequest, BreakerState, BreakerTransition, CircuitBreakerConfig, Controller,
-    Estimate, Lease, Limits, Outcome, Profile, ProfileChangeKind, ProfileChangeRecord, Reason,
-    Registry, RegistryError,
+    Acquired, ActualUsage, AdmissionRequest, BreakerState, BreakerTransition, CircuitBreakerConfig,
+    Controller, Estimate, Lease, Limits, Outcome, Profile, ProfileChangeKind, ProfileChangeRecord,
+    Reason, Registry, RegistryError,
 };
 
 fn pool() -> Limits {
@@ -629,4 +629,57 @@ fn registry_files_each_workspace_timeout_and_handles_only_the_due_ones() {
     assert_eq!(registry.poll_timeout(), Some(90));
     assert_eq!(registry.handle_due(1000), vec!["slow".to_owned()]);
     assert_eq!(registry.poll_timeout(), None);
+}
+
+#[test]
+fn actual_usage_on_release_corrects_the_invocation_budget_in_every_scope() {
+    // Principal budget: 1,000 tokens and $1 per invocation.
+    let budgeted = Limits {
+        max_tokens: Some(1_000),
+        max_cost_usd: Some(1.0),
+        ..pool()
+    };
+    let mut c = controls(pool(), pool(), &[("p", budgeted)]);
+    let ask = |tokens: u64, cost: f64| {
+        AdmissionRequest::new("p", "jev", "inv-1")
+            .with_estimate(Estimate::new().tokens(tokens).cost_usd(cost))
+            .with_deadline(600_000)
+    };
+    let Acquired::Admitted(first) = c.acquire(ask(100, 0.1), 0) else {
+        panic!("the first attempt fits")
+    };
+    // The call overran its estimate: 950 tokens.
+    let usage = ActualUsage::none().tokens(950);
+    assert!(c
+        .release_with_usage(first.id, Outcome::Success, usage, 10)
+        .is_some());
+    // 950 + 100 > 1,000: the next attempt of this invocation fails closed.
+    match c.acquire(ask(100, 0.1), 20) {
+        Acquired::Rejected(rejection) => assert_eq!(rejection.reason, Reason::Tokens),
+        other => panic!("expected a tokens rejection, got {other:?}"),
+    }
+    // A conservative estimate is given back: estimated 40 tokens and $0.9, used 0 and $0.05.
+    let Acquired::Admitted(second) = c.acquire(ask(40, 0.9), 30) else {
+        panic!("40 more tokens fit")
+    };
+    let used = ActualUsage::none()
+        .tokens(0)
+        .with_cost_usd(0.05)
+        .expect("a valid cost");
+    c.release_with_usage(second.id, Outcome::Success, used, 40);
+    // Now 950 tokens and $0.15 are spent: $0.8 fits again, 60 tokens do not.
+    assert!(matches!(c.acquire(ask(50, 0.8), 50), Acquired::Admitted(_)));
+    match c.acquire(ask(60, 0.0), 60) {
+        Acquired::Rejected(rejection) => assert_eq!(rejection.reason, Reason::Tokens),
+        other => panic!("expected a tokens rejection, got {other:?}"),
+    }
+    // A lease released twice corrects nothing the second time.
+    assert!(c
+        .release_with_usage(
+            first.id,
+            Outcome::Success,
+            ActualUsage::none().tokens(0),
+            70
+        )
+        .is_none());
 }

@@ -30,9 +30,9 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use turnstile_admission::{
-    Acquired, AdmissionRequest, BreakerState, BreakerTransition, Decision, Estimate, Evidence,
-    LeaseId, Millis, Outcome, Profile, ProfileChangeRecord, Reason, Registry, RegistryError,
-    Rejection, Snapshot, WaiterId,
+    Acquired, ActualUsage, AdmissionRequest, BreakerState, BreakerTransition, Decision, Estimate,
+    Evidence, LeaseId, Millis, Outcome, Profile, ProfileChangeRecord, Reason, Registry,
+    RegistryError, Rejection, Snapshot, WaiterId,
 };
 use turnstile_store::service::{AuditKind, AuditRecord, StoredProfile};
 
@@ -71,6 +71,8 @@ pub enum Command {
         workspace: Arc<str>,
         principal: Arc<str>,
         outcome: Outcome,
+        /// What the call actually used (corrects the invocation's budgets).
+        usage: ActualUsage,
         reply: oneshot::Sender<Result<Vec<BreakerTransition>, ApiError>>,
     },
     Heartbeat {
@@ -383,9 +385,10 @@ impl Driver {
                 workspace,
                 principal,
                 outcome,
+                usage,
                 reply,
             } => {
-                let result = self.release(token, &workspace, &principal, outcome, now);
+                let result = self.release(token, &workspace, &principal, outcome, usage, now);
                 let _ = reply.send(result);
             }
             Command::Heartbeat {
@@ -613,6 +616,7 @@ impl Driver {
         workspace: &str,
         principal: &str,
         outcome: Outcome,
+        usage: ActualUsage,
         now: Millis,
     ) -> Result<Vec<BreakerTransition>, ApiError> {
         let owned = self
@@ -629,7 +633,7 @@ impl Driver {
         self.metrics.leases_released.fetch_add(1, Ordering::Relaxed);
         let released = self
             .registry
-            .release(workspace, entry.lease, outcome, now)
+            .release_with_usage(workspace, entry.lease, outcome, usage, now)
             .ok()
             .flatten();
         self.drain(workspace, now);

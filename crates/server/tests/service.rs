@@ -616,3 +616,64 @@ fn wait_until(mut condition: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn actual_usage_on_release_is_charged_to_the_invocation_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |_| {});
+    let (alice, _) = setup(&server);
+    // alice may spend $1 per invocation.
+    let ask = json!({"providerId": "wide", "budgetId": "inv-usage",
+        "estimate": {"tokens": 10, "costUsd": 0.1}, "deadlineMs": 1000});
+    let granted = server.acquire(&alice, &ask);
+    assert_eq!(granted.status(), 200);
+    let lease: Value = granted.json().unwrap();
+    // The call cost far more than estimated.
+    let released = server.release(
+        &alice,
+        lease["leaseId"].as_str().unwrap(),
+        &json!({"outcome": "success", "actualUsage": {"costUsd": 0.95}}),
+    );
+    assert_eq!(released.status(), 200);
+    // $0.95 + $0.1 > $1: the invocation's next attempt fails closed.
+    let refused = server.acquire(&alice, &ask);
+    assert_eq!(refused.status(), 422);
+    assert_eq!(refused.json::<Value>().unwrap()["reason"], "cost");
+    // Another invocation is not affected; releasing this one's budget opens it again.
+    let other = json!({"providerId": "wide", "budgetId": "inv-other",
+        "estimate": {"tokens": 10, "costUsd": 0.1}, "deadlineMs": 1000});
+    let granted = server.acquire(&alice, &other);
+    assert_eq!(granted.status(), 200);
+    let lease: Value = granted.json().unwrap();
+    server.release(
+        &alice,
+        lease["leaseId"].as_str().unwrap(),
+        &json!({"outcome": "success"}),
+    );
+    assert_eq!(
+        server
+            .post("/v1/budgets/inv-usage/release", &alice)
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(server.acquire(&alice, &ask).status(), 200);
+    // An invalid actual cost is a typed 422 naming the field, and the lease stays held.
+    let granted = server.acquire(&alice, &other);
+    let lease: Value = granted.json().unwrap();
+    let lease_id = lease["leaseId"].as_str().unwrap();
+    let bad = server.release(
+        &alice,
+        lease_id,
+        &json!({"outcome": "success", "actualUsage": {"costUsd": -1}}),
+    );
+    assert_eq!(bad.status(), 422);
+    assert_eq!(bad.json::<Value>().unwrap()["field"], "actualUsage.costUsd");
+    assert_eq!(
+        server
+            .release(&alice, lease_id, &json!({"outcome": "success"}))
+            .status(),
+        200
+    );
+}

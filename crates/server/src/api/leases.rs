@@ -2,15 +2,18 @@
 //!
 //! A lease belongs to the principal that acquired it: another key (even of the same workspace)
 //! gets 404, exactly as for a lease that never existed, so lease IDs reveal nothing. Release
-//! reports the outcome to the core (breaker, Retry-After pause); heartbeat moves the expiry to
-//! now + TTL.
+//! reports the outcome to the core (breaker, Retry-After pause) and, with `actualUsage`, what
+//! the call really used, which replaces the estimate in the invocation's budgets (an overrun
+//! makes the invocation's next attempt fail closed); heartbeat moves the expiry to now + TTL.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use turnstile_admission::{BreakerTransition, Millis, Outcome};
+use std::sync::atomic::Ordering;
+
+use turnstile_admission::{ActualUsage, BreakerTransition, Millis, Outcome};
 
 use crate::api::AppState;
 use crate::auth::require_principal;
@@ -31,10 +34,10 @@ pub enum OutcomeKind {
     None,
 }
 
-/// What was actually used, for accounting.
+/// What the call actually used: replaces the estimate in the invocation's budgets.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ActualUsage {
+pub struct ActualUsageBody {
     #[serde(default)]
     pub tokens: Option<u64>,
     #[serde(default)]
@@ -50,7 +53,7 @@ pub struct ReleaseBody {
     #[serde(default)]
     pub retry_after_ms: Option<Millis>,
     #[serde(default, deserialize_with = "optional_object")]
-    pub actual_usage: Option<ActualUsage>,
+    pub actual_usage: Option<ActualUsageBody>,
 }
 
 #[derive(Debug, Serialize)]
@@ -67,7 +70,7 @@ pub struct Heartbeat {
     pub expires_at_epoch_ms: Millis,
 }
 
-fn optional_object<'de, D>(deserializer: D) -> Result<Option<ActualUsage>, D::Error>
+fn optional_object<'de, D>(deserializer: D) -> Result<Option<ActualUsageBody>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {
@@ -78,6 +81,26 @@ where
     body::object(value)
         .map(Some)
         .map_err(serde::de::Error::custom)
+}
+
+/// The body's `actualUsage`, validated (a cost must be finite and ≥ 0).
+fn actual_usage(body: Option<&ActualUsageBody>) -> Result<ActualUsage, ApiError> {
+    let Some(body) = body else {
+        return Ok(ActualUsage::none());
+    };
+    let mut usage = ActualUsage::none();
+    if let Some(tokens) = body.tokens {
+        usage = usage.tokens(tokens);
+    }
+    if let Some(cost) = body.cost_usd {
+        usage = usage.with_cost_usd(cost).map_err(|_| {
+            ApiError::invalid(
+                "actualUsage.costUsd",
+                "actualUsage.costUsd must be a finite number >= 0",
+            )
+        })?;
+    }
+    Ok(usage)
 }
 
 fn token(text: &str) -> Result<LeaseToken, ApiError> {
@@ -118,18 +141,7 @@ pub async fn release(
     let (workspace, principal) = require_principal(&caller)?;
     let request: ReleaseBody = body::parse(body)?;
     let outcome = outcome(&request, state.config.admission.max_retry_after_ms)?;
-    let usage = match &request.actual_usage {
-        Some(usage) => {
-            if usage.cost_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
-                return Err(ApiError::invalid(
-                    "actualUsage.costUsd",
-                    "actualUsage.costUsd must be a finite number >= 0",
-                ));
-            }
-            Some((usage.tokens, usage.cost_usd))
-        }
-        None => None,
-    };
+    let usage = actual_usage(request.actual_usage.as_ref())?;
     let token = token(&lease_id)?;
     let transitions = state
         .driver
@@ -138,24 +150,22 @@ pub async fn release(
             workspace,
             principal,
             outcome,
+            usage,
             reply,
         })
         .await??;
-    if let Some((tokens, cost)) = usage {
-        use std::sync::atomic::Ordering;
-        if let Some(tokens) = tokens {
-            state
-                .metrics
-                .actual_tokens
-                .fetch_add(tokens, Ordering::Relaxed);
-        }
-        if let Some(cost) = cost {
-            let micro = (cost * 1_000_000.0).round().min(u64::MAX as f64) as u64;
-            state
-                .metrics
-                .actual_cost_micro_usd
-                .fetch_add(micro, Ordering::Relaxed);
-        }
+    if let Some(tokens) = usage.tokens {
+        state
+            .metrics
+            .actual_tokens
+            .fetch_add(tokens, Ordering::Relaxed);
+    }
+    if let Some(cost) = usage.cost_usd() {
+        let micro = (cost * 1_000_000.0).round().min(u64::MAX as f64) as u64;
+        state
+            .metrics
+            .actual_cost_micro_usd
+            .fetch_add(micro, Ordering::Relaxed);
     }
     Ok(Json(Released {
         released: true,
