@@ -3,6 +3,7 @@
 mod commands;
 
 use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
 /// turnstile governs the model calls of AI agents and decision engines.
 #[derive(Debug, Parser)]
@@ -34,14 +35,32 @@ enum Command {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Command::Profile(command) => commands::profile::run(command),
         Command::Roster(args) => commands::roster::run(args),
         Command::Evaluate(args) => commands::evaluate::run(args),
         Command::Serve(args) => commands::serve::run(args),
         Command::BenchServe(args) => commands::bench_serve::run(args),
         Command::Qualify(args) => commands::qualify::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`turnstile qualify arrivals | head`): what it
+        // wanted was written, so end quietly like other Unix tools.
+        Err(error) if is_closed_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("Error: {error:?}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+fn is_closed_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

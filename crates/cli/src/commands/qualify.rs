@@ -91,19 +91,21 @@ pub fn run(args: QualifyArgs) -> anyhow::Result<()> {
         std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
         if !args.json {
+            let mut out = std::io::stdout().lock();
             if !records.is_empty() {
-                println!();
+                writeln!(out)?;
             }
-            print_table(&record, &path);
+            print_table(&mut out, &record, &path)?;
         }
         records.push(record);
     }
 
     if args.json {
-        match records.as_slice() {
-            [only] => println!("{}", serde_json::to_string_pretty(only)?),
-            all => println!("{}", serde_json::to_string_pretty(all)?),
-        }
+        let json = match records.as_slice() {
+            [only] => serde_json::to_string_pretty(only)?,
+            all => serde_json::to_string_pretty(all)?,
+        };
+        writeln!(std::io::stdout().lock(), "{json}")?;
     }
     let failed: Vec<&str> = records
         .iter()
@@ -150,34 +152,48 @@ fn run_target(
     Ok(record)
 }
 
-fn print_table(record: &LoadResultRecord, path: &std::path::Path) {
+/// The bound table of one record. Written with `?` rather than `println!`, so a reader that
+/// goes away (`| head`) ends the command quietly instead of panicking.
+fn print_table(
+    out: &mut impl Write,
+    record: &LoadResultRecord,
+    path: &std::path::Path,
+) -> std::io::Result<()> {
     let o = &record.observations;
-    println!(
+    writeln!(
+        out,
         "manifest {} ({})\ntarget {}  window {} s  virtual {} ms",
         record.manifest.version,
         record.manifest.digest,
         record.target.as_str(),
         record.window.seconds,
         o.virtual_duration_ms
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "arrivals {}  attempts {}  completed {}  failed {}  shed {}  cancelled {}",
         o.arrivals, o.attempts, o.completed, o.failed, o.shed, o.cancelled
-    );
-    println!("{:<40} {:>12} {:>12}  pass", "bound", "limit", "observed");
+    )?;
+    writeln!(
+        out,
+        "{:<40} {:>12} {:>12}  pass",
+        "bound", "limit", "observed"
+    )?;
     for comparison in &record.comparisons {
-        println!(
+        writeln!(
+            out,
             "{:<40} {:>12} {:>12}  {}",
             comparison.bound,
             comparison.limit,
             comparison.observed,
             if comparison.pass { "yes" } else { "NO" }
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "{}  record {} written to {}",
         if record.passed { "PASSED" } else { "FAILED" },
         record.digest,
         path.display()
-    );
+    )
 }
