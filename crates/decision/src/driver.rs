@@ -31,8 +31,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 use turnstile_admission::{
-    Acquired, AdmissionRequest, Lease, LeaseId, Millis, Outcome, Profile, ProfileChangeRecord,
-    Registry, RegistryError, Rejection, Released, Snapshot, WaiterId,
+    Acquired, ActualUsage, AdmissionRequest, Lease, LeaseId, Millis, Outcome, Profile,
+    ProfileChangeRecord, Registry, RegistryError, Rejection, Released, Snapshot, WaiterId,
 };
 
 use crate::clock::Clock;
@@ -274,19 +274,21 @@ impl AdmissionDriver {
         }
     }
 
-    /// Releases a lease (used by [`AdmissionLease`]).
+    /// Releases a lease (used by [`AdmissionLease`]); `usage` corrects the invocation's
+    /// budgets when the call reported what it used.
     pub(crate) fn release(
         &self,
         workspace_id: &str,
         lease: LeaseId,
         outcome: Outcome,
+        usage: ActualUsage,
     ) -> Option<Released> {
         let released = {
             let mut state = self.lock();
             let now = self.now_ms();
             let released = state
                 .registry
-                .release(workspace_id, lease, outcome, now)
+                .release_with_usage(workspace_id, lease, outcome, usage, now)
                 .ok()
                 .flatten();
             deliver(&mut state, workspace_id);
@@ -403,8 +405,12 @@ impl Drop for PendingGuard {
             return;
         }
         if let Ok(lease) = self.cancel() {
-            self.driver
-                .release(&self.workspace_id, lease.id, Outcome::None);
+            self.driver.release(
+                &self.workspace_id,
+                lease.id,
+                Outcome::None,
+                ActualUsage::none(),
+            );
         }
     }
 }

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use turnstile_admission::{AdmissionRequest, Millis, Outcome, Reason};
+use turnstile_admission::{ActualUsage, AdmissionRequest, Millis, Outcome, Reason};
 
 use crate::adapter::{version_serves, Adapter, AdapterRequest, AdapterSet};
 use crate::artifact::Pin;
@@ -449,6 +449,25 @@ fn lease_outcome(observation: &Observation, termination: Option<Termination>) ->
     }
 }
 
+/// What a call reported it used, for the invocation's budgets: input + output tokens when
+/// either is known, and the cost when it is a valid amount. Unknown (`null`) stays unknown, so
+/// the estimate stands for that dimension.
+fn actual_usage(usage: &Usage) -> ActualUsage {
+    let mut actual = ActualUsage::none();
+    if usage.input_tokens.is_some() || usage.output_tokens.is_some() {
+        let tokens = usage
+            .input_tokens
+            .unwrap_or(0)
+            .saturating_add(usage.output_tokens.unwrap_or(0));
+        actual = actual.tokens(tokens);
+    }
+    match usage.cost_usd.map(|cost| actual.with_cost_usd(cost)) {
+        Some(Ok(with_cost)) => with_cost,
+        // An adapter that reports a negative or non-finite cost is not believed.
+        Some(Err(_)) | None => actual,
+    }
+}
+
 /// One try: admission, the call raced against the deadline and the caller, validation and
 /// acceptance.
 async fn attempt(
@@ -587,7 +606,7 @@ async fn attempt(
             drop(lease);
             None
         } else {
-            lease.release(outcome)
+            lease.release_with_usage(outcome, actual_usage(&observation.usage))
         };
         if let Some(span) = span.take() {
             span.released(
@@ -669,5 +688,32 @@ fn acceptance_failure(
             };
             ((confidence * 10_000.0) < *minimum_bps as f64).then_some(AttemptReason::LowConfidence)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reported_usage_becomes_actual_usage_and_unknown_stays_unknown() {
+        let usage = |input, output, cost| Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cost_usd: cost,
+        };
+        let both = actual_usage(&usage(Some(700), Some(34), Some(0.0092)));
+        assert_eq!(both.tokens, Some(734));
+        assert_eq!(both.cost_usd(), Some(0.0092));
+        let output_only = actual_usage(&usage(None, Some(12), None));
+        assert_eq!(
+            (output_only.tokens, output_only.cost_usd()),
+            (Some(12), None)
+        );
+        assert!(actual_usage(&usage(None, None, None)).is_none());
+        // A cost an adapter cannot have incurred is not believed; the tokens still count.
+        let negative = actual_usage(&usage(Some(5), None, Some(-1.0)));
+        assert_eq!((negative.tokens, negative.cost_usd()), (Some(5), None));
+        assert!(actual_usage(&usage(None, None, Some(f64::NAN))).is_none());
     }
 }

@@ -5,7 +5,7 @@
 //! breaker untouched) when it is dropped — so a panic, an early return or a cancelled task can
 //! never leak a permit.
 
-use turnstile_admission::{Evidence, Lease, LeaseId, Outcome, Released};
+use turnstile_admission::{ActualUsage, Evidence, Lease, LeaseId, Outcome, Released};
 
 use crate::driver::AdmissionDriver;
 
@@ -40,17 +40,28 @@ impl AdmissionLease {
     }
 
     /// Releases the lease with the attempt's outcome.
-    pub fn release(mut self, outcome: Outcome) -> Option<Released> {
+    pub fn release(self, outcome: Outcome) -> Option<Released> {
+        self.release_with_usage(outcome, ActualUsage::none())
+    }
+
+    /// Releases the lease with the attempt's outcome and what the call actually used, which
+    /// replaces the estimate in the invocation's budgets.
+    pub fn release_with_usage(mut self, outcome: Outcome, usage: ActualUsage) -> Option<Released> {
         let lease = self.lease.take()?;
-        self.driver.release(&self.workspace_id, lease.id, outcome)
+        self.driver
+            .release(&self.workspace_id, lease.id, outcome, usage)
     }
 }
 
 impl Drop for AdmissionLease {
     fn drop(&mut self) {
         if let Some(lease) = self.lease.take() {
-            self.driver
-                .release(&self.workspace_id, lease.id, Outcome::None);
+            self.driver.release(
+                &self.workspace_id,
+                lease.id,
+                Outcome::None,
+                ActualUsage::none(),
+            );
         }
     }
 }

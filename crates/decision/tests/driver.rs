@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use turnstile_admission::{AdmissionRequest, Decision, Outcome, Profile, Reason, Registry};
+use turnstile_admission::{
+    ActualUsage, AdmissionRequest, Decision, Estimate, Outcome, Profile, Reason, Registry,
+};
 use turnstile_decision::{AdmissionDriver, AdmissionError, Clock};
 
 use common::limits;
@@ -256,4 +258,34 @@ async fn cnc_admit_012_loopback_slow_client_sheds_overflow_before_dispatch() {
     assert_eq!(server.served.load(Ordering::SeqCst), 2);
     let snapshot = driver.snapshot("ws").unwrap();
     assert_eq!((snapshot.active, snapshot.queued), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn releasing_with_actual_usage_charges_the_invocation_what_the_call_used() {
+    let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
+    let mut budgeted = profile(4, 8, 60_000);
+    if let Some(principal) = budgeted.principals.get_mut("principal") {
+        principal.max_tokens = Some(1_000);
+    }
+    driver.register("ws", "v1", budgeted).unwrap();
+    let ask = || request().with_estimate(Estimate::new().tokens(100));
+    let lease = driver.acquire("ws", ask()).await.unwrap();
+    // The model call used 950 tokens, not the 100 estimated.
+    lease.release_with_usage(Outcome::Success, ActualUsage::none().tokens(950));
+    let refused = driver.acquire("ws", ask()).await.unwrap_err();
+    assert_eq!(rejection_reason(&refused), Reason::Tokens);
+    // A plain release leaves the estimate charged: another invocation spends 100 of 1,000.
+    let other = || {
+        AdmissionRequest::new("principal", "jev", "another")
+            .with_estimate(Estimate::new().tokens(100))
+    };
+    for _ in 0..10 {
+        driver
+            .acquire("ws", other())
+            .await
+            .unwrap()
+            .release(Outcome::Success);
+    }
+    let refused = driver.acquire("ws", other()).await.unwrap_err();
+    assert_eq!(rejection_reason(&refused), Reason::Tokens);
 }
