@@ -3,6 +3,7 @@
 
 pub mod admissions;
 pub mod coordination;
+pub mod keys;
 pub mod leases;
 pub mod ops;
 pub mod profiles;

@@ -69,6 +69,13 @@ pub fn stored(
     }
 }
 
+/// The public ID of a stored key: `key_` and the first 16 hex digits of its hash. It names a key
+/// in listings and revocations; it reveals nothing usable about the key (the key has 256 bits
+/// of entropy, the ID is 64 bits of its hash).
+pub fn key_id(hash_hex: &str) -> String {
+    format!("key_{}", &hash_hex[..hash_hex.len().min(16)])
+}
+
 /// Key hashes and what they grant, loaded from the store at start and extended when an admin
 /// creates a key.
 #[derive(Debug, Default)]
@@ -105,6 +112,18 @@ impl KeyRing {
         };
         let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
         keys.insert(hash, caller);
+    }
+
+    /// Forgets a key (revocation): from now on it authenticates nobody.
+    pub fn remove(&self, hash_hex: &str) {
+        let Ok(bytes) = hex::decode(hash_hex) else {
+            return;
+        };
+        let Ok(hash) = <[u8; 32]>::try_from(bytes.as_slice()) else {
+            return;
+        };
+        let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        keys.remove(&hash);
     }
 
     /// Who `key` authenticates, if anyone.

@@ -36,6 +36,15 @@ pub enum StoreOp {
         change: Option<AuditRecord>,
         done: Completion,
     },
+    Keys {
+        reply: oneshot::Sender<Result<Vec<StoredKey>, ServiceStoreError>>,
+    },
+    RevokeKey {
+        workspace: String,
+        hash: String,
+        record: AuditRecord,
+        reply: oneshot::Sender<Result<bool, ServiceStoreError>>,
+    },
     AppendAudit(Vec<AuditRecord>),
     Audit {
         workspace: String,
@@ -79,6 +88,23 @@ impl StoreHandle {
                             done(result);
                             failed
                         }
+                        StoreOp::Keys { reply } => {
+                            let result = store.keys();
+                            let failed = result.is_err();
+                            let _ = reply.send(result);
+                            failed
+                        }
+                        StoreOp::RevokeKey {
+                            workspace,
+                            hash,
+                            record,
+                            reply,
+                        } => {
+                            let result = store.revoke_key(&workspace, &hash, &record);
+                            let failed = result.is_err();
+                            let _ = reply.send(result);
+                            failed
+                        }
                         StoreOp::AppendAudit(records) => store.append_audit(&records).is_err(),
                         StoreOp::Audit {
                             workspace,
@@ -111,6 +137,42 @@ impl StoreHandle {
         }
         match rx.await {
             Ok(Ok(())) => Ok(()),
+            _ => Err(ApiError::Storage),
+        }
+    }
+
+    /// Every stored key (hashes only).
+    pub async fn keys(&self) -> Result<Vec<StoredKey>, ApiError> {
+        let (reply, rx) = oneshot::channel();
+        if !self.send(StoreOp::Keys { reply }) {
+            return Err(ApiError::Storage);
+        }
+        match rx.await {
+            Ok(Ok(keys)) => Ok(keys),
+            _ => Err(ApiError::Storage),
+        }
+    }
+
+    /// Deletes a principal key of `workspace` and records the revocation (one transaction).
+    /// `false` when no such key is stored.
+    pub async fn revoke_key(
+        &self,
+        workspace: &str,
+        hash: &str,
+        record: AuditRecord,
+    ) -> Result<bool, ApiError> {
+        let (reply, rx) = oneshot::channel();
+        let op = StoreOp::RevokeKey {
+            workspace: workspace.to_owned(),
+            hash: hash.to_owned(),
+            record,
+            reply,
+        };
+        if !self.send(op) {
+            return Err(ApiError::Storage);
+        }
+        match rx.await {
+            Ok(Ok(revoked)) => Ok(revoked),
             _ => Err(ApiError::Storage),
         }
     }

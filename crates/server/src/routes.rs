@@ -4,10 +4,10 @@
 //! agree and that each listed route is served.
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 
-use crate::api::{admissions, coordination, leases, ops, profiles, AppState};
+use crate::api::{admissions, coordination, keys, leases, ops, profiles, AppState};
 
 /// Every route, as (method, OpenAPI path).
 pub const ROUTES: &[(&str, &str)] = &[
@@ -19,6 +19,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/workspaces/{workspaceId}/breakers"),
     ("get", "/v1/workspaces/{workspaceId}/snapshot"),
     ("post", "/v1/workspaces/{workspaceId}/keys"),
+    ("get", "/v1/workspaces/{workspaceId}/keys"),
+    ("delete", "/v1/workspaces/{workspaceId}/keys/{keyId}"),
     ("post", "/v1/admissions"),
     ("post", "/v1/leases/{leaseId}/release"),
     ("post", "/v1/leases/{leaseId}/heartbeat"),
@@ -52,7 +54,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/v1/workspaces/{workspaceId}/keys",
-            post(profiles::create_key),
+            post(keys::create_key).get(keys::list_keys),
+        )
+        .route(
+            "/v1/workspaces/{workspaceId}/keys/{keyId}",
+            delete(keys::revoke_key),
         )
         .route("/v1/admissions", post(admissions::acquire))
         .route("/v1/leases/{leaseId}/release", post(leases::release))

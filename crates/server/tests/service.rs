@@ -544,11 +544,13 @@ fn openapi_lists_exactly_the_served_routes() {
             .replace("{profileVersion}", "v1")
             .replace("{leaseId}", "00000000000000000000000000000000")
             .replace("{budgetId}", "b")
-            .replace("{providerId}", "p");
+            .replace("{providerId}", "p")
+            .replace("{keyId}", "key_0000000000000000");
         let request = match method.as_str() {
             "get" => server.client.get(server.url(&concrete)),
             "post" => server.client.post(server.url(&concrete)),
             "put" => server.client.put(server.url(&concrete)),
+            "delete" => server.client.delete(server.url(&concrete)),
             other => panic!("{other}"),
         };
         let response = request.send().unwrap();
@@ -676,4 +678,90 @@ fn actual_usage_on_release_is_charged_to_the_invocation_budget() {
             .status(),
         200
     );
+}
+
+#[test]
+fn keys_are_listed_by_id_and_a_revoked_key_authenticates_nobody_even_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |_| {});
+    let admin = server.admin();
+    let (alice, bob) = setup(&server);
+    // A second key for bob: the one to revoke.
+    let created = server
+        .post("/v1/workspaces/t/keys", &admin)
+        .json(&json!({"principalId": "bob"}))
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let created: Value = created.json().unwrap();
+    let second = created["key"].as_str().unwrap().to_owned();
+    let second_id = created["keyId"].as_str().unwrap().to_owned();
+    assert!(second_id.starts_with("key_") && !second.contains(&second_id[4..]));
+    assert_eq!(server.acquire(&second, &admission("wide")).status(), 200);
+
+    // The listing names keys by ID, never the key or its hash.
+    let listing = server.get("/v1/workspaces/t/keys", &admin).send().unwrap();
+    assert_eq!(listing.status(), 200);
+    let listing: Value = listing.json().unwrap();
+    let principals: Vec<&str> = listing["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["principalId"].as_str().unwrap())
+        .collect();
+    assert_eq!(principals.len(), 3);
+    for name in ["alice", "bob"] {
+        assert!(principals.contains(&name), "{listing}");
+    }
+    let text = listing.to_string();
+    for key in [&alice, &bob, &second] {
+        assert!(!text.contains(&key[4..20]), "a key leaked into the listing");
+    }
+    // Principal keys may not list or revoke.
+    assert_eq!(
+        server
+            .get("/v1/workspaces/t/keys", &alice)
+            .send()
+            .unwrap()
+            .status(),
+        403
+    );
+    let revoke = |key: &str, workspace: &str, id: &str| {
+        server
+            .client
+            .delete(server.url(&format!("/v1/workspaces/{workspace}/keys/{id}")))
+            .bearer_auth(key)
+            .send()
+            .unwrap()
+    };
+    assert_eq!(revoke(&alice, "t", &second_id).status(), 403);
+    // Another workspace's path does not reach the key.
+    assert_eq!(revoke(&admin, "elsewhere", &second_id).status(), 404);
+
+    let revoked = revoke(&admin, "t", &second_id);
+    assert_eq!(revoked.status(), 200);
+    let revoked: Value = revoked.json().unwrap();
+    assert_eq!(revoked["schema"], "turnstile-key-revocation/v1");
+    assert_eq!(revoked["keyId"], second_id.as_str());
+    assert_eq!(server.acquire(&second, &admission("wide")).status(), 401);
+    assert_eq!(server.acquire(&alice, &admission("wide")).status(), 200);
+    let again = revoke(&admin, "t", &second_id);
+    assert_eq!(again.status(), 404);
+    assert_eq!(again.json::<Value>().unwrap()["error"], "unknown-key");
+
+    let listing: Value = server
+        .get("/v1/workspaces/t/keys", &admin)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(listing["keys"].as_array().unwrap().len(), 2);
+    assert_eq!(listing["revocations"][0]["keyId"], second_id.as_str());
+    assert!(!listing["revocations"].to_string().contains("bob"));
+    server.stop();
+
+    // The revocation is durable.
+    let restarted = TestServer::start(dir.path(), |_| {});
+    assert_eq!(restarted.acquire(&second, &admission("wide")).status(), 401);
+    assert_eq!(restarted.acquire(&bob, &admission("wide")).status(), 200);
 }

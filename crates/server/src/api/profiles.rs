@@ -1,5 +1,5 @@
-//! Workspace administration: profiles, their audit history, breaker history, snapshots and
-//! principal keys.
+//! Workspace administration: profiles, their audit history, breaker history and snapshots
+//! (principal keys are in [`crate::api::keys`]).
 //!
 //! - `PUT /v1/workspaces/{workspaceId}/profiles/{profileVersion}` (admin): 201 with the
 //!   profile-change record, 200 `{unchanged: true}` when the revision is already current, 409
@@ -7,7 +7,6 @@
 //! - `GET .../profiles`, `GET .../breakers`, `GET .../snapshot`: an admin, or a principal of
 //!   that workspace (403 for another workspace's key). Records carry digests and states, never
 //!   limit values or principal IDs.
-//! - `POST .../keys` (admin): a new principal key, shown once.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -15,16 +14,16 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use turnstile_admission::Profile;
-use turnstile_store::service::{AuditKind, KeyRole};
+use turnstile_store::service::AuditKind;
 
 use crate::api::{validate, AppState};
 use crate::auth::{require_admin, require_workspace_reader};
 use crate::body;
 use crate::driver::{Command, WorkspaceSnapshot};
 use crate::error::ApiError;
-use crate::keys::{self, Caller};
+use crate::keys::Caller;
 
 /// Audit records returned by the history endpoints.
 pub const HISTORY_LIMIT: usize = 64;
@@ -226,57 +225,4 @@ pub async fn snapshot(
         .await?
         .map(Json)
         .ok_or_else(ApiError::no_profile)
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct NewKeyBody {
-    pub principal_id: String,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NewKey {
-    /// Shown once; only its hash is stored.
-    pub key: String,
-    pub workspace_id: String,
-    pub principal_id: String,
-}
-
-pub async fn create_key(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(workspace_id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<(StatusCode, Json<NewKey>), ApiError> {
-    require_admin(&caller)?;
-    validate::id("workspaceId", &workspace_id)?;
-    let request: NewKeyBody = body::parse(body)?;
-    validate::id("principalId", &request.principal_id)?;
-    let key = keys::generate(KeyRole::Principal).map_err(|_| ApiError::Storage)?;
-    let stored = keys::stored(
-        &key,
-        KeyRole::Principal,
-        Some(&workspace_id),
-        Some(&request.principal_id),
-        now_ms(),
-    );
-    state.store.insert_key(stored.clone()).await?;
-    state.keys.insert(&stored);
-    Ok((
-        StatusCode::CREATED,
-        Json(NewKey {
-            key,
-            workspace_id,
-            principal_id: request.principal_id,
-        }),
-    ))
-}
-
-/// Wall time for a key's creation stamp (bookkeeping only, never admission time).
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

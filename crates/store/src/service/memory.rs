@@ -31,6 +31,24 @@ impl ServiceStore for MemoryServiceStore {
         Ok(self.keys.clone())
     }
 
+    fn revoke_key(
+        &mut self,
+        workspace_id: &str,
+        hash: &str,
+        record: &AuditRecord,
+    ) -> Result<bool, ServiceStoreError> {
+        let Some(index) = self.keys.iter().position(|k| {
+            k.hash == hash
+                && k.role == KeyRole::Principal
+                && k.workspace_id.as_deref() == Some(workspace_id)
+        }) else {
+            return Ok(false);
+        };
+        self.keys.remove(index);
+        self.audit.push(record.clone());
+        Ok(true)
+    }
+
     fn has_admin_key(&self) -> Result<bool, ServiceStoreError> {
         Ok(self.keys.iter().any(|k| k.role == KeyRole::Admin))
     }

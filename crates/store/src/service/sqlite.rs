@@ -168,6 +168,25 @@ impl ServiceStore for SqliteServiceStore {
         Ok(keys)
     }
 
+    fn revoke_key(
+        &mut self,
+        workspace_id: &str,
+        hash: &str,
+        record: &AuditRecord,
+    ) -> Result<bool, ServiceStoreError> {
+        let tx = self.conn.transaction()?;
+        let deleted = tx.execute(
+            "DELETE FROM api_keys WHERE hash = ?1 AND role = 'principal' AND workspace_id = ?2",
+            params![hash, workspace_id],
+        )?;
+        if deleted == 0 {
+            return Ok(false);
+        }
+        insert_audit(&tx, record)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
     fn has_admin_key(&self) -> Result<bool, ServiceStoreError> {
         let found: Option<i64> = self
             .conn
@@ -275,7 +294,7 @@ mod tests {
             Err(ServiceStoreError::DuplicateKey)
         ));
         assert!(store.has_admin_key().unwrap());
-        assert_eq!(store.keys().unwrap(), vec![key]);
+        assert_eq!(store.keys().unwrap(), vec![key.clone()]);
 
         for (i, version) in ["v1", "v2", "v1"].iter().enumerate() {
             let profile = StoredProfile {
@@ -306,6 +325,38 @@ mod tests {
             .audit("w", AuditKind::BreakerTransition, 10)
             .unwrap()
             .is_empty());
+
+        // Revocation: only a principal key of that workspace, with its audit record.
+        let principal = StoredKey {
+            hash: "cd".repeat(32),
+            role: KeyRole::Principal,
+            workspace_id: Some("w".into()),
+            principal_id: Some("p".into()),
+            created_at_ms: 2,
+        };
+        store.insert_key(&principal).unwrap();
+        let record = AuditRecord {
+            workspace_id: "w".into(),
+            kind: AuditKind::KeyRevocation,
+            record_json: "{}".into(),
+            at_epoch_ms: 3,
+        };
+        assert!(!store.revoke_key("other", &principal.hash, &record).unwrap());
+        assert!(
+            !store.revoke_key("w", &key.hash, &record).unwrap(),
+            "admin keys stay"
+        );
+        assert!(store
+            .audit("w", AuditKind::KeyRevocation, 10)
+            .unwrap()
+            .is_empty());
+        assert!(store.revoke_key("w", &principal.hash, &record).unwrap());
+        assert!(!store.revoke_key("w", &principal.hash, &record).unwrap());
+        assert_eq!(store.keys().unwrap(), vec![key]);
+        assert_eq!(
+            store.audit("w", AuditKind::KeyRevocation, 10).unwrap(),
+            vec![record]
+        );
     }
 
     #[test]

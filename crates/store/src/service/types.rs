@@ -58,6 +58,8 @@ pub enum AuditKind {
     ProfileChange,
     /// A breaker transition record.
     BreakerTransition,
+    /// A principal key was revoked (`turnstile-key-revocation/v1`).
+    KeyRevocation,
 }
 
 impl AuditKind {
@@ -66,6 +68,7 @@ impl AuditKind {
         match self {
             AuditKind::ProfileChange => "profile-change",
             AuditKind::BreakerTransition => "breaker-transition",
+            AuditKind::KeyRevocation => "key-revocation",
         }
     }
 }
@@ -112,6 +115,15 @@ pub trait ServiceStore: Send {
     fn insert_key(&mut self, key: &StoredKey) -> Result<(), ServiceStoreError>;
     /// Every stored key.
     fn keys(&self) -> Result<Vec<StoredKey>, ServiceStoreError>;
+    /// Deletes the principal key with `hash` of `workspace_id` and appends `record` to the
+    /// audit log, in one transaction. Returns `false` (and writes nothing) when no such key is
+    /// stored. Admin keys are never revoked this way.
+    fn revoke_key(
+        &mut self,
+        workspace_id: &str,
+        hash: &str,
+        record: &AuditRecord,
+    ) -> Result<bool, ServiceStoreError>;
     /// Whether any admin key exists (first start detection).
     fn has_admin_key(&self) -> Result<bool, ServiceStoreError>;
     /// Appends a registration and, when the current revision changed, its profile-change
