@@ -61,4 +61,4 @@ pub use receipt::ReceiptRun;
 pub use result::{DecisionResult, ResultNaming, RulesetResult};
 pub use scheduler::{run_bounded_fair, FairOptions, Interrupt, Scheduled, Slot, WorkItem};
 pub use scripted::{CallLog, ScriptedAdapter, Step};
-pub use telemetry::{LogRecord, LogSink, Telemetry};
+pub use telemetry::{AdmitSpan, LogRecord, LogSink, Telemetry};

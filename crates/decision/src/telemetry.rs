@@ -39,7 +39,7 @@ use opentelemetry::global::BoxedTracer;
 use opentelemetry::metrics::Meter;
 use opentelemetry::trace::Tracer;
 
-pub(crate) use admit_span::AdmitSpan;
+pub use admit_span::AdmitSpan;
 pub use log::{LogLevel, LogRecord, LogSink};
 use metrics::Instruments;
 use prometheus::PrometheusCounters;
@@ -105,8 +105,9 @@ impl Telemetry {
         self.prometheus.render()
     }
 
-    /// Opens the `decision.admit` span of one admission request.
-    pub(crate) fn admission_requested(&self, adapter_id: &str) -> AdmitSpan {
+    /// Opens the `decision.admit` span of one admission request; `adapter_id` names what the
+    /// admission is for (the evaluator's adapter, or the service's provider lane).
+    pub fn admission_requested(&self, adapter_id: &str) -> AdmitSpan {
         AdmitSpan::open(self.clone(), adapter_id)
     }
 

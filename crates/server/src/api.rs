@@ -12,6 +12,8 @@ pub mod validate;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use turnstile_decision::Telemetry;
+
 use crate::config::Config;
 use crate::driver::DriverHandle;
 use crate::keys::KeyRing;
@@ -28,4 +30,6 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// False before start-up completes and once shutdown begins.
     pub ready: Arc<AtomicBool>,
+    /// `decision.admit` spans, breaker events and the OpenTelemetry counters.
+    pub telemetry: Telemetry,
 }

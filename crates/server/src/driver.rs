@@ -21,6 +21,9 @@
 //! - Every waiter the core queued for a client is either resolved to that client, or cancelled
 //!   (client gone, shutdown); `pending` and `tickets` always describe the same waiters.
 //! - Every lease in the [`LeaseTable`] is held in the core, and is released exactly once.
+//! - Every granted lease has one open `decision.admit` span in `spans`, ended exactly when the
+//!   lease leaves the table (release with its breaker transitions, reclaim, undeliverable); a
+//!   request that is refused ends its span with the decision at once.
 //! - Workspace and principal IDs are never logged; metrics get decisions and reasons only.
 
 use std::collections::HashMap;
@@ -35,6 +38,8 @@ use turnstile_admission::{
     RegistryError, Rejection, Snapshot, WaiterId,
 };
 use turnstile_store::service::{AuditKind, AuditRecord, StoredProfile};
+
+use turnstile_decision::AdmitSpan;
 
 use crate::clock::Clock;
 use crate::error::ApiError;
@@ -52,6 +57,8 @@ pub struct AcquireCommand {
     pub estimate: Estimate,
     /// How long the request may wait, from the moment the driver sees it.
     pub wait_ms: Millis,
+    /// The request's `decision.admit` span: closed on rejection, kept open with the lease.
+    pub span: AdmitSpan,
     pub reply: oneshot::Sender<AcquireReply>,
 }
 
@@ -221,6 +228,7 @@ impl DriverHandle {
 struct Pending {
     ticket: u64,
     principal: Arc<str>,
+    span: AdmitSpan,
     reply: oneshot::Sender<AcquireReply>,
 }
 
@@ -229,6 +237,8 @@ pub struct Driver {
     registry: Registry,
     clock: Clock,
     leases: LeaseTable,
+    /// The open `decision.admit` span of every granted lease; ends with the lease.
+    spans: HashMap<LeaseToken, AdmitSpan>,
     pending: HashMap<Arc<str>, HashMap<WaiterId, Pending>>,
     tickets: HashMap<u64, (Arc<str>, WaiterId)>,
     transitions: Arc<Mutex<Vec<BreakerTransition>>>,
@@ -269,6 +279,7 @@ impl Driver {
             registry,
             clock,
             leases: LeaseTable::new(),
+            spans: HashMap::new(),
             pending: HashMap::new(),
             tickets: HashMap::new(),
             transitions,
@@ -354,8 +365,9 @@ impl Driver {
     }
 
     fn reclaim_expired(&mut self, now: Millis) {
-        while let Some(entry) = self.leases.pop_expired(now) {
+        while let Some((token, entry)) = self.leases.pop_expired(now) {
             self.metrics.leases_expired.fetch_add(1, Ordering::Relaxed);
+            self.end_span(&token, &[]);
             let _ = self
                 .registry
                 .release(&entry.workspace, entry.lease, Outcome::None, now);
@@ -374,6 +386,7 @@ impl Driver {
                     self.metrics
                         .leases_undeliverable
                         .fetch_add(1, Ordering::Relaxed);
+                    self.end_span(&token, &[]);
                     let _ =
                         self.registry
                             .release(&entry.workspace, entry.lease, Outcome::None, now);
@@ -498,13 +511,16 @@ impl Driver {
             budget_id,
             estimate,
             wait_ms,
+            span,
             reply,
         } = command;
         if self.draining {
+            span.failed();
             let _ = reply.send(AcquireReply::ShuttingDown);
             return;
         }
         let Some(controller) = self.registry.controller(&workspace) else {
+            span.failed();
             let _ = reply.send(AcquireReply::NoProfile);
             return;
         };
@@ -514,6 +530,7 @@ impl Driver {
             let rejection = unconfigured_provider(controller.snapshot().retry_pressure);
             self.metrics
                 .decision(Decision::Reject, Reason::UnconfiguredProvider);
+            span.rejected(&rejection.evidence);
             let _ = reply.send(AcquireReply::Rejected(rejection));
             return;
         }
@@ -522,14 +539,22 @@ impl Driver {
             .with_deadline(now.saturating_add(wait_ms));
         match self.registry.acquire(&workspace, request, now) {
             Err(_) => {
+                span.failed();
                 let _ = reply.send(AcquireReply::NoProfile);
             }
             Ok(Acquired::Admitted(lease)) => {
                 self.metrics.decision(Decision::Admit, Reason::Admitted);
-                self.grant(&workspace, &principal, lease.id, lease.evidence, reply, now);
+                let admitted = Admitted {
+                    lease: lease.id,
+                    evidence: lease.evidence,
+                    span,
+                    reply,
+                };
+                self.grant(&workspace, &principal, admitted, now);
             }
             Ok(Acquired::Rejected(rejection)) => {
                 self.metrics.decision(Decision::Reject, rejection.reason);
+                span.rejected(&rejection.evidence);
                 let _ = reply.send(AcquireReply::Rejected(rejection));
             }
             Ok(Acquired::Queued { waiter, evidence }) => {
@@ -540,6 +565,7 @@ impl Driver {
                     // time, instead of holding the connection until the deadline.
                     let _ = self.registry.cancel(&workspace, waiter, now);
                     self.metrics.decision(Decision::Reject, rejection.reason);
+                    span.rejected(&rejection.evidence);
                     let _ = reply.send(AcquireReply::Rejected(rejection));
                     self.drain(&workspace, now);
                     return;
@@ -550,6 +576,7 @@ impl Driver {
                     Pending {
                         ticket,
                         principal,
+                        span,
                         reply,
                     },
                 );
@@ -562,11 +589,15 @@ impl Driver {
         &mut self,
         workspace: &Arc<str>,
         principal: &Arc<str>,
-        lease: LeaseId,
-        evidence: Evidence,
-        reply: oneshot::Sender<AcquireReply>,
+        admitted: Admitted,
         now: Millis,
     ) {
+        let Admitted {
+            lease,
+            evidence,
+            mut span,
+            reply,
+        } = admitted;
         let expires_at = now.saturating_add(self.lease_ttl_ms);
         let entry = LeaseEntry {
             workspace: workspace.clone(),
@@ -577,6 +608,8 @@ impl Driver {
         match self.leases.insert(entry) {
             Ok(token) => {
                 self.metrics.leases_granted.fetch_add(1, Ordering::Relaxed);
+                span.admitted(&evidence);
+                self.spans.insert(token, span);
                 let grant = Grant {
                     token,
                     expires_at,
@@ -588,6 +621,7 @@ impl Driver {
                 let _ = reply.send(AcquireReply::Admitted(grant));
             }
             Err(_) => {
+                span.failed();
                 let _ = self.registry.release(workspace, lease, Outcome::None, now);
                 let _ = reply.send(AcquireReply::Internal);
             }
@@ -636,8 +670,10 @@ impl Driver {
             .release_with_usage(workspace, entry.lease, outcome, usage, now)
             .ok()
             .flatten();
+        let transitions = released.map(|r| r.breaker_transitions).unwrap_or_default();
+        self.end_span(&token, &transitions);
         self.drain(workspace, now);
-        Ok(released.map(|r| r.breaker_transitions).unwrap_or_default())
+        Ok(transitions)
     }
 
     fn register(
@@ -683,6 +719,13 @@ impl Driver {
         }
     }
 
+    /// Ends the span of a lease that left the table (released, reclaimed, undeliverable).
+    fn end_span(&mut self, token: &LeaseToken, transitions: &[BreakerTransition]) {
+        if let Some(span) = self.spans.remove(token) {
+            span.released(transitions);
+        }
+    }
+
     /// Delivers every resolution of `workspace` and persists its breaker transitions.
     fn drain(&mut self, workspace: &str, now: Millis) {
         while let Some(resolution) = self.registry.poll_resolution(workspace) {
@@ -695,18 +738,18 @@ impl Driver {
                     self.tickets.remove(&pending.ticket);
                     self.metrics.decision(Decision::Admit, Reason::Admitted);
                     let ws: Arc<str> = Arc::from(workspace);
-                    self.grant(
-                        &ws,
-                        &pending.principal,
-                        lease.id,
-                        lease.evidence,
-                        pending.reply,
-                        now,
-                    );
+                    let admitted = Admitted {
+                        lease: lease.id,
+                        evidence: lease.evidence,
+                        span: pending.span,
+                        reply: pending.reply,
+                    };
+                    self.grant(&ws, &pending.principal, admitted, now);
                 }
                 (Some(pending), Err(rejection)) => {
                     self.tickets.remove(&pending.ticket);
                     self.metrics.decision(Decision::Reject, rejection.reason);
+                    pending.span.rejected(&rejection.evidence);
                     let _ = pending.reply.send(AcquireReply::Rejected(rejection));
                 }
                 (None, Ok(lease)) => {
@@ -748,6 +791,14 @@ impl Driver {
             self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// An admission the core granted, on its way into the lease table.
+struct Admitted {
+    lease: LeaseId,
+    evidence: Evidence,
+    span: AdmitSpan,
+    reply: oneshot::Sender<AcquireReply>,
 }
 
 /// A deferral on a provider pause or an open breaker whose known end is at or past the

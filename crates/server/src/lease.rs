@@ -125,12 +125,12 @@ impl LeaseTable {
     }
 
     /// Removes and returns one lease expired at `now`, earliest first.
-    pub fn pop_expired(&mut self, now: Millis) -> Option<LeaseEntry> {
+    pub fn pop_expired(&mut self, now: Millis) -> Option<(LeaseToken, LeaseEntry)> {
         let &(at, token) = self.expiries.first()?;
         if at > now {
             return None;
         }
-        self.remove(&token)
+        self.remove(&token).map(|entry| (token, entry))
     }
 
     /// Leases of one workspace (for the admin snapshot).

@@ -43,4 +43,4 @@ pub mod status;
 
 pub use bootstrap::BootstrapKeys;
 pub use config::{Config, ConfigError};
-pub use serve::{start, RunningServer, ServerError};
+pub use serve::{start, start_with_telemetry, RunningServer, ServerError};

@@ -31,6 +31,8 @@ use crate::api::AppState;
 use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
+use turnstile_decision::Telemetry;
+
 use crate::driver::{Command, Driver, DriverHandle};
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
@@ -107,8 +109,18 @@ impl RunningServer {
     }
 }
 
-/// Opens the store, reloads state, binds and starts serving. Must run inside a tokio runtime.
+/// Opens the store, reloads state, binds and starts serving, with telemetry on the global
+/// OpenTelemetry providers. Must run inside a tokio runtime.
 pub async fn start(config: Config) -> Result<RunningServer, ServerError> {
+    start_with_telemetry(config, Telemetry::global()).await
+}
+
+/// [`start`] with a given telemetry handle (its tracer receives one `decision.admit` span per
+/// admission request; a granted lease's span stays open until the lease ends).
+pub async fn start_with_telemetry(
+    config: Config,
+    telemetry: Telemetry,
+) -> Result<RunningServer, ServerError> {
     config.validate()?;
     let config = Arc::new(config);
     let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
@@ -151,6 +163,7 @@ pub async fn start(config: Config) -> Result<RunningServer, ServerError> {
         metrics: metrics.clone(),
         config: config.clone(),
         ready: ready.clone(),
+        telemetry,
     };
     let (shutdown_tx, shutdown_rx) = oneshot::channel();
     let task = tokio::spawn(accept_loop(

@@ -600,7 +600,10 @@ fn health_readiness_and_metrics_have_no_ids() {
             let labels = &line[start + 1..line.find('}').unwrap()];
             for pair in labels.split(',') {
                 let name = pair.split('=').next().unwrap();
-                assert!(["decision", "reason", "state"].contains(&name), "{line}");
+                assert!(
+                    ["decision", "reason", "state", "breaker_status"].contains(&name),
+                    "{line}"
+                );
             }
         }
     }

@@ -1,4 +1,5 @@
-//! The live `decision.admit` span of one admission request.
+//! The live `decision.admit` span of one admission request (used by the evaluator and by the
+//! admission service, which keeps the span of a granted lease open until the lease ends).
 //!
 //! Lifecycle: [`AdmitSpan::open`] when admission is requested; then exactly one of
 //! [`AdmitSpan::admitted`] (span stays open while the lease is held) followed by
@@ -21,7 +22,7 @@ use super::log::{LogLevel, LogRecord};
 use super::{guarded, Telemetry};
 
 /// One admission request's span.
-pub(crate) struct AdmitSpan {
+pub struct AdmitSpan {
     telemetry: Telemetry,
     span: Option<BoxedSpan>,
     adapter_id: String,
@@ -127,26 +128,25 @@ impl AdmitSpan {
     }
 
     /// Admitted: the span stays open until the lease is released.
-    pub(crate) fn admitted(&mut self, evidence: &Evidence) {
+    pub fn admitted(&mut self, evidence: &Evidence) {
         self.decide(evidence);
     }
 
     /// Rejected: the span ends with status error.
-    pub(crate) fn rejected(mut self, evidence: &Evidence) {
+    pub fn rejected(mut self, evidence: &Evidence) {
         self.decide(evidence);
         self.end();
     }
 
     /// Deferred: the span ends with status unset. (The driver resolves every acquire to an
     /// admit or a reject, so the evaluator does not produce these; hosts polling the core do.)
-    #[allow(dead_code)]
-    pub(crate) fn deferred(mut self, evidence: &Evidence) {
+    pub fn deferred(mut self, evidence: &Evidence) {
         self.decide(evidence);
         self.end();
     }
 
     /// The registry could not take the request (no evidence exists).
-    pub(crate) fn failed(mut self) {
+    pub fn failed(mut self) {
         self.with_span(|span| {
             span.set_attribute(KeyValue::new(DECISION, Decision::Reject.as_str()));
             span.set_status(Status::error("registry"));
@@ -155,7 +155,7 @@ impl AdmitSpan {
     }
 
     /// The lease was released: transitions the outcome caused become events; the span ends.
-    pub(crate) fn released(mut self, transitions: &[BreakerTransition]) {
+    pub fn released(mut self, transitions: &[BreakerTransition]) {
         self.transitions(transitions);
         self.end();
     }

@@ -66,6 +66,7 @@ pub async fn acquire(
         ));
     }
 
+    let span = state.telemetry.admission_requested(&request.provider_id);
     let (ticket, mut guard) = state.driver.ticket();
     let answer = state
         .driver
@@ -78,6 +79,7 @@ pub async fn acquire(
                 budget_id: request.budget_id,
                 estimate: request.estimate,
                 wait_ms,
+                span,
                 reply,
             })
         })

@@ -45,7 +45,11 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        {
+            let mut text = state.metrics.render();
+            text.push_str(&state.telemetry.prometheus_text());
+            text
+        },
     )
 }
 

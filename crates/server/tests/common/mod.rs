@@ -23,6 +23,15 @@ pub struct TestServer {
 impl TestServer {
     /// Starts a service on `dir` with test-friendly defaults, adjusted by `tweak`.
     pub fn start(dir: &Path, tweak: impl FnOnce(&mut Config)) -> Self {
+        Self::start_with_telemetry(dir, tweak, turnstile_decision::Telemetry::global())
+    }
+
+    /// [`TestServer::start`] with the given telemetry handle.
+    pub fn start_with_telemetry(
+        dir: &Path,
+        tweak: impl FnOnce(&mut Config),
+        telemetry: turnstile_decision::Telemetry,
+    ) -> Self {
         let mut config = Config {
             listen: "127.0.0.1:0".parse().unwrap(),
             data_dir: dir.to_path_buf(),
@@ -40,7 +49,9 @@ impl TestServer {
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                let server = turnstile_server::start(config).await.unwrap();
+                let server = turnstile_server::start_with_telemetry(config, telemetry)
+                    .await
+                    .unwrap();
                 ready_tx
                     .send((server.local_addr(), server.bootstrap_keys().cloned()))
                     .unwrap();
