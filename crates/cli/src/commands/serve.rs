@@ -3,12 +3,18 @@
 //! Loopback on port 8686, state in `./turnstile-data/`, the example profile in workspace `demo`.
 //! The first start prints a generated admin key and the demo principal's key once; only their
 //! hashes are stored. Stops gracefully on Ctrl-C / SIGTERM.
+//!
+//! With `--otlp-endpoint` (or `OTEL_EXPORTER_OTLP_ENDPOINT`) the service's `decision.admit`
+//! spans and admission counters are exported over OTLP/HTTP; the exporters run on their own
+//! threads and are flushed when the service stops.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use turnstile_decision::telemetry::otlp::otlp_pipeline;
+use turnstile_decision::Telemetry;
 use turnstile_server::Config;
 
 #[derive(Debug, Args)]
@@ -22,6 +28,9 @@ pub struct ServeArgs {
     /// TOML configuration file (see docs/server.md).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Export spans and metrics over OTLP/HTTP to this collector (e.g. http://localhost:4318).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The effective configuration: file (or defaults), then command-line overrides.
@@ -41,13 +50,25 @@ pub fn config(args: &ServeArgs) -> anyhow::Result<Config> {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = config(&args)?;
+    // Built outside the async runtime: the OTLP HTTP exporter uses a blocking client on the
+    // SDK's own threads.
+    let pipeline = match &args.otlp_endpoint {
+        Some(endpoint) => Some(
+            otlp_pipeline(endpoint)
+                .with_context(|| format!("cannot export telemetry to {endpoint}"))?,
+        ),
+        None => None,
+    };
+    let telemetry = pipeline
+        .as_ref()
+        .map_or_else(Telemetry::global, |p| p.telemetry.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let data_dir = config.data_dir.clone();
-        let server = turnstile_server::start(config).await?;
+        let server = turnstile_server::start_with_telemetry(config, telemetry).await?;
         println!(
             "turnstile serve: listening on http://{}",
             server.local_addr()
@@ -63,9 +84,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             println!();
         }
         server.run_until(shutdown_signal()).await?;
-        println!("turnstile serve: stopped");
         anyhow::Ok(())
-    })
+    });
+    drop(runtime);
+    if let Some(pipeline) = pipeline {
+        // Flush what is still buffered; an unreachable collector must not fail the stop.
+        if let Err(error) = pipeline.tracer_provider.shutdown() {
+            eprintln!("turnstile serve: flushing spans failed: {error}");
+        }
+        if let Err(error) = pipeline.meter_provider.shutdown() {
+            eprintln!("turnstile serve: flushing metrics failed: {error}");
+        }
+    }
+    served?;
+    println!("turnstile serve: stopped");
+    Ok(())
 }
 
 async fn shutdown_signal() {
