@@ -37,9 +37,8 @@ use turnstile_admission::{
     Evidence, LeaseId, Millis, Outcome, Profile, ProfileChangeRecord, Reason, Registry,
     RegistryError, Rejection, Snapshot, WaiterId,
 };
-use turnstile_store::service::{AuditKind, AuditRecord, StoredProfile};
-
 use turnstile_decision::AdmitSpan;
+use turnstile_store::service::{AuditKind, AuditRecord, StoredProfile};
 
 use crate::clock::Clock;
 use crate::error::ApiError;

@@ -179,8 +179,9 @@ struct Samples {
 /// Runs `clients` clients for `warmup + measured`; only pairs started after the warm-up are
 /// counted. Without a rate each client runs pairs back to back (closed loop: the figure is the
 /// saturation throughput); with `rate` (pairs per second, all clients together) each client
-/// starts its pairs on a fixed schedule, and a pair that starts late because the previous one
-/// was slow is measured from when it was due.
+/// starts its pairs on a fixed schedule, and a pair that starts late because the client's
+/// previous pair was still running is measured from when it was due (a late timer is not the
+/// service's fault and is not charged).
 async fn drive(
     target: &Target,
     clients: usize,
@@ -210,20 +211,29 @@ async fn drive(
             // Open loop (`--rate`): this client's k-th pair is due at `due`; clients are
             // staggered across one interval so their requests do not arrive in bursts.
             let mut due = pace.map(|interval| start + interval.mul_f64(stagger(client_index)));
+            // When this client's previous pair ended.
+            let mut previous_end = start;
             loop {
                 let (counted_from, sent_at) = match (pace, due) {
                     (Some(interval), Some(at)) => {
                         due = Some(at + interval);
-                        if Instant::now() < at {
+                        let now = Instant::now();
+                        if now < at {
                             // On schedule: wait, and measure from the real start (the timer's
                             // own lateness is the load generator's, not the service's).
                             tokio::time::sleep_until(at.into()).await;
                             let now = Instant::now();
                             (now, now)
+                        } else if previous_end > at {
+                            // Late because the previous pair (the service) was still running
+                            // when this one was due: it counts from when it was due, so a slow
+                            // service is charged for every pair it delayed (no coordinated
+                            // omission).
+                            (at, now)
                         } else {
-                            // Behind schedule because the service was slow: the pair counts
-                            // from when it was due (no coordinated omission).
-                            (at, Instant::now())
+                            // Late only because this client's timer woke late: the load
+                            // generator's delay, not the service's.
+                            (now, now)
                         }
                     }
                     _ => {
@@ -235,7 +245,8 @@ async fn drive(
                     break;
                 }
                 let outcome = client.pair().await;
-                let elapsed = counted_from.elapsed();
+                previous_end = Instant::now();
+                let elapsed = previous_end.duration_since(counted_from);
                 if counted_from.duration_since(start) < warmup {
                     continue;
                 }

@@ -6,13 +6,13 @@
 //! the call really used, which replaces the estimate in the invocation's budgets (an overrun
 //! makes the invocation's next attempt fail closed); heartbeat moves the expiry to now + TTL.
 
+use std::sync::atomic::Ordering;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::Ordering;
-
 use turnstile_admission::{ActualUsage, BreakerTransition, Millis, Outcome};
 
 use crate::api::AppState;
