@@ -129,28 +129,30 @@ impl StoreHandle {
         self.tx.send(op).is_ok()
     }
 
-    /// Stores a key hash.
-    pub async fn insert_key(&self, key: StoredKey) -> Result<(), ApiError> {
+    /// Sends the operation built around a fresh reply channel and awaits the store's answer;
+    /// a store that is gone or failed is [`ApiError::Storage`].
+    async fn ask<T>(
+        &self,
+        op: impl FnOnce(oneshot::Sender<Result<T, ServiceStoreError>>) -> StoreOp,
+    ) -> Result<T, ApiError> {
         let (reply, rx) = oneshot::channel();
-        if !self.send(StoreOp::InsertKey { key, reply }) {
+        if !self.send(op(reply)) {
             return Err(ApiError::Storage);
         }
         match rx.await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(value)) => Ok(value),
             _ => Err(ApiError::Storage),
         }
     }
 
+    /// Stores a key hash.
+    pub async fn insert_key(&self, key: StoredKey) -> Result<(), ApiError> {
+        self.ask(|reply| StoreOp::InsertKey { key, reply }).await
+    }
+
     /// Every stored key (hashes only).
     pub async fn keys(&self) -> Result<Vec<StoredKey>, ApiError> {
-        let (reply, rx) = oneshot::channel();
-        if !self.send(StoreOp::Keys { reply }) {
-            return Err(ApiError::Storage);
-        }
-        match rx.await {
-            Ok(Ok(keys)) => Ok(keys),
-            _ => Err(ApiError::Storage),
-        }
+        self.ask(|reply| StoreOp::Keys { reply }).await
     }
 
     /// Deletes a principal key of `workspace` and records the revocation (one transaction).
@@ -161,20 +163,13 @@ impl StoreHandle {
         hash: &str,
         record: AuditRecord,
     ) -> Result<bool, ApiError> {
-        let (reply, rx) = oneshot::channel();
-        let op = StoreOp::RevokeKey {
+        self.ask(|reply| StoreOp::RevokeKey {
             workspace: workspace.to_owned(),
             hash: hash.to_owned(),
             record,
             reply,
-        };
-        if !self.send(op) {
-            return Err(ApiError::Storage);
-        }
-        match rx.await {
-            Ok(Ok(revoked)) => Ok(revoked),
-            _ => Err(ApiError::Storage),
-        }
+        })
+        .await
     }
 
     /// Reads the last `limit` audit records of one kind.
@@ -184,19 +179,12 @@ impl StoreHandle {
         kind: AuditKind,
         limit: usize,
     ) -> Result<Vec<AuditRecord>, ApiError> {
-        let (reply, rx) = oneshot::channel();
-        let op = StoreOp::Audit {
+        self.ask(|reply| StoreOp::Audit {
             workspace: workspace.to_owned(),
             kind,
             limit,
             reply,
-        };
-        if !self.send(op) {
-            return Err(ApiError::Storage);
-        }
-        match rx.await {
-            Ok(Ok(records)) => Ok(records),
-            _ => Err(ApiError::Storage),
-        }
+        })
+        .await
     }
 }

@@ -19,7 +19,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use turnstile_store::service::{AuditKind, AuditRecord, KeyRole};
+use turnstile_store::service::{AuditKind, AuditRecord, KeyRole, StoredKey};
 
 use crate::api::{validate, AppState};
 use crate::auth::require_admin;
@@ -115,14 +115,7 @@ pub async fn list_keys(
 ) -> Result<Json<KeyListing>, ApiError> {
     require_admin(&caller)?;
     validate::id("workspaceId", &workspace_id)?;
-    let keys = state
-        .store
-        .keys()
-        .await?
-        .into_iter()
-        .filter(|k| {
-            k.role == KeyRole::Principal && k.workspace_id.as_deref() == Some(&workspace_id)
-        })
+    let keys = principal_keys_of(state.store.keys().await?, &workspace_id)
         .map(|k| KeyInfo {
             key_id: keys::key_id(&k.hash),
             principal_id: k.principal_id.unwrap_or_default(),
@@ -158,16 +151,8 @@ pub async fn revoke_key(
         code: "unknown-key",
         message: "no such key in this workspace: it was revoked, or never created here".into(),
     };
-    let stored = state
-        .store
-        .keys()
-        .await?
-        .into_iter()
-        .find(|k| {
-            k.role == KeyRole::Principal
-                && k.workspace_id.as_deref() == Some(&workspace_id)
-                && keys::key_id(&k.hash) == key_id
-        })
+    let stored = principal_keys_of(state.store.keys().await?, &workspace_id)
+        .find(|k| keys::key_id(&k.hash) == key_id)
         .ok_or_else(unknown)?;
     let revocation = Revocation {
         schema: KEY_REVOCATION_SCHEMA.to_owned(),
@@ -190,6 +175,16 @@ pub async fn revoke_key(
     }
     state.keys.remove(&stored.hash);
     Ok(Json(revocation))
+}
+
+/// The principal keys of one workspace among `stored`.
+fn principal_keys_of(
+    stored: Vec<StoredKey>,
+    workspace_id: &str,
+) -> impl Iterator<Item = StoredKey> + '_ {
+    stored.into_iter().filter(move |k| {
+        k.role == KeyRole::Principal && k.workspace_id.as_deref() == Some(workspace_id)
+    })
 }
 
 /// Wall time for key bookkeeping (creation and revocation stamps), never admission time.
