@@ -88,10 +88,8 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(args.clients * 2)
-            .tcp_nodelay(true)
-            .build()?;
+        // Only for the in-process setup (profile and key); the load runs on `BenchClient`s.
+        let client = reqwest::Client::new();
         let mut server = None;
         let mut data_dir = None;
         let target = match (&args.url, &args.key) {
@@ -102,11 +100,11 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
             },
             (Some(_), None) => bail!("--url needs --key (a principal key)"),
             (None, _) => {
-                let dir = std::env::temp_dir().join(format!(
-                    "turnstile-bench-{}-{}",
-                    std::process::id(),
-                    Instant::now().elapsed().as_nanos()
-                ));
+                let stamp = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                let dir = std::env::temp_dir()
+                    .join(format!("turnstile-bench-{}-{stamp}", std::process::id(),));
                 let config = turnstile_server::Config {
                     listen: "127.0.0.1:0".parse()?,
                     data_dir: dir.clone(),
@@ -139,22 +137,25 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         let warmup = Duration::from_millis(args.warmup_ms);
         let measured = Duration::from_secs(args.seconds);
         let cpu_before = process_cpu();
-        let samples = drive(&target, args.clients, args.rate, warmup, measured).await?;
+        let driven = drive(&target, args.clients, args.rate, warmup, measured).await;
         let cpu = process_cpu()
             .zip(cpu_before)
             .map(|(after, before)| after.saturating_sub(before));
-        let report = Report::new(&args, samples, measured, cpu);
+        // The in-process service and its data directory go away whatever the outcome.
+        let stopped = match server {
+            Some(server) => server.shutdown().await.map_err(anyhow::Error::from),
+            None => Ok(()),
+        };
+        if let Some(dir) = data_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let report = Report::new(&args, driven?, measured, cpu);
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
             report.print();
         }
-        if let Some(server) = server {
-            server.shutdown().await?;
-        }
-        if let Some(dir) = data_dir {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+        stopped?;
         if report.pairs == 0 {
             bail!("no acquire + release pair succeeded");
         }
