@@ -54,6 +54,16 @@ pub enum StoreOp {
     },
 }
 
+/// Sends `result` to whoever asked; returns whether it is a failure (for the error count).
+fn answer<T>(
+    reply: oneshot::Sender<Result<T, ServiceStoreError>>,
+    result: Result<T, ServiceStoreError>,
+) -> bool {
+    let failed = result.is_err();
+    let _ = reply.send(result);
+    failed
+}
+
 /// A handle to the store thread.
 #[derive(Clone)]
 pub struct StoreHandle {
@@ -72,12 +82,7 @@ impl StoreHandle {
             .spawn(move || {
                 for op in rx {
                     let failed = match op {
-                        StoreOp::InsertKey { key, reply } => {
-                            let result = store.insert_key(&key);
-                            let failed = result.is_err();
-                            let _ = reply.send(result);
-                            failed
-                        }
+                        StoreOp::InsertKey { key, reply } => answer(reply, store.insert_key(&key)),
                         StoreOp::AppendProfile {
                             profile,
                             change,
@@ -88,23 +93,13 @@ impl StoreHandle {
                             done(result);
                             failed
                         }
-                        StoreOp::Keys { reply } => {
-                            let result = store.keys();
-                            let failed = result.is_err();
-                            let _ = reply.send(result);
-                            failed
-                        }
+                        StoreOp::Keys { reply } => answer(reply, store.keys()),
                         StoreOp::RevokeKey {
                             workspace,
                             hash,
                             record,
                             reply,
-                        } => {
-                            let result = store.revoke_key(&workspace, &hash, &record);
-                            let failed = result.is_err();
-                            let _ = reply.send(result);
-                            failed
-                        }
+                        } => answer(reply, store.revoke_key(&workspace, &hash, &record)),
                         StoreOp::AppendAudit(records) => store.append_audit(&records).is_err(),
                         StoreOp::Audit {
                             workspace,
