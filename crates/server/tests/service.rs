@@ -326,13 +326,7 @@ fn circuit_open_is_503_with_retry_after() {
     let open: Value = open.json().unwrap();
     assert_eq!(open["reason"], "circuit-open");
     assert_eq!(open["evidence"]["breakerState"], "open");
-    let metrics = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = server.metrics_text();
     assert!(metrics.contains("turnstile_breaker_transitions_total{state=\"open\"} 1"));
     assert!(!metrics.contains("alice") && !metrics.contains("\"t\""));
 }
@@ -588,13 +582,7 @@ fn health_readiness_and_metrics_have_no_ids() {
     let (alice, _) = setup(&server);
     let _ = server.acquire(&alice, &admission("p"));
     let _ = server.acquire(&alice, &admission("zero"));
-    let metrics = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = server.metrics_text();
     for line in metrics.lines().filter(|l| !l.starts_with('#')) {
         if let Some(start) = line.find('{') {
             let labels = &line[start + 1..line.find('}').unwrap()];

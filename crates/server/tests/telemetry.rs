@@ -126,13 +126,7 @@ fn admission_spans_follow_each_request_and_lease_and_never_name_a_tenant() {
     }
 
     // The telemetry counters are on /metrics beside the service's own, without IDs.
-    let metrics = server
-        .client
-        .get(server.url("/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = server.metrics_text();
     assert!(
         metrics.contains("decision_admission_total{decision=\"admit\""),
         "{metrics}"

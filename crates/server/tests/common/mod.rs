@@ -128,14 +128,18 @@ impl TestServer {
             .unwrap()
     }
 
-    pub fn metric(&self, name: &str) -> f64 {
-        let text = self
-            .client
+    /// The `/metrics` exposition as text.
+    pub fn metrics_text(&self) -> String {
+        self.client
             .get(self.url("/metrics"))
             .send()
             .unwrap()
             .text()
-            .unwrap();
+            .unwrap()
+    }
+
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.metrics_text();
         text.lines()
             .find(|l| l.split([' ', '{']).next() == Some(name) && !l.starts_with('#'))
             .and_then(|l| l.rsplit(' ').next())
