@@ -1,4 +1,4 @@
-//! Errors of the async admission shell.
+//! Errors of the evaluator's admission driver.
 //!
 //! Messages never carry a principal or workspace ID: a rejection names its reason only, and a
 //! registry error is one of the registry's typed variants.
@@ -15,6 +15,9 @@ pub enum AdmissionError {
     /// The registry could not take the request (no profile registered for the workspace).
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    /// The driver is shutting down or has stopped; nothing was admitted.
+    #[error("the admission driver is not running")]
+    Unavailable,
 }
 
 impl AdmissionError {
@@ -22,7 +25,7 @@ impl AdmissionError {
     pub fn rejection(&self) -> Option<&Rejection> {
         match self {
             AdmissionError::Rejected(rejection) => Some(rejection),
-            AdmissionError::Registry(_) => None,
+            AdmissionError::Registry(_) | AdmissionError::Unavailable => None,
         }
     }
 }

@@ -234,11 +234,15 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
 
     let scheduler = request.scheduler.as_ref().filter(|s| s.policy.enabled);
     if let Some(run) = scheduler {
-        if let Err(error) = run.driver.register(
-            &run.policy.workspace.id,
-            &run.policy.profile_version,
-            run.policy.profile(),
-        ) {
+        if let Err(error) = run
+            .driver
+            .register(
+                &run.policy.workspace.id,
+                &run.policy.profile_version,
+                run.policy.profile(),
+            )
+            .await
+        {
             return error_result(
                 ResultReason::InvalidDefinition,
                 Some(ruleset_pin),
@@ -290,7 +294,8 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
                 Ok(Begin::Replay(replay)) => {
                     if let Some(run) = scheduler {
                         run.driver
-                            .release_budget(&run.policy.workspace.id, &request.invocation_id);
+                            .release_budget(&run.policy.workspace.id, &request.invocation_id)
+                            .await;
                     }
                     return replayed(replay, &plan, |reason, detail| {
                         error_result(
@@ -387,7 +392,8 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
 
     if let Some(run) = scheduler {
         run.driver
-            .release_budget(&run.policy.workspace.id, &request.invocation_id);
+            .release_budget(&run.policy.workspace.id, &request.invocation_id)
+            .await;
     }
 
     let stopped = match context.stopped() {

@@ -487,11 +487,11 @@ async fn attempt(
         ..base_record(target, ordinal, None)
     };
 
-    let mut span = None;
     let lease = match context.scheduler {
         None => None,
         Some(run) => {
-            span = context
+            // The driver ends the span on refusal; the lease owns it on admission.
+            let span = context
                 .telemetry
                 .map(|t| t.admission_requested(&target.adapter));
             let estimate = run
@@ -508,13 +508,15 @@ async fn attempt(
             };
             match run
                 .driver
-                .acquire_or_cancel(&run.policy.workspace.id, request, &context.signal)
+                .acquire_traced(
+                    &run.policy.workspace.id,
+                    request,
+                    Some(&context.signal),
+                    span,
+                )
                 .await
             {
                 Ok(lease) => {
-                    if let Some(span) = span.as_mut() {
-                        span.admitted(lease.evidence());
-                    }
                     record.admission = Some(lease.evidence().clone());
                     Some(lease)
                 }
@@ -522,9 +524,6 @@ async fn attempt(
                     record.dispatch_certainty = Some(DispatchCertainty::NotSent);
                     match error {
                         AdmissionError::Rejected(rejection) => {
-                            if let Some(span) = span.take() {
-                                span.rejected(&rejection.evidence);
-                            }
                             let caller = context.signal.is_cancelled();
                             let (status, reason) = match rejection.reason {
                                 Reason::Cancelled if !caller => {
@@ -543,10 +542,7 @@ async fn attempt(
                             };
                             record.admission = Some(rejection.evidence);
                         }
-                        AdmissionError::Registry(_) => {
-                            if let Some(span) = span.take() {
-                                span.failed();
-                            }
+                        AdmissionError::Registry(_) | AdmissionError::Unavailable => {
                             record.status = Status::Error;
                             record.reason = AttemptReason::Overloaded;
                         }
@@ -565,9 +561,6 @@ async fn attempt(
             .is_err()
         {
             drop(lease);
-            if let Some(span) = span.take() {
-                span.released(&[]);
-            }
             context.note_stop(Stop::ReceiptFailed);
             record.status = Status::Error;
             record.reason = AttemptReason::ReceiptUnavailable;
@@ -602,18 +595,13 @@ async fn attempt(
     };
     if let Some(lease) = lease {
         let outcome = lease_outcome(&observation, record.termination);
-        let released = if record.termination == Some(Termination::CallerCancelled) {
+        if record.termination == Some(Termination::CallerCancelled) {
             drop(lease);
-            None
         } else {
-            lease.release_with_usage(outcome, actual_usage(&observation.usage))
-        };
-        if let Some(span) = span.take() {
-            span.released(
-                released
-                    .as_ref()
-                    .map_or(&[][..], |r| &r.breaker_transitions),
-            );
+            // The driver ends the lease's span with the transitions the outcome caused.
+            let _ = lease
+                .release(outcome, actual_usage(&observation.usage))
+                .await;
         }
     }
 

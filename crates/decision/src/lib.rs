@@ -1,15 +1,16 @@
-//! turnstile-decision: the async shell around the admission core, and the decision evaluator.
+//! turnstile-decision: the decision evaluator.
 //!
-//! - [`AdmissionDriver`] runs the sans-IO admission [`Registry`](turnstile_admission::Registry)
-//!   on tokio time with exactly one timer; [`AdmissionLease`] releases on drop.
+//! - [`AdmissionDriver`] is the evaluator's face of the shell's one driver task
+//!   ([`turnstile_shell::Driver`]); [`AdmissionLease`] (a shell [`Grant`](turnstile_shell::Grant))
+//!   releases on drop.
 //! - [`run_bounded_fair`] is the bounded fair scheduler (lanes round-robin, results in input
 //!   order, permits given back during backoff).
 //! - [`evaluate`] runs a decision ruleset (EVALUATOR.md): validation, admission before every
 //!   attempt, retries, fallback, deadlines, composition.
 //! - [`receipt`]: durable `decision-receipt/v2` runs (serial, idempotent, honest about
 //!   uncertain dispatches) on any `turnstile_store::receipt::ReceiptStore`.
-//! - [`telemetry`]: `decision.admit` spans, breaker events and admission counters on
-//!   OpenTelemetry, plus a Prometheus text exposition.
+//! - [`telemetry`] (re-exported from the shell): `decision.admit` spans, breaker events, one
+//!   metrics family on OpenTelemetry and Prometheus text.
 //! - [`Adapter`] is how providers are called: [`ScriptedAdapter`] for tests and demos,
 //!   [`ChatCompletionsAdapter`] for OpenAI-compatible endpoints.
 //!
@@ -23,14 +24,12 @@ pub mod attempt;
 pub mod backoff;
 pub mod binding;
 pub mod chat_completions;
-pub mod clock;
 pub mod compose;
 pub mod definition;
 pub mod driver;
 pub mod error;
 pub mod evaluator;
 mod execution;
-pub mod lease;
 pub mod observation;
 pub mod plan;
 pub mod policy;
@@ -42,16 +41,16 @@ pub mod ruleset;
 pub mod scheduler;
 pub mod schema;
 pub mod scripted;
-pub mod telemetry;
 
 pub use adapter::{Adapter, AdapterRequest, AdapterSet, Capabilities};
 pub use adapter_config::AdaptersFile;
 pub use chat_completions::{ChatCompletionsAdapter, ChatCompletionsConfig};
-pub use clock::Clock;
+pub use turnstile_shell::{clock, telemetry, Clock};
+/// A granted permit of the evaluator; releases on drop (the shell's [`Grant`](turnstile_shell::Grant)).
+pub use turnstile_shell::Grant as AdmissionLease;
 pub use driver::AdmissionDriver;
 pub use error::AdmissionError;
 pub use evaluator::{evaluate, EstimateFn, EvaluationRequest, RandomFn, SchedulerRun};
-pub use lease::AdmissionLease;
 pub use observation::{Observation, Uncertainty, Usage};
 pub use policy::{SchedulerPolicy, ScopeLimits};
 pub use reason::{
@@ -61,4 +60,4 @@ pub use receipt::ReceiptRun;
 pub use result::{DecisionResult, ResultNaming, RulesetResult};
 pub use scheduler::{run_bounded_fair, FairOptions, Interrupt, Scheduled, Slot, WorkItem};
 pub use scripted::{CallLog, ScriptedAdapter, Step};
-pub use telemetry::{AdmitSpan, LogRecord, LogSink, Telemetry};
+pub use turnstile_shell::{AdmitSpan, LogRecord, LogSink, Telemetry};

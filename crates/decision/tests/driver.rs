@@ -35,7 +35,7 @@ fn rejection_reason(error: &AdmissionError) -> Reason {
 #[tokio::test(start_paused = true)]
 async fn queued_waiter_is_admitted_on_release_and_lease_drop_releases() {
     let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
-    driver.register("ws", "v1", profile(1, 8, 60_000)).unwrap();
+    driver.register("ws", "v1", profile(1, 8, 60_000)).await.unwrap();
     let first = driver.acquire("ws", request()).await.unwrap();
     assert_eq!(first.evidence().decision, Decision::Admit);
     let waiting = {
@@ -43,20 +43,20 @@ async fn queued_waiter_is_admitted_on_release_and_lease_drop_releases() {
         tokio::spawn(async move { driver.acquire("ws", request()).await })
     };
     common::settle().await;
-    assert_eq!(driver.snapshot("ws").unwrap().queued, 1);
+    assert_eq!(driver.snapshot("ws").await.unwrap().queued, 1);
     tokio::time::advance(Duration::from_millis(30)).await;
-    first.release(Outcome::Success);
+    first.release(Outcome::Success, ActualUsage::none()).await.unwrap();
     let second = waiting.await.unwrap().unwrap();
     assert_eq!(second.evidence().queue_delay_ms, 30);
     drop(second);
-    let snapshot = driver.snapshot("ws").unwrap();
+    let snapshot = driver.snapshot("ws").await.unwrap();
     assert_eq!((snapshot.active, snapshot.queued), (0, 0));
 }
 
 #[tokio::test(start_paused = true)]
 async fn one_timer_fires_the_queue_dwell_expiry_exactly() {
     let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
-    driver.register("ws", "v1", profile(1, 8, 40)).unwrap();
+    driver.register("ws", "v1", profile(1, 8, 40)).await.unwrap();
     let _held = driver.acquire("ws", request()).await.unwrap();
     let start = tokio::time::Instant::now();
     let waiting = {
@@ -64,45 +64,45 @@ async fn one_timer_fires_the_queue_dwell_expiry_exactly() {
         tokio::spawn(async move { driver.acquire("ws", request()).await })
     };
     common::settle().await;
-    assert_eq!(driver.armed_timer(), Some(40));
+    assert_eq!(driver.armed_timer().await, Some(40));
     let error = waiting.await.unwrap().unwrap_err();
     assert_eq!(rejection_reason(&error), Reason::QueueTimeout);
     assert_eq!(start.elapsed(), Duration::from_millis(40));
-    assert_eq!(driver.armed_timer(), None);
-    assert_eq!(driver.snapshot("ws").unwrap().queued, 0);
+    assert_eq!(driver.armed_timer().await, None);
+    assert_eq!(driver.snapshot("ws").await.unwrap().queued, 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn dropping_a_pending_acquire_cancels_the_waiter() {
     let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
-    driver.register("ws", "v1", profile(1, 8, 60_000)).unwrap();
+    driver.register("ws", "v1", profile(1, 8, 60_000)).await.unwrap();
     let held = driver.acquire("ws", request()).await.unwrap();
     let pending = {
         let driver = driver.clone();
         tokio::spawn(async move { driver.acquire("ws", request()).await })
     };
     common::settle().await;
-    assert_eq!(driver.snapshot("ws").unwrap().queued, 1);
+    assert_eq!(driver.snapshot("ws").await.unwrap().queued, 1);
     pending.abort();
     let _ = pending.await;
-    assert_eq!(driver.snapshot("ws").unwrap().queued, 0);
+    assert_eq!(driver.snapshot("ws").await.unwrap().queued, 0);
     drop(held);
-    let snapshot = driver.snapshot("ws").unwrap();
+    let snapshot = driver.snapshot("ws").await.unwrap();
     assert_eq!((snapshot.active, snapshot.queued), (0, 0), "no leaked slot");
     // A dropped future that timed out via select also leaves nothing behind.
     let held = driver.acquire("ws", request()).await.unwrap();
     let raced =
         tokio::time::timeout(Duration::from_millis(5), driver.acquire("ws", request())).await;
     assert!(raced.is_err());
-    assert_eq!(driver.snapshot("ws").unwrap().queued, 0);
+    assert_eq!(driver.snapshot("ws").await.unwrap().queued, 0);
     drop(held);
-    assert_eq!(driver.snapshot("ws").unwrap().active, 0);
+    assert_eq!(driver.snapshot("ws").await.unwrap().active, 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn cancelling_a_pending_acquire_returns_the_cancelled_evidence() {
     let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
-    driver.register("ws", "v1", profile(1, 8, 60_000)).unwrap();
+    driver.register("ws", "v1", profile(1, 8, 60_000)).await.unwrap();
     let _held = driver.acquire("ws", request()).await.unwrap();
     let token = tokio_util::sync::CancellationToken::new();
     let pending = {
@@ -116,15 +116,15 @@ async fn cancelling_a_pending_acquire_returns_the_cancelled_evidence() {
     let rejection = error.rejection().unwrap();
     assert_eq!(rejection.reason, Reason::Cancelled);
     assert_eq!(rejection.evidence.decision, Decision::Reject);
-    assert_eq!(driver.snapshot("ws").unwrap().queued, 0);
+    assert_eq!(driver.snapshot("ws").await.unwrap().queued, 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn peak_totals_keep_the_high_water_marks_of_active_and_queued() {
     let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
-    assert_eq!(driver.peak_totals("ws"), None);
-    driver.register("ws", "v1", profile(2, 8, 60_000)).unwrap();
-    assert_eq!(driver.peak_totals("ws"), Some((0, 0)));
+    assert_eq!(driver.peak_totals("ws").await, None);
+    driver.register("ws", "v1", profile(2, 8, 60_000)).await.unwrap();
+    assert_eq!(driver.peak_totals("ws").await, Some((0, 0)));
     let first = driver.acquire("ws", request()).await.unwrap();
     let second = driver.acquire("ws", request()).await.unwrap();
     let waiting: Vec<_> = (0..3)
@@ -134,20 +134,20 @@ async fn peak_totals_keep_the_high_water_marks_of_active_and_queued() {
         })
         .collect();
     common::settle().await;
-    assert_eq!(driver.peak_totals("ws"), Some((2, 3)));
+    assert_eq!(driver.peak_totals("ws").await, Some((2, 3)));
     drop(first);
     drop(second);
     for waiter in waiting {
         drop(waiter.await.unwrap().unwrap());
     }
-    let snapshot = driver.snapshot("ws").unwrap();
+    let snapshot = driver.snapshot("ws").await.unwrap();
     assert_eq!((snapshot.active, snapshot.queued), (0, 0));
     assert_eq!(
-        driver.peak_totals("ws"),
+        driver.peak_totals("ws").await,
         Some((2, 3)),
         "marks never go down"
     );
-    assert_eq!(driver.peak_totals("other"), None);
+    assert_eq!(driver.peak_totals("other").await, None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -205,7 +205,7 @@ async fn slow_server() -> SlowServer {
 async fn cnc_admit_012_loopback_slow_client_sheds_overflow_before_dispatch() {
     let server = slow_server().await;
     let driver = AdmissionDriver::new(Registry::new());
-    driver.register("ws", "v1", profile(1, 1, 2000)).unwrap();
+    driver.register("ws", "v1", profile(1, 1, 2000)).await.unwrap();
     let client = reqwest::Client::new();
     let peak = Arc::new(AtomicUsize::new(0));
     let active = Arc::new(AtomicUsize::new(0));
@@ -228,7 +228,7 @@ async fn cnc_admit_012_loopback_slow_client_sheds_overflow_before_dispatch() {
                 Err(_) => String::new(),
             };
             active.fetch_sub(1, Ordering::SeqCst);
-            lease.release(Outcome::Success);
+            lease.release(Outcome::Success, ActualUsage::none()).await.unwrap();
             Ok::<String, AdmissionError>(text)
         }
     };
@@ -238,7 +238,7 @@ async fn cnc_admit_012_loopback_slow_client_sheds_overflow_before_dispatch() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let second = tokio::spawn(call(driver.clone()));
-    while driver.snapshot("ws").unwrap().queued < 1 {
+    while driver.snapshot("ws").await.unwrap().queued < 1 {
         tokio::task::yield_now().await;
     }
     let third = call(driver.clone()).await;
@@ -249,14 +249,14 @@ async fn cnc_admit_012_loopback_slow_client_sheds_overflow_before_dispatch() {
         "shed before any traffic"
     );
 
-    let snapshot = driver.snapshot("ws").unwrap();
+    let snapshot = driver.snapshot("ws").await.unwrap();
     assert_eq!((snapshot.active, snapshot.queued), (1, 1));
     server.release.notify_one();
     assert_eq!(first.await.unwrap().unwrap(), "ok");
     assert_eq!(second.await.unwrap().unwrap(), "ok");
     assert_eq!(peak.load(Ordering::SeqCst), 1);
     assert_eq!(server.served.load(Ordering::SeqCst), 2);
-    let snapshot = driver.snapshot("ws").unwrap();
+    let snapshot = driver.snapshot("ws").await.unwrap();
     assert_eq!((snapshot.active, snapshot.queued), (0, 0));
 }
 
@@ -267,11 +267,14 @@ async fn releasing_with_actual_usage_charges_the_invocation_what_the_call_used()
     if let Some(principal) = budgeted.principals.get_mut("principal") {
         principal.max_tokens = Some(1_000);
     }
-    driver.register("ws", "v1", budgeted).unwrap();
+    driver.register("ws", "v1", budgeted).await.unwrap();
     let ask = || request().with_estimate(Estimate::new().tokens(100));
     let lease = driver.acquire("ws", ask()).await.unwrap();
     // The model call used 950 tokens, not the 100 estimated.
-    lease.release_with_usage(Outcome::Success, ActualUsage::none().tokens(950));
+    lease
+        .release(Outcome::Success, ActualUsage::none().tokens(950))
+        .await
+        .unwrap();
     let refused = driver.acquire("ws", ask()).await.unwrap_err();
     assert_eq!(rejection_reason(&refused), Reason::Tokens);
     // A plain release leaves the estimate charged: another invocation spends 100 of 1,000.
@@ -284,7 +287,7 @@ async fn releasing_with_actual_usage_charges_the_invocation_what_the_call_used()
             .acquire("ws", other())
             .await
             .unwrap()
-            .release(Outcome::Success);
+            .release(Outcome::Success, ActualUsage::none()).await.unwrap();
     }
     let refused = driver.acquire("ws", other()).await.unwrap_err();
     assert_eq!(rejection_reason(&refused), Reason::Tokens);

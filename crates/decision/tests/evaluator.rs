@@ -182,8 +182,7 @@ async fn caller_cancellation_during_a_queued_wait() {
     let driver = driver();
     let policy = one_permit_policy();
     driver
-        .register("workspace", "v1", policy.profile())
-        .unwrap();
+        .register("workspace", "v1", policy.profile()).await.unwrap();
     let blocker = hold_permit(&driver, "workspace", "principal").await;
 
     let log = CallLog::new();
@@ -196,7 +195,7 @@ async fn caller_cancellation_during_a_queued_wait() {
         .with_signal(signal.clone());
     let run = tokio::spawn(evaluate(request));
     settle().await;
-    assert_eq!(driver.snapshot("workspace").unwrap().queued, 1);
+    assert_eq!(driver.snapshot("workspace").await.unwrap().queued, 1);
     tokio::time::advance(Duration::from_millis(100)).await;
     signal.cancel();
     let result = run.await.unwrap();
@@ -217,14 +216,14 @@ async fn caller_cancellation_during_a_queued_wait() {
         assert_eq!(spec.status, Status::Cancelled);
         assert!(spec.attempts.is_empty());
     }
-    let snapshot = driver.snapshot("workspace").unwrap();
+    let snapshot = driver.snapshot("workspace").await.unwrap();
     assert_eq!(
         (snapshot.active, snapshot.queued),
         (1, 0),
         "no leaked waiter"
     );
     drop(blocker);
-    assert_eq!(driver.snapshot("workspace").unwrap().active, 0);
+    assert_eq!(driver.snapshot("workspace").await.unwrap().active, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -232,8 +231,7 @@ async fn target_timeout_during_a_queued_wait() {
     let driver = driver();
     let policy = one_permit_policy();
     driver
-        .register("workspace", "v1", policy.profile())
-        .unwrap();
+        .register("workspace", "v1", policy.profile()).await.unwrap();
     let _blocker = hold_permit(&driver, "workspace", "principal").await;
 
     let log = CallLog::new();
@@ -265,7 +263,7 @@ async fn target_timeout_during_a_queued_wait() {
         ));
         assert_eq!(attempt.duration_ms, 20);
     }
-    assert_eq!(driver.snapshot("workspace").unwrap().queued, 0);
+    assert_eq!(driver.snapshot("workspace").await.unwrap().queued, 0);
 }
 
 #[tokio::test(start_paused = true)]

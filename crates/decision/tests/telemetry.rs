@@ -207,15 +207,15 @@ async fn cnc_admit_telemetry_001_admit_spans_breaker_events_and_metrics() {
         (Decision::Reject, Reason::QueueTimeout)
     );
 
-    let (admission, _) = counter(&metrics, "decision.admission");
-    let (throttles, throttle_points) = counter(&metrics, "decision.throttles");
-    let (transitions, _) = counter(&metrics, "decision.breaker_transitions");
-    assert_eq!((admission, throttles, transitions), (3, 2, 1));
-    assert!(throttle_points.iter().any(|attributes| {
-        string_attr(attributes, "turnstile.admission.reason") == "queue-timeout"
-            && string_attr(attributes, "turnstile.breaker.status") == "open"
+    // One metrics family, counted once into both sinks.
+    let (decisions, decision_points) = counter(&metrics, "turnstile.admission.decisions");
+    let (transitions, _) = counter(&metrics, "turnstile.breaker.transitions");
+    assert_eq!((decisions, transitions), (3, 1));
+    assert!(decision_points.iter().any(|attributes| {
+        string_attr(attributes, "decision") == "reject"
+            && string_attr(attributes, "reason") == "queue-timeout"
     }));
-    // The only dimensions are decision, reason and breaker status.
+    // The only dimensions are decision, reason and the breaker state entered.
     for resource in &metrics {
         for scope in resource.scope_metrics() {
             for metric in scope.metrics() {
@@ -223,12 +223,7 @@ async fn cnc_admit_telemetry_001_admit_spans_breaker_events_and_metrics() {
                     for point in sum.data_points() {
                         for kv in point.attributes() {
                             assert!(
-                                [
-                                    "turnstile.admission.decision",
-                                    "turnstile.admission.reason",
-                                    "turnstile.breaker.status"
-                                ]
-                                .contains(&kv.key.as_str()),
+                                ["decision", "reason", "state"].contains(&kv.key.as_str()),
                                 "{}",
                                 kv.key
                             );
@@ -240,11 +235,13 @@ async fn cnc_admit_telemetry_001_admit_spans_breaker_events_and_metrics() {
     }
 
     let text = exporters.telemetry.prometheus_text();
-    assert!(text.contains("decision_admission_total"));
     assert!(text.contains(
-        "decision_throttles_total{decision=\"reject\",reason=\"queue-timeout\",breaker_status=\"open\"} 2"
+        "turnstile_admission_decisions_total{decision=\"reject\",reason=\"queue-timeout\"} 2"
     ));
-    assert!(text.contains("decision_breaker_transitions_total{breaker_status=\"open\"} 1"));
+    assert!(text.contains(
+        "turnstile_admission_decisions_total{decision=\"admit\",reason=\"admitted\"} 1"
+    ));
+    assert!(text.contains("turnstile_breaker_transitions_total{state=\"open\"} 1"));
 }
 
 #[tokio::test(start_paused = true)]

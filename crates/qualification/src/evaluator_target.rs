@@ -60,9 +60,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use turnstile_admission::{Decision, Estimate, Reason, Registry, RegistryError};
+use turnstile_admission::{Decision, Estimate, Reason, Registry};
 use turnstile_decision::{
-    evaluate, AdapterSet, AdmissionDriver, Clock, EstimateFn, EvaluationRequest, RandomFn,
+    evaluate, AdapterSet, AdmissionDriver, AdmissionError, Clock, EstimateFn, EvaluationRequest, RandomFn,
     RulesetResult, RulesetStatus, SchedulerPolicy, SchedulerRun, ScopeLimits,
 };
 
@@ -83,7 +83,7 @@ pub enum EvaluatorTargetError {
     Runtime(#[from] std::io::Error),
     /// The manifest profile was refused by the registry.
     #[error("the manifest profile was refused: {0}")]
-    Profile(#[from] RegistryError),
+    Profile(#[from] AdmissionError),
     /// The load artifacts cannot be digested.
     #[error(transparent)]
     Artifacts(#[from] Undigestable),
@@ -293,7 +293,9 @@ async fn run_paused(
 ) -> Result<Observations, EvaluatorTargetError> {
     let clock = Clock::starting_at(0);
     let driver = AdmissionDriver::with_clock(Registry::new(), clock);
-    driver.register(WORKSPACE, &manifest.profile_version, manifest.profile())?;
+    driver
+        .register(WORKSPACE, &manifest.profile_version, manifest.profile())
+        .await?;
     let shared = Shared::new(manifest, driver.clone())?;
 
     let mut tally = Tally::default();
@@ -311,7 +313,7 @@ async fn run_paused(
     while let Some(done) = running.join_next().await {
         tally.add(joined(done)?);
     }
-    let peaks = driver.peak_totals(WORKSPACE).unwrap_or((0, 0));
+    let peaks = driver.peak_totals(WORKSPACE).await.unwrap_or((0, 0));
     let virtual_duration_ms = clock.now_ms().max(sample_seconds * 1000);
     Ok(tally.finish(peaks, virtual_duration_ms))
 }

@@ -22,7 +22,6 @@
 pub mod answer;
 pub mod band;
 pub mod chat_reader;
-pub mod clock;
 pub mod digest;
 pub mod eligibility;
 pub mod enqueue;
@@ -40,10 +39,11 @@ pub mod selection;
 pub mod status;
 pub mod stop;
 pub mod time;
+pub mod time_source;
 
 pub use band::classify;
 pub use chat_reader::{ApiKey, ChatCompletionsReader, ChatReaderSettings};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use time_source::{ManualClock, TimeSource};
 pub use error::SemanticError;
 pub use evidence::{Evidence, EvidenceError, Lifecycle};
 pub use limit::{parse_calls_per_hour, CallLimit, CallsPerHourError};

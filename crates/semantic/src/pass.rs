@@ -1,7 +1,7 @@
 //! The pass loop: reads pending generations one model call at a time until nothing more can be
 //! done or a stop is requested.
 //!
-//! Each step, at `now` from the injected [`Clock`]:
+//! Each step, at `now` from the injected [`TimeSource`]:
 //!
 //! 1. stop requested → end the pass; everything not yet read stays pending;
 //! 2. prune receipts outside the active hour; select among matured, not-held pending items
@@ -34,7 +34,7 @@ use crate::pass_due::matured;
 use crate::rate_cap::rate_cap;
 use crate::selection::select_pending;
 use crate::{
-    Band, CallLimit, CallOutcome, Clock, PendingItem, Policy, ReadOutcome, ReadRequest, Reader,
+    Band, CallLimit, CallOutcome, TimeSource, PendingItem, Policy, ReadOutcome, ReadRequest, Reader,
     ReasonCode, RecordKind, SemanticError, SemanticRecord, StopSignal,
 };
 
@@ -142,7 +142,7 @@ fn base_record(item: &PendingItem, kind: RecordKind, written_at: u64) -> Semanti
 pub fn run_pass<S: RosterStore + ?Sized>(
     store: &mut S,
     mut reader: Option<&mut dyn Reader>,
-    clock: &dyn Clock,
+    clock: &dyn TimeSource,
     stop: &dyn StopSignal,
     settings: &PassSettings,
 ) -> Result<PassReport, SemanticError> {

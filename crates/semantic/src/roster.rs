@@ -1,6 +1,6 @@
 //! The [`Roster`] facade: a store plus pass settings, with the operations the CLI and tests use
 //! (enqueue, status, pass due, next wake, pass, reset). Every operation takes `now` explicitly
-//! or a [`Clock`]; the facade itself never reads the wall clock.
+//! or a [`TimeSource`]; the facade itself never reads the wall clock.
 
 use turnstile_store::roster::StoredEvidence;
 use turnstile_store::RosterStore;
@@ -12,7 +12,7 @@ use crate::pass::{run_pass, PassReport, PassSettings};
 use crate::pass_due::{next_wake, pass_due};
 use crate::rate_cap::rate_cap;
 use crate::status::{RollingCalls, RosterStatus};
-use crate::{classify, Clock, Evidence, PendingItem, Reader, SemanticError, StopSignal};
+use crate::{classify, TimeSource, Evidence, PendingItem, Reader, SemanticError, StopSignal};
 
 /// The roster scheduler over a store.
 #[derive(Debug)]
@@ -130,7 +130,7 @@ impl<S: RosterStore> Roster<S> {
     pub fn run_pass(
         &mut self,
         reader: Option<&mut dyn Reader>,
-        clock: &dyn Clock,
+        clock: &dyn TimeSource,
         stop: &dyn StopSignal,
     ) -> Result<PassReport, SemanticError> {
         run_pass(&mut self.store, reader, clock, stop, &self.settings)

@@ -12,10 +12,9 @@ pub mod validate;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use turnstile_decision::Telemetry;
+use turnstile_shell::{Clock, DriverHandle, LeaseMetrics, Telemetry};
 
 use crate::config::Config;
-use crate::driver::DriverHandle;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
 use crate::persist::StoreHandle;
@@ -27,6 +26,10 @@ pub struct AppState {
     pub store: StoreHandle,
     pub keys: Arc<KeyRing>,
     pub metrics: Arc<Metrics>,
+    /// The driver's lease and waiter totals.
+    pub lease_metrics: Arc<LeaseMetrics>,
+    /// The one clock (the driver's): key bookkeeping stamps read it too.
+    pub clock: Clock,
     pub config: Arc<Config>,
     /// False before start-up completes and once shutdown begins.
     pub ready: Arc<AtomicBool>,

@@ -8,6 +8,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
+use turnstile_admission::RegistryError;
+use turnstile_shell::DriverError;
 
 /// One failure of an API call.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -147,5 +149,36 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         response
+    }
+}
+
+impl From<RegistryError> for ApiError {
+    /// A refused registration or an operation on a workspace without a profile.
+    fn from(error: RegistryError) -> Self {
+        match error {
+            RegistryError::Conflict { .. } | RegistryError::PrincipalConflict { .. } => {
+                ApiError::Conflict(error.to_string())
+            }
+            RegistryError::InvalidProfile(profile_error) => ApiError::InvalidDefinition {
+                field: profile_error.field().to_owned(),
+                message: format!("invalid-definition: {profile_error}"),
+            },
+            RegistryError::Undigestable => ApiError::InvalidDefinition {
+                field: "body".into(),
+                message: error.to_string(),
+            },
+            RegistryError::UnknownWorkspace => ApiError::no_profile(),
+        }
+    }
+}
+
+impl From<DriverError> for ApiError {
+    fn from(error: DriverError) -> Self {
+        match error {
+            DriverError::UnknownLease => ApiError::unknown_lease(),
+            DriverError::Registry(error) => ApiError::from(error),
+            DriverError::Journal(_) => ApiError::Storage,
+            DriverError::ShuttingDown => ApiError::ShuttingDown,
+        }
     }
 }

@@ -29,11 +29,10 @@ use turnstile_store::service::{ServiceStore, SqliteServiceStore};
 
 use crate::api::AppState;
 use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
-use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
-use turnstile_decision::Telemetry;
+use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, LeaseMetrics, Telemetry};
 
-use crate::driver::{Command, Driver, DriverHandle};
+use crate::journal::StoreJournal;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
 use crate::persist::StoreHandle;
@@ -128,7 +127,7 @@ pub async fn start_with_telemetry(
     let mut registry = Registry::new();
     bootstrap::replay(&store, &mut registry)?;
     let bootstrap_keys =
-        bootstrap::first_start(&mut store, &mut registry, config.demo, clock.now())?;
+        bootstrap::first_start(&mut store, &mut registry, config.demo, clock.now_ms())?;
     let keys = Arc::new(KeyRing::from_stored(&store.keys()?));
 
     let listener = TcpListener::bind(config.listen)
@@ -146,14 +145,16 @@ pub async fn start_with_telemetry(
     let boxed: Box<dyn ServiceStore> = Box::new(store);
     let (store, store_thread) =
         StoreHandle::spawn(boxed, metrics.clone()).map_err(ServerError::Thread)?;
-    let (driver, driver_handle) = Driver::new(
+    let lease_metrics = Arc::new(LeaseMetrics::default());
+    let (driver_handle, driver_task) = Driver::spawn(
         registry,
         clock,
-        store.clone(),
-        metrics.clone(),
-        config.leases.ttl_ms,
+        DriverConfig {
+            lease_ttl_ms: Some(config.leases.ttl_ms),
+        },
+        Box::new(StoreJournal::new(store.clone(), metrics.clone())),
+        lease_metrics.clone(),
     );
-    let driver_task = tokio::spawn(driver.run());
 
     let ready = Arc::new(AtomicBool::new(false));
     let state = AppState {
@@ -161,6 +162,8 @@ pub async fn start_with_telemetry(
         store,
         keys,
         metrics: metrics.clone(),
+        lease_metrics,
+        clock,
         config: config.clone(),
         ready: ready.clone(),
         telemetry,
@@ -245,11 +248,11 @@ async fn accept_loop(
 
     parts.ready.store(false, Ordering::Relaxed);
     drop(listener);
-    let _ = parts.driver.ask(|reply| Command::Drain { reply }).await;
+    let _ = parts.driver.drain().await;
     let grace = Duration::from_millis(config.http.shutdown_grace_ms);
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
     drop(app);
-    let _ = parts.driver.send(Command::Stop);
+    parts.driver.stop();
     let _ = parts.driver_task.await;
     drop(parts.driver);
     // The store thread ends once every handle is gone; wait for its last writes.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use opentelemetry::trace::{Status, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::{json, Value};
-use turnstile_decision::Telemetry;
+use turnstile_shell::Telemetry;
 
 use common::{test_profile, TestServer};
 
@@ -37,8 +37,8 @@ fn admission_spans_follow_each_request_and_lease_and_never_name_a_tenant() {
         .with_simple_exporter(exporter.clone())
         .build();
     let telemetry = Telemetry::new(
-        provider.tracer(turnstile_decision::telemetry::attributes::DECISION),
-        &opentelemetry::global::meter(turnstile_decision::telemetry::attributes::DECISION),
+        provider.tracer(turnstile_shell::telemetry::attributes::DECISION),
+        &opentelemetry::global::meter(turnstile_shell::telemetry::attributes::DECISION),
     );
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_with_telemetry(
@@ -74,7 +74,7 @@ fn admission_spans_follow_each_request_and_lease_and_never_name_a_tenant() {
     assert_eq!(
         attribute(
             admitted,
-            turnstile_decision::telemetry::attributes::DECISION
+            turnstile_shell::telemetry::attributes::DECISION
         )
         .map(|v| v.as_str().into_owned()),
         Some("admit".to_owned())
@@ -85,7 +85,7 @@ fn admission_spans_follow_each_request_and_lease_and_never_name_a_tenant() {
         .find(|e| e.name == "breaker.transition")
         .expect("the release opened the breaker: an event on the lease's span");
     assert!(event.attributes.iter().any(|kv| kv.key.as_str()
-        == turnstile_decision::telemetry::attributes::BREAKER_TO
+        == turnstile_shell::telemetry::attributes::BREAKER_TO
         && kv.value.as_str() == "open"));
 
     // 2. Rejected (the breaker is open; and a provider that can never admit): ended at once,
@@ -101,7 +101,7 @@ fn admission_spans_follow_each_request_and_lease_and_never_name_a_tenant() {
             span.status
         );
         assert_eq!(
-            attribute(span, turnstile_decision::telemetry::attributes::DECISION)
+            attribute(span, turnstile_shell::telemetry::attributes::DECISION)
                 .map(|v| v.as_str().into_owned()),
             Some("reject".to_owned())
         );
@@ -125,12 +125,18 @@ fn admission_spans_follow_each_request_and_lease_and_never_name_a_tenant() {
         }
     }
 
-    // The telemetry counters are on /metrics beside the service's own, without IDs.
+    // One metrics family: each decision is counted once, in one series family that also
+    // feeds OpenTelemetry; no second copy of the counters, no IDs.
     let metrics = server.metrics_text();
-    assert!(
-        metrics.contains("decision_admission_total{decision=\"admit\""),
+    assert_eq!(
+        metrics
+            .matches("# TYPE turnstile_admission_decisions_total counter")
+            .count(),
+        1,
         "{metrics}"
     );
-    assert!(metrics.contains("decision_breaker_transitions_total"));
+    assert!(!metrics.contains("decision_admission_total"), "{metrics}");
+    assert!(!metrics.contains("decision_breaker_transitions_total"));
+    assert!(metrics.contains("turnstile_breaker_transitions_total{state=\"open\"}"));
     assert!(!metrics.contains(WORKSPACE) && !metrics.contains(PRINCIPAL));
 }

@@ -1,7 +1,7 @@
 //! `turnstile roster …`: the semantic roster scheduler (ADR 0119) over a SQLite data directory.
 //!
 //! Thin: every subcommand is one call into `turnstile-semantic`. The only clock read is
-//! [`SystemClock`]; the only secret is the API key, read from the environment variable *named*
+//! the shell's [`Clock`](turnstile_shell::Clock); the only secret is the API key, read from the environment variable *named*
 //! by `--api-key-env` and never printed.
 
 use std::io::Read;
@@ -12,10 +12,11 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use turnstile_semantic::time::format_utc;
 use turnstile_semantic::{
-    parse_calls_per_hour, CallLimit, ChatCompletionsReader, ChatReaderSettings, Clock, Evidence,
-    NeverStop, PassSettings, PassStep, Policy, Roster, RosterStatus, SystemClock,
+    parse_calls_per_hour, CallLimit, ChatCompletionsReader, ChatReaderSettings, TimeSource, Evidence,
+    NeverStop, PassSettings, PassStep, Policy, Roster, RosterStatus,
 };
 use turnstile_store::roster::meta_keys;
+use turnstile_shell::Clock;
 use turnstile_store::{RosterStore, SqliteRosterStore};
 
 /// Environment variable for the reader's base URL.
@@ -145,7 +146,7 @@ fn effective_limit(store: &SqliteRosterStore, flag: Option<u32>) -> anyhow::Resu
 fn status(store: SqliteRosterStore, flag: Option<u32>, json: bool) -> anyhow::Result<()> {
     let limit = effective_limit(&store, flag)?;
     let roster = Roster::new(store, settings(limit, 5_000));
-    let status = roster.status(SystemClock.now_ms())?;
+    let status = roster.status(Clock::system().now_ms())?;
     if json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
@@ -188,7 +189,7 @@ fn enqueue(store: SqliteRosterStore, file: &Path) -> anyhow::Result<()> {
     let documents = Evidence::parse_documents(&text)
         .with_context(|| format!("parsing evidence file {}", file.display()))?;
     let mut roster = Roster::new(store, PassSettings::default());
-    let now = SystemClock.now_ms();
+    let now = Clock::system().now_ms();
     for evidence in &documents {
         let entry = roster.enqueue(evidence, now)?;
         println!(
@@ -270,7 +271,7 @@ fn run_passes(mut store: SqliteRosterStore, args: RunArgs) -> anyhow::Result<()>
         &limit.get().to_string(),
     )?;
     let mut roster = Roster::new(store, settings(limit, args.debounce_ms));
-    let clock = SystemClock;
+    let clock = Clock::system();
     eprintln!(
         "roster run: model {} at {}, limit {} calls per rolling hour",
         reader_settings.model,

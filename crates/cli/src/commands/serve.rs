@@ -13,8 +13,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use turnstile_decision::telemetry::otlp::otlp_pipeline;
-use turnstile_decision::Telemetry;
+use turnstile_shell::telemetry::otlp::otlp_pipeline;
+use turnstile_shell::Telemetry;
 use turnstile_server::Config;
 
 #[derive(Debug, Args)]

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use turnstile_semantic::{
-    Band, CallOutcome, CallReceipt, Clock, Evidence, ManualClock, PassSettings, PendingItem,
+    Band, CallOutcome, CallReceipt, TimeSource, Evidence, ManualClock, PassSettings, PendingItem,
     ReadOutcome, ReadRequest, Reader, ReaderConfiguration, Reading, Roster,
 };
 use turnstile_store::{MemoryRosterStore, RosterStore};

@@ -17,7 +17,7 @@ use turnstile_admission::{Estimate, Evidence, Millis, Rejection};
 use crate::api::{validate, AppState};
 use crate::auth::require_principal;
 use crate::body;
-use crate::driver::{AcquireCommand, AcquireReply, Command};
+use turnstile_shell::{Acquire, AcquireReply, Wait};
 use crate::error::ApiError;
 use crate::keys::Caller;
 use crate::status::{carries_retry_after, retry_after_seconds, status_for};
@@ -67,31 +67,28 @@ pub async fn acquire(
     }
 
     let span = state.telemetry.admission_requested(&request.provider_id);
-    let (ticket, mut guard) = state.driver.ticket();
+    // A client that disconnects while queued drops this future: the request is cancelled.
     let answer = state
         .driver
-        .ask(|reply| {
-            Command::Acquire(AcquireCommand {
-                ticket,
-                workspace,
-                principal,
-                provider_id: request.provider_id,
-                budget_id: request.budget_id,
-                estimate: request.estimate,
-                wait_ms,
-                span,
-                reply,
-            })
+        .acquire(Acquire {
+            workspace,
+            principal,
+            provider_id: request.provider_id,
+            budget_id: request.budget_id,
+            estimate: request.estimate,
+            // 0 means "only if free now": the core answers at once, with the real reason.
+            wait: Wait::For(wait_ms),
+            span: Some(span),
         })
         .await;
-    guard.disarm();
     match answer? {
         AcquireReply::Admitted(mut grant) => {
             grant.accept();
+            let ttl_ms = state.config.leases.ttl_ms;
             let body = LeaseBody {
                 lease_id: grant.token.to_string(),
-                expires_at_epoch_ms: grant.expires_at,
-                ttl_ms: grant.ttl_ms,
+                expires_at_epoch_ms: grant.expires_at.unwrap_or(Millis::MAX),
+                ttl_ms: grant.ttl_ms.unwrap_or(ttl_ms),
                 evidence: grant.evidence.clone(),
             };
             Ok((StatusCode::OK, Json(body)).into_response())

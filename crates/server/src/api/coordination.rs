@@ -15,7 +15,7 @@ use turnstile_admission::Millis;
 use crate::api::{validate, AppState};
 use crate::auth::require_principal;
 use crate::body;
-use crate::driver::Command;
+use turnstile_shell::Command;
 use crate::error::ApiError;
 use crate::keys::Caller;
 

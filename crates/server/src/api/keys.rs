@@ -93,7 +93,7 @@ pub async fn create_key(
         KeyRole::Principal,
         Some(&workspace_id),
         Some(&request.principal_id),
-        now_ms(),
+        state.clock.now_ms(),
     );
     state.store.insert_key(stored.clone()).await?;
     state.keys.insert(&stored);
@@ -157,7 +157,7 @@ pub async fn revoke_key(
     let revocation = Revocation {
         schema: KEY_REVOCATION_SCHEMA.to_owned(),
         key_id,
-        revoked_at_epoch_ms: now_ms(),
+        revoked_at_epoch_ms: state.clock.now_ms(),
     };
     let record = AuditRecord {
         workspace_id: workspace_id.clone(),
@@ -185,12 +185,4 @@ fn principal_keys_of(
     stored.into_iter().filter(move |k| {
         k.role == KeyRole::Principal && k.workspace_id.as_deref() == Some(workspace_id)
     })
-}
-
-/// Wall time for key bookkeeping (creation and revocation stamps), never admission time.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

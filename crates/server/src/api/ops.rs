@@ -46,8 +46,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         {
-            let mut text = state.metrics.render();
-            text.push_str(&state.telemetry.prometheus_text());
+            let mut text = state.telemetry.prometheus_text();
+            text.push_str(&state.lease_metrics.render());
+            text.push_str(&state.metrics.render());
             text
         },
     )

@@ -21,7 +21,7 @@ use turnstile_store::service::AuditKind;
 use crate::api::{validate, AppState};
 use crate::auth::{require_admin, require_workspace_reader};
 use crate::body;
-use crate::driver::{Command, WorkspaceSnapshot};
+use turnstile_shell::{Command, WorkspaceSnapshot};
 use crate::error::ApiError;
 use crate::keys::Caller;
 

@@ -23,14 +23,14 @@ pub struct TestServer {
 impl TestServer {
     /// Starts a service on `dir` with test-friendly defaults, adjusted by `tweak`.
     pub fn start(dir: &Path, tweak: impl FnOnce(&mut Config)) -> Self {
-        Self::start_with_telemetry(dir, tweak, turnstile_decision::Telemetry::global())
+        Self::start_with_telemetry(dir, tweak, turnstile_shell::Telemetry::global())
     }
 
     /// [`TestServer::start`] with the given telemetry handle.
     pub fn start_with_telemetry(
         dir: &Path,
         tweak: impl FnOnce(&mut Config),
-        telemetry: turnstile_decision::Telemetry,
+        telemetry: turnstile_shell::Telemetry,
     ) -> Self {
         let mut config = Config {
             listen: "127.0.0.1:0".parse().unwrap(),

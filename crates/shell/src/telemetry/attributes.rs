@@ -1,9 +1,9 @@
-//! Attribute keys of the `decision.admit` span, its events and the metric dimensions, and the
+//! Attribute keys of the `decision.admit` span and its events, and the
 //! conversion of admission evidence into attributes. Values are fixed vocabularies, counts and
 //! estimates; the adapter id is a provider lane, never a tenant.
 
 use opentelemetry::KeyValue;
-use turnstile_admission::{BreakerState, Decision, Evidence, Reason};
+use turnstile_admission::Evidence;
 
 pub const DECISION: &str = "turnstile.admission.decision";
 pub const REASON: &str = "turnstile.admission.reason";
@@ -45,17 +45,4 @@ pub fn evidence_attributes(evidence: &Evidence) -> Vec<KeyValue> {
         out.push(KeyValue::new(RETRY_AFTER_MS, int(retry_after)));
     }
     out
-}
-
-/// The metric dimensions of a decision: decision, reason and breaker status only.
-pub fn decision_dimensions(
-    decision: Decision,
-    reason: Reason,
-    breaker: BreakerState,
-) -> [KeyValue; 3] {
-    [
-        KeyValue::new(DECISION, decision.as_str()),
-        KeyValue::new(REASON, reason.as_str()),
-        KeyValue::new(BREAKER_STATUS, breaker.as_str()),
-    ]
 }

@@ -1,6 +1,6 @@
-//! Admission telemetry with OpenTelemetry: one `decision.admit` span per admission decision, a
-//! `breaker.transition` event per breaker transition, three counters, a Prometheus text
-//! exposition and structured log records.
+//! Admission telemetry with OpenTelemetry: one `decision.admit` span per admission request, a
+//! `breaker.transition` event per breaker transition, one metrics family (two counters) fed to
+//! both OpenTelemetry and a Prometheus text exposition, and structured log records.
 //!
 //! # What is recorded
 //!
@@ -10,8 +10,10 @@
 //!   and queued counts, estimates, retry pressure, breaker status, adapter id).
 //! - **Event `breaker.transition`** on the span of the attempt that caused it
 //!   (`turnstile.breaker.from`, `turnstile.breaker.to`, `turnstile.breaker.failures`).
-//! - **Counters** `decision.admission` (every decision), `decision.throttles` (every decision
-//!   that is not an admit), `decision.breaker_transitions` (every transition).
+//! - **Counters**: one family ([`metrics`]): `turnstile.admission.decisions` (every decision,
+//!   by decision and reason) and `turnstile.breaker.transitions` (every transition, by the state
+//!   entered), counted once into both OpenTelemetry and `/metrics`
+//!   (`turnstile_admission_decisions_total`, `turnstile_breaker_transitions_total`).
 //! - **Logs**: one [`LogRecord`] per non-admit decision and per breaker transition, to an
 //!   optional [`LogSink`].
 //!
@@ -28,10 +30,9 @@
 mod admit_span;
 pub mod attributes;
 mod log;
-mod metrics;
+pub mod metrics;
 #[cfg(feature = "otlp")]
 pub mod otlp;
-mod prometheus;
 
 use std::sync::Arc;
 
@@ -41,11 +42,11 @@ use opentelemetry::trace::Tracer;
 
 pub use admit_span::AdmitSpan;
 pub use log::{LogLevel, LogRecord, LogSink};
-use metrics::Instruments;
-use prometheus::PrometheusCounters;
+use metrics::Family;
+use turnstile_admission::{BreakerState, Decision, Reason};
 
 /// The instrumentation scope name of spans and metrics.
-pub const SCOPE: &str = "turnstile-decision";
+pub const SCOPE: &str = "turnstile";
 
 /// Runs `f`, swallowing a panic from an exporter or sink: telemetry never changes a result.
 pub(crate) fn guarded(f: impl FnOnce()) {
@@ -56,8 +57,7 @@ pub(crate) fn guarded(f: impl FnOnce()) {
 #[derive(Clone)]
 pub struct Telemetry {
     tracer: Arc<BoxedTracer>,
-    instruments: Instruments,
-    prometheus: Arc<PrometheusCounters>,
+    family: Family,
     log: Option<LogSink>,
 }
 
@@ -76,8 +76,7 @@ impl Telemetry {
     {
         Telemetry {
             tracer: Arc::new(BoxedTracer::new(Box::new(tracer))),
-            instruments: Instruments::new(meter),
-            prometheus: Arc::new(PrometheusCounters::default()),
+            family: Family::new(meter),
             log: None,
         }
     }
@@ -87,8 +86,7 @@ impl Telemetry {
         let meter = opentelemetry::global::meter(SCOPE);
         Telemetry {
             tracer: Arc::new(opentelemetry::global::tracer(SCOPE)),
-            instruments: Instruments::new(&meter),
-            prometheus: Arc::new(PrometheusCounters::default()),
+            family: Family::new(&meter),
             log: None,
         }
     }
@@ -99,10 +97,21 @@ impl Telemetry {
         self
     }
 
-    /// The Prometheus text exposition (format 0.0.4) of the three counters, as counted by this
+    /// The Prometheus text exposition (format 0.0.4) of the metrics family, as counted by this
     /// handle and its clones.
     pub fn prometheus_text(&self) -> String {
-        self.prometheus.render()
+        self.family.render()
+    }
+
+    /// How many decisions of one kind this handle and its clones counted (what `/metrics`
+    /// shows).
+    pub fn decision_count(&self, decision: Decision, reason: Reason) -> u64 {
+        self.family.decision_count(decision, reason)
+    }
+
+    /// How many breaker transitions into `state` this handle and its clones counted.
+    pub fn transition_count(&self, state: BreakerState) -> u64 {
+        self.family.transition_count(state)
     }
 
     /// Opens the `decision.admit` span of one admission request; `adapter_id` names what the

@@ -1,14 +1,18 @@
-//! The lease table: server-side lease tokens with a time to live.
+//! The lease table: the driver's record of every granted lease, by unguessable token, with an
+//! optional time to live and the lease's open `decision.admit` span.
 //!
 //! A lease token is 128 random bits, hex encoded: unguessable, so a token is never enumerable
 //! from another one. The bits come from a ChaCha20 generator that the table seeds once from the
 //! operating system (a `getrandom` system call per lease was measurable on the request path);
-//! ChaCha20 is a cryptographically secure generator, so tokens stay unpredictable. Each entry remembers the workspace controller's own [`LeaseId`], the owner
-//! (checked on release and heartbeat) and its expiry. Expiries sit in an ordered set, so the
-//! next one is found in O(log n) and the driver's single timer covers them exactly.
+//! ChaCha20 is a cryptographically secure generator, so tokens stay unpredictable. Each entry
+//! remembers the workspace controller's own [`LeaseId`], the owner (checked on release and
+//! heartbeat), its expiry (none for leases of in-process holders, which release on drop) and
+//! the lease's span. Expiries sit in an ordered set, so the next one is found in O(log n) and
+//! the driver's single timer covers them exactly.
 //!
-//! Invariants: every entry has exactly one expiry in the set; a token leaves the table exactly
-//! once (release, reclaim, or an undeliverable grant).
+//! Invariants: every entry with an expiry has exactly one entry in the expiry set; a token
+//! leaves the table exactly once (release, reclaim, expiry), and its span ends when it leaves
+//! (the entry owns the span: ended with the release's transitions, or on drop).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -17,9 +21,14 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use turnstile_admission::{LeaseId, Millis};
 
-use crate::keys::{random_bytes, RandomError};
+use crate::telemetry::AdmitSpan;
 
-/// A server-side lease ID.
+/// The operating system could not seed the token generator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the operating system's random source failed")]
+pub struct RandomError;
+
+/// A lease's public ID: 128 random bits, shown as 32 hex digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LeaseToken([u8; 16]);
 
@@ -48,16 +57,27 @@ impl std::fmt::Display for LeaseToken {
 }
 
 /// One granted lease.
-#[derive(Debug, Clone)]
 pub struct LeaseEntry {
     pub workspace: Arc<str>,
     pub principal: Arc<str>,
     pub lease: LeaseId,
-    pub expires_at: Millis,
+    /// `None`: the holder is in-process and releases on drop; no expiry.
+    pub expires_at: Option<Millis>,
+    /// The lease's open `decision.admit` span (ends when the entry leaves the table).
+    pub span: Option<AdmitSpan>,
+}
+
+impl std::fmt::Debug for LeaseEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseEntry")
+            .field("lease", &self.lease)
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Leases by token, with their expiries in order.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct LeaseTable {
     entries: HashMap<LeaseToken, LeaseEntry>,
     expiries: BTreeSet<(Millis, LeaseToken)>,
@@ -85,7 +105,7 @@ impl LeaseTable {
             Some(rng) => rng,
             slot => {
                 let mut seed = [0u8; 32];
-                random_bytes(&mut seed)?;
+                getrandom::fill(&mut seed).map_err(|_| RandomError)?;
                 slot.insert(ChaCha20Rng::from_seed(seed))
             }
         };
@@ -93,7 +113,9 @@ impl LeaseTable {
         while self.entries.contains_key(&token) {
             token = LeaseToken::random(rng);
         }
-        self.expiries.insert((entry.expires_at, token));
+        if let Some(at) = entry.expires_at {
+            self.expiries.insert((at, token));
+        }
         self.entries.insert(token, entry);
         Ok(token)
     }
@@ -102,20 +124,26 @@ impl LeaseTable {
         self.entries.get(token)
     }
 
-    /// Moves a lease's expiry to `expires_at`. Returns `false` for an unknown token.
+    /// Moves the expiry of a lease that has one to `expires_at`. Returns `false` for an
+    /// unknown token or a lease without expiry.
     pub fn extend(&mut self, token: &LeaseToken, expires_at: Millis) -> bool {
         let Some(entry) = self.entries.get_mut(token) else {
             return false;
         };
-        self.expiries.remove(&(entry.expires_at, *token));
-        entry.expires_at = expires_at;
+        let Some(old) = entry.expires_at else {
+            return false;
+        };
+        self.expiries.remove(&(old, *token));
+        entry.expires_at = Some(expires_at);
         self.expiries.insert((expires_at, *token));
         true
     }
 
     pub fn remove(&mut self, token: &LeaseToken) -> Option<LeaseEntry> {
         let entry = self.entries.remove(token)?;
-        self.expiries.remove(&(entry.expires_at, *token));
+        if let Some(at) = entry.expires_at {
+            self.expiries.remove(&(at, *token));
+        }
         Some(entry)
     }
 
@@ -151,8 +179,25 @@ mod tests {
             workspace: "w".into(),
             principal: "p".into(),
             lease: LeaseId(1),
-            expires_at,
+            expires_at: Some(expires_at),
+            span: None,
         }
+    }
+
+    #[test]
+    fn leases_without_expiry_never_expire_and_cannot_be_extended() {
+        let mut table = LeaseTable::new();
+        let token = table
+            .insert(LeaseEntry {
+                expires_at: None,
+                ..entry(0)
+            })
+            .unwrap();
+        assert_eq!(table.next_expiry(), None);
+        assert!(table.pop_expired(Millis::MAX).is_none());
+        assert!(!table.extend(&token, 10));
+        assert!(table.remove(&token).is_some());
+        assert!(table.is_empty());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The live `decision.admit` span of one admission request (used by the evaluator and by the
 //! admission service, which keeps the span of a granted lease open until the lease ends).
 //!
-//! Lifecycle: [`AdmitSpan::open`] when admission is requested; then exactly one of
+//! Lifecycle: [`AdmitSpan::open`] when admission is requested; [`AdmitSpan::queued`] if the
+//! request waits (counted as a `defer` decision); then exactly one of
 //! [`AdmitSpan::admitted`] (span stays open while the lease is held) followed by
 //! [`AdmitSpan::released`], [`AdmitSpan::rejected`], [`AdmitSpan::deferred`] or
 //! [`AdmitSpan::failed`]. Each closing call ends the span; dropping an unclosed span ends it too
@@ -67,19 +68,9 @@ impl AdmitSpan {
             span.set_attributes(attributes);
             span.set_status(status);
         });
-        let telemetry = self.telemetry.clone();
-        guarded(|| {
-            telemetry.instruments.decision(
-                evidence.decision,
-                evidence.reason,
-                evidence.breaker_state,
-            )
-        });
-        self.telemetry.prometheus.decision(
-            evidence.decision,
-            evidence.reason,
-            evidence.breaker_state,
-        );
+        self.telemetry
+            .family
+            .decision(evidence.decision, evidence.reason);
         if evidence.decision != Decision::Admit {
             let mut attributes = BTreeMap::new();
             attributes.insert(DECISION, evidence.decision.as_str().to_owned());
@@ -112,9 +103,7 @@ impl AdmitSpan {
                     ],
                 );
             });
-            let telemetry = self.telemetry.clone();
-            guarded(|| telemetry.instruments.transition(transition.to));
-            self.telemetry.prometheus.transition(transition.to);
+            self.telemetry.family.transition(transition.to);
             let mut attributes = BTreeMap::new();
             attributes.insert(BREAKER_FROM, from.to_owned());
             attributes.insert(BREAKER_TO, to.to_owned());
@@ -125,6 +114,20 @@ impl AdmitSpan {
                 attributes,
             });
         }
+    }
+
+    /// Queued: the request waits. Counts the `defer` decision and adds an `admission.deferred`
+    /// event with its reason; the span stays open for the final admit or reject.
+    pub fn queued(&mut self, evidence: &Evidence) {
+        let reason = evidence.reason.as_str();
+        self.with_span(|span| {
+            span.add_event("admission.deferred", vec![KeyValue::new(REASON, reason)]);
+        });
+        self.telemetry
+            .family
+            .decision(Decision::Defer, evidence.reason);
+        // Transitions seen while waiting stay on the waiter and arrive with the final
+        // evidence: counting them here would count them twice.
     }
 
     /// Admitted: the span stays open until the lease is released.

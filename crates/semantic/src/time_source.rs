@@ -1,28 +1,22 @@
-//! Clocks for the pass loop. The rules never read a clock; the pass loop asks its [`Clock`] for
-//! `now` before each step, so tests and simulations drive it on virtual time with
-//! [`ManualClock`]. [`SystemClock`] is the only place that reads the wall clock.
+//! Time sources for the pass loop. The rules never read a clock; the pass loop asks its
+//! [`TimeSource`] for `now` before each step, so tests and simulations drive it on virtual time
+//! with [`ManualClock`], and the CLI runs it on the shell's one
+//! [`Clock`](turnstile_shell::Clock), the only place that reads the wall clock.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A source of `now` in epoch milliseconds.
-pub trait Clock {
+pub trait TimeSource {
     /// The current time in epoch ms.
     fn now_ms(&self) -> u64;
 }
 
-/// The wall clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
+/// The shell's one clock (tokio time, so it follows `tokio::time::pause()`): what the CLI's
+/// pass loop runs on.
+impl TimeSource for turnstile_shell::Clock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| {
-                u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-            })
+        turnstile_shell::Clock::now_ms(self)
     }
 }
 
@@ -51,7 +45,7 @@ impl ManualClock {
     }
 }
 
-impl Clock for ManualClock {
+impl TimeSource for ManualClock {
     fn now_ms(&self) -> u64 {
         self.now.load(Ordering::SeqCst)
     }

@@ -1,0 +1,128 @@
+//! The driver's protocol: the commands a host sends and the answers it gets back.
+//!
+//! Every command that expects an answer carries a oneshot sender; the driver answers each
+//! exactly once (a dropped sender means the driver has stopped).
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::sync::oneshot;
+use turnstile_admission::{
+    ActualUsage, BreakerTransition, Estimate, Millis, Outcome, Profile, ProfileChangeRecord,
+    Rejection, Snapshot,
+};
+
+use crate::error::DriverError;
+use crate::grant::Grant;
+use crate::lease_table::LeaseToken;
+use crate::telemetry::AdmitSpan;
+
+/// How long an admission request may wait for a permit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Admit only if a permit is free now; otherwise refuse at once with the real reason.
+    NoWait,
+    /// Up to this many milliseconds from the moment the driver sees the request (`For(0)` is
+    /// `NoWait`).
+    For(Millis),
+    /// Until this instant on the driver's clock.
+    Until(Millis),
+    /// Until a permit is free or the request is cancelled (dwell bounds of the profile still
+    /// apply).
+    Unbounded,
+}
+
+/// A request for a permit, already authenticated and validated.
+pub struct AcquireCommand {
+    /// From [`DriverHandle::ticket`](crate::DriverHandle::ticket); names the request for
+    /// cancellation.
+    pub ticket: u64,
+    pub workspace: Arc<str>,
+    pub principal: Arc<str>,
+    pub provider_id: String,
+    pub budget_id: String,
+    pub estimate: Estimate,
+    pub wait: Wait,
+    /// The request's `decision.admit` span: ended on refusal, owned by the lease on admission.
+    pub span: Option<AdmitSpan>,
+    pub reply: oneshot::Sender<AcquireReply>,
+}
+
+/// Everything the driver can be asked.
+pub enum Command {
+    Acquire(AcquireCommand),
+    /// The caller of a queued admission is gone.
+    Cancel { ticket: u64 },
+    /// A granted lease whose holder is gone (an undelivered grant, a dropped lease): release
+    /// it with no outcome.
+    Reclaim { token: LeaseToken },
+    Release {
+        token: LeaseToken,
+        workspace: Arc<str>,
+        principal: Arc<str>,
+        outcome: Outcome,
+        /// What the call actually used (corrects the invocation's budgets).
+        usage: ActualUsage,
+        reply: oneshot::Sender<Result<Vec<BreakerTransition>, DriverError>>,
+    },
+    Heartbeat {
+        token: LeaseToken,
+        workspace: Arc<str>,
+        principal: Arc<str>,
+        reply: oneshot::Sender<Result<Millis, DriverError>>,
+    },
+    Register {
+        workspace: String,
+        version: String,
+        profile: Profile,
+        profile_json: String,
+        reply: oneshot::Sender<Result<Option<ProfileChangeRecord>, DriverError>>,
+    },
+    ReleaseBudget {
+        workspace: Arc<str>,
+        budget: String,
+        reply: oneshot::Sender<Result<bool, DriverError>>,
+    },
+    RetryAfter {
+        workspace: Arc<str>,
+        provider: String,
+        retry_after_ms: Millis,
+        /// Answered with the instant the pause ends.
+        reply: oneshot::Sender<Result<Millis, DriverError>>,
+    },
+    Snapshot {
+        workspace: String,
+        reply: oneshot::Sender<Option<WorkspaceSnapshot>>,
+    },
+    /// The driver's clock reading and the instant its one timer is armed for.
+    Timer {
+        reply: oneshot::Sender<(Millis, Option<Millis>)>,
+    },
+    /// Shutdown: refuse new admissions, cancel every queued one.
+    Drain { reply: oneshot::Sender<()> },
+    /// Ends the driver task.
+    Stop,
+}
+
+/// The answer to an admission request.
+pub enum AcquireReply {
+    Admitted(Grant),
+    Rejected(Rejection),
+    /// The workspace has no registered profile.
+    NoProfile,
+    ShuttingDown,
+    /// The lease could not be recorded (the token generator could not be seeded).
+    Internal,
+}
+
+/// Aggregate state of one workspace (admin view); never a principal ID.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceSnapshot {
+    #[serde(flatten)]
+    pub core: Snapshot,
+    /// Leases the driver holds for callers in this workspace.
+    pub leases: usize,
+    /// Admission requests of this workspace waiting for an answer.
+    pub waiters: usize,
+}

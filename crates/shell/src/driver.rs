@@ -1,0 +1,639 @@
+//! The driver: the one task that owns the sans-IO admission [`Registry`].
+//!
+//! # Design
+//!
+//! - **One owner, one clock, one timer.** Only this task touches the registry and reads the
+//!   [`Clock`]. After every batch of commands it arms a single timer at the earliest of
+//!   `registry.poll_timeout()` and the next lease expiry; when it fires, the due workspaces get
+//!   `handle_due(now)` and expired leases are reclaimed (released with `Outcome::None`).
+//!   Nothing polls on an interval, and because the [`Clock`] reads tokio time, the whole driver
+//!   runs unchanged under `tokio::time::pause()`.
+//! - **Commands in, oneshots out.** Hosts send a [`Command`] over an unbounded channel (the
+//!   host bounds how many can be in flight: the service's connection cap, the evaluator's
+//!   scheduler) and await a oneshot. A queued admission keeps its oneshot in `pending` until the
+//!   core resolves the waiter. Commands are taken in batches, which is what makes one task
+//!   faster than a mutex here (measured: `docs/performance.md`).
+//! - **The core decides.** The driver makes no admission decision of its own: refusals,
+//!   "the pause outlasts your deadline", try-now and unknown providers all come from the core.
+//!   The driver only translates a [`Wait`] into the core's request, delivers resolutions,
+//!   journals events and keeps the lease table.
+//! - **Nobody is left behind.** A caller waiting on a queued admission holds a
+//!   [`CancelGuard`](crate::CancelGuard): if it goes away, the guard sends `Cancel`, which
+//!   removes the waiter from the core's queue. A grant that reaches a caller who is already gone
+//!   is a [`Grant`] dropped unaccepted: its `Drop` sends `Reclaim` and the lease comes back.
+//!
+//! # Invariants
+//!
+//! - Every waiter the core queued for a caller is either resolved to that caller, or cancelled
+//!   (caller gone, shutdown); `pending` and `tickets` always describe the same waiters.
+//! - Every lease in the [`LeaseTable`] is held in the core and is released exactly once; its
+//!   span ends when it leaves the table.
+//! - Every breaker transition is handed to the [`Journal`] once, under its own workspace (the
+//!   core tags it), right after the operation that made it.
+//! - Every decision is counted once, by the request's span (one metrics family).
+//! - Workspace and principal IDs are never logged; metrics get decisions and reasons only.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use turnstile_admission::{
+    Acquired, ActualUsage, AdmissionRequest, BreakerTransition, Evidence, LeaseId, Millis,
+    Outcome, Profile, ProfileChangeRecord, Registry, WaiterId,
+};
+
+use crate::clock::Clock;
+use crate::command::{AcquireCommand, AcquireReply, Command, Wait, WorkspaceSnapshot};
+use crate::error::DriverError;
+use crate::grant::Grant;
+use crate::handle::DriverHandle;
+use crate::journal::{Journal, Registration};
+use crate::lease_metrics::LeaseMetrics;
+use crate::lease_table::{LeaseEntry, LeaseTable, LeaseToken};
+use crate::telemetry::AdmitSpan;
+
+/// Commands taken per wake-up before the timer is re-armed.
+const BATCH: usize = 256;
+
+/// How the driver treats leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverConfig {
+    /// Time to live of a lease without a heartbeat; `None`: leases never expire (in-process
+    /// holders that release on drop).
+    pub lease_ttl_ms: Option<Millis>,
+}
+
+struct Pending {
+    ticket: u64,
+    principal: Arc<str>,
+    span: Option<AdmitSpan>,
+    reply: oneshot::Sender<AcquireReply>,
+}
+
+/// An admission the core granted, on its way into the lease table.
+struct Admitted {
+    lease: LeaseId,
+    evidence: Evidence,
+    span: Option<AdmitSpan>,
+    reply: oneshot::Sender<AcquireReply>,
+}
+
+/// The task state. Build with [`Driver::new`], run with [`Driver::run`] (or [`Driver::spawn`]).
+pub struct Driver {
+    registry: Registry,
+    clock: Clock,
+    config: DriverConfig,
+    leases: LeaseTable,
+    pending: HashMap<Arc<str>, HashMap<WaiterId, Pending>>,
+    tickets: HashMap<u64, (Arc<str>, WaiterId)>,
+    journal: Box<dyn Journal>,
+    metrics: Arc<LeaseMetrics>,
+    /// For the grants' `Drop`; weak, so the channel closes (and the task ends) once every
+    /// handle and every unaccepted grant is gone.
+    tx: mpsc::WeakUnboundedSender<Command>,
+    rx: mpsc::UnboundedReceiver<Command>,
+    /// The instant the one timer is armed for.
+    armed: Option<Millis>,
+    /// No timer is armed before this instant (set after a timer fired, so a core that reports
+    /// a due instant it did not consume cannot spin the task).
+    timer_floor: Millis,
+    draining: bool,
+    stopped: bool,
+}
+
+impl Driver {
+    /// A driver over `registry` (which may already hold replayed profiles).
+    pub fn new(
+        registry: Registry,
+        clock: Clock,
+        config: DriverConfig,
+        journal: Box<dyn Journal>,
+        metrics: Arc<LeaseMetrics>,
+    ) -> (Self, DriverHandle) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let weak = tx.downgrade();
+        let handle = DriverHandle::new(tx);
+        let driver = Driver {
+            registry,
+            clock,
+            config,
+            leases: LeaseTable::new(),
+            pending: HashMap::new(),
+            tickets: HashMap::new(),
+            journal,
+            metrics,
+            tx: weak,
+            rx,
+            armed: None,
+            timer_floor: 0,
+            draining: false,
+            stopped: false,
+        };
+        (driver, handle)
+    }
+
+    /// Builds a driver and spawns it on the current tokio runtime.
+    pub fn spawn(
+        registry: Registry,
+        clock: Clock,
+        config: DriverConfig,
+        journal: Box<dyn Journal>,
+        metrics: Arc<LeaseMetrics>,
+    ) -> (DriverHandle, tokio::task::JoinHandle<()>) {
+        let (driver, handle) = Driver::new(registry, clock, config, journal, metrics);
+        (handle, tokio::spawn(driver.run()))
+    }
+
+    /// Runs until [`Command::Stop`] or until every handle and unaccepted grant is gone.
+    pub async fn run(mut self) {
+        let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
+        tokio::pin!(sleep);
+        loop {
+            let wake = self.next_wake();
+            if wake != self.armed {
+                if let Some(at) = wake {
+                    sleep.as_mut().reset(self.clock.instant_at(at));
+                }
+                self.armed = wake;
+            }
+            tokio::select! {
+                biased;
+                command = self.rx.recv() => {
+                    let Some(command) = command else { break };
+                    self.handle(command);
+                    for _ in 0..BATCH {
+                        match self.rx.try_recv() {
+                            Ok(command) => self.handle(command),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                () = &mut sleep, if self.armed.is_some() => {
+                    self.armed = None;
+                    self.on_timer();
+                }
+            }
+            self.update_gauges();
+            if self.stopped {
+                break;
+            }
+        }
+    }
+
+    fn next_wake(&self) -> Option<Millis> {
+        let core = self.registry.poll_timeout();
+        let lease = self.leases.next_expiry();
+        let wake = match (core, lease) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        wake.map(|at| at.max(self.timer_floor))
+    }
+
+    fn update_gauges(&self) {
+        self.metrics
+            .leases_active
+            .store(self.leases.len() as u64, Ordering::Relaxed);
+        self.metrics
+            .waiters_queued
+            .store(self.tickets.len() as u64, Ordering::Relaxed);
+    }
+
+    fn on_timer(&mut self) {
+        let now = self.clock.now_ms();
+        self.timer_floor = now + 1;
+        self.reclaim_expired(now);
+        // Only the due workspaces are touched: the registry keeps their timeouts ordered.
+        for workspace in self.registry.handle_due(now) {
+            self.deliver(&workspace, now);
+        }
+        self.journal_transitions();
+    }
+
+    fn reclaim_expired(&mut self, now: Millis) {
+        while let Some((_, entry)) = self.leases.pop_expired(now) {
+            self.metrics.leases_expired.fetch_add(1, Ordering::Relaxed);
+            self.give_back(entry, now);
+        }
+    }
+
+    /// Releases a lease whose holder is gone, with no outcome; ends its span.
+    fn give_back(&mut self, entry: LeaseEntry, now: Millis) {
+        let _ = self
+            .registry
+            .release(&entry.workspace, entry.lease, Outcome::None, now);
+        if let Some(span) = entry.span {
+            span.released(&[]);
+        }
+        self.deliver(&entry.workspace, now);
+    }
+
+    fn handle(&mut self, command: Command) {
+        let now = self.clock.now_ms();
+        self.reclaim_expired(now);
+        match command {
+            Command::Acquire(acquire) => self.acquire(acquire, now),
+            Command::Cancel { ticket } => self.cancel(ticket, now),
+            Command::Reclaim { token } => {
+                if let Some(entry) = self.leases.remove(&token) {
+                    self.metrics
+                        .leases_undeliverable
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.give_back(entry, now);
+                }
+            }
+            Command::Release {
+                token,
+                workspace,
+                principal,
+                outcome,
+                usage,
+                reply,
+            } => {
+                let result = self.release(token, &workspace, &principal, outcome, usage, now);
+                let _ = reply.send(result);
+            }
+            Command::Heartbeat {
+                token,
+                workspace,
+                principal,
+                reply,
+            } => {
+                let _ = reply.send(self.heartbeat(token, &workspace, &principal, now));
+            }
+            Command::Register {
+                workspace,
+                version,
+                profile,
+                profile_json,
+                reply,
+            } => self.register(workspace, version, profile, profile_json, reply, now),
+            Command::ReleaseBudget {
+                workspace,
+                budget,
+                reply,
+            } => {
+                let result = self
+                    .registry
+                    .release_budget(&workspace, &budget, now)
+                    .map_err(DriverError::from);
+                self.deliver(&workspace, now);
+                let _ = reply.send(result);
+            }
+            Command::RetryAfter {
+                workspace,
+                provider,
+                retry_after_ms,
+                reply,
+            } => {
+                let result = self
+                    .registry
+                    .coordinate_retry_after(&workspace, &provider, retry_after_ms, now)
+                    .map_err(DriverError::from);
+                self.deliver(&workspace, now);
+                let _ = reply.send(result);
+            }
+            Command::Snapshot { workspace, reply } => {
+                let snapshot = self.registry.snapshot(&workspace).map(|core| {
+                    let waiters = self.pending.get(workspace.as_str()).map_or(0, HashMap::len);
+                    WorkspaceSnapshot {
+                        core,
+                        leases: self.leases.count_in(&workspace),
+                        waiters,
+                    }
+                });
+                let _ = reply.send(snapshot);
+            }
+            Command::Timer { reply } => {
+                let _ = reply.send((now, self.next_wake()));
+            }
+            Command::Drain { reply } => {
+                self.drain(now);
+                let _ = reply.send(());
+            }
+            Command::Stop => self.stopped = true,
+        }
+        self.journal_transitions();
+    }
+
+    fn drain(&mut self, now: Millis) {
+        self.draining = true;
+        let tickets: Vec<u64> = self.tickets.keys().copied().collect();
+        for ticket in tickets {
+            let Some((workspace, waiter)) = self.tickets.remove(&ticket) else {
+                continue;
+            };
+            let pending = self
+                .pending
+                .get_mut(&workspace)
+                .and_then(|m| m.remove(&waiter));
+            let rejection = self.registry.cancel(&workspace, waiter, now).ok().flatten();
+            if let Some(pending) = pending {
+                if let (Some(span), Some(rejection)) = (pending.span, &rejection) {
+                    span.rejected(&rejection.evidence);
+                }
+                let _ = pending.reply.send(AcquireReply::ShuttingDown);
+            }
+            self.deliver(&workspace, now);
+        }
+    }
+
+    fn acquire(&mut self, command: AcquireCommand, now: Millis) {
+        let AcquireCommand {
+            ticket,
+            workspace,
+            principal,
+            provider_id,
+            budget_id,
+            estimate,
+            wait,
+            span,
+            reply,
+        } = command;
+        if self.draining {
+            if let Some(span) = span {
+                span.failed();
+            }
+            let _ = reply.send(AcquireReply::ShuttingDown);
+            return;
+        }
+        let request = request_for(&principal, provider_id, budget_id, estimate, wait, now);
+        match self.registry.acquire(&workspace, request, now) {
+            Err(_) => {
+                if let Some(span) = span {
+                    span.failed();
+                }
+                let _ = reply.send(AcquireReply::NoProfile);
+            }
+            Ok(Acquired::Admitted(lease)) => {
+                let admitted = Admitted {
+                    lease: lease.id,
+                    evidence: lease.evidence,
+                    span,
+                    reply,
+                };
+                self.grant(&workspace, &principal, admitted, now);
+            }
+            Ok(Acquired::Rejected(rejection)) => {
+                if let Some(span) = span {
+                    span.rejected(&rejection.evidence);
+                }
+                let _ = reply.send(AcquireReply::Rejected(rejection));
+            }
+            Ok(Acquired::Queued { waiter, evidence }) => {
+                let mut span = span;
+                if let Some(span) = span.as_mut() {
+                    span.queued(&evidence);
+                }
+                self.tickets.insert(ticket, (workspace.clone(), waiter));
+                self.pending.entry(workspace.clone()).or_default().insert(
+                    waiter,
+                    Pending {
+                        ticket,
+                        principal,
+                        span,
+                        reply,
+                    },
+                );
+            }
+        }
+        self.deliver(&workspace, now);
+    }
+
+    fn grant(&mut self, workspace: &Arc<str>, principal: &Arc<str>, admitted: Admitted, now: Millis) {
+        let Admitted {
+            lease,
+            evidence,
+            mut span,
+            reply,
+        } = admitted;
+        if let Some(span) = span.as_mut() {
+            span.admitted(&evidence);
+        }
+        let ttl_ms = self.config.lease_ttl_ms;
+        let expires_at = ttl_ms.map(|ttl| now.saturating_add(ttl));
+        let entry = LeaseEntry {
+            workspace: workspace.clone(),
+            principal: principal.clone(),
+            lease,
+            expires_at,
+            span,
+        };
+        let Some(driver) = self.tx.upgrade() else {
+            // Every handle is gone: nobody can hold this lease.
+            let _ = self.registry.release(workspace, lease, Outcome::None, now);
+            let _ = reply.send(AcquireReply::ShuttingDown);
+            return;
+        };
+        match self.leases.insert(entry) {
+            Ok(token) => {
+                self.metrics.leases_granted.fetch_add(1, Ordering::Relaxed);
+                let grant = Grant::new(
+                    token,
+                    expires_at,
+                    ttl_ms,
+                    evidence,
+                    (workspace.clone(), principal.clone()),
+                    driver,
+                );
+                // A closed receiver hands the grant back; dropping it queues its reclaim.
+                let _ = reply.send(AcquireReply::Admitted(grant));
+            }
+            Err(_) => {
+                // Only when the OS random source fails on the first lease; the entry (and its
+                // span) was dropped with the error.
+                let _ = self.registry.release(workspace, lease, Outcome::None, now);
+                let _ = reply.send(AcquireReply::Internal);
+            }
+        }
+    }
+
+    fn cancel(&mut self, ticket: u64, now: Millis) {
+        let Some((workspace, waiter)) = self.tickets.remove(&ticket) else {
+            return;
+        };
+        let pending = self
+            .pending
+            .get_mut(&workspace)
+            .and_then(|m| m.remove(&waiter));
+        self.metrics
+            .waiters_disconnected
+            .fetch_add(1, Ordering::Relaxed);
+        let rejection = self.registry.cancel(&workspace, waiter, now).ok().flatten();
+        if let (Some(pending), Some(rejection)) = (pending, rejection) {
+            if let Some(span) = pending.span {
+                span.rejected(&rejection.evidence);
+            }
+            // An in-process caller that cancelled is still listening for this.
+            let _ = pending.reply.send(AcquireReply::Rejected(rejection));
+        }
+        self.deliver(&workspace, now);
+    }
+
+    fn owned(&self, token: &LeaseToken, workspace: &str, principal: &str) -> bool {
+        self.leases
+            .get(token)
+            .is_some_and(|e| &*e.workspace == workspace && &*e.principal == principal)
+    }
+
+    fn release(
+        &mut self,
+        token: LeaseToken,
+        workspace: &str,
+        principal: &str,
+        outcome: Outcome,
+        usage: ActualUsage,
+        now: Millis,
+    ) -> Result<Vec<BreakerTransition>, DriverError> {
+        if !self.owned(&token, workspace, principal) {
+            return Err(DriverError::UnknownLease);
+        }
+        let entry = self
+            .leases
+            .remove(&token)
+            .ok_or(DriverError::UnknownLease)?;
+        self.metrics.leases_released.fetch_add(1, Ordering::Relaxed);
+        let released = self
+            .registry
+            .release_with_usage(workspace, entry.lease, outcome, usage, now)
+            .ok()
+            .flatten();
+        let transitions = released.map(|r| r.breaker_transitions).unwrap_or_default();
+        if let Some(span) = entry.span {
+            span.released(&transitions);
+        }
+        self.deliver(workspace, now);
+        Ok(transitions)
+    }
+
+    fn heartbeat(
+        &mut self,
+        token: LeaseToken,
+        workspace: &str,
+        principal: &str,
+        now: Millis,
+    ) -> Result<Millis, DriverError> {
+        let ttl = self.config.lease_ttl_ms.ok_or(DriverError::UnknownLease)?;
+        let expires_at = now.saturating_add(ttl);
+        if self.owned(&token, workspace, principal) && self.leases.extend(&token, expires_at) {
+            Ok(expires_at)
+        } else {
+            Err(DriverError::UnknownLease)
+        }
+    }
+
+    fn register(
+        &mut self,
+        workspace: String,
+        version: String,
+        profile: Profile,
+        profile_json: String,
+        reply: oneshot::Sender<Result<Option<ProfileChangeRecord>, DriverError>>,
+        now: Millis,
+    ) {
+        match self.registry.register(&workspace, &version, profile, now) {
+            Err(error) => {
+                let _ = reply.send(Err(DriverError::Registry(error)));
+            }
+            Ok(change) => {
+                let answer = change.clone();
+                let registration = Registration {
+                    workspace: workspace.clone(),
+                    profile_version: version,
+                    profile_json,
+                    change,
+                    at: now,
+                };
+                self.journal.profile_registered(
+                    registration,
+                    Box::new(move |result| {
+                        let _ = reply.send(result.map(|()| answer).map_err(DriverError::Journal));
+                    }),
+                );
+                self.deliver(&workspace, now);
+            }
+        }
+    }
+
+    /// Delivers every resolution of `workspace`.
+    fn deliver(&mut self, workspace: &str, now: Millis) {
+        while let Some(resolution) = self.registry.poll_resolution(workspace) {
+            let pending = self
+                .pending
+                .get_mut(workspace)
+                .and_then(|m| m.remove(&resolution.waiter));
+            match (pending, resolution.outcome) {
+                (Some(pending), Ok(lease)) => {
+                    self.tickets.remove(&pending.ticket);
+                    let ws: Arc<str> = Arc::from(workspace);
+                    let admitted = Admitted {
+                        lease: lease.id,
+                        evidence: lease.evidence,
+                        span: pending.span,
+                        reply: pending.reply,
+                    };
+                    self.grant(&ws, &pending.principal, admitted, now);
+                }
+                (Some(pending), Err(rejection)) => {
+                    self.tickets.remove(&pending.ticket);
+                    if let Some(span) = pending.span {
+                        span.rejected(&rejection.evidence);
+                    }
+                    let _ = pending.reply.send(AcquireReply::Rejected(rejection));
+                }
+                (None, Ok(lease)) => {
+                    // Nobody waits for it (cancelled in the meantime): give it back.
+                    let _ = self
+                        .registry
+                        .release(workspace, lease.id, Outcome::None, now);
+                }
+                (None, Err(_)) => {}
+            }
+        }
+        if self.pending.get(workspace).is_some_and(HashMap::is_empty) {
+            self.pending.remove(workspace);
+        }
+    }
+
+    /// Hands every breaker transition the core made to the journal, each under its own
+    /// workspace, consecutive transitions of one workspace in one call.
+    fn journal_transitions(&mut self) {
+        let mut batch: Option<(String, Vec<BreakerTransition>)> = None;
+        while let Some((workspace, transition)) = self.registry.poll_transition() {
+            match &mut batch {
+                Some((current, list)) if *current == workspace => list.push(transition),
+                _ => {
+                    if let Some((current, list)) = batch.take() {
+                        self.journal.breaker_transitions(&current, &list);
+                    }
+                    batch = Some((workspace, vec![transition]));
+                }
+            }
+        }
+        if let Some((current, list)) = batch {
+            self.journal.breaker_transitions(&current, &list);
+        }
+        self.metrics
+            .transitions_dropped
+            .store(self.registry.transitions_dropped(), Ordering::Relaxed);
+    }
+}
+
+/// The core request for a host's [`Wait`], read at `now`.
+fn request_for(
+    principal: &str,
+    provider_id: String,
+    budget_id: String,
+    estimate: turnstile_admission::Estimate,
+    wait: Wait,
+    now: Millis,
+) -> AdmissionRequest {
+    let request = AdmissionRequest::new(principal, provider_id, budget_id).with_estimate(estimate);
+    match wait {
+        Wait::NoWait | Wait::For(0) => request.try_now(),
+        Wait::For(ms) => request.with_deadline(now.saturating_add(ms)),
+        Wait::Until(deadline) => request.with_deadline(deadline),
+        Wait::Unbounded => request,
+    }
+}

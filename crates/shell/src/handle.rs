@@ -1,0 +1,221 @@
+//! [`DriverHandle`]: how hosts talk to the driver task, and [`CancelGuard`], which takes a
+//! queued admission out of the core's queue when the caller goes away.
+//!
+//! Invariant: an admission request whose caller is dropped while it waits is cancelled (the
+//! guard sends [`Command::Cancel`]); one whose grant arrives after the caller left is reclaimed
+//! (the [`Grant`](crate::Grant)'s `Drop`). Nothing a caller abandons stays held.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use turnstile_admission::{Estimate, Millis, Profile, ProfileChangeRecord};
+
+use crate::command::{AcquireCommand, AcquireReply, Command, Wait, WorkspaceSnapshot};
+use crate::error::DriverError;
+use crate::telemetry::AdmitSpan;
+
+/// Cancels a queued admission when the code waiting on it is dropped.
+pub struct CancelGuard {
+    ticket: u64,
+    tx: mpsc::UnboundedSender<Command>,
+    armed: bool,
+}
+
+impl CancelGuard {
+    /// The answer arrived; nothing to cancel.
+    pub fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.tx.send(Command::Cancel {
+                ticket: self.ticket,
+            });
+        }
+    }
+}
+
+/// One admission request, as a host states it.
+pub struct Acquire {
+    pub workspace: Arc<str>,
+    pub principal: Arc<str>,
+    pub provider_id: String,
+    pub budget_id: String,
+    pub estimate: Estimate,
+    pub wait: Wait,
+    pub span: Option<AdmitSpan>,
+}
+
+/// The hosts' side of the driver; cheap to clone.
+#[derive(Clone)]
+pub struct DriverHandle {
+    tx: mpsc::UnboundedSender<Command>,
+    tickets: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for DriverHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverHandle").finish_non_exhaustive()
+    }
+}
+
+impl DriverHandle {
+    pub(crate) fn new(tx: mpsc::UnboundedSender<Command>) -> Self {
+        DriverHandle {
+            tx,
+            tickets: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// Sends a command built around a fresh oneshot and awaits its answer.
+    pub async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, DriverError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(command(reply))
+            .map_err(|_| DriverError::ShuttingDown)?;
+        rx.await.map_err(|_| DriverError::ShuttingDown)
+    }
+
+    /// Sends without waiting for an answer.
+    pub fn send(&self, command: Command) -> Result<(), DriverError> {
+        self.tx.send(command).map_err(|_| DriverError::ShuttingDown)
+    }
+
+    /// A ticket and the guard that cancels it if the caller goes away.
+    pub fn ticket(&self) -> (u64, CancelGuard) {
+        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
+        let guard = CancelGuard {
+            ticket,
+            tx: self.tx.clone(),
+            armed: true,
+        };
+        (ticket, guard)
+    }
+
+    /// Asks for a permit and waits for the answer. Dropping the future while the request is
+    /// queued cancels it; a grant that arrives after that is given back.
+    pub async fn acquire(&self, request: Acquire) -> Result<AcquireReply, DriverError> {
+        self.acquire_until(request, std::future::pending()).await
+    }
+
+    /// Like [`acquire`](Self::acquire), but a queued request is cancelled as soon as `cancel`
+    /// completes, and the answer is then the core's `cancelled` rejection (with its evidence),
+    /// or the grant if the permit came first.
+    pub async fn acquire_until(
+        &self,
+        request: Acquire,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<AcquireReply, DriverError> {
+        let (ticket, mut guard) = self.ticket();
+        let Acquire {
+            workspace,
+            principal,
+            provider_id,
+            budget_id,
+            estimate,
+            wait,
+            span,
+        } = request;
+        let (reply, mut answer) = oneshot::channel();
+        self.send(Command::Acquire(AcquireCommand {
+            ticket,
+            workspace,
+            principal,
+            provider_id,
+            budget_id,
+            estimate,
+            wait,
+            span,
+            reply,
+        }))?;
+        tokio::pin!(cancel);
+        let answer = tokio::select! {
+            biased;
+            answer = &mut answer => answer,
+            () = &mut cancel => {
+                // The driver answers a cancelled waiter with its rejection; a grant that was
+                // already on its way arrives instead.
+                let _ = self.send(Command::Cancel { ticket });
+                answer.await
+            }
+        };
+        guard.disarm();
+        answer.map_err(|_| DriverError::ShuttingDown)
+    }
+
+    /// Registers a profile revision; answers once the journal made it durable.
+    pub async fn register(
+        &self,
+        workspace: &str,
+        version: &str,
+        profile: Profile,
+        profile_json: String,
+    ) -> Result<Option<ProfileChangeRecord>, DriverError> {
+        self.ask(|reply| Command::Register {
+            workspace: workspace.to_owned(),
+            version: version.to_owned(),
+            profile,
+            profile_json,
+            reply,
+        })
+        .await?
+    }
+
+    /// Forgets the attempt, cost and token counters of one invocation.
+    pub async fn release_budget(&self, workspace: &str, budget: &str) -> Result<bool, DriverError> {
+        self.ask(|reply| Command::ReleaseBudget {
+            workspace: Arc::from(workspace),
+            budget: budget.to_owned(),
+            reply,
+        })
+        .await?
+    }
+
+    /// Pauses a provider lane; answers the instant the pause ends.
+    pub async fn retry_after(
+        &self,
+        workspace: &str,
+        provider: &str,
+        retry_after_ms: Millis,
+    ) -> Result<Millis, DriverError> {
+        self.ask(|reply| Command::RetryAfter {
+            workspace: Arc::from(workspace),
+            provider: provider.to_owned(),
+            retry_after_ms,
+            reply,
+        })
+        .await?
+    }
+
+    /// Aggregate state of one workspace (`None` without a profile).
+    pub async fn snapshot(&self, workspace: &str) -> Result<Option<WorkspaceSnapshot>, DriverError> {
+        self.ask(|reply| Command::Snapshot {
+            workspace: workspace.to_owned(),
+            reply,
+        })
+        .await
+    }
+
+    /// The driver's clock reading and the instant its one timer is armed for.
+    pub async fn timer(&self) -> Result<(Millis, Option<Millis>), DriverError> {
+        self.ask(|reply| Command::Timer { reply }).await
+    }
+
+    /// Refuses new admissions and cancels every queued one.
+    pub async fn drain(&self) -> Result<(), DriverError> {
+        self.ask(|reply| Command::Drain { reply }).await
+    }
+
+    /// Ends the driver task.
+    pub fn stop(&self) {
+        let _ = self.tx.send(Command::Stop);
+    }
+}

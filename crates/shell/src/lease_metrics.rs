@@ -1,0 +1,74 @@
+//! Counters and gauges of the driver's leases and waiters, for `/metrics`.
+//!
+//! Invariant: no label at all: these are plain totals, so no tenant ID can reach them. Written
+//! only by the driver task; read by anyone without a round trip to it.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Lease and waiter totals of one driver.
+#[derive(Debug, Default)]
+pub struct LeaseMetrics {
+    pub leases_active: AtomicU64,
+    pub waiters_queued: AtomicU64,
+    pub leases_granted: AtomicU64,
+    pub leases_released: AtomicU64,
+    pub leases_expired: AtomicU64,
+    pub leases_undeliverable: AtomicU64,
+    pub waiters_disconnected: AtomicU64,
+    /// Breaker transitions the core dropped because nobody polled them in time.
+    pub transitions_dropped: AtomicU64,
+}
+
+impl LeaseMetrics {
+    /// The text exposition (format 0.0.4).
+    pub fn render(&self) -> String {
+        let series: [(&str, &str, &str, &AtomicU64); 8] = [
+            ("turnstile_leases_active", "gauge", "Leases currently held.", &self.leases_active),
+            (
+                "turnstile_waiters_queued",
+                "gauge",
+                "Admission requests waiting in a queue.",
+                &self.waiters_queued,
+            ),
+            ("turnstile_leases_granted_total", "counter", "Leases granted.", &self.leases_granted),
+            (
+                "turnstile_leases_released_total",
+                "counter",
+                "Leases released by their holder.",
+                &self.leases_released,
+            ),
+            (
+                "turnstile_leases_expired_total",
+                "counter",
+                "Leases reclaimed after their TTL without a heartbeat.",
+                &self.leases_expired,
+            ),
+            (
+                "turnstile_leases_undeliverable_total",
+                "counter",
+                "Leases given back at once because their holder had gone (a client that disconnected, a dropped in-process lease).",
+                &self.leases_undeliverable,
+            ),
+            (
+                "turnstile_waiters_disconnected_total",
+                "counter",
+                "Queued requests cancelled because the caller went away.",
+                &self.waiters_disconnected,
+            ),
+            (
+                "turnstile_breaker_transitions_dropped_total",
+                "counter",
+                "Breaker transitions the core dropped before they could be journaled.",
+                &self.transitions_dropped,
+            ),
+        ];
+        let mut out = String::with_capacity(2048);
+        for (name, kind, help, value) in series {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
+        out
+    }
+}

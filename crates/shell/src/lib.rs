@@ -1,0 +1,37 @@
+//! turnstile-shell: the async shell every host of the admission core shares.
+//!
+//! - [`Clock`]: the one clock. Epoch milliseconds on tokio time, so it follows
+//!   `tokio::time::pause()`; the only place the shells read time.
+//! - [`Driver`]: the one task that owns the admission [`Registry`](turnstile_admission::Registry),
+//!   arms one timer, keeps the lease table (unguessable tokens, optional TTL, each lease owning
+//!   its span) and hands events to a [`Journal`]; hosts talk to it through a [`DriverHandle`]
+//!   and hold [`Grant`]s, which give their permit back on drop.
+//! - [`telemetry`]: `decision.admit` spans, breaker events, one metrics family fed to both
+//!   OpenTelemetry and the Prometheus text of `/metrics`, structured logs.
+//!
+//! The core ([`turnstile_admission`]) decides; this crate only carries: it reads the clock, arms
+//! one timer at the core's `poll_timeout()`, delivers resolutions and events, and never makes
+//! an admission decision of its own.
+#![forbid(unsafe_code)]
+
+pub mod clock;
+pub mod command;
+pub mod driver;
+pub mod error;
+pub mod grant;
+pub mod handle;
+pub mod journal;
+pub mod lease_metrics;
+pub mod lease_table;
+pub mod telemetry;
+
+pub use clock::Clock;
+pub use command::{AcquireCommand, AcquireReply, Command, Wait, WorkspaceSnapshot};
+pub use driver::{Driver, DriverConfig};
+pub use error::DriverError;
+pub use grant::Grant;
+pub use handle::{Acquire, CancelGuard, DriverHandle};
+pub use journal::{Journal, NoJournal, Registration};
+pub use lease_metrics::LeaseMetrics;
+pub use lease_table::{LeaseToken, RandomError};
+pub use telemetry::{AdmitSpan, LogLevel, LogRecord, LogSink, Telemetry};

@@ -1,0 +1,203 @@
+//! The one metrics family of admission, counted once and fed to both sinks.
+//!
+//! | OpenTelemetry instrument | Prometheus series | dimensions |
+//! |---|---|---|
+//! | `turnstile.admission.decisions` | `turnstile_admission_decisions_total` | `decision`, `reason` |
+//! | `turnstile.breaker.transitions` | `turnstile_breaker_transitions_total` | `state` (entered) |
+//!
+//! [`Family::decision`] and [`Family::transition`] are the only ways to count; each adds one to
+//! the OpenTelemetry counter and one to the Prometheus atomics, so the two sinks can never
+//! disagree and nothing is counted twice. Dimensions are closed vocabularies only (`Decision`,
+//! `Reason`, `BreakerState`): no principal, workspace, provider, budget or lease ID can reach a
+//! label, and the series count is bounded by the vocabularies' sizes.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use opentelemetry::metrics::{Counter, Meter};
+use opentelemetry::KeyValue;
+use turnstile_admission::{BreakerState, Decision, Reason};
+
+use super::guarded;
+
+/// OpenTelemetry name of the decision counter.
+pub const DECISIONS_INSTRUMENT: &str = "turnstile.admission.decisions";
+/// OpenTelemetry name of the breaker transition counter.
+pub const TRANSITIONS_INSTRUMENT: &str = "turnstile.breaker.transitions";
+/// Prometheus name of the decision counter.
+pub const DECISIONS_SERIES: &str = "turnstile_admission_decisions_total";
+/// Prometheus name of the breaker transition counter.
+pub const TRANSITIONS_SERIES: &str = "turnstile_breaker_transitions_total";
+/// Dimension keys (identical in both sinks).
+pub const DECISION_LABEL: &str = "decision";
+pub const REASON_LABEL: &str = "reason";
+pub const STATE_LABEL: &str = "state";
+
+const DECISIONS: [Decision; 3] = [Decision::Admit, Decision::Defer, Decision::Reject];
+const STATES: [BreakerState; 3] = [
+    BreakerState::Closed,
+    BreakerState::Open,
+    BreakerState::HalfOpen,
+];
+
+fn decision_index(decision: Decision) -> usize {
+    match decision {
+        Decision::Admit => 0,
+        Decision::Defer => 1,
+        Decision::Reject => 2,
+    }
+}
+
+fn reason_index(reason: Reason) -> usize {
+    Reason::ALL.iter().position(|r| *r == reason).unwrap_or(0)
+}
+
+fn state_index(state: BreakerState) -> usize {
+    match state {
+        BreakerState::Closed => 0,
+        BreakerState::Open => 1,
+        BreakerState::HalfOpen => 2,
+    }
+}
+
+/// The admission metrics family: OpenTelemetry counters plus the atomics behind `/metrics`.
+#[derive(Clone)]
+pub(crate) struct Family {
+    decisions: Counter<u64>,
+    transitions: Counter<u64>,
+    counts: Arc<Counts>,
+}
+
+#[derive(Debug)]
+struct Counts {
+    decisions: Vec<AtomicU64>,
+    transitions: [AtomicU64; 3],
+}
+
+impl Family {
+    pub(crate) fn new(meter: &Meter) -> Self {
+        Family {
+            decisions: meter
+                .u64_counter(DECISIONS_INSTRUMENT)
+                .with_description("Admission decisions by decision and reason")
+                .build(),
+            transitions: meter
+                .u64_counter(TRANSITIONS_INSTRUMENT)
+                .with_description("Circuit breaker transitions by the state entered")
+                .build(),
+            counts: Arc::new(Counts {
+                decisions: (0..DECISIONS.len() * Reason::ALL.len())
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+                transitions: Default::default(),
+            }),
+        }
+    }
+
+    /// Counts one decision in both sinks.
+    pub(crate) fn decision(&self, decision: Decision, reason: Reason) {
+        let index = decision_index(decision) * Reason::ALL.len() + reason_index(reason);
+        if let Some(counter) = self.counts.decisions.get(index) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        let counter = &self.decisions;
+        guarded(|| {
+            counter.add(
+                1,
+                &[
+                    KeyValue::new(DECISION_LABEL, decision.as_str()),
+                    KeyValue::new(REASON_LABEL, reason.as_str()),
+                ],
+            )
+        });
+    }
+
+    /// Counts one breaker transition (by the state entered) in both sinks.
+    pub(crate) fn transition(&self, to: BreakerState) {
+        self.counts.transitions[state_index(to)].fetch_add(1, Ordering::Relaxed);
+        let counter = &self.transitions;
+        guarded(|| counter.add(1, &[KeyValue::new(STATE_LABEL, to.as_str())]));
+    }
+
+    /// The count of one decision series (as `/metrics` shows it).
+    pub(crate) fn decision_count(&self, decision: Decision, reason: Reason) -> u64 {
+        let index = decision_index(decision) * Reason::ALL.len() + reason_index(reason);
+        self.counts
+            .decisions
+            .get(index)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// The count of one transition series.
+    pub(crate) fn transition_count(&self, to: BreakerState) -> u64 {
+        self.counts.transitions[state_index(to)].load(Ordering::Relaxed)
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of the family. Decision series appear once
+    /// counted (`admit/admitted` always, so a scrape sees the family from the start);
+    /// transition series always.
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::with_capacity(2048);
+        let _ = writeln!(
+            out,
+            "# HELP {DECISIONS_SERIES} Admission decisions by decision and reason."
+        );
+        let _ = writeln!(out, "# TYPE {DECISIONS_SERIES} counter");
+        for decision in DECISIONS {
+            for reason in Reason::ALL {
+                let value = self.decision_count(decision, reason);
+                let always = decision == Decision::Admit && reason == Reason::Admitted;
+                if value > 0 || always {
+                    let _ = writeln!(
+                        out,
+                        "{DECISIONS_SERIES}{{{DECISION_LABEL}=\"{}\",{REASON_LABEL}=\"{}\"}} {value}",
+                        decision.as_str(),
+                        reason.as_str()
+                    );
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP {TRANSITIONS_SERIES} Circuit breaker transitions by the state entered."
+        );
+        let _ = writeln!(out, "# TYPE {TRANSITIONS_SERIES} counter");
+        for state in STATES {
+            let _ = writeln!(
+                out,
+                "{TRANSITIONS_SERIES}{{{STATE_LABEL}=\"{}\"}} {}",
+                state.as_str(),
+                self.transition_count(state)
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_count_per_call_and_labels_from_closed_vocabularies_only() {
+        let family = Family::new(&opentelemetry::global::meter("test"));
+        family.decision(Decision::Reject, Reason::QueueFull);
+        family.decision(Decision::Reject, Reason::QueueFull);
+        family.transition(BreakerState::Open);
+        let text = family.render();
+        assert!(text.contains(
+            "turnstile_admission_decisions_total{decision=\"reject\",reason=\"queue-full\"} 2"
+        ));
+        assert!(text.contains("turnstile_admission_decisions_total{decision=\"admit\",reason=\"admitted\"} 0"));
+        assert!(text.contains("turnstile_breaker_transitions_total{state=\"open\"} 1"));
+        assert!(text.contains("turnstile_breaker_transitions_total{state=\"half-open\"} 0"));
+        for line in text.lines().filter(|l| l.contains('{')) {
+            let labels = &line[line.find('{').unwrap()..line.find('}').unwrap()];
+            for pair in labels.trim_start_matches('{').split(',') {
+                let key = pair.split('=').next().unwrap();
+                assert!(["decision", "reason", "state"].contains(&key), "{line}");
+            }
+        }
+    }
+}

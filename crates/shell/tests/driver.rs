@@ -1,0 +1,296 @@
+//! The shell's driver on paused tokio time: its one timer, lease TTLs and heartbeats, grants
+//! given back on drop, the core's refusals carried unchanged, and breaker transitions
+//! journaled under their own workspace.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use turnstile_admission::{
+    ActualUsage, BreakerState, BreakerTransition, CircuitBreakerConfig, Estimate, Limits, Outcome,
+    Profile, Reason, Registry,
+};
+use turnstile_shell::journal::Done;
+use turnstile_shell::{
+    Acquire, AcquireReply, Clock, Command, Driver, DriverConfig, DriverHandle, Grant, Journal,
+    LeaseMetrics, Registration, Wait,
+};
+
+type Journaled = Arc<Mutex<Vec<(String, BreakerTransition)>>>;
+
+/// Records what the driver journals.
+struct RecordingJournal(Journaled);
+
+impl Journal for RecordingJournal {
+    fn profile_registered(&mut self, _registration: Registration, done: Done) {
+        done(Ok(()));
+    }
+
+    fn breaker_transitions(&mut self, workspace: &str, transitions: &[BreakerTransition]) {
+        let mut journaled = self.0.lock().unwrap();
+        for transition in transitions {
+            journaled.push((workspace.to_owned(), transition.clone()));
+        }
+    }
+}
+
+struct Harness {
+    driver: DriverHandle,
+    metrics: Arc<LeaseMetrics>,
+    journaled: Journaled,
+}
+
+fn harness(ttl: Option<u64>) -> Harness {
+    let journaled = Journaled::default();
+    let metrics = Arc::new(LeaseMetrics::default());
+    let (driver, _task) = Driver::spawn(
+        Registry::new(),
+        Clock::starting_at(0),
+        DriverConfig { lease_ttl_ms: ttl },
+        Box::new(RecordingJournal(journaled.clone())),
+        metrics.clone(),
+    );
+    Harness {
+        driver,
+        metrics,
+        journaled,
+    }
+}
+
+fn profile(provider: &str, concurrency: u32, breaker: bool) -> Profile {
+    let mut lane = Limits::with_concurrency(concurrency);
+    lane.max_queue_length = Some(8);
+    if breaker {
+        lane.circuit_breaker = Some(CircuitBreakerConfig {
+            failure_threshold: 1,
+            open_ms: 100,
+            half_open_max_calls: 1,
+        });
+    }
+    Profile {
+        workspace: lane.clone(),
+        providers: [(provider.to_owned(), lane.clone())].into_iter().collect(),
+        principals: [("p".to_owned(), lane)].into_iter().collect(),
+    }
+}
+
+fn ask(workspace: &str, provider: &str, wait: Wait) -> Acquire {
+    Acquire {
+        workspace: Arc::from(workspace),
+        principal: Arc::from("p"),
+        provider_id: provider.to_owned(),
+        budget_id: "invocation".to_owned(),
+        estimate: Estimate::default(),
+        wait,
+        span: None,
+    }
+}
+
+async fn grant(driver: &DriverHandle, request: Acquire) -> Grant {
+    match driver.acquire(request).await.unwrap() {
+        AcquireReply::Admitted(grant) => grant,
+        AcquireReply::Rejected(rejection) => panic!("refused: {:?}", rejection.reason),
+        _ => panic!("no answer"),
+    }
+}
+
+async fn refusal(driver: &DriverHandle, request: Acquire) -> turnstile_admission::Rejection {
+    match driver.acquire(request).await.unwrap() {
+        AcquireReply::Rejected(rejection) => rejection,
+        AcquireReply::Admitted(_) => panic!("admitted"),
+        _ => panic!("no answer"),
+    }
+}
+
+async fn active(driver: &DriverHandle, workspace: &str) -> u64 {
+    driver.snapshot(workspace).await.unwrap().unwrap().core.active
+}
+
+/// Lets spawned tasks and the driver run without moving paused time.
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unheartbeated_lease_is_reclaimed_exactly_at_its_ttl() {
+    let h = harness(Some(1_000));
+    h.driver
+        .register("ws", "v1", profile("llm", 1, false), String::new())
+        .await
+        .unwrap();
+    let mut lease = grant(&h.driver, ask("ws", "llm", Wait::For(10))).await;
+    assert_eq!(lease.expires_at, Some(1_000));
+    lease.accept(); // a remote holder has it now
+    tokio::time::advance(Duration::from_millis(999)).await;
+    assert_eq!(active(&h.driver, "ws").await, 1);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    settle().await;
+    assert_eq!(active(&h.driver, "ws").await, 0);
+    assert_eq!(
+        h.metrics
+            .leases_expired
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_moves_the_expiry_and_the_timer_follows() {
+    let h = harness(Some(1_000));
+    h.driver
+        .register("ws", "v1", profile("llm", 1, false), String::new())
+        .await
+        .unwrap();
+    let mut lease = grant(&h.driver, ask("ws", "llm", Wait::For(10))).await;
+    lease.accept();
+    tokio::time::advance(Duration::from_millis(800)).await;
+    let expires = h
+        .driver
+        .ask(|reply| Command::Heartbeat {
+            token: lease.token,
+            workspace: Arc::from("ws"),
+            principal: Arc::from("p"),
+            reply,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(expires, 1_800);
+    assert_eq!(h.driver.timer().await.unwrap(), (800, Some(1_800)));
+    tokio::time::advance(Duration::from_millis(999)).await;
+    assert_eq!(active(&h.driver, "ws").await, 1);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    settle().await;
+    assert_eq!(active(&h.driver, "ws").await, 0);
+    // Someone else's heartbeat for the same token is refused.
+    let stranger = h
+        .driver
+        .ask(|reply| Command::Heartbeat {
+            token: lease.token,
+            workspace: Arc::from("ws"),
+            principal: Arc::from("p"),
+            reply,
+        })
+        .await
+        .unwrap();
+    assert!(stranger.is_err(), "an expired lease cannot be extended");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_request_is_refused_by_the_one_timer_exactly_at_its_deadline() {
+    let h = harness(None);
+    h.driver
+        .register("ws", "v1", profile("llm", 1, false), String::new())
+        .await
+        .unwrap();
+    let _held = grant(&h.driver, ask("ws", "llm", Wait::For(10))).await;
+    let start = tokio::time::Instant::now();
+    let rejection = refusal(&h.driver, ask("ws", "llm", Wait::For(40))).await;
+    assert_eq!(rejection.reason, Reason::DeadlineExceeded);
+    assert_eq!(start.elapsed(), Duration::from_millis(40));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_grant_and_an_abandoned_wait_give_everything_back() {
+    let h = harness(None);
+    h.driver
+        .register("ws", "v1", profile("llm", 1, false), String::new())
+        .await
+        .unwrap();
+    let held = grant(&h.driver, ask("ws", "llm", Wait::For(10))).await;
+    let waiting = {
+        let driver = h.driver.clone();
+        tokio::spawn(async move { driver.acquire(ask("ws", "llm", Wait::Unbounded)).await })
+    };
+    settle().await;
+    assert_eq!(h.driver.snapshot("ws").await.unwrap().unwrap().waiters, 1);
+    waiting.abort();
+    let _ = waiting.await;
+    settle().await;
+    let snapshot = h.driver.snapshot("ws").await.unwrap().unwrap();
+    assert_eq!((snapshot.waiters, snapshot.core.queued), (0, 0));
+    drop(held);
+    assert_eq!(active(&h.driver, "ws").await, 0);
+    assert_eq!(h.driver.snapshot("ws").await.unwrap().unwrap().leases, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn zero_wait_admits_when_free_and_refuses_at_once_with_the_real_reason_when_busy() {
+    let h = harness(None);
+    h.driver
+        .register("ws", "v1", profile("llm", 1, false), String::new())
+        .await
+        .unwrap();
+    let held = grant(&h.driver, ask("ws", "llm", Wait::For(0))).await;
+    let start = tokio::time::Instant::now();
+    let rejection = refusal(&h.driver, ask("ws", "llm", Wait::For(0))).await;
+    assert_eq!(rejection.reason, Reason::Concurrency);
+    assert!(rejection.retryable);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(h.driver.snapshot("ws").await.unwrap().unwrap().core.queued, 0);
+    drop(held);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_that_outlasts_the_deadline_is_refused_at_once() {
+    let h = harness(None);
+    h.driver
+        .register("ws", "v1", profile("llm", 1, false), String::new())
+        .await
+        .unwrap();
+    let until = h.driver.retry_after("ws", "llm", 5_000).await.unwrap();
+    assert_eq!(until, 5_000);
+    let start = tokio::time::Instant::now();
+    let rejection = refusal(&h.driver, ask("ws", "llm", Wait::For(1_000))).await;
+    assert_eq!(rejection.reason, Reason::RetryAfter);
+    assert_eq!(rejection.evidence.retry_after_ms, Some(5_000));
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    // An unknown pause target is the core's typed error, not a silent no-op.
+    assert!(h.driver.retry_after("ws", "nope", 10).await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn breakers_of_two_workspaces_tripping_at_the_same_tick_are_journaled_each_under_its_own() {
+    let h = harness(None);
+    for (workspace, provider) in [("ws-a", "provider-a"), ("ws-b", "provider-b")] {
+        h.driver
+            .register(workspace, "v1", profile(provider, 1, true), String::new())
+            .await
+            .unwrap();
+        let lease = grant(&h.driver, ask(workspace, provider, Wait::For(10))).await;
+        lease
+            .release(Outcome::Failure, ActualUsage::none())
+            .await
+            .unwrap();
+    }
+    // Both breakers are open until t=100; one waiter each makes both half-open at that tick.
+    let waiters: Vec<_> = [("ws-a", "provider-a"), ("ws-b", "provider-b")]
+        .into_iter()
+        .map(|(workspace, provider)| {
+            let driver = h.driver.clone();
+            tokio::spawn(async move { grant(&driver, ask(workspace, provider, Wait::Unbounded)).await })
+        })
+        .collect();
+    settle().await;
+    tokio::time::advance(Duration::from_millis(100)).await;
+    for waiter in waiters {
+        let lease = waiter.await.unwrap();
+        assert_eq!(lease.evidence().breaker_state, BreakerState::HalfOpen);
+    }
+    let journaled = h.journaled.lock().unwrap().clone();
+    let half_open: Vec<_> = journaled
+        .iter()
+        .filter(|(_, t)| t.to == BreakerState::HalfOpen)
+        .collect();
+    assert_eq!(half_open.len(), 2, "{journaled:?}");
+    assert_eq!(half_open[0].1.at_epoch_ms, half_open[1].1.at_epoch_ms, "same tick");
+    for (workspace, transition) in &journaled {
+        let expected = match transition.provider_id.as_str() {
+            "provider-a" => "ws-a",
+            "provider-b" => "ws-b",
+            other => panic!("unexpected provider {other}"),
+        };
+        assert_eq!(workspace, expected, "{transition:?}");
+    }
+}
