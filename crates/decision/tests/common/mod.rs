@@ -136,6 +136,7 @@ pub fn scheduled(policy: SchedulerPolicy, driver: &AdmissionDriver) -> Scheduler
         policy,
         driver: driver.clone(),
         estimate: None,
+        on_evidence: None,
     }
 }
 
