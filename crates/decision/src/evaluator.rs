@@ -2,7 +2,9 @@
 //!
 //! # Flow
 //!
-//! 1. [`plan`](crate::plan::plan) validates everything before any call.
+//! 1. [`plan`](crate::plan::plan) validates everything before any call, and
+//!    [`verify_subagents`] checks every target's `subagent` pin against the worker its adapter
+//!    reports (`digest-mismatch`, no call, no admission).
 //! 2. With `scheduler.enabled`, the policy is registered with the shared admission registry
 //!    (a conflicting revision is `invalid-definition`, no call).
 //! 3. Aliases run in ruleset order through [`run_bounded_fair`]: concurrency 1, or with the
@@ -54,7 +56,7 @@ use crate::clock::Clock;
 use crate::compose::compose;
 use crate::driver::AdmissionDriver;
 use crate::execution::{run_alias, unstarted, Context, Stop};
-use crate::plan::{plan, Plan};
+use crate::plan::{plan, verify_subagents, Plan};
 use crate::policy::SchedulerPolicy;
 use crate::reason::{ResultReason, RulesetStatus};
 use crate::receipt::{begin, fingerprint, Begin, ReceiptRun, ReceiptWriter, Replay};
@@ -297,6 +299,14 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
     };
     let ruleset_pin = plan.ruleset.pin();
     let binding_pin = plan.binding.pin();
+    if let Err(error) = verify_subagents(&plan, &request.adapters) {
+        return error_result(
+            error.reason(),
+            Some(ruleset_pin),
+            Some(binding_pin),
+            error.detail(),
+        );
+    }
 
     let scheduler = request.scheduler.as_ref().filter(|s| s.policy.enabled);
     if let Some(run) = scheduler {
