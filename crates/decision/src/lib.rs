@@ -50,7 +50,9 @@ pub use turnstile_shell::{clock, telemetry, Clock};
 pub use turnstile_shell::Grant as AdmissionLease;
 pub use driver::AdmissionDriver;
 pub use error::AdmissionError;
-pub use evaluator::{evaluate, EstimateFn, EvaluationRequest, RandomFn, SchedulerRun};
+pub use evaluator::{
+    evaluate, AdmissionEvidence, EstimateFn, EvaluationRequest, EvidenceFn, RandomFn, SchedulerRun,
+};
 pub use observation::{Observation, Uncertainty, Usage};
 pub use policy::{SchedulerPolicy, ScopeLimits};
 pub use reason::{
