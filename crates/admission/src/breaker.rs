@@ -52,12 +52,9 @@ impl Breaker {
         self.state
     }
 
+    #[cfg(test)]
     pub fn failures(&self) -> u32 {
         self.failures
-    }
-
-    pub fn probes_in_flight(&self) -> u32 {
-        self.probes_in_flight
     }
 
     fn transition(

@@ -9,19 +9,22 @@
 //! (one workspace's state machine). `docs/admission.md` explains the flow of a request.
 #![forbid(unsafe_code)]
 
-pub mod breaker;
-pub mod bucket;
-pub mod budget;
+pub(crate) mod breaker;
+pub(crate) mod bucket;
+pub(crate) mod budget;
 pub mod controller;
 pub mod digest;
 pub mod estimate;
 pub mod evidence;
-pub mod lane;
+pub(crate) mod lane;
 pub mod limits;
 pub mod profile;
+pub(crate) mod queue;
 pub mod reason;
 pub mod registry;
-pub mod scope;
+pub(crate) mod ring;
+pub(crate) mod scope;
+pub(crate) mod scopes;
 pub mod time;
 
 pub use breaker::BreakerTransition;
