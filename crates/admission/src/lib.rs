@@ -30,14 +30,13 @@ pub mod time;
 pub use breaker::BreakerTransition;
 pub use budget::{ActualUsage, InvalidActualCost};
 pub use controller::{
-    Acquired, AdmissionRequest, Controller, ProviderSnapshot, Released, Resolution, Snapshot,
+    Acquired, AdmissionRequest, Controller, Counts, ProviderSnapshot, Released, Resolution,
+    Snapshot, UnknownProvider,
 };
 pub use estimate::{CheckedEstimate, Estimate, InvalidEstimate};
 pub use evidence::{Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
 pub use limits::{CircuitBreakerConfig, Limits, LimitsError, ScopeKind};
 pub use profile::{Profile, ProfileError};
 pub use reason::{BreakerState, Decision, Reason};
-pub use registry::{
-    ClockId, ListenerId, ProfileChangeKind, ProfileChangeRecord, Registry, RegistryError,
-};
+pub use registry::{ProfileChangeKind, ProfileChangeRecord, Registry, RegistryError};
 pub use time::Millis;

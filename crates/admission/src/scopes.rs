@@ -164,7 +164,6 @@ impl<X: ScopeExtra> ScopeTable<X> {
     }
 
     /// Number of interned scopes.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }

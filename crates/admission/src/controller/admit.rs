@@ -64,6 +64,12 @@ pub(super) enum Attempt {
         blocked: Blocked,
     },
     Reject(Reason),
+    /// A provider pause or open breaker ends at `until`, at or after the head's deadline:
+    /// refused now (retryable) rather than left to wait for a deadline it cannot meet.
+    Refuse {
+        reason: Reason,
+        until: Millis,
+    },
 }
 
 impl Controller {
@@ -233,6 +239,53 @@ impl Controller {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The provider pause (`retry-after`) or open breaker (`circuit-open`) that keeps
+    /// `provider` closed until an instant at or after `deadline`, with that instant. A pause is
+    /// reported before the breaker, as tryAdmit checks them.
+    pub(super) fn blocked_past(
+        &self,
+        provider: u32,
+        deadline: Millis,
+        now: Millis,
+    ) -> Option<(Reason, Millis)> {
+        let entry = &self.scopes.providers[provider];
+        let paused_until = entry.extra.paused_until;
+        if paused_until > now && paused_until >= deadline {
+            return Some((Reason::RetryAfter, paused_until));
+        }
+        let config = entry
+            .limits
+            .as_ref()
+            .and_then(|l| l.circuit_breaker.as_ref());
+        entry
+            .extra
+            .breaker
+            .open_until(config, now)
+            .filter(|&until| until >= deadline)
+            .map(|until| (Reason::CircuitOpen, until))
+    }
+
+    /// What `waiter` waits for behind the head of its lane: the head's last deferral
+    /// (`concurrency` if the pump has not looked at it yet) and when it can end. `None` when
+    /// `waiter` is the head.
+    pub(super) fn wait_behind(
+        &self,
+        lane: LaneKey,
+        waiter: WaiterId,
+    ) -> Option<(Reason, Option<Millis>)> {
+        let lane = self.lanes.get(&lane)?;
+        let (head_id, head) = lane
+            .queue
+            .iter()
+            .find_map(|&id| self.queue.get(id).map(|w| (id, w)))?;
+        (head_id != waiter).then(|| {
+            (
+                head.last_reason.unwrap_or(Reason::Concurrency),
+                head.last_wake,
+            )
+        })
     }
 
     /// Permits of a pool held back for principals other than `principal`.

@@ -11,6 +11,21 @@
 //! waiter's ID and the deferral evidence, and the waiter is resolved later, delivered through
 //! [`Controller::poll_resolution`].
 //!
+//! Two rules refuse at once what waiting cannot help:
+//!
+//! - **The blocking condition outlasts the deadline.** A request (at `acquire`, or a lane head
+//!   the pump looks at) whose provider is paused (Retry-After) or whose breaker is open until an
+//!   instant at or after the request's deadline is refused at once with `retry-after` /
+//!   `circuit-open` (retryable, `retryAfterMs` = the real remaining time) instead of waiting
+//!   for its deadline. It applies when the deadline is what ends the wait; a shorter queue
+//!   dwell bound keeps the reference's `queue-timeout` at that bound.
+//! - **Try now.** [`Controller::try_acquire`] admits only if the request is free now: on a free
+//!   lane it is admitted exactly as `acquire` would admit it; otherwise it is refused at once,
+//!   retryable, with the reason it would have waited for (`concurrency`, `retry-after`,
+//!   `circuit-open`, `requests-per-minute`, `tokens-per-second`) and the real remaining time
+//!   when that is known. It never stays queued, and a request behind other waiters of its lane
+//!   is refused (it does not jump the queue).
+//!
 //! # The pump and fairness
 //!
 //! Lanes with waiters sit in a ring. The pump looks at the ring front's head only, tries to
@@ -29,12 +44,19 @@
 //! ending); [`Controller::poll_timeout`] is the minimum of that and the next expiry. Releases,
 //! cancellations and profile changes pump at once.
 //!
+//! # Events
+//!
+//! Resolutions leave through [`Controller::poll_resolution`] and breaker transitions through
+//! [`Controller::poll_transition`] (bounded: beyond [`TRANSITION_OUTBOX_LIMIT`] unpolled
+//! transitions the oldest is dropped and counted). Nothing is pushed to a callback.
+//!
 //! # Layout
 //!
 //! - `mod.rs` (this file): the public types, the controller's state and its entry points.
 //! - `admit.rs`: the checks: preflight, never-fit, queue admission, dwell bounds, share caps,
 //!   reservations and tryAdmit.
 //! - `pump.rs`: the state changes: the pump, commits, rejections, expiries and evidence.
+//! - `snapshot.rs`: the read-only views: snapshot, counts and their peaks.
 //! - The data structures with an invariant of their own are crate modules: the round-robin ring
 //!   ([`crate::ring`]), the waiter queue with its ordered expiries ([`crate::queue`]), the lanes
 //!   ([`crate::lane`]) and the scope tables ([`crate::scopes`]).
@@ -51,8 +73,9 @@
 
 mod admit;
 mod pump;
+mod snapshot;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
@@ -65,16 +88,22 @@ use crate::evidence::{Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
 use crate::lane::{Lane, LaneKey};
 use crate::profile::{Profile, ProfileError};
 use crate::queue::{Waiter, WaiterQueue};
-use crate::reason::{BreakerState, Decision, Reason};
+use crate::reason::{Decision, Reason};
 use crate::ring::FairRing;
 use crate::scopes::Scopes;
 use crate::time::Millis;
+
+pub use snapshot::{Counts, ProviderSnapshot, Snapshot};
 
 /// Idle lanes kept for reuse (the reference keeps at most 1024 idle scopes).
 pub const IDLE_LANES_KEPT: usize = 1024;
 
 /// Breaker transitions kept in [`Controller::breaker_transitions`].
 pub const BREAKER_HISTORY_LIMIT: usize = 64;
+
+/// Unpolled breaker transitions kept for [`Controller::poll_transition`]; beyond it the oldest
+/// is dropped (and counted), so a host that never polls cannot grow the controller.
+pub const TRANSITION_OUTBOX_LIMIT: usize = 4096;
 
 /// One request for a permit to call a provider.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -145,24 +174,17 @@ pub struct Released {
     pub breaker_transitions: Vec<BreakerTransition>,
 }
 
-/// Aggregate counts of a controller. Provider IDs are lane names, not tenant identities.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Snapshot {
-    pub active: u64,
-    pub queued: u64,
-    pub retry_pressure: u64,
-    pub open_budgets: u64,
-    pub providers: BTreeMap<String, ProviderSnapshot>,
-}
+/// A Retry-After names a provider the profile does not configure (`unconfigured-provider`);
+/// nothing was paused and no state was kept for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unconfigured-provider: the profile does not configure this provider")]
+pub struct UnknownProvider;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProviderSnapshot {
-    pub active: u64,
-    pub queued: u64,
-    pub breaker_state: BreakerState,
-    pub paused_until: Option<Millis>,
+/// The deadline, when it is what ends the wait (it comes no later than the dwell bound): the
+/// "blocked past the deadline" rule replaces a `deadline-exceeded` ending only. A shorter dwell
+/// bound keeps the reference's `queue-timeout` at that bound (TESTS.md TELEMETRY-001).
+fn deadline_bound(deadline: Option<Millis>, expires_at: Option<Millis>) -> Option<Millis> {
+    deadline.filter(|&d| expires_at == Some(d))
 }
 
 struct LeaseRecord {
@@ -190,13 +212,16 @@ pub struct Controller {
     retry_pressure: u64,
     mean_hold_ms: Option<Millis>,
     breaker_history: VecDeque<BreakerTransition>,
-    transition_outbox: Vec<BreakerTransition>,
+    transition_outbox: VecDeque<BreakerTransition>,
+    transitions_dropped: u64,
     resolutions: VecDeque<Resolution>,
     next_id: u64,
     wake_at: Option<Millis>,
     pass: u64,
     /// Ring entries the pump has looked at, over the controller's life (a cost counter).
     lanes_visited: u64,
+    /// High-water marks of the workspace totals.
+    peak: Counts,
 }
 
 impl Controller {
@@ -216,12 +241,14 @@ impl Controller {
             retry_pressure: 0,
             mean_hold_ms: None,
             breaker_history: VecDeque::new(),
-            transition_outbox: Vec::new(),
+            transition_outbox: VecDeque::new(),
+            transitions_dropped: 0,
             resolutions: VecDeque::new(),
             next_id: 1,
             wake_at: None,
             pass: 0,
             lanes_visited: 0,
+            peak: Counts::default(),
         };
         controller.install_profile(profile);
         Ok(controller)
@@ -264,6 +291,38 @@ impl Controller {
     pub fn acquire(&mut self, request: AdmissionRequest, now: Millis) -> Acquired {
         let now = self.advance(now);
         self.expire(now);
+        let acquired = self.admit_or_queue(request, now, false);
+        self.note_peaks();
+        acquired
+    }
+
+    /// Admits only if the request is free now; otherwise refuses it at once, retryable, with
+    /// the reason it would have waited for (see the module docs). Never queues.
+    pub fn try_acquire(
+        &mut self,
+        request: AdmissionRequest,
+        now: Millis,
+    ) -> Result<Lease, Rejection> {
+        let now = self.advance(now);
+        self.expire(now);
+        let acquired = self.admit_or_queue(request, now, true);
+        self.note_peaks();
+        match acquired {
+            Acquired::Admitted(lease) => Ok(lease),
+            Acquired::Rejected(rejection) => Err(rejection),
+            // `admit_or_queue` never leaves a try-now request queued; refuse defensively.
+            Acquired::Queued { waiter, .. } => Err(self
+                .reject_waiter(waiter, Reason::Concurrency, now)
+                .unwrap_or_else(|| Rejection::refusal(Reason::Concurrency, self.retry_pressure))),
+        }
+    }
+
+    fn admit_or_queue(
+        &mut self,
+        request: AdmissionRequest,
+        now: Millis,
+        try_now: bool,
+    ) -> Acquired {
         let estimate = request.estimate.check();
         let checked = estimate.as_ref().ok().copied();
         // A provider or principal the profile has never named is refused before any state is
@@ -277,15 +336,15 @@ impl Controller {
             } else {
                 Reason::UnconfiguredProvider
             };
-            return Acquired::Rejected(self.unknown_scope_rejection(
-                reason,
-                &request.principal_id,
-                checked.as_ref(),
-            ));
+            let mut rejection = Rejection::refusal(reason, self.retry_pressure);
+            let evidence = &mut rejection.evidence;
+            evidence.active = principal.map_or(0, |i| self.principal_active(i));
+            evidence.estimated_tokens = checked.and_then(|e| e.tokens);
+            evidence.estimated_cost_usd = checked.and_then(|e| e.cost_usd);
+            return Acquired::Rejected(rejection);
         };
         let lane_key = (provider, principal);
-
-        let refuse = |this: &mut Self, reason: Reason, hint: Option<Millis>| {
+        let refuse = |this: &Self, reason: Reason, until: Option<Millis>, retryable: bool| {
             let mut evidence = this.evidence(
                 lane_key,
                 Decision::Reject,
@@ -294,40 +353,54 @@ impl Controller {
                 checked.as_ref(),
                 false,
             );
-            evidence.retry_after_ms = hint;
+            evidence.retry_after_ms = until.map(|at| at.saturating_sub(now).max(1));
             Acquired::Rejected(Rejection {
                 reason,
-                retryable: reason.is_retryable_rejection(),
+                retryable,
                 evidence,
             })
         };
 
         let estimate = match self.preflight(lane_key, request.deadline, estimate.ok(), now) {
             Ok(estimate) => estimate,
-            Err(reason) => return refuse(self, reason, None),
+            Err(reason) => return refuse(self, reason, None, reason.is_retryable_rejection()),
         };
         if let Some(reason) = self.never_fits(lane_key, &request.budget_id, &estimate) {
-            return refuse(self, reason, None);
+            return refuse(self, reason, None, false);
         }
-        if self.queue_is_full(lane_key) {
-            let hint = self.queue_full_hint(now);
-            return refuse(self, Reason::QueueFull, Some(hint));
+        // A try-now request joins its lane like any other, so the pump serves it in turn (it
+        // never jumps waiters ahead of it), and leaves before this call returns; it never
+        // expires.
+        let expires_at = if try_now {
+            None
+        } else {
+            self.expiry_for(lane_key, request.deadline, now)
+        };
+        // Waiting cannot outlast a pause or an open breaker that ends at or after the instant the
+        // request would be refused for its deadline (for a try-now request: now).
+        let horizon = if try_now {
+            Some(now)
+        } else {
+            deadline_bound(request.deadline, expires_at)
+        };
+        if let Some((reason, until)) = horizon.and_then(|d| self.blocked_past(provider, d, now)) {
+            return refuse(self, reason, Some(until), true);
+        }
+        if !try_now && self.queue_is_full(lane_key) {
+            let hint = now.saturating_add(self.queue_full_hint(now));
+            return refuse(self, Reason::QueueFull, Some(hint), true);
         }
 
         let waiter_id = WaiterId(self.next_id());
-        let expires_at = self.expiry_for(lane_key, request.deadline, now);
-        self.enqueue(
-            waiter_id,
-            Waiter::new(
-                lane_key,
-                request.budget_id,
-                estimate,
-                request.deadline,
-                now,
-                expires_at,
-            ),
+        let waiter = Waiter::new(
+            lane_key,
+            request.budget_id,
+            estimate,
+            request.deadline,
+            now,
+            expires_at,
         );
-
+        self.enqueue(waiter_id, waiter);
         self.expire(now);
         self.pump(now);
 
@@ -338,6 +411,9 @@ impl Controller {
                     Err(rejection) => Acquired::Rejected(rejection),
                 };
             }
+        }
+        if try_now {
+            return self.withdraw_try_now(waiter_id, now);
         }
         let evidence = self.deferral_evidence(waiter_id, lane_key, now);
         Acquired::Queued {
@@ -356,6 +432,7 @@ impl Controller {
         }
         let rejection = self.reject_waiter(waiter, Reason::Cancelled, now);
         self.pump(now);
+        self.note_peaks();
         rejection
     }
 
@@ -436,28 +513,36 @@ impl Controller {
         }
         self.record_transitions(&transitions);
         self.pump(now);
+        self.note_peaks();
         Some(Released {
             breaker_transitions: transitions,
         })
     }
 
     /// Pauses a provider lane for `retry_after_ms` (the pause only ever extends) and counts one
-    /// unit of retry pressure. A provider the profile never named is ignored.
+    /// unit of retry pressure. Returns the instant the pause ends. A provider the profile does
+    /// not configure is an error, and no state is kept for it.
     pub fn coordinate_retry_after(
         &mut self,
         provider_id: &str,
         retry_after_ms: Millis,
         now: Millis,
-    ) {
+    ) -> Result<Millis, UnknownProvider> {
         let now = self.advance(now);
         self.expire(now);
-        let Some(provider) = self.scopes.providers.find(provider_id) else {
-            return; // a provider the profile never named has no lane to pause
-        };
+        let provider = self
+            .scopes
+            .providers
+            .find(provider_id)
+            .filter(|&p| self.scopes.providers.limits(p).is_some())
+            .ok_or(UnknownProvider)?;
         let state = &mut self.scopes.providers[provider].extra;
         state.paused_until = state.paused_until.max(now.saturating_add(retry_after_ms));
+        let paused_until = state.paused_until;
         self.retry_pressure += 1;
         self.pump(now);
+        self.note_peaks();
+        Ok(paused_until)
     }
 
     /// Forgets the attempt, cost and token counters of one invocation. Returns whether the
@@ -467,6 +552,7 @@ impl Controller {
         self.expire(now);
         let known = self.budgets.release(budget_id);
         self.pump(now);
+        self.note_peaks();
         known
     }
 
@@ -491,7 +577,7 @@ impl Controller {
                 .err()
                 .or_else(|| self.never_fits(lane, &waiter.budget_id, &estimate));
             if let Some(reason) = verdict {
-                self.resolve_rejected(id, reason, now);
+                self.resolve_rejected(id, reason, None, now);
                 continue;
             }
             let expires_at = self.expiry_for(lane, deadline, enqueued_at);
@@ -499,6 +585,7 @@ impl Controller {
         }
         self.expire(now);
         self.pump(now);
+        self.note_peaks();
         Ok(())
     }
 
@@ -507,6 +594,7 @@ impl Controller {
         let now = self.advance(now);
         self.expire(now);
         self.pump(now);
+        self.note_peaks();
     }
 
     /// The exact next instant at which anything queued can change on its own; `None` when only
@@ -523,71 +611,18 @@ impl Controller {
         self.resolutions.pop_front()
     }
 
-    /// Breaker transitions not yet taken by [`take_new_transitions`](Self::take_new_transitions).
-    pub fn take_new_transitions(&mut self) -> Vec<BreakerTransition> {
-        std::mem::take(&mut self.transition_outbox)
+    /// The oldest breaker transition not yet polled, if any.
+    pub fn poll_transition(&mut self) -> Option<BreakerTransition> {
+        self.transition_outbox.pop_front()
     }
 
-    /// The last [`BREAKER_HISTORY_LIMIT`] breaker transitions, oldest first.
-    pub fn breaker_transitions(&self) -> Vec<BreakerTransition> {
-        self.breaker_history.iter().cloned().collect()
+    /// Transitions dropped unpolled because the outbox was full ([`TRANSITION_OUTBOX_LIMIT`]).
+    pub fn transitions_dropped(&self) -> u64 {
+        self.transitions_dropped
     }
 
-    /// Aggregate counts.
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            active: u64::from(self.scopes.workspace.active),
-            queued: self.scopes.workspace.queued,
-            retry_pressure: self.retry_pressure,
-            open_budgets: self.budgets.open_invocations() as u64,
-            providers: self
-                .scopes
-                .providers
-                .iter()
-                .map(|p| {
-                    (
-                        p.extra.id.clone(),
-                        ProviderSnapshot {
-                            active: u64::from(p.scope.active),
-                            queued: p.scope.queued,
-                            breaker_state: p.extra.breaker.state(),
-                            paused_until: (p.extra.paused_until > self.now)
-                                .then_some(p.extra.paused_until),
-                        },
-                    )
-                })
-                .collect(),
-        }
-    }
-
-    /// Pump passes run and ring entries looked at, over the controller's life. The cost of the
-    /// pump is proportional to the entries looked at; operators and tests use this to check that
-    /// a handoff does not scan lanes.
-    pub fn pump_stats(&self) -> (u64, u64) {
-        (self.pass, self.lanes_visited)
-    }
-
-    /// Workspace-wide (active, queued) counts, without building a snapshot.
-    pub fn totals(&self) -> (u64, u64) {
-        let workspace = &self.scopes.workspace;
-        (u64::from(workspace.active), workspace.queued)
-    }
-
-    /// Active and queued counts of one principal (for tests and operators' own tooling).
-    pub fn principal_counts(&self, principal_id: &str) -> (u64, u64) {
-        self.scopes
-            .principals
-            .find(principal_id)
-            .map(|i| {
-                let scope = &self.scopes.principals[i].scope;
-                (u64::from(scope.active), scope.queued)
-            })
-            .unwrap_or((0, 0))
-    }
-
-    /// Number of lanes with state (waiters or leases); for leak checks.
-    pub fn lane_count(&self) -> usize {
-        self.lanes.values().filter(|lane| !lane.is_idle()).count()
+    fn principal_active(&self, principal: u32) -> u64 {
+        u64::from(self.scopes.principals[principal].scope.active)
     }
 
     /// Keeps an idle lane (so a busy principal does not rebuild it on every request) but at most
@@ -602,37 +637,6 @@ impl Controller {
             if self.lanes.get(&oldest).is_some_and(Lane::is_idle) {
                 self.lanes.remove(&oldest);
             }
-        }
-    }
-
-    /// The refusal of a request naming a provider or principal the controller does not know.
-    fn unknown_scope_rejection(
-        &self,
-        reason: Reason,
-        principal_id: &str,
-        estimate: Option<&CheckedEstimate>,
-    ) -> Rejection {
-        let active = self
-            .scopes
-            .principals
-            .find(principal_id)
-            .map_or(0, |i| u64::from(self.scopes.principals[i].scope.active));
-        Rejection {
-            reason,
-            retryable: false,
-            evidence: Evidence {
-                decision: Decision::Reject,
-                reason,
-                queue_delay_ms: 0,
-                active,
-                queued: 0,
-                estimated_tokens: estimate.and_then(|e| e.tokens),
-                estimated_cost_usd: estimate.and_then(|e| e.cost_usd),
-                retry_pressure: self.retry_pressure,
-                breaker_state: BreakerState::Closed,
-                retry_after_ms: None,
-                breaker_transitions: Vec::new(),
-            },
         }
     }
 }

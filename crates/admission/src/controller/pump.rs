@@ -36,7 +36,10 @@ use crate::ring::FairRing;
 use crate::time::Millis;
 
 use super::admit::{Attempt, Blocked};
-use super::{Controller, LeaseRecord, Resolution, BREAKER_HISTORY_LIMIT};
+use super::{
+    deadline_bound, Acquired, Controller, LeaseRecord, Resolution, BREAKER_HISTORY_LIMIT,
+    TRANSITION_OUTBOX_LIMIT,
+};
 
 impl Controller {
     /// Puts a new waiter at the back of its lane (and its lane in the ring).
@@ -114,9 +117,19 @@ impl Controller {
         })
     }
 
-    /// Rejects a waiter and delivers the rejection through the resolutions.
-    pub(super) fn resolve_rejected(&mut self, waiter_id: WaiterId, reason: Reason, now: Millis) {
-        if let Some(rejection) = self.reject_waiter(waiter_id, reason, now) {
+    /// Rejects a waiter and delivers the rejection through the resolutions; `until` is the
+    /// instant its blocking condition ends, when that is why it is refused.
+    pub(super) fn resolve_rejected(
+        &mut self,
+        waiter_id: WaiterId,
+        reason: Reason,
+        until: Option<Millis>,
+        now: Millis,
+    ) {
+        if let Some(mut rejection) = self.reject_waiter(waiter_id, reason, now) {
+            if let Some(at) = until {
+                rejection.evidence.retry_after_ms = Some(at.saturating_sub(now).max(1));
+            }
             self.resolutions.push_back(Resolution {
                 waiter: waiter_id,
                 outcome: Err(rejection),
@@ -136,7 +149,7 @@ impl Controller {
             } else {
                 Reason::QueueTimeout
             };
-            self.resolve_rejected(waiter_id, reason, now);
+            self.resolve_rejected(waiter_id, reason, None, now);
         }
     }
 
@@ -200,7 +213,11 @@ impl Controller {
                 self.breaker_history.pop_front();
             }
             self.breaker_history.push_back(transition.clone());
-            self.transition_outbox.push(transition.clone());
+            if self.transition_outbox.len() == TRANSITION_OUTBOX_LIMIT {
+                self.transition_outbox.pop_front();
+                self.transitions_dropped += 1;
+            }
+            self.transition_outbox.push_back(transition.clone());
         }
     }
 
@@ -262,9 +279,14 @@ impl Controller {
             let attempt = match self.queue.get(head) {
                 Some(waiter) => {
                     let (deadline, estimate) = (waiter.deadline, waiter.estimate);
+                    let horizon = deadline_bound(deadline, waiter.expires_at());
                     match self.preflight(lane_key, deadline, Some(estimate), now) {
                         Err(reason) => Attempt::Reject(reason),
-                        Ok(_) => self.try_admit(head, now, &mut transitions),
+                        Ok(_) => match horizon.and_then(|d| self.blocked_past(provider, d, now)) {
+                            // Waiting cannot outlast this pause or open breaker: refuse now.
+                            Some((reason, until)) => Attempt::Refuse { reason, until },
+                            None => self.try_admit(head, now, &mut transitions),
+                        },
                     }
                 }
                 None => Attempt::Reject(Reason::Cancelled),
@@ -289,7 +311,14 @@ impl Controller {
                     since_admission = 0;
                 }
                 Attempt::Reject(reason) => {
-                    self.resolve_rejected(head, reason, now);
+                    self.resolve_rejected(head, reason, None, now);
+                    // The lane's next waiter is considered at once.
+                    if self.ring_entry_is_live(entry) {
+                        self.ring.push_front(entry);
+                    }
+                }
+                Attempt::Refuse { reason, until } => {
+                    self.resolve_rejected(head, reason, Some(until), now);
                     // The lane's next waiter is considered at once.
                     if self.ring_entry_is_live(entry) {
                         self.ring.push_front(entry);
@@ -332,6 +361,56 @@ impl Controller {
         FairRing::is_live(entry, self.lanes.get(&entry.lane).map(|l| &l.ring))
     }
 
+    /// A try-now request the pump did not admit leaves the queue and is refused, retryable,
+    /// with what it would have waited for: the deferral the pump recorded for it; when the pump
+    /// did not look at it, what the waiter ahead of it in its lane waits for; and when it is
+    /// its lane's head but the pump stopped first (its scope was already found blocked),
+    /// tryAdmit's verdict now.
+    pub(super) fn withdraw_try_now(&mut self, waiter_id: WaiterId, now: Millis) -> Acquired {
+        let Some(waiter) = self.queue.get(waiter_id) else {
+            return Acquired::Rejected(Rejection::refusal(Reason::Cancelled, self.retry_pressure));
+        };
+        let seen = match waiter.last_reason {
+            Some(reason) => Some((reason, waiter.last_wake)),
+            None => self.wait_behind(waiter.lane, waiter_id),
+        };
+        let (reason, wake) = match seen {
+            Some(seen) => seen,
+            None => {
+                let mut transitions = Vec::new();
+                let attempt = self.try_admit(waiter_id, now, &mut transitions);
+                self.record_transitions(&transitions);
+                if let Some(waiter) = self.queue.get_mut(waiter_id) {
+                    waiter.transitions.extend(transitions);
+                }
+                match attempt {
+                    Attempt::Admit { probe } => {
+                        if let Some(lease) = self.commit(waiter_id, probe, now) {
+                            return Acquired::Admitted(lease);
+                        }
+                        (Reason::Concurrency, None)
+                    }
+                    Attempt::Defer { reason, wake, .. } => (reason, wake),
+                    Attempt::Refuse { reason, until } => (reason, Some(until)),
+                    Attempt::Reject(reason) => {
+                        return match self.reject_waiter(waiter_id, reason, now) {
+                            Some(rejection) => Acquired::Rejected(rejection),
+                            None => {
+                                Acquired::Rejected(Rejection::refusal(reason, self.retry_pressure))
+                            }
+                        };
+                    }
+                }
+            }
+        };
+        let mut rejection = self
+            .reject_waiter(waiter_id, reason, now)
+            .unwrap_or_else(|| Rejection::refusal(reason, self.retry_pressure));
+        rejection.retryable = true;
+        rejection.evidence.retry_after_ms = wake.map(|at| at.saturating_sub(now).max(1));
+        Acquired::Rejected(rejection)
+    }
+
     // ----- evidence ------------------------------------------------------------------------
 
     pub(super) fn evidence(
@@ -350,17 +429,13 @@ impl Controller {
             lane_live
         };
         Evidence {
-            decision,
-            reason,
             queue_delay_ms,
-            active: u64::from(self.scopes.principals[principal].scope.active),
+            active: self.principal_active(principal),
             queued,
             estimated_tokens: estimate.and_then(|e| e.tokens),
             estimated_cost_usd: estimate.and_then(|e| e.cost_usd),
-            retry_pressure: self.retry_pressure,
             breaker_state: self.scopes.providers[provider].extra.breaker.state(),
-            retry_after_ms: None,
-            breaker_transitions: Vec::new(),
+            ..Evidence::new(decision, reason, self.retry_pressure)
         }
     }
 
