@@ -177,11 +177,7 @@ impl AdmissionDriver {
         };
         let reply = match cancel {
             None => self.handle.acquire(acquire).await,
-            Some(token) => {
-                self.handle
-                    .acquire_until(acquire, token.cancelled())
-                    .await
-            }
+            Some(token) => self.handle.acquire_until(acquire, token.cancelled()).await,
         };
         match reply {
             Ok(AcquireReply::Admitted(grant)) => Ok(grant),

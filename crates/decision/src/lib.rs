@@ -45,9 +45,6 @@ pub mod scripted;
 pub use adapter::{Adapter, AdapterRequest, AdapterSet, Capabilities};
 pub use adapter_config::AdaptersFile;
 pub use chat_completions::{ChatCompletionsAdapter, ChatCompletionsConfig};
-pub use turnstile_shell::{clock, telemetry, Clock};
-/// A granted permit of the evaluator; releases on drop (the shell's [`Grant`](turnstile_shell::Grant)).
-pub use turnstile_shell::Grant as AdmissionLease;
 pub use driver::AdmissionDriver;
 pub use error::AdmissionError;
 pub use evaluator::{
@@ -62,4 +59,7 @@ pub use receipt::ReceiptRun;
 pub use result::{DecisionResult, ResultNaming, RulesetResult};
 pub use scheduler::{run_bounded_fair, FairOptions, Interrupt, Scheduled, Slot, WorkItem};
 pub use scripted::{CallLog, ScriptedAdapter, Step};
+/// A granted permit of the evaluator; releases on drop (the shell's [`Grant`](turnstile_shell::Grant)).
+pub use turnstile_shell::Grant as AdmissionLease;
+pub use turnstile_shell::{clock, telemetry, Clock};
 pub use turnstile_shell::{AdmitSpan, LogRecord, LogSink, Telemetry};

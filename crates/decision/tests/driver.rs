@@ -35,7 +35,10 @@ fn rejection_reason(error: &AdmissionError) -> Reason {
 #[tokio::test(start_paused = true)]
 async fn queued_waiter_is_admitted_on_release_and_lease_drop_releases() {
     let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
-    driver.register("ws", "v1", profile(1, 8, 60_000)).await.unwrap();
+    driver
+        .register("ws", "v1", profile(1, 8, 60_000))
+        .await
+        .unwrap();
     let first = driver.acquire("ws", request()).await.unwrap();
     assert_eq!(first.evidence().decision, Decision::Admit);
     let waiting = {
@@ -45,7 +48,10 @@ async fn queued_waiter_is_admitted_on_release_and_lease_drop_releases() {
     common::settle().await;
     assert_eq!(driver.snapshot("ws").await.unwrap().queued, 1);
     tokio::time::advance(Duration::from_millis(30)).await;
-    first.release(Outcome::Success, ActualUsage::none()).await.unwrap();
+    first
+        .release(Outcome::Success, ActualUsage::none())
+        .await
+        .unwrap();
     let second = waiting.await.unwrap().unwrap();
     assert_eq!(second.evidence().queue_delay_ms, 30);
     drop(second);
@@ -56,7 +62,10 @@ async fn queued_waiter_is_admitted_on_release_and_lease_drop_releases() {
 #[tokio::test(start_paused = true)]
 async fn one_timer_fires_the_queue_dwell_expiry_exactly() {
     let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
-    driver.register("ws", "v1", profile(1, 8, 40)).await.unwrap();
+    driver
+        .register("ws", "v1", profile(1, 8, 40))
+        .await
+        .unwrap();
     let _held = driver.acquire("ws", request()).await.unwrap();
     let start = tokio::time::Instant::now();
     let waiting = {
@@ -75,7 +84,10 @@ async fn one_timer_fires_the_queue_dwell_expiry_exactly() {
 #[tokio::test(start_paused = true)]
 async fn dropping_a_pending_acquire_cancels_the_waiter() {
     let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
-    driver.register("ws", "v1", profile(1, 8, 60_000)).await.unwrap();
+    driver
+        .register("ws", "v1", profile(1, 8, 60_000))
+        .await
+        .unwrap();
     let held = driver.acquire("ws", request()).await.unwrap();
     let pending = {
         let driver = driver.clone();
@@ -102,7 +114,10 @@ async fn dropping_a_pending_acquire_cancels_the_waiter() {
 #[tokio::test(start_paused = true)]
 async fn cancelling_a_pending_acquire_returns_the_cancelled_evidence() {
     let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
-    driver.register("ws", "v1", profile(1, 8, 60_000)).await.unwrap();
+    driver
+        .register("ws", "v1", profile(1, 8, 60_000))
+        .await
+        .unwrap();
     let _held = driver.acquire("ws", request()).await.unwrap();
     let token = tokio_util::sync::CancellationToken::new();
     let pending = {
@@ -123,7 +138,10 @@ async fn cancelling_a_pending_acquire_returns_the_cancelled_evidence() {
 async fn peak_totals_keep_the_high_water_marks_of_active_and_queued() {
     let driver = AdmissionDriver::with_clock(Registry::new(), Clock::starting_at(0));
     assert_eq!(driver.peak_totals("ws").await, None);
-    driver.register("ws", "v1", profile(2, 8, 60_000)).await.unwrap();
+    driver
+        .register("ws", "v1", profile(2, 8, 60_000))
+        .await
+        .unwrap();
     assert_eq!(driver.peak_totals("ws").await, Some((0, 0)));
     let first = driver.acquire("ws", request()).await.unwrap();
     let second = driver.acquire("ws", request()).await.unwrap();
@@ -205,7 +223,10 @@ async fn slow_server() -> SlowServer {
 async fn cnc_admit_012_loopback_slow_client_sheds_overflow_before_dispatch() {
     let server = slow_server().await;
     let driver = AdmissionDriver::new(Registry::new());
-    driver.register("ws", "v1", profile(1, 1, 2000)).await.unwrap();
+    driver
+        .register("ws", "v1", profile(1, 1, 2000))
+        .await
+        .unwrap();
     let client = reqwest::Client::new();
     let peak = Arc::new(AtomicUsize::new(0));
     let active = Arc::new(AtomicUsize::new(0));
@@ -228,7 +249,10 @@ async fn cnc_admit_012_loopback_slow_client_sheds_overflow_before_dispatch() {
                 Err(_) => String::new(),
             };
             active.fetch_sub(1, Ordering::SeqCst);
-            lease.release(Outcome::Success, ActualUsage::none()).await.unwrap();
+            lease
+                .release(Outcome::Success, ActualUsage::none())
+                .await
+                .unwrap();
             Ok::<String, AdmissionError>(text)
         }
     };
@@ -287,7 +311,9 @@ async fn releasing_with_actual_usage_charges_the_invocation_what_the_call_used()
             .acquire("ws", other())
             .await
             .unwrap()
-            .release(Outcome::Success, ActualUsage::none()).await.unwrap();
+            .release(Outcome::Success, ActualUsage::none())
+            .await
+            .unwrap();
     }
     let refused = driver.acquire("ws", other()).await.unwrap_err();
     assert_eq!(rejection_reason(&refused), Reason::Tokens);

@@ -186,7 +186,9 @@ async fn caller_cancellation_during_a_queued_wait() {
     let driver = driver();
     let policy = one_permit_policy();
     driver
-        .register("workspace", "v1", policy.profile()).await.unwrap();
+        .register("workspace", "v1", policy.profile())
+        .await
+        .unwrap();
     let blocker = hold_permit(&driver, "workspace", "principal").await;
 
     let log = CallLog::new();
@@ -235,7 +237,9 @@ async fn target_timeout_during_a_queued_wait() {
     let driver = driver();
     let policy = one_permit_policy();
     driver
-        .register("workspace", "v1", policy.profile()).await.unwrap();
+        .register("workspace", "v1", policy.profile())
+        .await
+        .unwrap();
     let _blocker = hold_permit(&driver, "workspace", "principal").await;
 
     let log = CallLog::new();

@@ -238,9 +238,8 @@ async fn cnc_admit_telemetry_001_admit_spans_breaker_events_and_metrics() {
     assert!(text.contains(
         "turnstile_admission_decisions_total{decision=\"reject\",reason=\"queue-timeout\"} 2"
     ));
-    assert!(text.contains(
-        "turnstile_admission_decisions_total{decision=\"admit\",reason=\"admitted\"} 1"
-    ));
+    assert!(text
+        .contains("turnstile_admission_decisions_total{decision=\"admit\",reason=\"admitted\"} 1"));
     assert!(text.contains("turnstile_breaker_transitions_total{state=\"open\"} 1"));
 }
 

@@ -62,8 +62,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use turnstile_admission::{Decision, Estimate, Reason, Registry};
 use turnstile_decision::{
-    evaluate, AdapterSet, AdmissionDriver, AdmissionError, Clock, EstimateFn, EvaluationRequest, RandomFn,
-    RulesetResult, RulesetStatus, SchedulerPolicy, SchedulerRun, ScopeLimits,
+    evaluate, AdapterSet, AdmissionDriver, AdmissionError, Clock, EstimateFn, EvaluationRequest,
+    RandomFn, RulesetResult, RulesetStatus, SchedulerPolicy, SchedulerRun, ScopeLimits,
 };
 
 use crate::arrivals::{Arrival, ArrivalStream};

@@ -43,7 +43,6 @@ pub mod time_source;
 
 pub use band::classify;
 pub use chat_reader::{ApiKey, ChatCompletionsReader, ChatReaderSettings};
-pub use time_source::{ManualClock, TimeSource};
 pub use error::SemanticError;
 pub use evidence::{Evidence, EvidenceError, Lifecycle};
 pub use limit::{parse_calls_per_hour, CallLimit, CallsPerHourError};
@@ -54,6 +53,7 @@ pub use reader::{ReadOutcome, ReadRequest, Reader, ReaderConfiguration, Reading}
 pub use roster::Roster;
 pub use status::{RollingCalls, RosterStatus};
 pub use stop::{NeverStop, StopFlag, StopSignal};
+pub use time_source::{ManualClock, TimeSource};
 pub use turnstile_store::roster::{
     Band, CallOutcome, CallReceipt, PendingItem, ReasonCode, RecordKind, SemanticRecord, Usage,
 };

@@ -34,8 +34,8 @@ use crate::pass_due::matured;
 use crate::rate_cap::rate_cap;
 use crate::selection::select_pending;
 use crate::{
-    Band, CallLimit, CallOutcome, TimeSource, PendingItem, Policy, ReadOutcome, ReadRequest, Reader,
-    ReasonCode, RecordKind, SemanticError, SemanticRecord, StopSignal,
+    Band, CallLimit, CallOutcome, PendingItem, Policy, ReadOutcome, ReadRequest, Reader,
+    ReasonCode, RecordKind, SemanticError, SemanticRecord, StopSignal, TimeSource,
 };
 
 /// The knobs of a pass.

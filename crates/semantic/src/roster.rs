@@ -12,7 +12,7 @@ use crate::pass::{run_pass, PassReport, PassSettings};
 use crate::pass_due::{next_wake, pass_due};
 use crate::rate_cap::rate_cap;
 use crate::status::{RollingCalls, RosterStatus};
-use crate::{classify, TimeSource, Evidence, PendingItem, Reader, SemanticError, StopSignal};
+use crate::{classify, Evidence, PendingItem, Reader, SemanticError, StopSignal, TimeSource};
 
 /// The roster scheduler over a store.
 #[derive(Debug)]

@@ -168,6 +168,10 @@ impl From<RegistryError> for ApiError {
                 message: error.to_string(),
             },
             RegistryError::UnknownWorkspace => ApiError::no_profile(),
+            RegistryError::UnconfiguredProvider => ApiError::NotFound {
+                code: "unconfigured-provider",
+                message: "the workspace profile does not configure this provider".into(),
+            },
         }
     }
 }

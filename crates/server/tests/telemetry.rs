@@ -72,11 +72,8 @@ fn admission_spans_follow_each_request_and_lease_and_never_name_a_tenant() {
     assert_eq!(admitted.name, "decision.admit");
     assert_eq!(admitted.status, Status::Ok);
     assert_eq!(
-        attribute(
-            admitted,
-            turnstile_shell::telemetry::attributes::DECISION
-        )
-        .map(|v| v.as_str().into_owned()),
+        attribute(admitted, turnstile_shell::telemetry::attributes::DECISION)
+            .map(|v| v.as_str().into_owned()),
         Some("admit".to_owned())
     );
     let event = admitted

@@ -52,10 +52,14 @@ pub struct AcquireCommand {
 pub enum Command {
     Acquire(AcquireCommand),
     /// The caller of a queued admission is gone.
-    Cancel { ticket: u64 },
+    Cancel {
+        ticket: u64,
+    },
     /// A granted lease whose holder is gone (an undelivered grant, a dropped lease): release
     /// it with no outcome.
-    Reclaim { token: LeaseToken },
+    Reclaim {
+        token: LeaseToken,
+    },
     Release {
         token: LeaseToken,
         workspace: Arc<str>,
@@ -99,7 +103,9 @@ pub enum Command {
         reply: oneshot::Sender<(Millis, Option<Millis>)>,
     },
     /// Shutdown: refuse new admissions, cancel every queued one.
-    Drain { reply: oneshot::Sender<()> },
+    Drain {
+        reply: oneshot::Sender<()>,
+    },
     /// Ends the driver task.
     Stop,
 }

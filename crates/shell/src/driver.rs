@@ -39,8 +39,8 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 use turnstile_admission::{
-    Acquired, ActualUsage, AdmissionRequest, BreakerTransition, Evidence, LeaseId, Millis,
-    Outcome, Profile, ProfileChangeRecord, Registry, WaiterId,
+    Acquired, ActualUsage, AdmissionRequest, BreakerTransition, Evidence, LeaseId, Millis, Outcome,
+    Profile, ProfileChangeRecord, Registry, WaiterId,
 };
 
 use crate::clock::Clock;
@@ -358,8 +358,29 @@ impl Driver {
             let _ = reply.send(AcquireReply::ShuttingDown);
             return;
         }
-        let request = request_for(&principal, provider_id, budget_id, estimate, wait, now);
-        match self.registry.acquire(&workspace, request, now) {
+        let request =
+            AdmissionRequest::new(&*principal, provider_id, budget_id).with_estimate(estimate);
+        let acquired = match wait {
+            // Admit now or refuse at once, with the real reason: the core never queues it.
+            Wait::NoWait | Wait::For(0) => {
+                self.registry
+                    .try_acquire(&workspace, request, now)
+                    .map(|answer| match answer {
+                        Ok(lease) => Acquired::Admitted(lease),
+                        Err(rejection) => Acquired::Rejected(rejection),
+                    })
+            }
+            Wait::For(ms) => {
+                let request = request.with_deadline(now.saturating_add(ms));
+                self.registry.acquire(&workspace, request, now)
+            }
+            Wait::Until(deadline) => {
+                let request = request.with_deadline(deadline);
+                self.registry.acquire(&workspace, request, now)
+            }
+            Wait::Unbounded => self.registry.acquire(&workspace, request, now),
+        };
+        match acquired {
             Err(_) => {
                 if let Some(span) = span {
                     span.failed();
@@ -401,7 +422,13 @@ impl Driver {
         self.deliver(&workspace, now);
     }
 
-    fn grant(&mut self, workspace: &Arc<str>, principal: &Arc<str>, admitted: Admitted, now: Millis) {
+    fn grant(
+        &mut self,
+        workspace: &Arc<str>,
+        principal: &Arc<str>,
+        admitted: Admitted,
+        now: Millis,
+    ) {
         let Admitted {
             lease,
             evidence,
@@ -617,23 +644,5 @@ impl Driver {
         self.metrics
             .transitions_dropped
             .store(self.registry.transitions_dropped(), Ordering::Relaxed);
-    }
-}
-
-/// The core request for a host's [`Wait`], read at `now`.
-fn request_for(
-    principal: &str,
-    provider_id: String,
-    budget_id: String,
-    estimate: turnstile_admission::Estimate,
-    wait: Wait,
-    now: Millis,
-) -> AdmissionRequest {
-    let request = AdmissionRequest::new(principal, provider_id, budget_id).with_estimate(estimate);
-    match wait {
-        Wait::NoWait | Wait::For(0) => request.try_now(),
-        Wait::For(ms) => request.with_deadline(now.saturating_add(ms)),
-        Wait::Until(deadline) => request.with_deadline(deadline),
-        Wait::Unbounded => request,
     }
 }

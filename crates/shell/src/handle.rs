@@ -196,7 +196,10 @@ impl DriverHandle {
     }
 
     /// Aggregate state of one workspace (`None` without a profile).
-    pub async fn snapshot(&self, workspace: &str) -> Result<Option<WorkspaceSnapshot>, DriverError> {
+    pub async fn snapshot(
+        &self,
+        workspace: &str,
+    ) -> Result<Option<WorkspaceSnapshot>, DriverError> {
         self.ask(|reply| Command::Snapshot {
             workspace: workspace.to_owned(),
             reply,

@@ -102,7 +102,13 @@ async fn refusal(driver: &DriverHandle, request: Acquire) -> turnstile_admission
 }
 
 async fn active(driver: &DriverHandle, workspace: &str) -> u64 {
-    driver.snapshot(workspace).await.unwrap().unwrap().core.active
+    driver
+        .snapshot(workspace)
+        .await
+        .unwrap()
+        .unwrap()
+        .core
+        .active
 }
 
 /// Lets spawned tasks and the driver run without moving paused time.
@@ -228,7 +234,10 @@ async fn zero_wait_admits_when_free_and_refuses_at_once_with_the_real_reason_whe
     assert_eq!(rejection.reason, Reason::Concurrency);
     assert!(rejection.retryable);
     assert_eq!(start.elapsed(), Duration::ZERO);
-    assert_eq!(h.driver.snapshot("ws").await.unwrap().unwrap().core.queued, 0);
+    assert_eq!(
+        h.driver.snapshot("ws").await.unwrap().unwrap().core.queued,
+        0
+    );
     drop(held);
 }
 
@@ -269,7 +278,9 @@ async fn breakers_of_two_workspaces_tripping_at_the_same_tick_are_journaled_each
         .into_iter()
         .map(|(workspace, provider)| {
             let driver = h.driver.clone();
-            tokio::spawn(async move { grant(&driver, ask(workspace, provider, Wait::Unbounded)).await })
+            tokio::spawn(
+                async move { grant(&driver, ask(workspace, provider, Wait::Unbounded)).await },
+            )
         })
         .collect();
     settle().await;
@@ -284,7 +295,10 @@ async fn breakers_of_two_workspaces_tripping_at_the_same_tick_are_journaled_each
         .filter(|(_, t)| t.to == BreakerState::HalfOpen)
         .collect();
     assert_eq!(half_open.len(), 2, "{journaled:?}");
-    assert_eq!(half_open[0].1.at_epoch_ms, half_open[1].1.at_epoch_ms, "same tick");
+    assert_eq!(
+        half_open[0].1.at_epoch_ms, half_open[1].1.at_epoch_ms,
+        "same tick"
+    );
     for (workspace, transition) in &journaled {
         let expected = match transition.provider_id.as_str() {
             "provider-a" => "ws-a",

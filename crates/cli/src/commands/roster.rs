@@ -12,11 +12,11 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use turnstile_semantic::time::format_utc;
 use turnstile_semantic::{
-    parse_calls_per_hour, CallLimit, ChatCompletionsReader, ChatReaderSettings, TimeSource, Evidence,
+    parse_calls_per_hour, CallLimit, ChatCompletionsReader, ChatReaderSettings, Evidence,
     NeverStop, PassSettings, PassStep, Policy, Roster, RosterStatus,
 };
-use turnstile_store::roster::meta_keys;
 use turnstile_shell::Clock;
+use turnstile_store::roster::meta_keys;
 use turnstile_store::{RosterStore, SqliteRosterStore};
 
 /// Environment variable for the reader's base URL.

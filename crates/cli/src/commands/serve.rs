@@ -13,9 +13,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use turnstile_server::Config;
 use turnstile_shell::telemetry::otlp::otlp_pipeline;
 use turnstile_shell::Telemetry;
-use turnstile_server::Config;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {

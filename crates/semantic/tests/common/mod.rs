@@ -6,8 +6,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use turnstile_semantic::{
-    Band, CallOutcome, CallReceipt, TimeSource, Evidence, ManualClock, PassSettings, PendingItem,
-    ReadOutcome, ReadRequest, Reader, ReaderConfiguration, Reading, Roster,
+    Band, CallOutcome, CallReceipt, Evidence, ManualClock, PassSettings, PendingItem, ReadOutcome,
+    ReadRequest, Reader, ReaderConfiguration, Reading, Roster, TimeSource,
 };
 use turnstile_store::{MemoryRosterStore, RosterStore};
 

@@ -17,10 +17,10 @@ use turnstile_admission::{Estimate, Evidence, Millis, Rejection};
 use crate::api::{validate, AppState};
 use crate::auth::require_principal;
 use crate::body;
-use turnstile_shell::{Acquire, AcquireReply, Wait};
 use crate::error::ApiError;
 use crate::keys::Caller;
-use crate::status::{carries_retry_after, retry_after_seconds, status_for};
+use crate::status::{carries_retry_after, retry_after_seconds, status_for_rejection};
+use turnstile_shell::{Acquire, AcquireReply, Wait};
 
 /// The request body.
 #[derive(Debug, Deserialize)]
@@ -103,7 +103,7 @@ pub async fn acquire(
 /// A typed rejection: `{reason, retryable, evidence}` with the reason's status, and
 /// `Retry-After` on 429 / 503.
 pub fn rejection_response(rejection: Rejection) -> Response {
-    let status = status_for(rejection.reason);
+    let status = status_for_rejection(&rejection);
     let hint = rejection.evidence.retry_after_ms;
     let mut response = (status, Json(rejection)).into_response();
     if carries_retry_after(status) {

@@ -15,9 +15,9 @@ use turnstile_admission::Millis;
 use crate::api::{validate, AppState};
 use crate::auth::require_principal;
 use crate::body;
-use turnstile_shell::Command;
 use crate::error::ApiError;
 use crate::keys::Caller;
+use turnstile_shell::Command;
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -18,9 +18,9 @@ use turnstile_admission::{ActualUsage, BreakerTransition, Millis, Outcome};
 use crate::api::AppState;
 use crate::auth::require_principal;
 use crate::body;
-use turnstile_shell::{Command, LeaseToken};
 use crate::error::ApiError;
 use crate::keys::Caller;
+use turnstile_shell::{Command, LeaseToken};
 
 /// How the provider call went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -21,9 +21,9 @@ use turnstile_store::service::AuditKind;
 use crate::api::{validate, AppState};
 use crate::auth::{require_admin, require_workspace_reader};
 use crate::body;
-use turnstile_shell::{Command, WorkspaceSnapshot};
 use crate::error::ApiError;
 use crate::keys::Caller;
+use turnstile_shell::{Command, WorkspaceSnapshot};
 
 /// Audit records returned by the history endpoints.
 pub const HISTORY_LIMIT: usize = 64;

@@ -189,7 +189,9 @@ mod tests {
         assert!(text.contains(
             "turnstile_admission_decisions_total{decision=\"reject\",reason=\"queue-full\"} 2"
         ));
-        assert!(text.contains("turnstile_admission_decisions_total{decision=\"admit\",reason=\"admitted\"} 0"));
+        assert!(text.contains(
+            "turnstile_admission_decisions_total{decision=\"admit\",reason=\"admitted\"} 0"
+        ));
         assert!(text.contains("turnstile_breaker_transitions_total{state=\"open\"} 1"));
         assert!(text.contains("turnstile_breaker_transitions_total{state=\"half-open\"} 0"));
         for line in text.lines().filter(|l| l.contains('{')) {
