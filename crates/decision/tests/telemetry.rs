@@ -207,10 +207,11 @@ async fn cnc_admit_telemetry_001_admit_spans_breaker_events_and_metrics() {
         (Decision::Reject, Reason::QueueTimeout)
     );
 
-    // One metrics family, counted once into both sinks.
+    // One metrics family, counted once into both sinks: one admit, and for each of the two
+    // refused attempts its deferral (it queued behind the open breaker) and its rejection.
     let (decisions, decision_points) = counter(&metrics, "turnstile.admission.decisions");
     let (transitions, _) = counter(&metrics, "turnstile.breaker.transitions");
-    assert_eq!((decisions, transitions), (3, 1));
+    assert_eq!((decisions, transitions), (5, 1));
     assert!(decision_points.iter().any(|attributes| {
         string_attr(attributes, "decision") == "reject"
             && string_attr(attributes, "reason") == "queue-timeout"
