@@ -87,14 +87,16 @@ impl Breaker {
             return BreakerGate::Pass { probe: false };
         };
         if self.state == BreakerState::Open {
-            let reopens_at = self.opened_at.saturating_add(config.open_ms);
+            let reopens_at = self.opened_at.saturating_add(config.open_ms_or_default());
             if now < reopens_at {
                 return BreakerGate::OpenUntil(reopens_at);
             }
             transitions.push(self.transition(provider_id, BreakerState::HalfOpen, now));
         }
         match self.state {
-            BreakerState::HalfOpen if self.probes_in_flight >= config.half_open_max_calls => {
+            BreakerState::HalfOpen
+                if self.probes_in_flight >= config.half_open_max_calls_or_default() =>
+            {
                 BreakerGate::ProbesBusy
             }
             BreakerState::HalfOpen => BreakerGate::Pass { probe: true },
@@ -155,8 +157,8 @@ mod tests {
     fn config() -> CircuitBreakerConfig {
         CircuitBreakerConfig {
             failure_threshold: 2,
-            open_ms: 100,
-            half_open_max_calls: 1,
+            open_ms: Some(100),
+            half_open_max_calls: Some(1),
         }
     }
 

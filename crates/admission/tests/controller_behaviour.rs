@@ -558,8 +558,8 @@ fn breaker_limits() -> Limits {
     Limits {
         circuit_breaker: Some(CircuitBreakerConfig {
             failure_threshold: 1,
-            open_ms: 100,
-            half_open_max_calls: 1,
+            open_ms: Some(100),
+            half_open_max_calls: Some(1),
         }),
         ..default_limits()
     }

@@ -6,6 +6,11 @@
 //! the adapter answers with an [`Observation`] and never panics or errors out of band: every
 //! transport outcome is an observation.
 //!
+//! Subagent workers: an adapter that runs a pinned worker (an LLM subagent with a fixed task)
+//! reports that worker's pin ([`Adapter::worker`]). The evaluator dispatches a target that pins
+//! a `subagent` only to an adapter reporting exactly that pin; anything else is
+//! `digest-mismatch` before any call ([`crate::plan::verify_subagents`]).
+//!
 //! Version compatibility: the adapter's version matches a target's `adapterVersion` when they
 //! are equal, or when the adapter's version is the target's plus a pre-release or build suffix
 //! (`1.0.0-design` serves `1.0.0`).
@@ -19,7 +24,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::artifact::Loaded;
+use crate::artifact::{self, Loaded};
 use crate::binding::Target;
 use crate::definition::{AnswerKind, DefinitionSpec};
 use crate::observation::Observation;
@@ -77,6 +82,11 @@ pub trait Adapter: Send + Sync {
     /// The adapter's version.
     fn version(&self) -> &str;
     fn capabilities(&self) -> &Capabilities;
+    /// The pin (`id`, `version`, `digest`) of the subagent worker this adapter runs, if it runs
+    /// one. The default runs none, so a target pinning a subagent cannot be served by it.
+    fn worker(&self) -> Option<&artifact::Pin> {
+        None
+    }
     /// Asks one question.
     fn invoke<'a>(&'a self, request: AdapterRequest<'a>) -> BoxFuture<'a, Observation>;
 }

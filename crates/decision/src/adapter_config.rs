@@ -6,9 +6,13 @@
 //!    "aliases": {"category": [{"delayMs": 560, "observation": {"status": "success", "value": "documentation"}}]},
 //!    "default": {"observation": {"status": "error", "reason": "service-error"}}},
 //!   {"kind": "chat-completions", "id": "llm-subagent", "version": "1.0.0",
-//!    "baseUrl": "http://127.0.0.1:8080/v1", "apiKeyEnv": "LLM_API_KEY"}
+//!    "baseUrl": "http://127.0.0.1:8080/v1", "apiKeyEnv": "LLM_API_KEY",
+//!    "worker": {"metadata": {"id": "example-decision-worker", "version": "1.0.0"}, "task": "…"}}
 //! ]}
 //! ```
+//!
+//! `worker` (either kind) is the subagent worker the adapter runs, as deployed; its pin
+//! ([`crate::artifact::worker_pin`]) must equal the `subagent` pin of every target it serves.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,6 +49,9 @@ pub struct ScriptedConfig {
     pub aliases: BTreeMap<String, Vec<Step>>,
     #[serde(default)]
     pub default: Option<Step>,
+    /// The subagent worker it plays (its JSON as deployed), for targets that pin a `subagent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<serde_json::Value>,
 }
 
 impl AdaptersFile {
@@ -55,6 +62,7 @@ impl AdaptersFile {
             match config {
                 AdapterConfig::Scripted(config) => {
                     let config = *config;
+                    let worker = ClientError::worker_pin(&config.id, config.worker.as_ref())?;
                     let mut adapter = ScriptedAdapter::new(config.id, config.version);
                     if let Some(capabilities) = config.capabilities {
                         adapter = adapter.with_capabilities(capabilities);
@@ -64,6 +72,9 @@ impl AdaptersFile {
                     }
                     if let Some(step) = config.default {
                         adapter = adapter.with_default(step);
+                    }
+                    if let Some(pin) = worker {
+                        adapter = adapter.with_worker(pin);
                     }
                     set.insert(Arc::new(adapter));
                 }

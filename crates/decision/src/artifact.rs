@@ -7,6 +7,10 @@
 //! typed form, so unknown fields and number spellings are covered exactly as the author wrote
 //! them. Canonical JSON is the admission crate's (`turnstile_admission::digest`): there is one
 //! canonical JSON in turnstile.
+//!
+//! A binding target may pin a **subagent worker** (`subagent: {id, version, digest}`). A worker
+//! is not an envelope artifact (`worker-fixture.json` is `{metadata: {id, version}, task}`): its
+//! pin is [`worker_pin`], the metadata's identity and the digest of the worker's JSON as given.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -130,6 +134,33 @@ impl Pin {
 /// The digest of an artifact's JSON as given.
 pub fn artifact_digest(value: &Value) -> Option<String> {
     canonical_digest(value).ok()
+}
+
+/// The kind name used in errors about a subagent worker.
+pub const WORKER_KIND: &str = "subagent worker";
+
+/// The pin of a subagent worker as deployed: `metadata.id`, `metadata.version` and the digest of
+/// the worker's JSON as given.
+pub fn worker_pin(value: &Value) -> Result<Pin, ArtifactError> {
+    let metadata: Metadata = value
+        .get("metadata")
+        .cloned()
+        .ok_or_else(|| ArtifactError::Malformed {
+            kind: WORKER_KIND,
+            message: "missing metadata".to_owned(),
+        })
+        .and_then(|m| {
+            serde_json::from_value(m).map_err(|e| ArtifactError::Malformed {
+                kind: WORKER_KIND,
+                message: e.to_string(),
+            })
+        })?;
+    let digest = artifact_digest(value).ok_or(ArtifactError::Undigestable { kind: WORKER_KIND })?;
+    Ok(Pin {
+        id: metadata.id,
+        version: metadata.version,
+        digest,
+    })
 }
 
 /// Parses an artifact of `kind` and digests its source JSON.

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::adapter::{Adapter, AdapterRequest, BoxFuture, Capabilities};
+use crate::artifact::{worker_pin, ArtifactError, Pin};
 use crate::definition::Answer;
 use crate::observation::{Observation, Uncertainty, Usage};
 use crate::reason::{AttemptReason, DispatchCertainty, Status};
@@ -45,6 +46,10 @@ pub struct ChatCompletionsConfig {
     /// The environment variable holding the API key (sent as a bearer token).
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// The subagent worker this endpoint runs (its JSON as deployed), for targets that pin a
+    /// `subagent`; see [`crate::artifact::worker_pin`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<Value>,
 }
 
 /// The chat-completions adapter.
@@ -52,6 +57,7 @@ pub struct ChatCompletionsAdapter {
     config: ChatCompletionsConfig,
     client: reqwest::Client,
     capabilities: Capabilities,
+    worker: Option<Pin>,
 }
 
 impl std::fmt::Debug for ChatCompletionsAdapter {
@@ -65,8 +71,32 @@ impl std::fmt::Debug for ChatCompletionsAdapter {
 
 /// The adapter could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot build the HTTP client: {0}")]
-pub struct ClientError(#[from] reqwest::Error);
+pub enum ClientError {
+    #[error("cannot build the HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+    /// The configured subagent worker has no `metadata.id` / `metadata.version` or cannot be
+    /// digested.
+    #[error("adapter {adapter}: {source}")]
+    Worker {
+        adapter: String,
+        #[source]
+        source: ArtifactError,
+    },
+}
+
+impl ClientError {
+    /// The pin of an adapter's configured worker, if any.
+    pub(crate) fn worker_pin(adapter: &str, worker: Option<&Value>) -> Result<Option<Pin>, Self> {
+        worker
+            .map(|worker| {
+                worker_pin(worker).map_err(|source| ClientError::Worker {
+                    adapter: adapter.to_owned(),
+                    source,
+                })
+            })
+            .transpose()
+    }
+}
 
 /// The confidence profile of a model's own report.
 pub const SELF_REPORT_PROFILE: &str = "llm-self-report-v1";
@@ -76,10 +106,12 @@ impl ChatCompletionsAdapter {
         let client = reqwest::Client::builder().build()?;
         let mut capabilities = Capabilities::all_kinds();
         capabilities.confidence_profiles = vec![SELF_REPORT_PROFILE.to_owned()];
+        let worker = ClientError::worker_pin(&config.id, config.worker.as_ref())?;
         Ok(ChatCompletionsAdapter {
             config,
             client,
             capabilities,
+            worker,
         })
     }
 
@@ -195,6 +227,10 @@ impl Adapter for ChatCompletionsAdapter {
 
     fn capabilities(&self) -> &Capabilities {
         &self.capabilities
+    }
+
+    fn worker(&self) -> Option<&Pin> {
+        self.worker.as_ref()
     }
 
     fn invoke<'a>(&'a self, request: AdapterRequest<'a>) -> BoxFuture<'a, Observation> {

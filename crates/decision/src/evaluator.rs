@@ -2,7 +2,9 @@
 //!
 //! # Flow
 //!
-//! 1. [`plan`](crate::plan::plan) validates everything before any call.
+//! 1. [`plan`](crate::plan::plan) validates everything before any call, and
+//!    [`verify_subagents`] checks every target's `subagent` pin against the worker its adapter
+//!    reports (`digest-mismatch`, no call, no admission).
 //! 2. With `scheduler.enabled`, the policy is registered with the shared admission registry
 //!    (a conflicting revision is `invalid-definition`, no call).
 //! 3. Aliases run in ruleset order through [`run_bounded_fair`]: concurrency 1, or with the
@@ -27,6 +29,16 @@
 //! → `completed` with the result. An uncertain dispatch ends the run (and the receipt) as
 //! `execution-uncertain`. Without a store, scheduled runs give their permit back during backoff.
 //!
+//! # Admission evidence (`scheduler.onEvidence`)
+//!
+//! With the scheduler enabled and an [`EvidenceFn`], the host receives every admission decision
+//! of every attempt as an [`AdmissionEvidence`]: once per admission request, at the instant the
+//! decision is known — an admission before the adapter is called, a rejection before the attempt
+//! is recorded — with exactly the evidence the attempt record carries in `admission`. Attempts
+//! that never ask for admission (failed capability checks, interrupted runs, replays, runs without
+//! the scheduler) produce nothing. The callback is write-only: it cannot change a result, and a
+//! panic inside it is caught and ignored. It receives no principal or workspace ID.
+//!
 //! # Telemetry
 //!
 //! With `telemetry`, every admission request records a `decision.admit` span and the admission
@@ -36,7 +48,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use turnstile_admission::{Estimate, Millis};
+use turnstile_admission::{Estimate, Evidence, Millis};
 
 use crate::adapter::AdapterSet;
 use crate::binding::Target;
@@ -44,7 +56,7 @@ use crate::clock::Clock;
 use crate::compose::compose;
 use crate::driver::AdmissionDriver;
 use crate::execution::{run_alias, unstarted, Context, Stop};
-use crate::plan::{plan, Plan};
+use crate::plan::{plan, verify_subagents, Plan};
 use crate::policy::SchedulerPolicy;
 use crate::reason::{ResultReason, RulesetStatus};
 use crate::receipt::{begin, fingerprint, Begin, ReceiptRun, ReceiptWriter, Replay};
@@ -58,12 +70,66 @@ pub type RandomFn = Arc<dyn Fn() -> f64 + Send + Sync>;
 /// The host's estimate of one attempt: `(alias, target, projection) → estimate`.
 pub type EstimateFn = Arc<dyn Fn(&str, &Target, &Value) -> Estimate + Send + Sync>;
 
+/// One admission decision of one attempt, as `scheduler.onEvidence` receives it.
+///
+/// The provider lane (`adapter`) and the alias are artifact names, not tenant identities; the
+/// evidence never carries an ID (REFERENCE §5).
+#[derive(Debug, Clone, Copy)]
+pub struct AdmissionEvidence<'a> {
+    /// The alias whose attempt asked for admission.
+    pub alias: &'a str,
+    /// The target's index within the alias's targets.
+    pub target_index: usize,
+    /// The provider lane (the target's adapter id).
+    pub adapter: &'a str,
+    /// The attempt's ordinal within its alias (from 1, across targets).
+    pub ordinal: u32,
+    /// The decision: `admit` or `reject`, with its reason and counts.
+    pub evidence: &'a Evidence,
+}
+
+/// The host's `onEvidence` callback.
+pub type EvidenceFn = Arc<dyn Fn(AdmissionEvidence<'_>) + Send + Sync>;
+
 /// Admission for an evaluation: the policy and the shared driver it registers with.
 #[derive(Clone)]
 pub struct SchedulerRun {
     pub policy: SchedulerPolicy,
     pub driver: AdmissionDriver,
     pub estimate: Option<EstimateFn>,
+    /// `onEvidence`: every admission decision of every attempt (see the module docs).
+    pub on_evidence: Option<EvidenceFn>,
+}
+
+impl SchedulerRun {
+    /// A run of `policy` on `driver`, without an estimate or an evidence callback.
+    pub fn new(policy: SchedulerPolicy, driver: AdmissionDriver) -> Self {
+        SchedulerRun {
+            policy,
+            driver,
+            estimate: None,
+            on_evidence: None,
+        }
+    }
+
+    /// Sets the host's estimate of each attempt (`estimate(alias, target, input)`).
+    pub fn with_estimate(mut self, estimate: EstimateFn) -> Self {
+        self.estimate = Some(estimate);
+        self
+    }
+
+    /// Sets the `onEvidence` callback.
+    pub fn with_on_evidence(mut self, on_evidence: EvidenceFn) -> Self {
+        self.on_evidence = Some(on_evidence);
+        self
+    }
+
+    /// Hands one decision to `onEvidence`, if any; a panicking callback is ignored.
+    pub(crate) fn report(&self, event: AdmissionEvidence<'_>) {
+        if let Some(on_evidence) = &self.on_evidence {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_evidence(event)));
+        }
+    }
 }
 
 impl std::fmt::Debug for SchedulerRun {
@@ -71,6 +137,8 @@ impl std::fmt::Debug for SchedulerRun {
         f.debug_struct("SchedulerRun")
             .field("enabled", &self.policy.enabled)
             .field("profile_version", &self.policy.profile_version)
+            .field("estimate", &self.estimate.is_some())
+            .field("on_evidence", &self.on_evidence.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -231,6 +299,14 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
     };
     let ruleset_pin = plan.ruleset.pin();
     let binding_pin = plan.binding.pin();
+    if let Err(error) = verify_subagents(&plan, &request.adapters) {
+        return error_result(
+            error.reason(),
+            Some(ruleset_pin),
+            Some(binding_pin),
+            error.detail(),
+        );
+    }
 
     let scheduler = request.scheduler.as_ref().filter(|s| s.policy.enabled);
     if let Some(run) = scheduler {

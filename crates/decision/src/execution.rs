@@ -15,6 +15,8 @@
 //! - With a receipt store ([`crate::receipt`]): the pending slot is written before the adapter
 //!   is called (a failed write means no call); a non-success whose dispatch certainty is neither
 //!   `terminal-response` nor `not-sent` stops the invocation as `execution-uncertain`.
+//! - With `onEvidence`, every admission request reports its decision exactly once, before the
+//!   adapter is called or the rejection is recorded ([`crate::evaluator`]).
 //! - With telemetry, every admission request has one `decision.admit` span
 //!   ([`crate::telemetry`]), closed on rejection or on lease release.
 
@@ -32,7 +34,7 @@ use crate::backoff::backoff_ms;
 use crate::binding::{Acceptance, Target};
 use crate::clock::Clock;
 use crate::error::AdmissionError;
-use crate::evaluator::{RandomFn, SchedulerRun};
+use crate::evaluator::{AdmissionEvidence, RandomFn, SchedulerRun};
 use crate::observation::{Observation, Uncertainty, Usage};
 use crate::plan::{AliasPlan, Plan};
 use crate::reason::{map_admission_reason, AttemptReason, DispatchCertainty, Status, Termination};
@@ -506,11 +508,24 @@ async fn attempt(
                 estimate,
                 deadline: Some(deadline),
             };
-            match run
+            let acquired = run
                 .driver
                 .acquire_or_cancel(&run.policy.workspace.id, request, &context.signal)
-                .await
-            {
+                .await;
+            let decided = match &acquired {
+                Ok(lease) => Some(lease.evidence()),
+                Err(error) => error.rejection().map(|rejection| &rejection.evidence),
+            };
+            if let Some(evidence) = decided {
+                run.report(AdmissionEvidence {
+                    alias: &alias.alias,
+                    target_index,
+                    adapter: &target.adapter,
+                    ordinal,
+                    evidence,
+                });
+            }
+            match acquired {
                 Ok(lease) => {
                     if let Some(span) = span.as_mut() {
                         span.admitted(lease.evidence());

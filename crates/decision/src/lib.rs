@@ -50,7 +50,9 @@ pub use chat_completions::{ChatCompletionsAdapter, ChatCompletionsConfig};
 pub use clock::Clock;
 pub use driver::AdmissionDriver;
 pub use error::AdmissionError;
-pub use evaluator::{evaluate, EstimateFn, EvaluationRequest, RandomFn, SchedulerRun};
+pub use evaluator::{
+    evaluate, AdmissionEvidence, EstimateFn, EvaluationRequest, EvidenceFn, RandomFn, SchedulerRun,
+};
 pub use lease::AdmissionLease;
 pub use observation::{Observation, Uncertainty, Usage};
 pub use policy::{SchedulerPolicy, ScopeLimits};

@@ -4,12 +4,17 @@
 //! The result is a [`Plan`]: everything the execution needs, already checked. Failures map to
 //! the result reasons `invalid-definition`, `digest-mismatch` and `invalid-input`; no adapter
 //! is called for a plan that fails.
+//!
+//! [`verify_subagents`] then checks every target's `subagent` pin against the worker its adapter
+//! reports, also before any call and before the scheduler policy is registered (so a mismatch
+//! asks for no admission and charges no budget).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::adapter::{version_serves, AdapterSet};
 use crate::artifact::{load, Loaded, Pin, PinError};
 use crate::binding::{AliasBinding, BindingSpec};
 use crate::definition::DefinitionSpec;
@@ -232,4 +237,46 @@ pub fn plan(
         aliases,
         output_schema,
     })
+}
+
+/// Verifies every target's `subagent` pin against the worker its adapter reports.
+///
+/// A pinned target whose adapter reports no worker, or a worker with another id, version or
+/// digest, is `digest-mismatch`: the binding pins content that is not what would run. Targets
+/// whose adapter is absent or does not serve the pinned `adapterVersion` are not checked here:
+/// they can never be dispatched, and the capability check reports them as
+/// `executor-unavailable` when they are reached (fallback stays possible).
+pub fn verify_subagents(plan: &Plan, adapters: &AdapterSet) -> Result<(), PlanError> {
+    for alias in &plan.aliases {
+        for (index, target) in alias.binding.targets.iter().enumerate() {
+            let Some(pin) = &target.subagent else {
+                continue;
+            };
+            let Some(adapter) = adapters
+                .get(&target.adapter)
+                .filter(|a| version_serves(a.version(), &target.adapter_version))
+            else {
+                continue;
+            };
+            let place = format!(
+                "alias {} target {index} ({}) pins subagent {}@{} {}",
+                alias.alias, target.adapter, pin.id, pin.version, pin.digest
+            );
+            match adapter.worker() {
+                Some(worker) if worker == pin => {}
+                Some(worker) => {
+                    return Err(PlanError::DigestMismatch(format!(
+                        "{place}, but the adapter runs {}@{} {}",
+                        worker.id, worker.version, worker.digest
+                    )))
+                }
+                None => {
+                    return Err(PlanError::DigestMismatch(format!(
+                        "{place}, but the adapter reports no subagent worker"
+                    )))
+                }
+            }
+        }
+    }
+    Ok(())
 }

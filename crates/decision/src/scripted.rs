@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::adapter::{Adapter, AdapterRequest, BoxFuture, Capabilities};
+use crate::artifact::Pin;
 use crate::observation::Observation;
 use crate::reason::{AttemptReason, DispatchCertainty};
 
@@ -104,6 +105,7 @@ pub struct ScriptedAdapter {
     default_step: Option<Step>,
     log: Arc<CallLog>,
     qualify_calls: bool,
+    worker: Option<Pin>,
 }
 
 impl std::fmt::Debug for ScriptedAdapter {
@@ -127,11 +129,18 @@ impl ScriptedAdapter {
             default_step: None,
             log: CallLog::new(),
             qualify_calls: false,
+            worker: None,
         }
     }
 
     pub fn with_capabilities(mut self, capabilities: Capabilities) -> Self {
         self.capabilities = capabilities;
+        self
+    }
+
+    /// Reports running the subagent worker `worker` (see [`crate::artifact::worker_pin`]).
+    pub fn with_worker(mut self, worker: Pin) -> Self {
+        self.worker = Some(worker);
         self
     }
 
@@ -187,6 +196,10 @@ impl Adapter for ScriptedAdapter {
 
     fn capabilities(&self) -> &Capabilities {
         &self.capabilities
+    }
+
+    fn worker(&self) -> Option<&Pin> {
+        self.worker.as_ref()
     }
 
     fn invoke<'a>(&'a self, request: AdapterRequest<'a>) -> BoxFuture<'a, Observation> {

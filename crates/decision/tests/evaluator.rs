@@ -106,7 +106,11 @@ async fn fallback_binding_falls_back_from_jev_to_llm_on_service_error() {
     let jev = ScriptedAdapter::new("jev", "1.0.0")
         .with_default(Step::new(5, service_error()))
         .with_log(Arc::clone(&log));
-    let llm = succeeding("llm-subagent", "1.0.0", 10).with_log(Arc::clone(&log));
+    // The fallback targets pin the example subagent worker, so the adapter must run it
+    // (pins are verified before any call since `plan::verify_subagents`).
+    let llm = succeeding("llm-subagent", "1.0.0", 10)
+        .with_worker(example_worker())
+        .with_log(Arc::clone(&log));
     let adapters = AdapterSet::new().with(Arc::new(jev)).with(Arc::new(llm));
     let result = evaluate(request("binding-fallback.json", adapters)).await;
     assert_eq!(result.spec.status, RulesetStatus::Completed);

@@ -78,6 +78,7 @@ async fn ask(base_url: &str, model: &str, timeout: Duration) -> Observation {
         base_url: base_url.into(),
         model: Some(model.into()),
         api_key_env: None,
+        worker: None,
     })
     .unwrap();
     let definition = definition();
@@ -188,6 +189,7 @@ async fn http_adapter_missing_api_key_is_not_sent() {
         base_url: "http://127.0.0.1:9/v1".into(),
         model: None,
         api_key_env: Some("TURNSTILE_TEST_KEY_THAT_IS_NOT_SET".into()),
+        worker: None,
     })
     .unwrap();
     let definition = definition();

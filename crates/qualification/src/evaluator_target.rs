@@ -281,6 +281,7 @@ impl Shared {
             policy: policy.clone(),
             driver: self.driver.clone(),
             estimate: Some(estimate),
+            on_evidence: None,
         });
         Ok((request, *class))
     }

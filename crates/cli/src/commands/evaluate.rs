@@ -112,6 +112,7 @@ async fn evaluate_args(args: EvaluateArgs) -> anyhow::Result<turnstile_decision:
             policy,
             driver: AdmissionDriver::new(Registry::new()),
             estimate: None,
+            on_evidence: None,
         });
     }
     Ok(evaluate(request).await)

@@ -22,6 +22,12 @@ pub fn fixture(name: &str) -> Value {
     serde_json::from_str(&text).expect("fixture is JSON")
 }
 
+/// The pin of the example subagent worker (`worker-fixture.json`), which the fixture bindings'
+/// `llm-subagent` targets pin.
+pub fn example_worker() -> turnstile_decision::artifact::Pin {
+    turnstile_decision::artifact::worker_pin(&fixture("worker-fixture.json")).expect("a worker")
+}
+
 pub fn definitions() -> Vec<Value> {
     [
         "decision-category.json",
@@ -136,6 +142,7 @@ pub fn scheduled(policy: SchedulerPolicy, driver: &AdmissionDriver) -> Scheduler
         policy,
         driver: driver.clone(),
         estimate: None,
+        on_evidence: None,
     }
 }
 
