@@ -108,7 +108,7 @@ impl Breaker {
     /// half-open happens in [`Breaker::gate`]).
     pub fn open_until(&self, config: Option<&CircuitBreakerConfig>, now: Millis) -> Option<Millis> {
         let config = config?;
-        let reopens_at = self.opened_at.saturating_add(config.open_ms);
+        let reopens_at = self.opened_at.saturating_add(config.open_ms_or_default());
         (self.state == BreakerState::Open && now < reopens_at).then_some(reopens_at)
     }
 

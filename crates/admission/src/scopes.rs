@@ -296,8 +296,8 @@ mod tests {
         let with_breaker = Limits {
             circuit_breaker: Some(CircuitBreakerConfig {
                 failure_threshold: 1,
-                open_ms: 100,
-                half_open_max_calls: 1,
+                open_ms: Some(100),
+                half_open_max_calls: Some(1),
             }),
             ..Limits::default()
         };
