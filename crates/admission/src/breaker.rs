@@ -52,12 +52,9 @@ impl Breaker {
         self.state
     }
 
+    #[cfg(test)]
     pub fn failures(&self) -> u32 {
         self.failures
-    }
-
-    pub fn probes_in_flight(&self) -> u32 {
-        self.probes_in_flight
     }
 
     fn transition(
@@ -105,6 +102,14 @@ impl Breaker {
             BreakerState::HalfOpen => BreakerGate::Pass { probe: true },
             _ => BreakerGate::Pass { probe: false },
         }
+    }
+
+    /// The end of the open period, while the breaker is open at `now` (reads only: the move to
+    /// half-open happens in [`Breaker::gate`]).
+    pub fn open_until(&self, config: Option<&CircuitBreakerConfig>, now: Millis) -> Option<Millis> {
+        let config = config?;
+        let reopens_at = self.opened_at.saturating_add(config.open_ms_or_default());
+        (self.state == BreakerState::Open && now < reopens_at).then_some(reopens_at)
     }
 
     /// Counts an admitted probe.
@@ -190,6 +195,27 @@ mod tests {
             ]
         );
         assert_eq!(breaker.failures(), 0);
+    }
+
+    #[test]
+    fn open_until_is_the_end_of_the_open_period_and_changes_nothing() {
+        let mut breaker = Breaker::default();
+        let mut log = Vec::new();
+        assert_eq!(breaker.open_until(Some(&config()), 0), None, "closed");
+        breaker.record_failure(Some(&config()), "jev", 0, &mut log);
+        breaker.record_failure(Some(&config()), "jev", 5, &mut log);
+        assert_eq!(breaker.open_until(Some(&config()), 50), Some(105));
+        assert_eq!(
+            breaker.open_until(None, 50),
+            None,
+            "no configuration, no breaker"
+        );
+        assert_eq!(
+            breaker.open_until(Some(&config()), 105),
+            None,
+            "the period is over"
+        );
+        assert_eq!(breaker.state(), BreakerState::Open, "reading moved nothing");
     }
 
     #[test]

@@ -36,6 +36,27 @@ pub struct Evidence {
     pub breaker_transitions: Vec<BreakerTransition>,
 }
 
+impl Evidence {
+    /// Evidence that knows only its decision, its reason and the retry pressure: zero counts,
+    /// no estimate, a closed breaker, no hint. Every evidence value starts here; the controller
+    /// fills in what it knows about the lane.
+    pub fn new(decision: Decision, reason: Reason, retry_pressure: u64) -> Self {
+        Evidence {
+            decision,
+            reason,
+            queue_delay_ms: 0,
+            active: 0,
+            queued: 0,
+            estimated_tokens: None,
+            estimated_cost_usd: None,
+            retry_pressure,
+            breaker_state: BreakerState::Closed,
+            retry_after_ms: None,
+            breaker_transitions: Vec::new(),
+        }
+    }
+}
+
 /// A refusal: the request never reached the provider.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[serde(rename_all = "camelCase")]
@@ -45,6 +66,20 @@ pub struct Rejection {
     /// Whether trying again later may succeed.
     pub retryable: bool,
     pub evidence: Evidence,
+}
+
+impl Rejection {
+    /// The one constructor of a refusal that looked at no lane (an unknown provider or
+    /// principal, a waiter the core no longer knows): `reject` evidence with `reason`, the
+    /// controller's retry pressure and nothing else; retryable exactly when the reason is
+    /// ([`Reason::is_retryable_rejection`]).
+    pub fn refusal(reason: Reason, retry_pressure: u64) -> Self {
+        Rejection {
+            reason,
+            retryable: reason.is_retryable_rejection(),
+            evidence: Evidence::new(Decision::Reject, reason, retry_pressure),
+        }
+    }
 }
 
 /// Identifies a granted lease within its controller.
@@ -78,4 +113,20 @@ pub enum Outcome {
     /// Nothing is known (a dropped lease): only counts are given back.
     #[default]
     None,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_reject_evidence_whose_retryability_follows_the_reason() {
+        let refusal = Rejection::refusal(Reason::UnconfiguredProvider, 3);
+        assert_eq!(refusal.evidence.decision, Decision::Reject);
+        assert_eq!(refusal.evidence.reason, Reason::UnconfiguredProvider);
+        assert_eq!(refusal.evidence.retry_pressure, 3);
+        assert!(!refusal.retryable);
+        assert_eq!((refusal.evidence.active, refusal.evidence.queued), (0, 0));
+        assert!(Rejection::refusal(Reason::QueueFull, 0).retryable);
+    }
 }

@@ -6,32 +6,45 @@
 //! `live` is always the exact number of waiting requests. `active` counts the lane's leases: the
 //! principal's active permits in the provider pool, used by share caps and reservations.
 //!
-//! The round-robin ring holds each lane with live waiters once (`in_ring`, with the entry's
-//! `ring_ticket`). When a lane empties, its entry turns stale (the lane forgets it) and is
-//! dropped when the pump reaches it, so leaving the ring is O(1) too. The pump serves the ring
-//! front and moves a lane to the back after considering its head, so the ring front is the
-//! round-robin cursor.
+//! A lane with live waiters is in the round-robin ring (`ring`, see [`crate::ring`]); a lane
+//! that is idle (no waiter, no lease, not in the ring) may be forgotten by the controller.
 
 use std::collections::VecDeque;
 
 use crate::evidence::WaiterId;
+use crate::ring::RingSlot;
 
 /// (provider index, principal index).
-pub type LaneKey = (u32, u32);
+pub(crate) type LaneKey = (u32, u32);
 
 #[derive(Debug, Default)]
-pub struct Lane {
-    pub queue: VecDeque<WaiterId>,
-    pub live: u64,
-    pub active: u32,
-    /// Whether the lane has a live entry in the ring.
-    pub in_ring: bool,
-    /// The ticket of that entry; older entries for this lane are stale.
-    pub ring_ticket: u64,
+pub(crate) struct Lane {
+    pub(crate) queue: VecDeque<WaiterId>,
+    pub(crate) live: u64,
+    pub(crate) active: u32,
+    /// The lane's membership of the round-robin ring.
+    pub(crate) ring: RingSlot,
 }
 
 impl Lane {
-    pub fn is_idle(&self) -> bool {
-        self.live == 0 && self.active == 0 && !self.in_ring
+    #[inline]
+    pub(crate) fn is_idle(&self) -> bool {
+        self.live == 0 && self.active == 0 && !self.ring.in_ring()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lane_is_idle_only_without_waiters_leases_and_ring_entry() {
+        let mut lane = Lane::default();
+        assert!(lane.is_idle());
+        lane.active = 1;
+        assert!(!lane.is_idle());
+        lane.active = 0;
+        lane.live = 1;
+        assert!(!lane.is_idle());
     }
 }

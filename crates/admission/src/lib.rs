@@ -9,32 +9,34 @@
 //! (one workspace's state machine). `docs/admission.md` explains the flow of a request.
 #![forbid(unsafe_code)]
 
-pub mod breaker;
-pub mod bucket;
-pub mod budget;
+pub(crate) mod breaker;
+pub(crate) mod bucket;
+pub(crate) mod budget;
 pub mod controller;
 pub mod digest;
 pub mod estimate;
 pub mod evidence;
-pub mod lane;
+pub(crate) mod lane;
 pub mod limits;
 pub mod profile;
+pub(crate) mod queue;
 pub mod reason;
 pub mod registry;
-pub mod scope;
+pub(crate) mod ring;
+pub(crate) mod scope;
+pub(crate) mod scopes;
 pub mod time;
 
 pub use breaker::BreakerTransition;
 pub use budget::{ActualUsage, InvalidActualCost};
 pub use controller::{
-    Acquired, AdmissionRequest, Controller, ProviderSnapshot, Released, Resolution, Snapshot,
+    Acquired, AdmissionRequest, Controller, Counts, ProviderSnapshot, Released, Resolution,
+    Snapshot, UnknownProvider,
 };
 pub use estimate::{CheckedEstimate, Estimate, InvalidEstimate};
 pub use evidence::{Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
 pub use limits::{CircuitBreakerConfig, Limits, LimitsError, ScopeKind};
 pub use profile::{Profile, ProfileError};
 pub use reason::{BreakerState, Decision, Reason};
-pub use registry::{
-    ClockId, ListenerId, ProfileChangeKind, ProfileChangeRecord, Registry, RegistryError,
-};
+pub use registry::{ProfileChangeKind, ProfileChangeRecord, Registry, RegistryError};
 pub use time::Millis;

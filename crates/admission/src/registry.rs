@@ -16,8 +16,17 @@
 //! - Histories are bounded: 64 profile-change records and 64 breaker transitions per workspace,
 //!   4096 tracked revisions and 4096 tracked principal revisions per workspace (the oldest that
 //!   is not current is forgotten first).
-//! - Clock switch: registering with a different [`ClockId`] restarts an idle workspace scope
-//!   (fresh counters on the new clock); a busy scope keeps its clock and counters.
+//! - The registry does not switch clocks: the host owns the one clock and passes `now`
+//!   (REFERENCE §6's clock-switch rule is dropped; see `docs/admission.md`).
+//!
+//! # Events
+//!
+//! Events leave quinn-style, never through callbacks: after every operation the registry moves
+//! the controller's new breaker transitions into one outbox, each tagged with its workspace,
+//! and the host drains it with [`Registry::poll_transition`]. The outbox is bounded
+//! ([`TRANSITION_OUTBOX_LIMIT`]): beyond it the oldest transition is dropped and counted
+//! ([`Registry::transitions_dropped`]), so a host that never polls cannot grow it. Profile
+//! changes are the return value of [`Registry::register`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -25,9 +34,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerTransition;
 use crate::budget::ActualUsage;
-use crate::controller::{Acquired, AdmissionRequest, Controller, Released, Resolution, Snapshot};
+use crate::controller::{
+    Acquired, AdmissionRequest, Controller, Counts, Released, Resolution, Snapshot,
+    TRANSITION_OUTBOX_LIMIT,
+};
 use crate::digest::canonical_digest;
-use crate::evidence::{LeaseId, Outcome, Rejection, WaiterId};
+use crate::evidence::{Lease, LeaseId, Outcome, Rejection, WaiterId};
 use crate::limits::Limits;
 use crate::profile::{Profile, ProfileError};
 use crate::time::Millis;
@@ -59,10 +71,6 @@ pub struct ProfileChangeRecord {
     pub at_epoch_ms: Millis,
 }
 
-/// Identifies the clock a host drives a workspace with (a test seam; see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub struct ClockId(pub u64);
-
 /// A registration that cannot be accepted; maps to `invalid-definition`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RegistryError {
@@ -81,14 +89,11 @@ pub enum RegistryError {
     /// No profile has been registered for the workspace.
     #[error("no admission profile is registered for this workspace")]
     UnknownWorkspace,
+    /// A Retry-After names a provider the workspace profile does not configure; nothing was
+    /// paused and no state was kept for it.
+    #[error("unconfigured-provider: the workspace profile does not configure this provider")]
+    UnconfiguredProvider,
 }
-
-/// Handle returned by a subscription; pass it to `unsubscribe`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ListenerId(u64);
-
-type ProfileListener = Box<dyn FnMut(&ProfileChangeRecord) + Send>;
-type BreakerListener = Box<dyn FnMut(&BreakerTransition) + Send>;
 
 struct Revision {
     digest: String,
@@ -98,7 +103,6 @@ struct Revision {
 
 struct WorkspaceEntry {
     controller: Controller,
-    clock: ClockId,
     current: String,
     revisions: HashMap<String, Revision>,
     revision_order: VecDeque<String>,
@@ -108,13 +112,13 @@ struct WorkspaceEntry {
     history: VecDeque<ProfileChangeRecord>,
 }
 
-/// Controllers by workspace, with their profile history and listeners.
+/// Controllers by workspace, with their profile history and the tagged event outbox.
 #[derive(Default)]
 pub struct Registry {
     workspaces: HashMap<String, WorkspaceEntry>,
-    profile_listeners: Vec<(ListenerId, ProfileListener)>,
-    breaker_listeners: Vec<(ListenerId, BreakerListener)>,
-    next_listener: u64,
+    /// Breaker transitions not yet polled, each with its workspace.
+    transitions: VecDeque<(String, BreakerTransition)>,
+    transitions_dropped: u64,
     /// Every workspace's next `poll_timeout`, ordered, so the earliest is found in O(log n).
     timeouts: BTreeSet<(Millis, String)>,
     scheduled: HashMap<String, Millis>,
@@ -125,32 +129,14 @@ impl Registry {
         Self::default()
     }
 
-    /// Registers `profile` as revision `profile_version` of `workspace_id` on the default clock.
+    /// Registers `profile` as revision `profile_version` of `workspace_id`; see the module docs
+    /// for every rule. Returns the profile-change record when the current revision changed.
     pub fn register(
         &mut self,
         workspace_id: &str,
         profile_version: &str,
         profile: Profile,
         now: Millis,
-    ) -> Result<Option<ProfileChangeRecord>, RegistryError> {
-        self.register_with_clock(
-            workspace_id,
-            profile_version,
-            profile,
-            now,
-            ClockId::default(),
-        )
-    }
-
-    /// Registers a revision; see the module docs for every rule. Returns the profile-change
-    /// record when the current revision changed.
-    pub fn register_with_clock(
-        &mut self,
-        workspace_id: &str,
-        profile_version: &str,
-        profile: Profile,
-        now: Millis,
-        clock: ClockId,
     ) -> Result<Option<ProfileChangeRecord>, RegistryError> {
         profile.validate()?;
         let digest = profile.digest().map_err(|_| RegistryError::Undigestable)?;
@@ -200,7 +186,6 @@ impl Registry {
                     workspace_id.to_owned(),
                     WorkspaceEntry {
                         controller,
-                        clock,
                         current: profile_version.to_owned(),
                         revisions: HashMap::new(),
                         revision_order: VecDeque::new(),
@@ -213,12 +198,7 @@ impl Registry {
                 (Some(ProfileChangeKind::Initial), None)
             }
             Some(entry) => {
-                if entry.clock != clock && entry.controller.is_idle() {
-                    entry.controller = Controller::new(merged.clone(), now)?;
-                    entry.clock = clock;
-                } else {
-                    entry.controller.set_profile(merged.clone(), now)?;
-                }
+                entry.controller.set_profile(merged.clone(), now)?;
                 let previous = entry.current.clone();
                 let kind = if previous == profile_version {
                     None
@@ -287,11 +267,8 @@ impl Registry {
                 entry.history.pop_front();
             }
             entry.history.push_back(record.clone());
-            for (_, listener) in &mut self.profile_listeners {
-                listener(record);
-            }
         }
-        self.deliver_transitions(workspace_id);
+        self.collect_transitions(workspace_id);
         self.reschedule(workspace_id);
         Ok(record)
     }
@@ -328,7 +305,7 @@ impl Registry {
             if let Some(entry) = self.workspaces.get_mut(&workspace_id) {
                 entry.controller.handle_timeout(now);
             }
-            self.deliver_transitions(&workspace_id);
+            self.collect_transitions(&workspace_id);
             self.reschedule(&workspace_id);
             // A controller always moves its timeout past `now` when handled; guard anyway.
             if self.scheduled.get(&workspace_id).is_some_and(|&t| t <= now) {
@@ -378,52 +355,38 @@ impl Registry {
             .unwrap_or_default()
     }
 
-    /// Delivers every future profile-change record to `listener`.
-    pub fn on_profile_change(
-        &mut self,
-        listener: impl FnMut(&ProfileChangeRecord) + Send + 'static,
-    ) -> ListenerId {
-        let id = self.listener_id();
-        self.profile_listeners.push((id, Box::new(listener)));
-        id
+    /// The oldest breaker transition not yet polled, with the workspace it happened in.
+    pub fn poll_transition(&mut self) -> Option<(String, BreakerTransition)> {
+        self.transitions.pop_front()
     }
 
-    /// Delivers every future breaker transition of every workspace to `listener`.
-    pub fn on_breaker_transition(
-        &mut self,
-        listener: impl FnMut(&BreakerTransition) + Send + 'static,
-    ) -> ListenerId {
-        let id = self.listener_id();
-        self.breaker_listeners.push((id, Box::new(listener)));
-        id
+    /// Transitions dropped unpolled because an outbox held [`TRANSITION_OUTBOX_LIMIT`] (the
+    /// registry's, or a controller's within one operation).
+    pub fn transitions_dropped(&self) -> u64 {
+        let in_controllers: u64 = self
+            .workspaces
+            .values()
+            .map(|e| e.controller.transitions_dropped())
+            .sum();
+        self.transitions_dropped + in_controllers
     }
 
-    /// Removes a listener. Returns whether it was subscribed.
-    pub fn unsubscribe(&mut self, id: ListenerId) -> bool {
-        let before = self.profile_listeners.len() + self.breaker_listeners.len();
-        self.profile_listeners.retain(|(l, _)| *l != id);
-        self.breaker_listeners.retain(|(l, _)| *l != id);
-        before != self.profile_listeners.len() + self.breaker_listeners.len()
-    }
-
-    fn listener_id(&mut self) -> ListenerId {
-        self.next_listener += 1;
-        ListenerId(self.next_listener)
-    }
-
-    fn deliver_transitions(&mut self, workspace_id: &str) {
+    /// Moves a controller's new transitions into the outbox, tagged with its workspace.
+    fn collect_transitions(&mut self, workspace_id: &str) {
         let Some(entry) = self.workspaces.get_mut(workspace_id) else {
             return;
         };
-        let transitions = entry.controller.take_new_transitions();
-        for transition in &transitions {
-            for (_, listener) in &mut self.breaker_listeners {
-                listener(transition);
+        while let Some(transition) = entry.controller.poll_transition() {
+            if self.transitions.len() == TRANSITION_OUTBOX_LIMIT {
+                self.transitions.pop_front();
+                self.transitions_dropped += 1;
             }
+            self.transitions
+                .push_back((workspace_id.to_owned(), transition));
         }
     }
 
-    /// Runs `operation` on a workspace's controller, then delivers breaker transitions.
+    /// Runs `operation` on a workspace's controller, then collects its breaker transitions.
     fn with_controller<T>(
         &mut self,
         workspace_id: &str,
@@ -434,7 +397,7 @@ impl Registry {
             .get_mut(workspace_id)
             .ok_or(RegistryError::UnknownWorkspace)?;
         let result = operation(&mut entry.controller);
-        self.deliver_transitions(workspace_id);
+        self.collect_transitions(workspace_id);
         self.reschedule(workspace_id);
         Ok(result)
     }
@@ -446,6 +409,16 @@ impl Registry {
         now: Millis,
     ) -> Result<Acquired, RegistryError> {
         self.with_controller(workspace_id, |c| c.acquire(request, now))
+    }
+
+    /// Admit now or refuse at once ([`Controller::try_acquire`]); never queues.
+    pub fn try_acquire(
+        &mut self,
+        workspace_id: &str,
+        request: AdmissionRequest,
+        now: Millis,
+    ) -> Result<Result<Lease, Rejection>, RegistryError> {
+        self.with_controller(workspace_id, |c| c.try_acquire(request, now))
     }
 
     pub fn cancel(
@@ -482,16 +455,19 @@ impl Registry {
         })
     }
 
+    /// Pauses a provider lane of a workspace; returns the instant the pause ends. An unknown
+    /// workspace or a provider its profile does not configure is an error and changes nothing.
     pub fn coordinate_retry_after(
         &mut self,
         workspace_id: &str,
         provider_id: &str,
         retry_after_ms: Millis,
         now: Millis,
-    ) -> Result<(), RegistryError> {
+    ) -> Result<Millis, RegistryError> {
         self.with_controller(workspace_id, |c| {
             c.coordinate_retry_after(provider_id, retry_after_ms, now)
-        })
+        })?
+        .map_err(|_| RegistryError::UnconfiguredProvider)
     }
 
     pub fn release_budget(
@@ -529,11 +505,39 @@ impl Registry {
             .map(|e| e.controller.snapshot())
     }
 
-    /// Workspace-wide (active, queued) counts.
-    pub fn totals(&self, workspace_id: &str) -> Option<(u64, u64)> {
+    /// Workspace-wide counts.
+    pub fn totals(&self, workspace_id: &str) -> Option<Counts> {
         self.workspaces
             .get(workspace_id)
             .map(|e| e.controller.totals())
+    }
+
+    /// The high-water marks of a workspace's totals ([`Controller::peak_totals`]).
+    pub fn peak_totals(&self, workspace_id: &str) -> Option<Counts> {
+        self.workspaces
+            .get(workspace_id)
+            .map(|e| e.controller.peak_totals())
+    }
+
+    /// Whether a profile is registered for the workspace.
+    pub fn has_workspace(&self, workspace_id: &str) -> bool {
+        self.workspaces.contains_key(workspace_id)
+    }
+
+    /// The newest instant a workspace's controller has seen (hosts release an unclaimed lease
+    /// at that instant).
+    pub fn now_of(&self, workspace_id: &str) -> Option<Millis> {
+        self.workspaces
+            .get(workspace_id)
+            .map(|e| e.controller.now())
+    }
+
+    /// The profile in force for a workspace: the current revision's workspace and provider
+    /// limits with every principal ever registered.
+    pub fn profile(&self, workspace_id: &str) -> Option<&Profile> {
+        self.workspaces
+            .get(workspace_id)
+            .map(|e| e.controller.profile())
     }
 
     pub fn breaker_transitions(&self, workspace_id: &str) -> Vec<BreakerTransition> {
@@ -541,12 +545,6 @@ impl Registry {
             .get(workspace_id)
             .map(|e| e.controller.breaker_transitions())
             .unwrap_or_default()
-    }
-
-    /// Direct access to a workspace's controller (breaker listeners are fed by the registry's
-    /// own operations only).
-    pub fn controller(&self, workspace_id: &str) -> Option<&Controller> {
-        self.workspaces.get(workspace_id).map(|e| &e.controller)
     }
 
     /// Workspace IDs with a registered profile.

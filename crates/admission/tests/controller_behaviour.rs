@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use turnstile_admission::{
-    AdmissionRequest, BreakerState, CircuitBreakerConfig, Decision, Estimate, Limits, Outcome,
-    Reason,
+    AdmissionRequest, BreakerState, CircuitBreakerConfig, Counts, Decision, Estimate, Limits,
+    Outcome, Reason, UnknownProvider,
 };
 
 #[test]
@@ -505,7 +505,7 @@ fn cnc_admit_017_queue_full_error_carries_no_principal_id() {
 #[test]
 fn cnc_admit_018_retry_after_pauses_only_its_provider_lane() {
     let mut c = controller(&limits(2, 8, 1000), &[PRINCIPAL], 0);
-    c.coordinate_retry_after("jev", 100, 0);
+    assert_eq!(c.coordinate_retry_after("jev", 100, 0), Ok(100));
     let mut other = request(PRINCIPAL, 0);
     other.provider_id = "llm-subagent".into();
     admitted(c.acquire(other, 0));
@@ -523,10 +523,13 @@ fn cnc_admit_018_retry_after_pauses_only_its_provider_lane() {
     assert_eq!(c.cancel(waiter, 10).unwrap().reason, Reason::Cancelled);
 }
 
+/// Changed deliberately: a request whose deadline comes before the pause ends is no longer
+/// queued until that deadline; it is refused at once with `retry-after` and the real remaining
+/// pause (the core's "blocking condition outlasts the deadline" rule, `docs/admission.md`).
 #[test]
-fn cnc_admit_019_wakes_exactly_at_pause_end_and_at_an_earlier_deadline() {
+fn cnc_admit_019_wakes_exactly_at_pause_end_and_refuses_an_earlier_deadline_at_once() {
     let mut c = controller(&limits(2, 8, 1000), &[PRINCIPAL], 0);
-    c.coordinate_retry_after("jev", 100, 0);
+    assert_eq!(c.coordinate_retry_after("jev", 100, 0), Ok(100));
     let waiter = queued(c.acquire(request(PRINCIPAL, 0).with_deadline(500), 0));
     assert_eq!(c.poll_timeout(), Some(100));
     c.handle_timeout(99);
@@ -535,17 +538,19 @@ fn cnc_admit_019_wakes_exactly_at_pause_end_and_at_an_earlier_deadline() {
     let lease = resolution_of(&drain(&mut c), waiter).unwrap();
     assert_eq!(lease.evidence.queue_delay_ms, 100);
 
-    c.coordinate_retry_after("jev", 100, 100);
-    let late = queued(c.acquire(request(PRINCIPAL, 100).with_deadline(120), 100));
+    assert_eq!(c.coordinate_retry_after("jev", 100, 100), Ok(200));
+    let late = rejected(c.acquire(request(PRINCIPAL, 100).with_deadline(120), 100));
+    assert_eq!(late.reason, Reason::RetryAfter);
+    assert!(late.retryable);
     assert_eq!(
-        c.poll_timeout(),
-        Some(120),
-        "the earlier deadline wakes the controller"
+        late.evidence.retry_after_ms,
+        Some(100),
+        "the real remaining pause"
     );
-    c.handle_timeout(120);
     assert_eq!(
-        resolution_of(&drain(&mut c), late).unwrap_err().reason,
-        Reason::DeadlineExceeded
+        c.snapshot().queued,
+        0,
+        "nothing waits for a deadline it cannot meet"
     );
 }
 
@@ -677,7 +682,10 @@ fn unknown_providers_and_principals_are_refused_without_keeping_state() {
         let rejection = rejected(c.acquire(stranger, 0));
         assert_eq!(rejection.reason, Reason::Disabled);
         assert!(!rejection.retryable);
-        c.coordinate_retry_after(&format!("random-provider-{i}"), 10, 0);
+        assert_eq!(
+            c.coordinate_retry_after(&format!("random-provider-{i}"), 10, 0),
+            Err(UnknownProvider)
+        );
     }
     let snapshot = c.snapshot();
     assert_eq!(
@@ -687,4 +695,247 @@ fn unknown_providers_and_principals_are_refused_without_keeping_state() {
     );
     assert_eq!(snapshot.retry_pressure, 0);
     assert_eq!(c.lane_count(), 0);
+    assert_eq!(
+        c.scope_count(),
+        3,
+        "two providers and one principal, as profiled"
+    );
+}
+
+// ----- try now (zero wait) ---------------------------------------------------------------------
+
+#[test]
+fn try_now_on_a_free_lane_admits_at_once() {
+    let mut c = controller(&limits(2, 8, 1000), &[PRINCIPAL], 0);
+    let lease = c
+        .try_acquire(request(PRINCIPAL, 0), 0)
+        .expect("a free lane admits at once");
+    assert_eq!(lease.evidence.decision, Decision::Admit);
+    assert_eq!(lease.evidence.queue_delay_ms, 0);
+    assert_eq!(c.snapshot().active, 1);
+}
+
+#[test]
+fn try_now_on_a_busy_lane_refuses_at_once_with_concurrency_and_leaves_nothing_queued() {
+    let mut c = controller(&limits(1, 8, 1000), &[PRINCIPAL], 0);
+    admitted(c.acquire(request(PRINCIPAL, 0), 0));
+    let refusal = c
+        .try_acquire(AdmissionRequest::new(PRINCIPAL, "jev", "b"), 5)
+        .expect_err("busy: refused");
+    assert_eq!(refusal.reason, Reason::Concurrency, "the real reason");
+    assert_ne!(refusal.reason, Reason::DeadlineExceeded);
+    assert!(refusal.retryable, "free again once a lease is released");
+    assert_eq!(refusal.evidence.decision, Decision::Reject);
+    assert_eq!(refusal.evidence.retry_after_ms, None, "no known end");
+    let snapshot = c.snapshot();
+    assert_eq!((snapshot.active, snapshot.queued), (1, 0));
+    assert_eq!(snapshot.peak_queued, 0, "it never counted as queued");
+    assert_eq!(c.poll_timeout(), None, "nothing left to wake for");
+    assert!(drain(&mut c).is_empty());
+}
+
+#[test]
+fn try_now_on_a_paused_provider_refuses_with_retry_after_and_the_remaining_pause() {
+    let mut c = controller(&limits(1, 8, 1000), &[PRINCIPAL], 0);
+    assert_eq!(c.coordinate_retry_after("jev", 300, 0), Ok(300));
+    let refusal = c
+        .try_acquire(AdmissionRequest::new(PRINCIPAL, "jev", "b"), 100)
+        .unwrap_err();
+    assert_eq!(refusal.reason, Reason::RetryAfter);
+    assert!(refusal.retryable);
+    assert_eq!(refusal.evidence.retry_after_ms, Some(200));
+    assert_eq!(c.snapshot().queued, 0);
+}
+
+#[test]
+fn try_now_on_an_open_breaker_refuses_with_circuit_open_and_the_rest_of_the_open_period() {
+    let mut c = controller(&breaker_limits(), &[PRINCIPAL], 0);
+    let failed = admitted(c.acquire(request(PRINCIPAL, 0), 0));
+    c.release(failed.id, Outcome::Failure, 0).unwrap();
+    let refusal = c
+        .try_acquire(AdmissionRequest::new(PRINCIPAL, "jev", "b"), 40)
+        .unwrap_err();
+    assert_eq!(refusal.reason, Reason::CircuitOpen);
+    assert!(refusal.retryable);
+    assert_eq!(refusal.evidence.retry_after_ms, Some(60));
+    assert_eq!(c.snapshot().queued, 0);
+}
+
+#[test]
+fn try_now_on_an_empty_token_bucket_refuses_with_tokens_per_second_and_the_refill_time() {
+    let rated = Limits {
+        tokens_per_second: Some(1000),
+        ..limits(4, 8, 1000)
+    };
+    let mut c = controller(&rated, &[PRINCIPAL], 0);
+    let big =
+        AdmissionRequest::new(PRINCIPAL, "jev", "b").with_estimate(Estimate::new().tokens(1000));
+    c.try_acquire(big.clone(), 0).expect("a full bucket admits");
+    let refusal = c.try_acquire(big, 0).unwrap_err();
+    assert_eq!(refusal.reason, Reason::TokensPerSecond);
+    assert!(refusal.retryable);
+    assert_eq!(
+        refusal.evidence.retry_after_ms,
+        Some(1000),
+        "the bucket holds 1000 tokens again after a second"
+    );
+    assert_eq!(c.snapshot().queued, 0);
+}
+
+/// Fairness: at the instant the lane's queued head can go, a try-now request arriving behind it
+/// does not take its place; the head is admitted and the newcomer refused with what it would
+/// wait for.
+#[test]
+fn try_now_behind_a_waiter_of_its_lane_does_not_jump_the_queue() {
+    let rated = Limits {
+        requests_per_minute: Some(1),
+        ..limits(4, 8, 120_000)
+    };
+    let mut c = controller(&rated, &[PRINCIPAL], 0);
+    let first = admitted(c.acquire(request(PRINCIPAL, 0), 0));
+    c.release(first.id, Outcome::Success, 0).unwrap();
+    let head = queued(c.acquire(
+        AdmissionRequest::new(PRINCIPAL, "jev", "head").with_deadline(100_000),
+        0,
+    ));
+    assert_eq!(c.poll_timeout(), Some(60_000));
+    // The request token is back at 60 s; the host has not handled its timer yet.
+    let refusal = c
+        .try_acquire(AdmissionRequest::new(PRINCIPAL, "jev", "newcomer"), 60_000)
+        .unwrap_err();
+    assert_eq!(refusal.reason, Reason::RequestsPerMinute);
+    assert!(refusal.retryable);
+    assert_eq!(refusal.evidence.retry_after_ms, Some(60_000));
+    resolution_of(&drain(&mut c), head).expect("the head went first");
+    assert_eq!(c.snapshot().queued, 0);
+}
+
+#[test]
+fn try_now_still_refuses_permanently_what_can_never_fit() {
+    let mut c = controller(&limits(1, 8, 1000), &[PRINCIPAL], 0);
+    let unknown = AdmissionRequest::new(PRINCIPAL, "unknown-provider", "b");
+    assert_eq!(
+        c.try_acquire(unknown, 0).unwrap_err().reason,
+        Reason::UnconfiguredProvider
+    );
+    let refusal = c
+        .try_acquire(AdmissionRequest::new("stranger", "jev", "b"), 0)
+        .unwrap_err();
+    assert_eq!(refusal.reason, Reason::Disabled);
+    assert!(!refusal.retryable);
+}
+
+// ----- a blocking condition that outlasts the deadline ----------------------------------------
+
+#[test]
+fn an_open_breaker_that_outlasts_the_deadline_refuses_at_acquire_with_circuit_open() {
+    let mut c = controller(&breaker_limits(), &[PRINCIPAL], 0);
+    let failed = admitted(c.acquire(request(PRINCIPAL, 0), 0));
+    c.release(failed.id, Outcome::Failure, 0).unwrap();
+    let refusal = rejected(c.acquire(
+        AdmissionRequest::new(PRINCIPAL, "jev", "b").with_deadline(100),
+        30,
+    ));
+    assert_eq!(refusal.reason, Reason::CircuitOpen);
+    assert!(refusal.retryable);
+    assert_eq!(refusal.evidence.retry_after_ms, Some(70), "open until 100");
+    // A deadline after the open period waits for the probe slot as before.
+    queued(c.acquire(
+        AdmissionRequest::new(PRINCIPAL, "jev", "b").with_deadline(101),
+        30,
+    ));
+}
+
+#[test]
+fn a_queued_head_is_refused_at_once_when_a_pause_outlasting_its_deadline_arrives() {
+    let principal = Limits {
+        concurrency: 1,
+        ..limits(4, 8, 60_000)
+    };
+    let mut profile = same_profile(&limits(4, 8, 60_000), &[]);
+    profile.principals.insert(PRINCIPAL.into(), principal);
+    let mut c = turnstile_admission::Controller::new(profile, 0).unwrap();
+    admitted(c.acquire(request(PRINCIPAL, 0), 0));
+    let short = queued(c.acquire(
+        AdmissionRequest::new(PRINCIPAL, "jev", "b").with_deadline(1000),
+        0,
+    ));
+    let long = queued(c.acquire(
+        AdmissionRequest::new(PRINCIPAL, "jev", "b").with_deadline(20_000),
+        0,
+    ));
+    assert_eq!(c.coordinate_retry_after("jev", 5000, 10), Ok(5010));
+    let resolutions = drain(&mut c);
+    let refusal = resolution_of(&resolutions, short).unwrap_err();
+    assert_eq!(refusal.reason, Reason::RetryAfter);
+    assert!(refusal.retryable);
+    assert_eq!(refusal.evidence.retry_after_ms, Some(5000));
+    assert_eq!(refusal.evidence.queue_delay_ms, 10);
+    assert!(
+        resolutions.iter().all(|r| r.waiter != long),
+        "a deadline after the pause keeps waiting"
+    );
+    assert_eq!(c.snapshot().queued, 1);
+}
+
+// ----- peaks -------------------------------------------------------------------------------------
+
+#[test]
+fn peak_totals_are_the_high_water_marks_of_workspace_active_and_queued() {
+    let mut c = controller(&limits(2, 8, 60_000), &[PRINCIPAL], 0);
+    assert_eq!(c.peak_totals(), Counts::default());
+    let leases = [
+        admitted(c.acquire(request(PRINCIPAL, 0), 0)),
+        admitted(c.acquire(request(PRINCIPAL, 0), 0)),
+    ];
+    for _ in 0..3 {
+        queued(c.acquire(request(PRINCIPAL, 0), 0));
+    }
+    assert_eq!(
+        c.peak_totals(),
+        Counts {
+            active: 2,
+            queued: 3
+        }
+    );
+    let mut held: Vec<_> = leases.into_iter().collect();
+    while let Some(lease) = held.pop() {
+        c.release(lease.id, Outcome::Success, 1).unwrap();
+        held.extend(drain(&mut c).into_iter().map(|r| r.outcome.unwrap()));
+    }
+    let snapshot = c.snapshot();
+    assert_eq!((snapshot.active, snapshot.queued), (0, 0));
+    assert_eq!(
+        (snapshot.peak_active, snapshot.peak_queued),
+        (2, 3),
+        "marks never go down"
+    );
+    assert_eq!(c.totals(), Counts::default());
+}
+
+/// The rule replaces a `deadline-exceeded` ending only: when the queue dwell bound comes before
+/// the deadline, the request waits for that bound and ends as `queue-timeout`, as the reference
+/// specifies (TESTS.md TELEMETRY-001: breaker open 60 s, `maxQueueWaitMs` 20).
+#[test]
+fn a_dwell_bound_before_the_deadline_keeps_the_reference_queue_timeout_behind_an_open_breaker() {
+    let short_wait = Limits {
+        circuit_breaker: Some(CircuitBreakerConfig {
+            failure_threshold: 1,
+            open_ms: Some(60_000),
+            half_open_max_calls: Some(1),
+        }),
+        ..limits(1, 8, 20)
+    };
+    let mut c = controller(&short_wait, &[PRINCIPAL], 0);
+    let failed = admitted(c.acquire(request(PRINCIPAL, 0), 0));
+    c.release(failed.id, Outcome::Failure, 0).unwrap();
+    let waiter = queued(c.acquire(
+        AdmissionRequest::new(PRINCIPAL, "jev", "b").with_deadline(15_000),
+        0,
+    ));
+    assert_eq!(c.poll_timeout(), Some(20));
+    c.handle_timeout(20);
+    let rejection = resolution_of(&drain(&mut c), waiter).unwrap_err();
+    assert_eq!(rejection.reason, Reason::QueueTimeout);
+    assert_eq!(rejection.evidence.breaker_state, BreakerState::Open);
 }

@@ -3,13 +3,11 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
-
 use common::*;
 use turnstile_admission::{
     Acquired, ActualUsage, AdmissionRequest, BreakerState, BreakerTransition, CircuitBreakerConfig,
-    Controller, Estimate, Lease, Limits, Outcome, Profile, ProfileChangeKind, ProfileChangeRecord,
-    Reason, Registry, RegistryError,
+    Controller, Estimate, Lease, Limits, Outcome, Profile, ProfileChangeKind, Reason, Registry,
+    RegistryError,
 };
 
 fn pool() -> Limits {
@@ -280,11 +278,9 @@ fn breaker_profile(threshold: u32, open_ms: u64) -> Profile {
     profile
 }
 
-fn collect_transitions(registry: &mut Registry) -> Arc<Mutex<Vec<BreakerTransition>>> {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let sink = seen.clone();
-    registry.on_breaker_transition(move |t| sink.lock().unwrap().push(t.clone()));
-    seen
+/// Drains the registry's tagged transition outbox.
+fn poll_transitions(registry: &mut Registry) -> Vec<(String, BreakerTransition)> {
+    std::iter::from_fn(|| registry.poll_transition()).collect()
 }
 
 fn acquire_lease(registry: &mut Registry, now: u64) -> Lease {
@@ -292,12 +288,11 @@ fn acquire_lease(registry: &mut Registry, now: u64) -> Lease {
 }
 
 #[test]
-fn cnc_admit_breaker_001_transitions_are_on_evidence_history_and_listeners() {
+fn cnc_admit_breaker_001_transitions_are_on_evidence_history_and_the_outbox() {
     let mut registry = Registry::new();
     registry
         .register(WORKSPACE, "v1", breaker_profile(3, 500), 1000)
         .unwrap();
-    let seen = collect_transitions(&mut registry);
     for _ in 0..2 {
         let lease = acquire_lease(&mut registry, 1000);
         assert!(lease.evidence.breaker_transitions.is_empty());
@@ -346,7 +341,9 @@ fn cnc_admit_breaker_001_transitions_are_on_evidence_history_and_listeners() {
         ]
     );
 
-    let seen = seen.lock().unwrap().clone();
+    let polled = poll_transitions(&mut registry);
+    assert!(polled.iter().all(|(workspace, _)| workspace == WORKSPACE));
+    let seen: Vec<BreakerTransition> = polled.into_iter().map(|(_, t)| t).collect();
     let states: Vec<_> = seen.iter().map(|t| (t.from, t.to)).collect();
     assert_eq!(
         states,
@@ -361,6 +358,11 @@ fn cnc_admit_breaker_001_transitions_are_on_evidence_history_and_listeners() {
     assert_eq!(seen[0].failures, 3);
     assert_eq!(registry.breaker_transitions(WORKSPACE), seen);
     assert!(!serde_json::to_string(&seen).unwrap().contains("principal"));
+    assert_eq!(
+        registry.poll_transition(),
+        None,
+        "each transition is polled once"
+    );
 }
 
 fn audit_profile(concurrency: u32) -> Profile {
@@ -375,9 +377,6 @@ fn audit_profile(concurrency: u32) -> Profile {
 #[test]
 fn cnc_admit_audit_001_profile_changes_are_recorded_with_reproducible_digests() {
     let mut registry = Registry::new();
-    let heard = Arc::new(Mutex::new(Vec::<ProfileChangeRecord>::new()));
-    let sink = heard.clone();
-    let listener = registry.on_profile_change(move |r| sink.lock().unwrap().push(r.clone()));
 
     let initial = registry
         .register("audit", "v1", audit_profile(4), 10)
@@ -435,16 +434,11 @@ fn cnc_admit_audit_001_profile_changes_are_recorded_with_reproducible_digests() 
             .chars()
             .all(|ch| matches!(ch, '0'..='9' | 'a'..='f')));
     }
-    assert!(registry.unsubscribe(listener));
-    registry
+    let latest = registry
         .register("audit", "v3", audit_profile(1), 40)
         .unwrap()
         .unwrap();
-    assert_eq!(
-        heard.lock().unwrap().len(),
-        3,
-        "no record after unsubscribing"
-    );
+    assert_eq!(latest.kind, ProfileChangeKind::Change);
 
     let history = registry.profile_history("audit");
     let versions: Vec<_> = history.iter().map(|r| r.profile_version.as_str()).collect();
@@ -682,4 +676,203 @@ fn actual_usage_on_release_corrects_the_invocation_budget_in_every_scope() {
             70
         )
         .is_none());
+}
+
+// ----- events leave through poll_transition, tagged with their workspace -----------------------
+
+/// Two workspaces whose breakers leave the open state at the same `handle_due` tick: each
+/// transition comes out of the outbox under its own workspace (the server used to label a
+/// shared list with whichever workspace it drained first).
+#[test]
+fn two_workspaces_tripping_breakers_at_the_same_handle_due_tick_are_polled_under_their_own_workspace(
+) {
+    let mut registry = Registry::new();
+    for workspace in ["ws-a", "ws-b"] {
+        registry
+            .register(workspace, "v1", breaker_profile(1, 500), 0)
+            .unwrap();
+        let lease = admitted(registry.acquire(workspace, ask(PRINCIPAL), 0).unwrap());
+        registry
+            .release(workspace, lease.id, Outcome::Failure, 0)
+            .unwrap();
+        queued(registry.acquire(workspace, ask(PRINCIPAL), 0).unwrap());
+    }
+    let opened = poll_transitions(&mut registry);
+    let tagged: Vec<_> = opened.iter().map(|(w, t)| (w.as_str(), t.to)).collect();
+    assert_eq!(
+        tagged,
+        [("ws-a", BreakerState::Open), ("ws-b", BreakerState::Open)]
+    );
+
+    let mut due = registry.handle_due(500);
+    due.sort();
+    assert_eq!(due, ["ws-a", "ws-b"], "both are due at the same tick");
+    let mut half_open: Vec<_> = poll_transitions(&mut registry)
+        .into_iter()
+        .map(|(w, t)| (w, t.from, t.to, t.at_epoch_ms))
+        .collect();
+    half_open.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        half_open,
+        [
+            (
+                "ws-a".to_owned(),
+                BreakerState::Open,
+                BreakerState::HalfOpen,
+                500
+            ),
+            (
+                "ws-b".to_owned(),
+                BreakerState::Open,
+                BreakerState::HalfOpen,
+                500
+            ),
+        ]
+    );
+    assert_eq!(registry.transitions_dropped(), 0);
+}
+
+/// One close → open → half-open → closed cycle of a threshold-1 breaker; three transitions.
+fn breaker_cycle(
+    acquire: &mut dyn FnMut(u64) -> Lease,
+    release: &mut dyn FnMut(Lease, Outcome, u64),
+    at: u64,
+) {
+    let lease = acquire(at);
+    release(lease, Outcome::Failure, at);
+    let probe = acquire(at + 10);
+    release(probe, Outcome::Success, at + 10);
+}
+
+#[test]
+fn the_registry_transition_outbox_is_bounded_and_counts_what_it_drops() {
+    let registry = std::cell::RefCell::new(Registry::new());
+    registry
+        .borrow_mut()
+        .register(WORKSPACE, "v1", breaker_profile(1, 10), 0)
+        .unwrap();
+    let cycles = 1400u64; // 4200 transitions, never polled
+    for i in 0..cycles {
+        breaker_cycle(
+            &mut |at| {
+                admitted(
+                    registry
+                        .borrow_mut()
+                        .acquire(WORKSPACE, ask(PRINCIPAL), at)
+                        .unwrap(),
+                )
+            },
+            &mut |lease, outcome, at| {
+                registry
+                    .borrow_mut()
+                    .release(WORKSPACE, lease.id, outcome, at)
+                    .unwrap();
+            },
+            i * 100,
+        );
+    }
+    let mut registry = registry.into_inner();
+    let total = 3 * cycles;
+    let limit = turnstile_admission::controller::TRANSITION_OUTBOX_LIMIT as u64;
+    assert_eq!(registry.transitions_dropped(), total - limit);
+    let kept = poll_transitions(&mut registry);
+    assert_eq!(kept.len() as u64, limit);
+    let last = &kept.last().unwrap().1;
+    assert_eq!(
+        (last.to, last.at_epoch_ms),
+        (BreakerState::Closed, (cycles - 1) * 100 + 10),
+        "the newest transitions are kept, the oldest dropped"
+    );
+}
+
+#[test]
+fn the_controller_transition_outbox_is_bounded_for_a_host_that_never_polls() {
+    let c =
+        std::cell::RefCell::new(Controller::new(breaker_profile(1, 10), 0).expect("valid profile"));
+    for i in 0..1400u64 {
+        breaker_cycle(
+            &mut |at| admitted(c.borrow_mut().acquire(ask(PRINCIPAL), at)),
+            &mut |lease, outcome, at| {
+                c.borrow_mut().release(lease.id, outcome, at).unwrap();
+            },
+            i * 100,
+        );
+    }
+    let mut c = c.into_inner();
+    let limit = turnstile_admission::controller::TRANSITION_OUTBOX_LIMIT;
+    assert_eq!(c.transitions_dropped(), (3 * 1400 - limit) as u64);
+    assert_eq!(std::iter::from_fn(|| c.poll_transition()).count(), limit);
+    assert_eq!(
+        c.breaker_transitions().len(),
+        64,
+        "the history stays bounded too"
+    );
+}
+
+// ----- typed errors and narrow queries ----------------------------------------------------------
+
+#[test]
+fn a_pause_for_an_unknown_workspace_or_an_unconfigured_provider_is_a_typed_error_that_changes_nothing(
+) {
+    let mut registry = Registry::new();
+    assert_eq!(
+        registry.coordinate_retry_after("nowhere", "jev", 100, 0),
+        Err(RegistryError::UnknownWorkspace)
+    );
+    registry
+        .register(WORKSPACE, "v1", breaker_profile(1, 500), 0)
+        .unwrap();
+    let before = registry.snapshot(WORKSPACE).unwrap();
+    assert_eq!(
+        registry.coordinate_retry_after(WORKSPACE, "random-provider", 100, 0),
+        Err(RegistryError::UnconfiguredProvider)
+    );
+    assert_eq!(
+        registry.snapshot(WORKSPACE).unwrap(),
+        before,
+        "no pause, no retry pressure, no provider state"
+    );
+    assert_eq!(
+        registry.coordinate_retry_after(WORKSPACE, "jev", 100, 5),
+        Ok(105)
+    );
+    assert_eq!(registry.snapshot(WORKSPACE).unwrap().retry_pressure, 1);
+}
+
+#[test]
+fn registry_queries_answer_without_reaching_into_the_controller() {
+    let mut registry = Registry::new();
+    assert!(!registry.has_workspace(WORKSPACE));
+    assert_eq!(registry.now_of(WORKSPACE), None);
+    assert_eq!(registry.peak_totals(WORKSPACE), None);
+    registry
+        .register(WORKSPACE, "v1", breaker_profile(1, 500), 10)
+        .unwrap();
+    assert!(registry.has_workspace(WORKSPACE));
+    let lease = admitted(registry.acquire(WORKSPACE, ask(PRINCIPAL), 25).unwrap());
+    assert_eq!(registry.now_of(WORKSPACE), Some(25));
+    assert_eq!(
+        registry.peak_totals(WORKSPACE),
+        Some(turnstile_admission::Counts {
+            active: 1,
+            queued: 0
+        })
+    );
+    assert!(registry
+        .profile(WORKSPACE)
+        .is_some_and(|p| p.providers.contains_key("jev")));
+    let second = registry
+        .try_acquire(WORKSPACE, ask(PRINCIPAL), 30)
+        .unwrap()
+        .expect("a free lane admits a try-now request");
+    assert_eq!(registry.peak_totals(WORKSPACE).map(|p| p.active), Some(2));
+    for lease in [lease, second] {
+        registry
+            .release(WORKSPACE, lease.id, Outcome::Success, 40)
+            .unwrap();
+    }
+    assert_eq!(
+        registry.totals(WORKSPACE),
+        Some(turnstile_admission::Counts::default())
+    );
 }

@@ -31,9 +31,9 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::RngSeed;
 use turnstile_admission::{
-    Acquired, AdmissionRequest, BreakerState, CircuitBreakerConfig, Controller, Decision, Estimate,
-    Evidence, Lease, LeaseId, Limits, Outcome, Profile, ProfileChangeKind, Reason, Registry,
-    RegistryError, Rejection, Snapshot, WaiterId,
+    Acquired, AdmissionRequest, BreakerState, CircuitBreakerConfig, Controller, Counts, Decision,
+    Estimate, Evidence, Lease, LeaseId, Limits, Outcome, Profile, ProfileChangeKind, Reason,
+    Registry, RegistryError, Rejection, Snapshot, WaiterId,
 };
 
 // ----- fixtures ----------------------------------------------------------------------------
@@ -325,6 +325,8 @@ enum Op {
         estimate: EstimateSpec,
         /// Deadline relative to now.
         deadline: Option<u64>,
+        /// `try_acquire` (admit now or refuse) instead of `acquire`.
+        try_now: bool,
     },
     /// Cancel a live waiter, or (`false`) any waiter seen so far (possibly already resolved).
     Cancel(bool, Index),
@@ -350,13 +352,15 @@ fn op() -> impl Strategy<Value = Op> {
             0..BUDGETS.len(),
             estimate_spec(),
             prop::option::weighted(0.5, prop_oneof![1 => Just(0u64), 8 => 1u64..=500]),
+            prop::bool::weighted(0.2),
         )
-            .prop_map(|(principal, provider, budget, estimate, deadline)| Op::Acquire {
+            .prop_map(|(principal, provider, budget, estimate, deadline, try_now)| Op::Acquire {
                 principal,
                 provider,
                 budget,
                 estimate,
                 deadline,
+                try_now,
             }),
         2 => (prop::bool::weighted(0.8), any::<Index>()).prop_map(|(live, i)| Op::Cancel(live, i)),
         6 => (prop::bool::weighted(0.85), any::<Index>(), outcome_spec())
@@ -380,6 +384,7 @@ enum Step {
         budget: usize,
         estimate: EstimateSpec,
         deadline: Option<u64>,
+        try_now: bool,
     },
     Cancel(WaiterId),
     Release(LeaseId, OutcomeSpec),
@@ -397,6 +402,38 @@ enum Key {
     Principal(usize),
     Workspace,
     Provider(usize),
+}
+
+/// A `retry-after` / `circuit-open` refusal is only ever made when the pause or open breaker
+/// outlasts the request's deadline: retryable, with the real remaining time as its hint, and
+/// that time reaches the deadline (waiting could not have helped).
+fn check_outlasting_refusal(
+    rejection: &Rejection,
+    deadline: Option<u64>,
+    now: u64,
+) -> Result<(), TestCaseError> {
+    if !matches!(rejection.reason, Reason::RetryAfter | Reason::CircuitOpen) {
+        return Ok(());
+    }
+    prop_assert!(
+        rejection.retryable,
+        "{} refusals are retryable",
+        rejection.reason
+    );
+    let Some(hint) = rejection.evidence.retry_after_ms else {
+        return Err(TestCaseError::fail(
+            "an outlasting refusal without its hint",
+        ));
+    };
+    prop_assert!(
+        deadline.is_some_and(|d| now + hint >= d),
+        "refused with {} although the condition ends ({} ms) before the deadline {:?} (now {})",
+        rejection.reason,
+        hint,
+        deadline,
+        now
+    );
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -534,12 +571,14 @@ impl<'a> Sim<'a> {
                 budget,
                 estimate,
                 deadline,
+                try_now,
             } => Step::Acquire {
                 principal: *principal,
                 provider: *provider,
                 budget: *budget,
                 estimate: *estimate,
                 deadline: deadline.map(|d| self.now + d),
+                try_now: *try_now,
             },
             Op::Cancel(live, i) => {
                 let live_ids: Vec<WaiterId> = self.pending.keys().copied().collect();
@@ -620,6 +659,7 @@ impl<'a> Sim<'a> {
                 budget,
                 estimate,
                 deadline,
+                try_now,
             } => {
                 let queue_full_before = self.queue_full(principal, provider);
                 let mut request = AdmissionRequest::new(
@@ -637,7 +677,28 @@ impl<'a> Sim<'a> {
                     deadline,
                     enqueued_at: self.now,
                 };
-                let result = self.ctl.acquire(request, self.now);
+                let result = if try_now {
+                    match self.ctl.try_acquire(request, self.now) {
+                        Ok(lease) => Acquired::Admitted(lease),
+                        Err(rejection) => {
+                            // Never the queue's or the deadline's reasons: it did not wait.
+                            prop_assert!(
+                                !matches!(
+                                    rejection.reason,
+                                    Reason::QueueFull | Reason::QueueTimeout | Reason::Cancelled
+                                ),
+                                "try-now refused with {}",
+                                rejection.reason
+                            );
+                            if rejection.reason == Reason::DeadlineExceeded {
+                                prop_assert!(deadline.is_some_and(|d| self.now >= d));
+                            }
+                            Acquired::Rejected(rejection)
+                        }
+                    }
+                } else {
+                    self.ctl.acquire(request, self.now)
+                };
                 let configured = self.provider_limits(provider).is_some();
                 let known = self.principal_limits(principal).is_some();
                 let preflight_refusal =
@@ -707,6 +768,22 @@ impl<'a> Sim<'a> {
                         check_evidence(&rejection.evidence, Decision::Reject)?;
                         assert_secret_free(&rejection, "rejection")?;
                         prop_assert!(rejection.reason != Reason::Admitted);
+                        if try_now {
+                            // What it would have waited for: retryable, with a real hint.
+                            prop_assert!(
+                                rejection.retryable
+                                    || !rejection.reason.is_retryable_rejection()
+                                        && rejection.evidence.retry_after_ms.is_none(),
+                                "try-now refusal {:?}",
+                                rejection
+                            );
+                            prop_assert!(rejection
+                                .evidence
+                                .retry_after_ms
+                                .is_none_or(|ms| ms >= 1));
+                        } else {
+                            check_outlasting_refusal(&rejection, deadline, self.now)?;
+                        }
                         if rejection.reason == Reason::QueueFull {
                             prop_assert!(
                                 queue_full_before,
@@ -762,8 +839,23 @@ impl<'a> Sim<'a> {
                 self.usage.retain(|(b, _), _| *b != budget);
             }
             Step::RetryAfter { provider, ms } => {
-                self.ctl
+                let paused = self
+                    .ctl
                     .coordinate_retry_after(PROVIDERS[provider], ms, self.now);
+                // A provider the profile does not configure is a typed error, never paused.
+                let configured = self.provider_limits(provider).is_some();
+                prop_assert_eq!(
+                    paused.is_ok(),
+                    configured,
+                    "pause of {}",
+                    PROVIDERS[provider]
+                );
+                if let Ok(until) = paused {
+                    prop_assert!(
+                        until >= self.now + ms,
+                        "the pause ends no earlier than asked"
+                    );
+                }
             }
         }
 
@@ -803,6 +895,9 @@ impl<'a> Sim<'a> {
                                 .is_some_and(|d| self.now >= pending.enqueued_at + d),
                             "queue-timeout before the dwell bound"
                         ),
+                        Reason::RetryAfter | Reason::CircuitOpen => {
+                            check_outlasting_refusal(&rejection, pending.deadline, self.now)?
+                        }
                         _ => {}
                     }
                 }
@@ -968,10 +1063,10 @@ impl<'a> Sim<'a> {
         for (p, id) in PRINCIPALS.iter().enumerate() {
             prop_assert_eq!(
                 self.ctl.principal_counts(id),
-                (
-                    self.active_of(|h| h.principal == p),
-                    self.queued_of(|w| w.principal == p)
-                ),
+                Counts {
+                    active: self.active_of(|h| h.principal == p),
+                    queued: self.queued_of(|w| w.principal == p)
+                },
                 "principal {} counts",
                 p
             );
@@ -1256,7 +1351,7 @@ impl<'a> Sim<'a> {
             );
         }
         for id in PRINCIPALS {
-            prop_assert_eq!(self.ctl.principal_counts(id), (0, 0));
+            prop_assert_eq!(self.ctl.principal_counts(id), Counts::default());
         }
         prop_assert!(self.ctl.is_idle());
         prop_assert_eq!(self.ctl.lane_count(), 0, "lanes left after the drain");
@@ -1482,9 +1577,9 @@ fn run_registry(profiles: &[Profile], ops: &[RegistryOp]) -> Result<(), TestCase
                             }
                         }
                         current = Some(*version);
-                        let controller = registry.controller(WORKSPACE).expect("registered");
-                        prop_assert_eq!(&controller.profile().workspace, &profile.workspace);
-                        prop_assert_eq!(&controller.profile().providers, &profile.providers);
+                        let in_force = registry.profile(WORKSPACE).expect("registered");
+                        prop_assert_eq!(&in_force.workspace, &profile.workspace);
+                        prop_assert_eq!(&in_force.providers, &profile.providers);
                         false
                     }
                 };

@@ -369,7 +369,10 @@ proptest! {
                     controller.handle_timeout(now);
                 }
                 Op::RetryAfter { provider, ms } => {
-                    controller.coordinate_retry_after(PROVIDERS[*provider], *ms, now);
+                    // Both providers are configured: the pause is always accepted.
+                    controller
+                        .coordinate_retry_after(PROVIDERS[*provider], *ms, now)
+                        .expect("a configured provider");
                 }
             }
             while let Some(resolution) = controller.poll_resolution() {

@@ -8,9 +8,9 @@
 //! pokes the timer task. One background task owns exactly **one** tokio timer: after every
 //! wake-up it asks the core for `poll_timeout()`, resets its single `Sleep` to that instant
 //! (or waits for a poke when the core has nothing scheduled), and on expiry calls
-//! `handle_timeout` for the workspaces that are due. Nothing polls on a fixed interval, so the
-//! driver works unchanged under `tokio::time::pause()`: the paused clock auto-advances straight
-//! to the armed instant.
+//! `Registry::handle_due`, which handles only the workspaces that are due. Nothing polls on a
+//! fixed interval, so the driver works unchanged under `tokio::time::pause()`: the paused clock
+//! auto-advances straight to the armed instant.
 //!
 //! # Invariants
 //!
@@ -21,9 +21,9 @@
 //! - Resolutions are drained inside the same critical section that produced them, so when any
 //!   caller takes the lock the core's resolution queue is empty.
 //! - The timer task holds only a weak reference: dropping the last driver handle stops it.
-//! - [`AdmissionDriver::peak_totals`] is a high-water mark of the registry's workspace
-//!   `totals()`, sampled at the end of every operation on that workspace (after its
-//!   resolutions are delivered), so it sees every state a caller or the timer can observe.
+//! - [`AdmissionDriver::peak_totals`] is the core's high-water mark of the workspace totals
+//!   (`Registry::peak_totals`), sampled by the core at the end of every operation, so it sees
+//!   every state a caller or the timer can observe.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -45,8 +45,6 @@ struct DriverState {
     registry: Registry,
     pending: HashMap<(String, WaiterId), oneshot::Sender<Resolved>>,
     armed: Option<Millis>,
-    /// Largest (active, queued) workspace totals seen after any operation, per workspace.
-    peaks: HashMap<String, (u64, u64)>,
 }
 
 struct Shared {
@@ -90,7 +88,6 @@ impl AdmissionDriver {
                 registry,
                 pending: HashMap::new(),
                 armed: None,
-                peaks: HashMap::new(),
             }),
             wake: Arc::clone(&wake),
         });
@@ -153,7 +150,10 @@ impl AdmissionDriver {
     /// this driver on `workspace_id` (registration, acquire, release, cancellation, budget
     /// release, Retry-After, timer expiry); `None` before the first operation on it.
     pub fn peak_totals(&self, workspace_id: &str) -> Option<(u64, u64)> {
-        self.lock().peaks.get(workspace_id).copied()
+        self.lock()
+            .registry
+            .peak_totals(workspace_id)
+            .map(|peak| (peak.active, peak.queued))
     }
 
     /// The instant the single timer is armed for, if any.
@@ -187,12 +187,10 @@ impl AdmissionDriver {
         let result = {
             let mut state = self.lock();
             let now = self.now_ms();
-            let result = state.registry.coordinate_retry_after(
-                workspace_id,
-                provider_id,
-                retry_after_ms,
-                now,
-            );
+            let result = state
+                .registry
+                .coordinate_retry_after(workspace_id, provider_id, retry_after_ms, now)
+                .map(|_paused_until| ());
             deliver(&mut state, workspace_id);
             result
         };
@@ -309,23 +307,10 @@ fn deliver(state: &mut DriverState, workspace_id: &str) {
             None => Some(resolution.outcome),
         };
         if let Some(Ok(lease)) = unclaimed {
-            let now = state
-                .registry
-                .controller(workspace_id)
-                .map_or(0, |c| c.now());
+            let now = state.registry.now_of(workspace_id).unwrap_or(0);
             let _ = state
                 .registry
                 .release(workspace_id, lease.id, Outcome::None, now);
-        }
-    }
-    if let Some((active, queued)) = state.registry.totals(workspace_id) {
-        match state.peaks.get_mut(workspace_id) {
-            Some(peak) => *peak = (peak.0.max(active), peak.1.max(queued)),
-            None => {
-                state
-                    .peaks
-                    .insert(workspace_id.to_owned(), (active, queued));
-            }
         }
     }
 }
@@ -378,24 +363,7 @@ impl PendingGuard {
 
     /// A synthetic `cancelled` rejection for a waiter the core no longer knows.
     fn cancel_locked(&self) -> Rejection {
-        use turnstile_admission::{BreakerState, Decision, Evidence, Reason};
-        Rejection {
-            reason: Reason::Cancelled,
-            retryable: false,
-            evidence: Evidence {
-                decision: Decision::Reject,
-                reason: Reason::Cancelled,
-                queue_delay_ms: 0,
-                active: 0,
-                queued: 0,
-                estimated_tokens: None,
-                estimated_cost_usd: None,
-                retry_pressure: 0,
-                breaker_state: BreakerState::Closed,
-                retry_after_ms: None,
-                breaker_transitions: Vec::new(),
-            },
-        }
+        Rejection::refusal(turnstile_admission::Reason::Cancelled, 0)
     }
 }
 
@@ -426,21 +394,9 @@ async fn run_timer(shared: Weak<Shared>, wake: Arc<Notify>) {
             };
             let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
             let now = shared.clock.now_ms();
-            let due: Vec<String> = state
-                .registry
-                .workspace_ids()
-                .filter(|ws| {
-                    state
-                        .registry
-                        .controller(ws)
-                        .and_then(|c| c.poll_timeout())
-                        .is_some_and(|at| at <= now)
-                })
-                .map(str::to_owned)
-                .collect();
-            for workspace_id in &due {
-                let _ = state.registry.handle_timeout(workspace_id, now);
-                deliver(&mut state, workspace_id);
+            // Only the due workspaces are touched: the registry keeps their timeouts ordered.
+            for workspace_id in state.registry.handle_due(now) {
+                deliver(&mut state, &workspace_id);
             }
             let next = state.registry.poll_timeout();
             state.armed = next;

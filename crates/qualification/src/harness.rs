@@ -27,8 +27,8 @@ use std::iter::Peekable;
 
 use rustc_hash::FxHashMap;
 use turnstile_admission::{
-    Acquired, AdmissionRequest, Estimate, LeaseId, Outcome, Reason, Registry, RegistryError,
-    WaiterId,
+    Acquired, AdmissionRequest, Counts, Estimate, LeaseId, Outcome, Reason, Registry,
+    RegistryError, WaiterId,
 };
 
 use crate::arrivals::Arrival;
@@ -453,7 +453,7 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
                 Err(rejection) => self.rejected(ordinal, rejection.reason)?,
             }
         }
-        if let Some((active, queued)) = self.registry.totals(WORKSPACE) {
+        if let Some(Counts { active, queued }) = self.registry.totals(WORKSPACE) {
             let observations = &mut self.observations;
             observations.maximum_active_calls = observations.maximum_active_calls.max(active);
             observations.maximum_queued_calls = observations.maximum_queued_calls.max(queued);

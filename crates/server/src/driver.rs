@@ -28,14 +28,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use turnstile_admission::{
-    Acquired, ActualUsage, AdmissionRequest, BreakerState, BreakerTransition, Decision, Estimate,
-    Evidence, LeaseId, Millis, Outcome, Profile, ProfileChangeRecord, Reason, Registry,
-    RegistryError, Rejection, Snapshot, WaiterId,
+    Acquired, ActualUsage, AdmissionRequest, BreakerTransition, Decision, Estimate, Evidence,
+    LeaseId, Millis, Outcome, Profile, ProfileChangeRecord, Reason, Registry, RegistryError,
+    Rejection, Snapshot, WaiterId,
 };
 use turnstile_decision::AdmitSpan;
 use turnstile_store::service::{AuditKind, AuditRecord, StoredProfile};
@@ -54,7 +54,8 @@ pub struct AcquireCommand {
     pub provider_id: String,
     pub budget_id: String,
     pub estimate: Estimate,
-    /// How long the request may wait, from the moment the driver sees it.
+    /// How long the request may wait, from the moment the driver sees it; 0 means "only if
+    /// free now" (the core's `try_acquire`).
     pub wait_ms: Millis,
     /// The request's `decision.admit` span: closed on rejection, kept open with the lease.
     pub span: AdmitSpan,
@@ -240,7 +241,6 @@ pub struct Driver {
     spans: HashMap<LeaseToken, AdmitSpan>,
     pending: HashMap<Arc<str>, HashMap<WaiterId, Pending>>,
     tickets: HashMap<u64, (Arc<str>, WaiterId)>,
-    transitions: Arc<Mutex<Vec<BreakerTransition>>>,
     store: StoreHandle,
     metrics: Arc<Metrics>,
     lease_ttl_ms: Millis,
@@ -256,19 +256,12 @@ pub struct Driver {
 impl Driver {
     /// A driver over `registry` (already holding the replayed profiles).
     pub fn new(
-        mut registry: Registry,
+        registry: Registry,
         clock: Clock,
         store: StoreHandle,
         metrics: Arc<Metrics>,
         lease_ttl_ms: Millis,
     ) -> (Self, DriverHandle) {
-        let transitions = Arc::new(Mutex::new(Vec::new()));
-        let sink = transitions.clone();
-        registry.on_breaker_transition(move |t: &BreakerTransition| {
-            sink.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(t.clone());
-        });
         let (tx, rx) = mpsc::unbounded_channel();
         let handle = DriverHandle {
             tx: tx.clone(),
@@ -281,7 +274,6 @@ impl Driver {
             spans: HashMap::new(),
             pending: HashMap::new(),
             tickets: HashMap::new(),
-            transitions,
             store,
             metrics,
             lease_ttl_ms,
@@ -446,21 +438,10 @@ impl Driver {
                 retry_after_ms,
                 reply,
             } => {
-                let result = match self.registry.controller(&workspace) {
-                    None => Err(ApiError::no_profile()),
-                    Some(c) if !c.profile().providers.contains_key(&provider) => {
-                        Err(ApiError::NotFound {
-                            code: "unconfigured-provider",
-                            message: "the workspace profile does not configure this provider"
-                                .into(),
-                        })
-                    }
-                    Some(_) => self
-                        .registry
-                        .coordinate_retry_after(&workspace, &provider, retry_after_ms, now)
-                        .map(|()| now.saturating_add(retry_after_ms))
-                        .map_err(|_| ApiError::no_profile()),
-                };
+                let result = self
+                    .registry
+                    .coordinate_retry_after(&workspace, &provider, retry_after_ms, now)
+                    .map_err(registry_error);
                 self.drain(&workspace, now);
                 let _ = reply.send(result);
             }
@@ -518,25 +499,22 @@ impl Driver {
             let _ = reply.send(AcquireReply::ShuttingDown);
             return;
         }
-        let Some(controller) = self.registry.controller(&workspace) else {
-            span.failed();
-            let _ = reply.send(AcquireReply::NoProfile);
-            return;
-        };
-        // The core keeps state for every provider ID it is asked about; refusing unknown
-        // providers here keeps that state bounded by the profile.
-        if !controller.profile().providers.contains_key(&provider_id) {
-            let rejection = unconfigured_provider(controller.snapshot().retry_pressure);
-            self.metrics
-                .decision(Decision::Reject, Reason::UnconfiguredProvider);
-            span.rejected(&rejection.evidence);
-            let _ = reply.send(AcquireReply::Rejected(rejection));
-            return;
-        }
+        // The core refuses unknown providers (without keeping state for them), a pause or open
+        // breaker that outlasts the deadline, and, for a zero wait, anything not free now.
         let request = AdmissionRequest::new(principal.to_string(), provider_id, budget_id)
-            .with_estimate(estimate)
-            .with_deadline(now.saturating_add(wait_ms));
-        match self.registry.acquire(&workspace, request, now) {
+            .with_estimate(estimate);
+        let acquired = if wait_ms == 0 {
+            self.registry
+                .try_acquire(&workspace, request, now)
+                .map(|tried| match tried {
+                    Ok(lease) => Acquired::Admitted(lease),
+                    Err(rejection) => Acquired::Rejected(rejection),
+                })
+        } else {
+            let request = request.with_deadline(now.saturating_add(wait_ms));
+            self.registry.acquire(&workspace, request, now)
+        };
+        match acquired {
             Err(_) => {
                 span.failed();
                 let _ = reply.send(AcquireReply::NoProfile);
@@ -558,17 +536,6 @@ impl Driver {
             }
             Ok(Acquired::Queued { waiter, evidence }) => {
                 self.metrics.decision(Decision::Defer, evidence.reason);
-                if let Some(rejection) = provider_blocked_past(&evidence, now, wait_ms) {
-                    // Waiting cannot help: the provider lane stays paused (or its breaker
-                    // open) past the caller's deadline. Answer now, with the real remaining
-                    // time, instead of holding the connection until the deadline.
-                    let _ = self.registry.cancel(&workspace, waiter, now);
-                    self.metrics.decision(Decision::Reject, rejection.reason);
-                    span.rejected(&rejection.evidence);
-                    let _ = reply.send(AcquireReply::Rejected(rejection));
-                    self.drain(&workspace, now);
-                    return;
-                }
                 self.tickets.insert(ticket, (workspace.clone(), waiter));
                 self.pending.entry(workspace.clone()).or_default().insert(
                     waiter,
@@ -765,27 +732,27 @@ impl Driver {
                 self.pending.remove(workspace);
             }
         }
-        self.flush_transitions(workspace);
+        self.flush_transitions();
     }
 
-    fn flush_transitions(&mut self, workspace: &str) {
-        let transitions =
-            std::mem::take(&mut *self.transitions.lock().unwrap_or_else(|e| e.into_inner()));
-        if transitions.is_empty() {
-            return;
-        }
-        let records: Vec<AuditRecord> = transitions
-            .iter()
-            .filter_map(|t| {
-                self.metrics.breaker_transition(t.to);
-                serde_json::to_string(t).ok().map(|json| AuditRecord {
-                    workspace_id: workspace.to_owned(),
+    /// Persists every breaker transition the core has emitted, each under the workspace the
+    /// core tagged it with.
+    fn flush_transitions(&mut self) {
+        let mut records = Vec::new();
+        while let Some((workspace_id, transition)) = self.registry.poll_transition() {
+            self.metrics.breaker_transition(transition.to);
+            if let Ok(json) = serde_json::to_string(&transition) {
+                records.push(AuditRecord {
+                    workspace_id,
                     kind: AuditKind::BreakerTransition,
                     record_json: json,
-                    at_epoch_ms: t.at_epoch_ms,
-                })
-            })
-            .collect();
+                    at_epoch_ms: transition.at_epoch_ms,
+                });
+            }
+        }
+        if records.is_empty() {
+            return;
+        }
         if !self.store.send(StoreOp::AppendAudit(records)) {
             self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -798,45 +765,6 @@ struct Admitted {
     evidence: Evidence,
     span: AdmitSpan,
     reply: oneshot::Sender<AcquireReply>,
-}
-
-/// A deferral on a provider pause or an open breaker whose known end is at or past the
-/// caller's deadline becomes a retryable rejection with that reason.
-fn provider_blocked_past(evidence: &Evidence, now: Millis, wait_ms: Millis) -> Option<Rejection> {
-    let blocked = matches!(evidence.reason, Reason::RetryAfter | Reason::CircuitOpen);
-    let hint = evidence.retry_after_ms?;
-    if !blocked || now.saturating_add(hint) < now.saturating_add(wait_ms) {
-        return None;
-    }
-    let mut evidence = evidence.clone();
-    evidence.decision = Decision::Reject;
-    Some(Rejection {
-        reason: evidence.reason,
-        retryable: evidence.reason.is_retryable_rejection(),
-        evidence,
-    })
-}
-
-/// The rejection for a provider the profile does not configure (decided here, before the core,
-/// so unknown provider IDs never allocate core state).
-fn unconfigured_provider(retry_pressure: u64) -> Rejection {
-    Rejection {
-        reason: Reason::UnconfiguredProvider,
-        retryable: Reason::UnconfiguredProvider.is_retryable_rejection(),
-        evidence: Evidence {
-            decision: Decision::Reject,
-            reason: Reason::UnconfiguredProvider,
-            queue_delay_ms: 0,
-            active: 0,
-            queued: 0,
-            estimated_tokens: None,
-            estimated_cost_usd: None,
-            retry_pressure,
-            breaker_state: BreakerState::Closed,
-            retry_after_ms: None,
-            breaker_transitions: Vec::new(),
-        },
-    }
 }
 
 /// The typed API error of a refused registration.
@@ -854,5 +782,9 @@ pub fn registry_error(error: RegistryError) -> ApiError {
             message: error.to_string(),
         },
         RegistryError::UnknownWorkspace => ApiError::no_profile(),
+        RegistryError::UnconfiguredProvider => ApiError::NotFound {
+            code: "unconfigured-provider",
+            message: "the workspace profile does not configure this provider".into(),
+        },
     }
 }

@@ -10,7 +10,7 @@
 //! | `retry-after`, `circuit-open` | 503 + `Retry-After` |
 //! | `disabled` | 403 |
 //! | `cancelled` | 409 (only a client that already left can cause it) |
-//! | `concurrency`, `requests-per-minute`, `tokens-per-second` | 422: as a *rejection* these mean the request can never fit (zero ceiling, estimate above a bucket's capacity); a rate limit that binds now defers, and a deferral that runs out of time ends as `queue-timeout` or `deadline-exceeded` (429) |
+//! | `concurrency`, `requests-per-minute`, `tokens-per-second` | 422: as a *rejection* these mean the request can never fit (zero ceiling, estimate above a bucket's capacity); a rate limit that binds now defers, and a deferral that runs out of time ends as `queue-timeout` or `deadline-exceeded` (429). A *retryable* one is a `deadlineMs: 0` request that was not free now: 429 + `Retry-After` ([`status_for_rejection`]) |
 //! | `attempts`, `cost`, `tokens`, `unknown-cost`, `unknown-tokens` | 422 (the budget of this `budgetId` cannot pay for the request) |
 //! | `invalid-estimate`, `batch-size`, `request-too-large`, `too-many-items`, `retained-work`, `unknown-retained-work`, `unconfigured-provider` | 422 |
 //!
@@ -18,7 +18,7 @@
 //! least 1; the body keeps the millisecond hint.
 
 use axum::http::StatusCode;
-use turnstile_admission::{Millis, Reason};
+use turnstile_admission::{Millis, Reason, Rejection};
 
 /// The status of an admission answer with this reason.
 pub fn status_for(reason: Reason) -> StatusCode {
@@ -45,6 +45,15 @@ pub fn status_for(reason: Reason) -> StatusCode {
         | Reason::RetainedWork
         | Reason::UnknownRetainedWork
         | Reason::UnconfiguredProvider => StatusCode::UNPROCESSABLE_ENTITY,
+    }
+}
+
+/// The status of a rejection: its reason's, except that a retryable refusal with a reason that
+/// otherwise means "can never fit" (a zero-wait request that was not free now) is a 429.
+pub fn status_for_rejection(rejection: &Rejection) -> StatusCode {
+    match status_for(rejection.reason) {
+        StatusCode::UNPROCESSABLE_ENTITY if rejection.retryable => StatusCode::TOO_MANY_REQUESTS,
+        status => status,
     }
 }
 

@@ -331,6 +331,60 @@ fn circuit_open_is_503_with_retry_after() {
     assert!(!metrics.contains("alice") && !metrics.contains("\"t\""));
 }
 
+/// `deadlineMs: 0` means "only if free now" (issue 11: it used to become a deadline of `now`,
+/// which the core refused as `deadline-exceeded` even on an idle provider). On an idle provider
+/// it is admitted; on a busy one it is refused at once with the reason it would have waited for,
+/// retryable, and nothing stays queued.
+#[test]
+fn deadline_zero_is_admitted_when_free_and_refused_at_once_with_the_real_reason_when_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |_| {});
+    let (alice, bob) = setup(&server);
+    let now_only = json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 0});
+
+    let idle = server.acquire(&alice, &now_only);
+    assert_eq!(idle.status(), 200);
+    let lease: Value = idle.json().unwrap();
+
+    let busy = server.acquire(&bob, &now_only);
+    assert_eq!(
+        busy.status(),
+        429,
+        "retryable: the provider is busy, not unusable"
+    );
+    assert!(busy.headers().get("retry-after").is_some());
+    let busy: Value = busy.json().unwrap();
+    assert_eq!(busy["reason"], "concurrency");
+    assert_eq!(busy["retryable"], true);
+    assert_eq!(busy["evidence"]["decision"], "reject");
+    assert_eq!(
+        server.snapshot("t")["queued"],
+        0,
+        "it never joined the queue"
+    );
+
+    // A paused provider: the refusal names the pause and its real remaining time.
+    let id = lease["leaseId"].as_str().unwrap();
+    assert_eq!(
+        server
+            .release(&alice, id, &json!({"outcome": "success"}))
+            .status(),
+        200
+    );
+    let paused = server
+        .post("/v1/providers/p/retry-after", &alice)
+        .json(&json!({"retryAfterMs": 30000}))
+        .send()
+        .unwrap();
+    assert_eq!(paused.status(), 200);
+    let refused = server.acquire(&bob, &now_only);
+    assert_eq!(refused.status(), 503);
+    let refused: Value = refused.json().unwrap();
+    assert_eq!(refused["reason"], "retry-after");
+    let hint = refused["evidence"]["retryAfterMs"].as_u64().unwrap();
+    assert!((29_000..=30_000).contains(&hint), "{hint}");
+}
+
 #[test]
 fn restart_keeps_keys_profiles_and_audit() {
     let dir = tempfile::tempdir().unwrap();

@@ -20,7 +20,7 @@ use crate::body;
 use crate::driver::{AcquireCommand, AcquireReply, Command};
 use crate::error::ApiError;
 use crate::keys::Caller;
-use crate::status::{carries_retry_after, retry_after_seconds, status_for};
+use crate::status::{carries_retry_after, retry_after_seconds, status_for_rejection};
 
 /// The request body.
 #[derive(Debug, Deserialize)]
@@ -106,7 +106,7 @@ pub async fn acquire(
 /// A typed rejection: `{reason, retryable, evidence}` with the reason's status, and
 /// `Retry-After` on 429 / 503.
 pub fn rejection_response(rejection: Rejection) -> Response {
-    let status = status_for(rejection.reason);
+    let status = status_for_rejection(&rejection);
     let hint = rejection.evidence.retry_after_ms;
     let mut response = (status, Json(rejection)).into_response();
     if carries_retry_after(status) {

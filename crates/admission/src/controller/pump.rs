@@ -1,0 +1,467 @@
+//! The controller's state changes: queueing, the pump, commits, rejections, expiries, and the
+//! evidence they produce.
+//!
+//! # What it decides
+//!
+//! The pump serves lane heads round-robin ([`crate::ring`]) until nothing more can be admitted
+//! now: it takes the ring front's head, revalidates it (preflight against the current profile),
+//! runs tryAdmit, and then commits it (lease, counters, buckets, budgets), rejects it (the
+//! lane's next waiter is considered at once) or records the deferral and the instant at which
+//! it can change. It stops after a full round without an admission, at once when a
+//! workspace-wide condition blocks, and as soon as every queued waiter belongs to a provider
+//! already found blocked in this pass; lanes of a principal or provider found blocked are
+//! skipped in O(1).
+//!
+//! # Invariants
+//!
+//! - Every waiter leaves through [`Controller::remove_waiter`], which keeps the waiter queue,
+//!   the queued counters, the lane (live count, ring membership, idleness) and the token-bucket
+//!   holders consistent.
+//! - A resolved waiter (admitted, rejected, expired) is pushed to the resolutions exactly once.
+//! - `wake_at` is the earliest known instant at which a head deferred in the last pass can
+//!   change; together with the next expiry it is the controller's `poll_timeout`.
+//!
+//! # Complexity
+//!
+//! A pass costs O(lanes looked at) plus O(log n) per waiter resolved; a handoff where a shared
+//! ceiling binds looks at O(1) lanes (`Controller::pump_stats` counts them).
+
+use crate::breaker::BreakerTransition;
+use crate::estimate::CheckedEstimate;
+use crate::evidence::{Evidence, Lease, LeaseId, Rejection, WaiterId};
+use crate::lane::LaneKey;
+use crate::queue::Waiter;
+use crate::reason::{Decision, Reason};
+use crate::ring::FairRing;
+use crate::time::Millis;
+
+use super::admit::{Attempt, Blocked};
+use super::{
+    deadline_bound, Acquired, Controller, LeaseRecord, Resolution, BREAKER_HISTORY_LIMIT,
+    TRANSITION_OUTBOX_LIMIT,
+};
+
+impl Controller {
+    /// Puts a new waiter at the back of its lane (and its lane in the ring).
+    #[inline]
+    pub(super) fn enqueue(&mut self, waiter_id: WaiterId, waiter: Waiter) {
+        let lane_key = waiter.lane;
+        self.queue.insert(waiter_id, waiter);
+        self.count_queued(lane_key, true);
+        let lane = self.lanes.entry(lane_key).or_default();
+        lane.queue.push_back(waiter_id);
+        lane.live += 1;
+        self.ring.enter(lane_key, &mut lane.ring);
+    }
+
+    fn count_queued(&mut self, lane: LaneKey, up: bool) {
+        for scope in self.scopes.of_lane_mut(lane) {
+            if up {
+                scope.queued += 1;
+            } else {
+                scope.queued -= 1;
+            }
+        }
+    }
+
+    /// Removes a waiter from every structure; returns it.
+    pub(super) fn remove_waiter(&mut self, waiter_id: WaiterId) -> Option<Waiter> {
+        let waiter = self.queue.remove(waiter_id)?;
+        self.count_queued(waiter.lane, false);
+        for scope in self.scopes.of_lane_mut(waiter.lane) {
+            scope.forget_holder(waiter_id);
+        }
+        let mut now_idle = false;
+        if let Some(lane) = self.lanes.get_mut(&waiter.lane) {
+            lane.live -= 1;
+            if lane.live == 0 {
+                // Every ID left in the queue is stale; the lane's ring entry becomes stale too.
+                lane.queue.clear();
+                self.ring.leave(&mut lane.ring);
+                now_idle = lane.is_idle();
+            } else if lane.queue.front() == Some(&waiter_id) {
+                lane.queue.pop_front();
+            }
+        }
+        if now_idle {
+            self.lane_went_idle(waiter.lane);
+        }
+        Some(waiter)
+    }
+
+    pub(super) fn reject_waiter(
+        &mut self,
+        waiter_id: WaiterId,
+        reason: Reason,
+        now: Millis,
+    ) -> Option<Rejection> {
+        let waiter = self.remove_waiter(waiter_id)?;
+        let mut evidence = self.evidence(
+            waiter.lane,
+            Decision::Reject,
+            reason,
+            now.saturating_sub(waiter.enqueued_at),
+            Some(&waiter.estimate),
+            false,
+        );
+        if reason == Reason::QueueTimeout {
+            evidence.retry_after_ms = waiter.last_wake.map(|at| at.saturating_sub(now).max(1));
+        }
+        // A zero dwell bound can never be met: that queue-timeout is permanent.
+        let retryable = reason.is_retryable_rejection()
+            && !(reason == Reason::QueueTimeout && waiter.expires_at() == Some(waiter.enqueued_at));
+        evidence.breaker_transitions = waiter.transitions;
+        Some(Rejection {
+            reason,
+            retryable,
+            evidence,
+        })
+    }
+
+    /// Rejects a waiter and delivers the rejection through the resolutions; `until` is the
+    /// instant its blocking condition ends, when that is why it is refused.
+    pub(super) fn resolve_rejected(
+        &mut self,
+        waiter_id: WaiterId,
+        reason: Reason,
+        until: Option<Millis>,
+        now: Millis,
+    ) {
+        if let Some(mut rejection) = self.reject_waiter(waiter_id, reason, now) {
+            if let Some(at) = until {
+                rejection.evidence.retry_after_ms = Some(at.saturating_sub(now).max(1));
+            }
+            self.resolutions.push_back(Resolution {
+                waiter: waiter_id,
+                outcome: Err(rejection),
+            });
+        }
+    }
+
+    /// Rejects every waiter whose deadline or dwell bound has come.
+    pub(super) fn expire(&mut self, now: Millis) {
+        while let Some(waiter_id) = self.queue.first_due(now) {
+            let deadline_passed = self
+                .queue
+                .get(waiter_id)
+                .is_some_and(|w| w.deadline.is_some_and(|d| now >= d));
+            let reason = if deadline_passed {
+                Reason::DeadlineExceeded
+            } else {
+                Reason::QueueTimeout
+            };
+            self.resolve_rejected(waiter_id, reason, None, now);
+        }
+    }
+
+    fn commit(&mut self, waiter_id: WaiterId, probe: bool, now: Millis) -> Option<Lease> {
+        // The lease counts in its lane before the waiter leaves, so the lane is never dropped
+        // as idle in between.
+        let lane_key = self.queue.get(waiter_id)?.lane;
+        if let Some(lane) = self.lanes.get_mut(&lane_key) {
+            lane.active += 1;
+        }
+        let mut waiter = self.remove_waiter(waiter_id)?;
+        let tokens = waiter.estimate.tokens.unwrap_or(0);
+        for scope in self.scopes.of_lane_mut(lane_key) {
+            if let Some(bucket) = &mut scope.requests {
+                bucket.take(1);
+            }
+            if let Some(bucket) = &mut scope.tokens {
+                bucket.take(tokens);
+            }
+            scope.active += 1;
+        }
+        let budget_epoch = self.budgets.charge(
+            &waiter.budget_id,
+            Self::scope_keys(lane_key),
+            &waiter.estimate,
+        );
+        if probe {
+            let (provider, _) = lane_key;
+            self.scopes.providers[provider].extra.breaker.start_probe();
+        }
+        let lease_id = LeaseId(self.next_id());
+        self.leases.insert(
+            lease_id,
+            LeaseRecord {
+                lane: lane_key,
+                probe,
+                admitted_at: now,
+                budget_id: std::mem::take(&mut waiter.budget_id),
+                budget_epoch,
+                charged: waiter.estimate,
+            },
+        );
+        let mut evidence = self.evidence(
+            lane_key,
+            Decision::Admit,
+            Reason::Admitted,
+            now.saturating_sub(waiter.enqueued_at),
+            Some(&waiter.estimate),
+            false,
+        );
+        evidence.breaker_transitions = std::mem::take(&mut waiter.transitions);
+        Some(Lease {
+            id: lease_id,
+            evidence,
+        })
+    }
+
+    pub(super) fn record_transitions(&mut self, transitions: &[BreakerTransition]) {
+        for transition in transitions {
+            if self.breaker_history.len() == BREAKER_HISTORY_LIMIT {
+                self.breaker_history.pop_front();
+            }
+            self.breaker_history.push_back(transition.clone());
+            if self.transition_outbox.len() == TRANSITION_OUTBOX_LIMIT {
+                self.transition_outbox.pop_front();
+                self.transitions_dropped += 1;
+            }
+            self.transition_outbox.push_back(transition.clone());
+        }
+    }
+
+    /// Serves lane heads round-robin until nothing more can be admitted now.
+    pub(super) fn pump(&mut self, now: Millis) {
+        self.wake_at = None;
+        self.pass += 1;
+        let pass = self.pass;
+        let mut since_admission = 0usize;
+        let mut blocked_queued = 0u64;
+        while since_admission < self.ring.len() {
+            let workspace = &self.scopes.workspace;
+            if workspace.queued == blocked_queued
+                || workspace.active >= self.profile.workspace.concurrency
+            {
+                // Nothing unblocked is queued, or the workspace ceiling holds everyone back:
+                // no head needs to be looked at.
+                break;
+            }
+            let Some(entry) = self.ring.pop_front() else {
+                break;
+            };
+            self.lanes_visited += 1;
+            let lane_key = entry.lane;
+            let (provider, principal) = lane_key;
+            let head = {
+                let Some(lane) = self.lanes.get_mut(&lane_key) else {
+                    continue;
+                };
+                if !FairRing::is_live(entry, Some(&lane.ring)) {
+                    continue; // a stale entry of a lane that emptied
+                }
+                while lane
+                    .queue
+                    .front()
+                    .is_some_and(|&id| !self.queue.contains(id))
+                {
+                    lane.queue.pop_front();
+                }
+                match lane.queue.front() {
+                    Some(&head) => head,
+                    None => {
+                        self.ring.leave(&mut lane.ring);
+                        if lane.is_idle() {
+                            self.lane_went_idle(lane_key);
+                        }
+                        continue;
+                    }
+                }
+            };
+            if self.scopes.providers.is_blocked(provider, pass)
+                || self.scopes.principals.is_blocked(principal, pass)
+            {
+                self.ring.push_back(entry);
+                since_admission += 1;
+                continue;
+            }
+            let mut transitions = Vec::new();
+            let attempt = match self.queue.get(head) {
+                Some(waiter) => {
+                    let (deadline, estimate) = (waiter.deadline, waiter.estimate);
+                    let horizon = deadline_bound(deadline, waiter.expires_at());
+                    match self.preflight(lane_key, deadline, Some(estimate), now) {
+                        Err(reason) => Attempt::Reject(reason),
+                        Ok(_) => match horizon.and_then(|d| self.blocked_past(provider, d, now)) {
+                            // Waiting cannot outlast this pause or open breaker: refuse now.
+                            Some((reason, until)) => Attempt::Refuse { reason, until },
+                            None => self.try_admit(head, now, &mut transitions),
+                        },
+                    }
+                }
+                None => Attempt::Reject(Reason::Cancelled),
+            };
+            if !transitions.is_empty() {
+                self.record_transitions(&transitions);
+                if let Some(waiter) = self.queue.get_mut(head) {
+                    waiter.transitions.extend(transitions);
+                }
+            }
+            match attempt {
+                Attempt::Admit { probe } => {
+                    if let Some(lease) = self.commit(head, probe, now) {
+                        self.resolutions.push_back(Resolution {
+                            waiter: head,
+                            outcome: Ok(lease),
+                        });
+                    }
+                    if self.ring_entry_is_live(entry) {
+                        self.ring.push_back(entry);
+                    }
+                    since_admission = 0;
+                }
+                Attempt::Reject(reason) => {
+                    self.resolve_rejected(head, reason, None, now);
+                    // The lane's next waiter is considered at once.
+                    if self.ring_entry_is_live(entry) {
+                        self.ring.push_front(entry);
+                    }
+                }
+                Attempt::Refuse { reason, until } => {
+                    self.resolve_rejected(head, reason, Some(until), now);
+                    // The lane's next waiter is considered at once.
+                    if self.ring_entry_is_live(entry) {
+                        self.ring.push_front(entry);
+                    }
+                }
+                Attempt::Defer {
+                    reason,
+                    wake,
+                    blocked,
+                } => {
+                    if let Some(waiter) = self.queue.get_mut(head) {
+                        waiter.last_reason = Some(reason);
+                        waiter.last_wake = wake;
+                    }
+                    if let Some(at) = wake {
+                        self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
+                    }
+                    self.ring.push_back(entry);
+                    since_admission += 1;
+                    match blocked {
+                        Blocked::Workspace => break,
+                        Blocked::Provider => {
+                            self.scopes.providers.mark_blocked(provider, pass);
+                            blocked_queued += self.scopes.providers[provider].scope.queued;
+                        }
+                        Blocked::Principal => {
+                            self.scopes.principals.mark_blocked(principal, pass);
+                        }
+                        Blocked::Head => {}
+                    }
+                }
+            }
+        }
+        // The cursor stays just past the last admitted lane: lanes considered since then were
+        // not served and come first again next time.
+        self.ring.end_pass(since_admission, &self.lanes);
+    }
+
+    fn ring_entry_is_live(&self, entry: crate::ring::RingEntry) -> bool {
+        FairRing::is_live(entry, self.lanes.get(&entry.lane).map(|l| &l.ring))
+    }
+
+    /// A try-now request the pump did not admit leaves the queue and is refused, retryable,
+    /// with what it would have waited for: the deferral the pump recorded for it; when the pump
+    /// did not look at it, what the waiter ahead of it in its lane waits for; and when it is
+    /// its lane's head but the pump stopped first (its scope was already found blocked),
+    /// tryAdmit's verdict now.
+    pub(super) fn withdraw_try_now(&mut self, waiter_id: WaiterId, now: Millis) -> Acquired {
+        let Some(waiter) = self.queue.get(waiter_id) else {
+            return Acquired::Rejected(Rejection::refusal(Reason::Cancelled, self.retry_pressure));
+        };
+        let seen = match waiter.last_reason {
+            Some(reason) => Some((reason, waiter.last_wake)),
+            None => self.wait_behind(waiter.lane, waiter_id),
+        };
+        let (reason, wake) = match seen {
+            Some(seen) => seen,
+            None => {
+                let mut transitions = Vec::new();
+                let attempt = self.try_admit(waiter_id, now, &mut transitions);
+                self.record_transitions(&transitions);
+                if let Some(waiter) = self.queue.get_mut(waiter_id) {
+                    waiter.transitions.extend(transitions);
+                }
+                match attempt {
+                    Attempt::Admit { probe } => {
+                        if let Some(lease) = self.commit(waiter_id, probe, now) {
+                            return Acquired::Admitted(lease);
+                        }
+                        (Reason::Concurrency, None)
+                    }
+                    Attempt::Defer { reason, wake, .. } => (reason, wake),
+                    Attempt::Refuse { reason, until } => (reason, Some(until)),
+                    Attempt::Reject(reason) => {
+                        return match self.reject_waiter(waiter_id, reason, now) {
+                            Some(rejection) => Acquired::Rejected(rejection),
+                            None => {
+                                Acquired::Rejected(Rejection::refusal(reason, self.retry_pressure))
+                            }
+                        };
+                    }
+                }
+            }
+        };
+        let mut rejection = self
+            .reject_waiter(waiter_id, reason, now)
+            .unwrap_or_else(|| Rejection::refusal(reason, self.retry_pressure));
+        rejection.retryable = true;
+        rejection.evidence.retry_after_ms = wake.map(|at| at.saturating_sub(now).max(1));
+        Acquired::Rejected(rejection)
+    }
+
+    // ----- evidence ------------------------------------------------------------------------
+
+    pub(super) fn evidence(
+        &self,
+        (provider, principal): LaneKey,
+        decision: Decision,
+        reason: Reason,
+        queue_delay_ms: Millis,
+        estimate: Option<&CheckedEstimate>,
+        count_self_in_lane: bool,
+    ) -> Evidence {
+        let lane_live = self.lanes.get(&(provider, principal)).map_or(0, |l| l.live);
+        let queued = if count_self_in_lane {
+            lane_live.saturating_sub(1)
+        } else {
+            lane_live
+        };
+        Evidence {
+            queue_delay_ms,
+            active: self.principal_active(principal),
+            queued,
+            estimated_tokens: estimate.and_then(|e| e.tokens),
+            estimated_cost_usd: estimate.and_then(|e| e.cost_usd),
+            breaker_state: self.scopes.providers[provider].extra.breaker.state(),
+            ..Evidence::new(decision, reason, self.retry_pressure)
+        }
+    }
+
+    /// The `defer` evidence of a request that just joined its lane and is still waiting.
+    pub(super) fn deferral_evidence(
+        &self,
+        waiter_id: WaiterId,
+        lane: LaneKey,
+        now: Millis,
+    ) -> Evidence {
+        let waiter = self.queue.get(waiter_id);
+        let mut evidence = self.evidence(
+            lane,
+            Decision::Defer,
+            waiter
+                .and_then(|w| w.last_reason)
+                .unwrap_or(Reason::Concurrency),
+            0,
+            waiter.map(|w| &w.estimate),
+            true,
+        );
+        if let Some(waiter) = waiter {
+            evidence.retry_after_ms = waiter.last_wake.map(|at| at.saturating_sub(now).max(1));
+            evidence.breaker_transitions = waiter.transitions.clone();
+        }
+        evidence
+    }
+}
