@@ -87,14 +87,16 @@ impl Breaker {
             return BreakerGate::Pass { probe: false };
         };
         if self.state == BreakerState::Open {
-            let reopens_at = self.opened_at.saturating_add(config.open_ms);
+            let reopens_at = self.opened_at.saturating_add(config.open_ms_or_default());
             if now < reopens_at {
                 return BreakerGate::OpenUntil(reopens_at);
             }
             transitions.push(self.transition(provider_id, BreakerState::HalfOpen, now));
         }
         match self.state {
-            BreakerState::HalfOpen if self.probes_in_flight >= config.half_open_max_calls => {
+            BreakerState::HalfOpen
+                if self.probes_in_flight >= config.half_open_max_calls_or_default() =>
+            {
                 BreakerGate::ProbesBusy
             }
             BreakerState::HalfOpen => BreakerGate::Pass { probe: true },
@@ -106,7 +108,7 @@ impl Breaker {
     /// half-open happens in [`Breaker::gate`]).
     pub fn open_until(&self, config: Option<&CircuitBreakerConfig>, now: Millis) -> Option<Millis> {
         let config = config?;
-        let reopens_at = self.opened_at.saturating_add(config.open_ms);
+        let reopens_at = self.opened_at.saturating_add(config.open_ms_or_default());
         (self.state == BreakerState::Open && now < reopens_at).then_some(reopens_at)
     }
 
@@ -155,8 +157,8 @@ mod tests {
     fn config() -> CircuitBreakerConfig {
         CircuitBreakerConfig {
             failure_threshold: 2,
-            open_ms: 100,
-            half_open_max_calls: 1,
+            open_ms: Some(100),
+            half_open_max_calls: Some(1),
         }
     }
 

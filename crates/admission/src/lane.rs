@@ -27,6 +27,7 @@ pub(crate) struct Lane {
 }
 
 impl Lane {
+    #[inline]
     pub(crate) fn is_idle(&self) -> bool {
         self.live == 0 && self.active == 0 && !self.ring.in_ring()
     }

@@ -12,25 +12,44 @@ use crate::time::Millis;
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// Circuit breaker settings; only the provider scope's breaker is used.
+///
+/// `openMs` and `halfOpenMaxCalls` keep whether they were written: an absent field stays `None`
+/// (and is not serialized), so a profile serializes, and digests, as written
+/// ([`crate::Profile::digest`]). The rules read the effective values through
+/// [`CircuitBreakerConfig::open_ms_or_default`] and
+/// [`CircuitBreakerConfig::half_open_max_calls_or_default`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CircuitBreakerConfig {
     /// Consecutive failures that open the breaker (≥ 1).
     pub failure_threshold: u32,
-    /// How long an open breaker refuses calls before a half-open probe.
-    #[serde(default = "default_open_ms")]
-    pub open_ms: Millis,
-    /// Probes allowed in flight while half-open (≥ 1).
-    #[serde(default = "default_half_open_max_calls")]
-    pub half_open_max_calls: u32,
+    /// How long an open breaker refuses calls before a half-open probe; absent means
+    /// [`DEFAULT_BREAKER_OPEN_MS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_ms: Option<Millis>,
+    /// Probes allowed in flight while half-open (≥ 1); absent means
+    /// [`DEFAULT_BREAKER_HALF_OPEN_MAX_CALLS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_open_max_calls: Option<u32>,
 }
 
-fn default_open_ms() -> Millis {
-    30_000
-}
+/// `circuitBreaker.openMs` when the profile does not say (REFERENCE §2).
+pub const DEFAULT_BREAKER_OPEN_MS: Millis = 30_000;
 
-fn default_half_open_max_calls() -> u32 {
-    1
+/// `circuitBreaker.halfOpenMaxCalls` when the profile does not say (REFERENCE §2).
+pub const DEFAULT_BREAKER_HALF_OPEN_MAX_CALLS: u32 = 1;
+
+impl CircuitBreakerConfig {
+    /// How long an open breaker refuses calls: `openMs`, or 30,000 when absent.
+    pub fn open_ms_or_default(&self) -> Millis {
+        self.open_ms.unwrap_or(DEFAULT_BREAKER_OPEN_MS)
+    }
+
+    /// Probes allowed in flight while half-open: `halfOpenMaxCalls`, or 1 when absent.
+    pub fn half_open_max_calls_or_default(&self) -> u32 {
+        self.half_open_max_calls
+            .unwrap_or(DEFAULT_BREAKER_HALF_OPEN_MAX_CALLS)
+    }
 }
 
 /// The limits of one scope. Every field but `concurrency` is optional; absent means unbounded.
@@ -182,12 +201,12 @@ impl Limits {
                     field: "failureThreshold",
                 });
             }
-            if breaker.half_open_max_calls == 0 {
+            if breaker.half_open_max_calls == Some(0) {
                 return Err(LimitsError::BreakerZero {
                     field: "halfOpenMaxCalls",
                 });
             }
-            if breaker.open_ms > MAX_SAFE_INTEGER {
+            if breaker.open_ms.is_some_and(|ms| ms > MAX_SAFE_INTEGER) {
                 return Err(LimitsError::TooLarge {
                     field: "circuitBreaker.openMs",
                 });

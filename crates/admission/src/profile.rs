@@ -4,8 +4,14 @@
 //! principals it knows. [`Profile::validate`] checks every scope's limits and the cross-scope
 //! rule: reservations may not add up to more than the workspace concurrency or any provider's.
 //! The profile digest covers `{providers, workspace}` only (principal limits are checked for
-//! immutability separately by the registry); it is computed from the normalized limits, so
-//! equal limits always give equal digests.
+//! immutability separately by the registry). It is defined on the profile **as written**
+//! (REFERENCE §6: sha256 of the canonical JSON of `{"providers", "workspace"}`): no default is
+//! filled in before hashing (an absent `circuitBreaker.openMs` stays absent, see
+//! [`crate::CircuitBreakerConfig`]), so a profile digests like the reference's canonical JSON of
+//! the same document. Serializing a `Profile` writes the same form back, so a profile stored as
+//! `serde_json::to_string(&profile)` and read again keeps its digest. The one normalisation left
+//! is JSON's own: key order, whitespace, number spelling (`1.0` is `1`), and an explicit `null`
+//! limit, which reads as absent.
 
 use std::collections::BTreeMap;
 
@@ -133,7 +139,8 @@ impl Profile {
         Ok(())
     }
 
-    /// `"sha256:" + hex(sha256(canonical JSON of {"providers", "workspace"}))`.
+    /// `"sha256:" + hex(sha256(canonical JSON of {"providers", "workspace"}))`, on the limits as
+    /// written (no defaults filled in). O(size of the limits).
     pub fn digest(&self) -> Result<String, CanonicalJsonError> {
         canonical_digest(&DigestedPart {
             providers: &self.providers,
@@ -159,6 +166,28 @@ mod tests {
     fn a_misspelt_top_level_key_is_refused() {
         let json = r#"{"workspace":{"concurrency":4},"providers":{},"principal":{}}"#;
         assert!(serde_json::from_str::<Profile>(json).is_err());
+    }
+
+    /// The digest is taken on the profile as written: a breaker that omits `openMs` and
+    /// `halfOpenMaxCalls` digests differently from one that spells out their defaults (as in the
+    /// reference, which hashes the document it was given), and serializing the parsed profile
+    /// gives back what was written.
+    #[test]
+    fn digest_is_defined_on_the_profile_as_written() {
+        let omitted = r#"{"workspace":{"concurrency":2},"providers":{"jev":{"concurrency":1,
+            "circuitBreaker":{"failureThreshold":3}}}}"#;
+        let spelled = r#"{"workspace":{"concurrency":2},"providers":{"jev":{"concurrency":1,
+            "circuitBreaker":{"failureThreshold":3,"openMs":30000,"halfOpenMaxCalls":1}}}}"#;
+        let omitted: Profile = serde_json::from_str(omitted).unwrap();
+        let spelled: Profile = serde_json::from_str(spelled).unwrap();
+        assert_ne!(omitted.digest().unwrap(), spelled.digest().unwrap());
+        let breaker = omitted.providers["jev"].circuit_breaker.clone().unwrap();
+        assert_eq!(breaker.open_ms_or_default(), 30_000);
+        assert_eq!(breaker.half_open_max_calls_or_default(), 1);
+        let written = serde_json::to_string(&omitted).unwrap();
+        assert!(!written.contains("openMs"), "{written}");
+        let reread: Profile = serde_json::from_str(&written).unwrap();
+        assert_eq!(reread.digest().unwrap(), omitted.digest().unwrap());
     }
 
     #[test]

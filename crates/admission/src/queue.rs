@@ -50,6 +50,7 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
+    #[inline]
     pub(crate) fn new(
         lane: LaneKey,
         budget_id: String,
@@ -72,6 +73,7 @@ impl Waiter {
     }
 
     /// The instant at which the waiter expires (deadline or dwell bound), if any.
+    #[inline]
     pub(crate) fn expires_at(&self) -> Option<Millis> {
         self.expires_at
     }
@@ -86,6 +88,7 @@ pub(crate) struct WaiterQueue {
 
 impl WaiterQueue {
     /// Adds a waiter and files its expiry.
+    #[inline]
     pub(crate) fn insert(&mut self, id: WaiterId, waiter: Waiter) {
         if let Some(at) = waiter.expires_at {
             self.expiries.insert((at, id));
@@ -99,6 +102,7 @@ impl WaiterQueue {
     }
 
     /// Removes a waiter and its expiry; returns it.
+    #[inline]
     pub(crate) fn remove(&mut self, id: WaiterId) -> Option<Waiter> {
         let waiter = self.waiters.remove(&id)?;
         if let Some(at) = waiter.expires_at {
@@ -124,18 +128,22 @@ impl WaiterQueue {
         waiter.expires_at = expires_at;
     }
 
+    #[inline]
     pub(crate) fn get(&self, id: WaiterId) -> Option<&Waiter> {
         self.waiters.get(&id)
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, id: WaiterId) -> Option<&mut Waiter> {
         self.waiters.get_mut(&id)
     }
 
+    #[inline]
     pub(crate) fn contains(&self, id: WaiterId) -> bool {
         self.waiters.contains_key(&id)
     }
 
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.waiters.is_empty()
     }
@@ -148,12 +156,14 @@ impl WaiterQueue {
     }
 
     /// The earliest expiry instant.
+    #[inline]
     pub(crate) fn next_expiry(&self) -> Option<Millis> {
         self.expiries.first().map(|&(at, _)| at)
     }
 
     /// The waiter that falls due first, if its instant is at or before `now`. The waiter stays
     /// queued: the caller resolves it (which removes it).
+    #[inline]
     pub(crate) fn first_due(&self, now: Millis) -> Option<WaiterId> {
         self.expiries
             .first()

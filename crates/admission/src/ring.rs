@@ -40,6 +40,7 @@ pub(crate) struct RingSlot {
 
 impl RingSlot {
     /// Whether the lane has a live entry in the ring.
+    #[inline]
     pub(crate) fn in_ring(&self) -> bool {
         self.ticket.is_some()
     }
@@ -63,6 +64,7 @@ pub(crate) struct FairRing {
 
 impl FairRing {
     /// Puts a lane at the back of the ring unless it is already in it.
+    #[inline]
     pub(crate) fn enter(&mut self, lane: LaneKey, slot: &mut RingSlot) {
         if slot.in_ring() {
             return;
@@ -77,6 +79,7 @@ impl FairRing {
     }
 
     /// Takes a lane out of the ring; its entry turns stale where it sits.
+    #[inline]
     pub(crate) fn leave(&mut self, slot: &mut RingSlot) {
         if slot.ticket.take().is_some() {
             self.live -= 1;
@@ -84,26 +87,31 @@ impl FairRing {
     }
 
     /// Whether `entry` is its lane's live entry (the one liveness test of the ring).
+    #[inline]
     pub(crate) fn is_live(entry: RingEntry, slot: Option<&RingSlot>) -> bool {
         slot.is_some_and(|slot| slot.ticket == Some(entry.ticket))
     }
 
     /// The cursor: the next entry to consider (possibly stale).
+    #[inline]
     pub(crate) fn pop_front(&mut self) -> Option<RingEntry> {
         self.entries.pop_front()
     }
 
     /// Served or deferred: the lane waits for its next turn.
+    #[inline]
     pub(crate) fn push_back(&mut self, entry: RingEntry) {
         self.entries.push_back(entry);
     }
 
     /// Its head was rejected: the lane's next waiter is considered at once.
+    #[inline]
     pub(crate) fn push_front(&mut self, entry: RingEntry) {
         self.entries.push_front(entry);
     }
 
     /// Entries in the ring, stale ones included (bounds a pump pass).
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
@@ -116,6 +124,7 @@ impl FairRing {
 
     /// Ends a pump pass: the `unserved` entries at the back (considered since the last
     /// admission) come first again, then stale entries are compacted away if they dominate.
+    #[inline]
     pub(crate) fn end_pass(&mut self, unserved: usize, lanes: &FxHashMap<LaneKey, Lane>) {
         let unserved = unserved.min(self.entries.len());
         self.entries.rotate_right(unserved);

@@ -103,6 +103,7 @@ impl<X> Default for ScopeTable<X> {
 
 impl<X: ScopeExtra> ScopeTable<X> {
     /// The index of a known ID.
+    #[inline]
     pub(crate) fn find(&self, id: &str) -> Option<u32> {
         self.index.get(id).copied()
     }
@@ -145,16 +146,19 @@ impl<X: ScopeExtra> ScopeTable<X> {
     }
 
     /// The limits of a scope, `None` when the profile does not name it.
+    #[inline]
     pub(crate) fn limits(&self, index: u32) -> Option<&Limits> {
         self.entries[index as usize].limits.as_deref()
     }
 
     /// Marks a scope blocked for the rest of pump pass `pass`.
+    #[inline]
     pub(crate) fn mark_blocked(&mut self, index: u32, pass: u64) {
         self.blocked_in_pass[index as usize] = pass;
     }
 
     /// Whether pump pass `pass` already found the scope blocked.
+    #[inline]
     pub(crate) fn is_blocked(&self, index: u32, pass: u64) -> bool {
         self.blocked_in_pass[index as usize] == pass
     }
@@ -172,12 +176,14 @@ impl<X: ScopeExtra> ScopeTable<X> {
 impl<X> Index<u32> for ScopeTable<X> {
     type Output = ScopeEntry<X>;
 
+    #[inline]
     fn index(&self, index: u32) -> &ScopeEntry<X> {
         &self.entries[index as usize]
     }
 }
 
 impl<X> IndexMut<u32> for ScopeTable<X> {
+    #[inline]
     fn index_mut(&mut self, index: u32) -> &mut ScopeEntry<X> {
         &mut self.entries[index as usize]
     }
@@ -213,6 +219,7 @@ impl Scopes {
     }
 
     /// The lane's three scopes, in the reference order: principal, workspace, provider.
+    #[inline]
     pub(crate) fn of_lane_mut(&mut self, (provider, principal): LaneKey) -> [&mut ScopeState; 3] {
         [
             &mut self.principals[principal].scope,
@@ -289,8 +296,8 @@ mod tests {
         let with_breaker = Limits {
             circuit_breaker: Some(CircuitBreakerConfig {
                 failure_threshold: 1,
-                open_ms: 100,
-                half_open_max_calls: 1,
+                open_ms: Some(100),
+                half_open_max_calls: Some(1),
             }),
             ..Limits::default()
         };

@@ -558,8 +558,8 @@ fn breaker_limits() -> Limits {
     Limits {
         circuit_breaker: Some(CircuitBreakerConfig {
             failure_threshold: 1,
-            open_ms: 100,
-            half_open_max_calls: 1,
+            open_ms: Some(100),
+            half_open_max_calls: Some(1),
         }),
         ..default_limits()
     }
@@ -921,8 +921,8 @@ fn a_dwell_bound_before_the_deadline_keeps_the_reference_queue_timeout_behind_an
     let short_wait = Limits {
         circuit_breaker: Some(CircuitBreakerConfig {
             failure_threshold: 1,
-            open_ms: 60_000,
-            half_open_max_calls: 1,
+            open_ms: Some(60_000),
+            half_open_max_calls: Some(1),
         }),
         ..limits(1, 8, 20)
     };

@@ -264,8 +264,8 @@ fn breaker_profile(threshold: u32, open_ms: u64) -> Profile {
     let provider = Limits {
         circuit_breaker: Some(CircuitBreakerConfig {
             failure_threshold: threshold,
-            open_ms,
-            half_open_max_calls: 1,
+            open_ms: Some(open_ms),
+            half_open_max_calls: Some(1),
         }),
         ..pool()
     };
@@ -454,8 +454,8 @@ fn storm_profile(workspace_concurrency: u32, workspace_queue: u64) -> Profile {
     let provider = Limits {
         circuit_breaker: Some(CircuitBreakerConfig {
             failure_threshold: 2,
-            open_ms: 1000,
-            half_open_max_calls: 1,
+            open_ms: Some(1000),
+            half_open_max_calls: Some(1),
         }),
         ..limits(4, 64, 60_000)
     };

@@ -126,8 +126,8 @@ fn breaker() -> impl Strategy<Value = Option<CircuitBreakerConfig>> {
         (1u32..=3, 5u64..=300, 1u32..=2).prop_map(|(failure_threshold, open_ms, half_open)| {
             CircuitBreakerConfig {
                 failure_threshold,
-                open_ms,
-                half_open_max_calls: half_open,
+                open_ms: Some(open_ms),
+                half_open_max_calls: Some(half_open),
             }
         }),
     )
@@ -986,7 +986,7 @@ impl<'a> Sim<'a> {
             );
             if probe {
                 // Probes only grow during a pump, so checking after each one is exact.
-                let max = breaker.map(|b| b.half_open_max_calls);
+                let max = breaker.map(|b| b.half_open_max_calls_or_default());
                 let probes = self.active_of(|h| h.provider == provider && h.probe);
                 prop_assert!(
                     max.is_some_and(|max| probes <= u64::from(max)),
@@ -1431,8 +1431,8 @@ fn breaker_state_after_breaker_removed() {
         .unwrap()
         .circuit_breaker = Some(CircuitBreakerConfig {
         failure_threshold: 1,
-        open_ms: 30_000,
-        half_open_max_calls: 1,
+        open_ms: Some(30_000),
+        half_open_max_calls: Some(1),
     });
     let mut ctl = Controller::new(with_breaker, START).unwrap();
     let request = AdmissionRequest::new(PRINCIPALS[A], PROVIDERS[0], BUDGETS[0]);

@@ -12,12 +12,32 @@ fn repo_file(path: &str) -> std::path::PathBuf {
         .join(path)
 }
 
-#[test]
-fn profile_digest_of_the_v2_manifest_is_stable_and_matches_the_library() {
-    let manifest = repo_file("manifests/load-manifest.v2.json");
+/// The profile digest of manifest v2, computed independently of this code base (REFERENCE §6:
+/// sha256 of the canonical JSON of `{"providers", "workspace"}`, sorted keys, no whitespace):
+///
+/// ```sh
+/// python3 -c 'import json,hashlib; m=json.load(open("manifests/load-manifest.v2.json"));
+///   s=json.dumps({"providers":m["providers"],"workspace":m["workspace"]},sort_keys=True,
+///   separators=(",",":")); print("sha256:"+hashlib.sha256(s.encode()).hexdigest())'
+/// ```
+///
+/// Python's `sort_keys` matches RFC 8785 ordering here (every key is ASCII) and its integers and
+/// short decimals (`0.75`) print as RFC 8785 does. The same value was found by the spec audit's
+/// independent computation.
+const V2_PROFILE_DIGEST: &str =
+    "sha256:6450608950279cd12535b3cfd9b37bf21e556ae4510fb70819933ed61a5d6941";
+
+/// Manifest v2 with `openMs` and `halfOpenMaxCalls` deleted from both provider breakers, digested
+/// the same independent way (the python above after
+/// `del p["circuitBreaker"]["openMs"]; del p["circuitBreaker"]["halfOpenMaxCalls"]` for every
+/// provider `p`). The reference hashes the document as written, so omitted defaults stay omitted.
+const V2_WITHOUT_BREAKER_DEFAULTS_DIGEST: &str =
+    "sha256:d194270d862630b77dab93550f33a6de895b9de297515274ccde86e0ce3bd9e3";
+
+fn digest_of(file: &std::path::Path) -> String {
     let output = turnstile()
         .args(["profile", "digest"])
-        .arg(&manifest)
+        .arg(file)
         .output()
         .unwrap();
     assert!(
@@ -25,20 +45,27 @@ fn profile_digest_of_the_v2_manifest_is_stable_and_matches_the_library() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let printed = String::from_utf8(output.stdout).unwrap().trim().to_owned();
-    assert!(
-        printed.starts_with("sha256:") && printed.len() == 71,
-        "{printed}"
-    );
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
 
-    let document: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
-    let profile: turnstile_admission::Profile = serde_json::from_value(serde_json::json!({
-        "workspace": document["workspace"],
-        "providers": document["providers"],
-    }))
-    .unwrap();
-    assert_eq!(printed, profile.digest().unwrap());
+#[test]
+fn profile_digest_of_the_v2_manifest_equals_the_independently_computed_value() {
+    let printed = digest_of(&repo_file("manifests/load-manifest.v2.json"));
+    assert_eq!(printed, V2_PROFILE_DIGEST);
+}
+
+/// Before the digest was defined on the profile as written, `openMs` 30000 and
+/// `halfOpenMaxCalls` 1 were filled in before hashing, and this printed another value.
+#[test]
+fn profile_digest_keeps_omitted_breaker_defaults_omitted() {
+    let text = std::fs::read_to_string(repo_file("manifests/load-manifest.v2.json")).unwrap();
+    let written = r#""failureThreshold": 5, "openMs": 1000, "halfOpenMaxCalls": 1 }"#;
+    assert_eq!(text.matches(written).count(), 2, "both provider breakers");
+    let omitted = text.replace(written, r#""failureThreshold": 5 }"#);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("omitted.json");
+    std::fs::write(&file, omitted).unwrap();
+    assert_eq!(digest_of(&file), V2_WITHOUT_BREAKER_DEFAULTS_DIGEST);
 }
 
 #[test]

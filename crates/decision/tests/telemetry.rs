@@ -78,8 +78,8 @@ fn telemetry_request(
     policy.principal.limits.max_queue_wait_ms = Some(20);
     policy.providers.get_mut("jev").unwrap().circuit_breaker = Some(CircuitBreakerConfig {
         failure_threshold: 1,
-        open_ms: 60_000,
-        half_open_max_calls: 1,
+        open_ms: Some(60_000),
+        half_open_max_calls: Some(1),
     });
     request("binding-jev.json", AdapterSet::new().with(Arc::new(jev)))
         .with_ids("telemetry-run", "telemetry-invocation")

@@ -16,6 +16,10 @@
 //! `shed` (or `cancelled` when its reason is `cancelled`). A cancellation cancels a queued
 //! attempt, aborts an active call (released with no outcome) or a pending retry. Every arrival
 //! ends with `releaseBudget`.
+//!
+//! [`run_admission_controller_traced`] also returns how every arrival ended
+//! ([`ArrivalOutcome`]), for the per-request comparison with the reference's rules
+//! (`examples/shed_decomposition.rs`); the plain run keeps nothing per finished arrival.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -50,12 +54,32 @@ enum Phase {
     BackingOff,
 }
 
+/// How an arrival ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ending {
+pub enum Ending {
     Completed,
     Failed,
     Shed,
     Cancelled,
+}
+
+/// How one arrival ended, for per-request comparisons. Carries the principal's class, never
+/// its ID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArrivalOutcome {
+    pub ordinal: u64,
+    pub at_ms: u64,
+    pub principal_class: PrincipalClass,
+    pub provider_id: String,
+    pub tokens: u64,
+    pub ending: Ending,
+    /// The admission reason of a shed or cancelled arrival's last attempt (none for a call
+    /// cancelled while running or backing off).
+    pub reason: Option<Reason>,
+    /// At least one attempt was admitted.
+    pub admitted: bool,
+    pub attempts: u32,
+    pub settled_at_ms: u64,
 }
 
 /// An arrival in flight; finished arrivals are dropped, so memory follows concurrency, not the
@@ -65,6 +89,7 @@ struct Live {
     phase: Phase,
     attempts: u32,
     admitted_once: bool,
+    reason: Option<Reason>,
 }
 
 #[derive(Default)]
@@ -84,6 +109,17 @@ pub fn run_admission_controller(
     Harness::new(manifest, arrivals.peekable())?.run(window_ms, progress)
 }
 
+/// [`run_admission_controller`], also returning how every arrival ended, in settling order.
+pub fn run_admission_controller_traced(
+    manifest: &Manifest,
+    arrivals: impl Iterator<Item = Arrival>,
+    window_ms: u64,
+) -> Result<(Observations, Vec<ArrivalOutcome>), RegistryError> {
+    let mut harness = Harness::new(manifest, arrivals.peekable())?;
+    harness.outcomes = Some(Vec::new());
+    harness.run_traced(window_ms, &mut |_| {})
+}
+
 struct Harness<'a, I: Iterator<Item = Arrival>> {
     manifest: &'a Manifest,
     arrivals: Peekable<I>,
@@ -99,6 +135,8 @@ struct Harness<'a, I: Iterator<Item = Arrival>> {
     noisy: ClassCounts,
     observations: Observations,
     now: u64,
+    /// Per-arrival endings, kept only by a traced run.
+    outcomes: Option<Vec<ArrivalOutcome>>,
 }
 
 impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
@@ -117,6 +155,7 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
             noisy: ClassCounts::default(),
             observations: Observations::default(),
             now: 0,
+            outcomes: None,
         })
     }
 
@@ -152,10 +191,18 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
     }
 
     fn run(
-        mut self,
+        self,
         window_ms: u64,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Observations, RegistryError> {
+        Ok(self.run_traced(window_ms, progress)?.0)
+    }
+
+    fn run_traced(
+        mut self,
+        window_ms: u64,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(Observations, Vec<ArrivalOutcome>), RegistryError> {
         let mut steps = 0u64;
         loop {
             steps += 1;
@@ -192,7 +239,7 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
         observations.noisy_principal_admission_ratio =
             ratio(self.noisy.admitted, self.noisy.arrivals);
         observations.virtual_duration_ms = self.now.max(window_ms);
-        Ok(self.observations)
+        Ok((self.observations, self.outcomes.unwrap_or_default()))
     }
 
     fn class(&mut self, class: PrincipalClass) -> &mut ClassCounts {
@@ -216,6 +263,7 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
                 phase: Phase::BackingOff,
                 attempts: 0,
                 admitted_once: false,
+                reason: None,
             },
         );
         self.attempt(ordinal)
@@ -321,6 +369,9 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
     }
 
     fn rejected(&mut self, ordinal: u64, reason: Reason) -> Result<(), RegistryError> {
+        if let Some(live) = self.live.get_mut(&ordinal) {
+            live.reason = Some(reason);
+        }
         if reason == Reason::Cancelled {
             self.finish(ordinal, Ending::Cancelled)
         } else {
@@ -365,6 +416,20 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
         };
         if live.admitted_once {
             self.class(live.arrival.principal_class).admitted += 1;
+        }
+        if let Some(outcomes) = &mut self.outcomes {
+            outcomes.push(ArrivalOutcome {
+                ordinal,
+                at_ms: live.arrival.at_ms,
+                principal_class: live.arrival.principal_class,
+                provider_id: live.arrival.provider_id.clone(),
+                tokens: live.arrival.tokens,
+                ending,
+                reason: live.reason,
+                admitted: live.admitted_once,
+                attempts: live.attempts,
+                settled_at_ms: self.now,
+            });
         }
         let observations = &mut self.observations;
         match ending {

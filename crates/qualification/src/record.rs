@@ -4,6 +4,10 @@
 //! A record verifies when its schema is right, its manifest digest is the expected one, and its
 //! digest recomputes. Every bound compares `observed <= limit`, except
 //! `minimumQuietPrincipalAdmissionRatio` (`observed >= limit`).
+//!
+//! The record also says which build produced it (`build.profile`, `release` or `debug`): the
+//! `resources` host samples are only meaningful for a release build, and because `build` is part
+//! of the digested body, a debug run cannot pass as a release one.
 
 use serde::{Deserialize, Serialize};
 use turnstile_admission::digest::{canonical_digest, CanonicalJsonError};
@@ -75,6 +79,36 @@ impl Environment {
     }
 }
 
+/// The cargo profile of the code that ran the target (and sampled its `resources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BuildProfile {
+    /// Optimised, without debug assertions (`cargo run --release`).
+    Release,
+    /// With debug assertions (`cargo test`, `cargo run`): resources are not representative.
+    Debug,
+}
+
+/// Which build produced a record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Build {
+    pub profile: BuildProfile,
+}
+
+impl Build {
+    /// The build of this code: `debug` when compiled with debug assertions, else `release`.
+    pub fn current() -> Self {
+        Build {
+            profile: if cfg!(debug_assertions) {
+                BuildProfile::Debug
+            } else {
+                BuildProfile::Release
+            },
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Comparison {
@@ -93,6 +127,8 @@ pub struct LoadResultRecord {
     pub target: Target,
     pub window: Window,
     pub environment: Environment,
+    /// The build that ran the target and sampled `resources`.
+    pub build: Build,
     pub observations: Observations,
     pub resources: Resources,
     pub comparisons: Vec<Comparison>,
@@ -190,6 +226,7 @@ impl LoadResultRecord {
                 seconds: window_seconds,
             },
             environment: Environment::current(),
+            build: Build::current(),
             observations,
             resources,
             comparisons,

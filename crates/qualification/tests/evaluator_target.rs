@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use turnstile_qualification::evaluator_target::run_evaluator;
 use turnstile_qualification::manifest::LoadedManifest;
 use turnstile_qualification::qualify::qualify_evaluator;
-use turnstile_qualification::record::{LoadResultRecord, Target};
+use turnstile_qualification::record::{BuildProfile, LoadResultRecord, Target};
 
 const V2_DIGEST: &str = "sha256:416a41466dc58063f45b5e5e9a7ad78b011cf6d3be50b081bab6e47c76a28a0c";
 
@@ -48,11 +48,18 @@ fn cnc_load_002_evaluator_target_passes_and_matches_retained_evidence() {
 
     let path = evidence_path();
     if std::env::var("TURNSTILE_LOAD_EVIDENCE").as_deref() == Ok("write") {
+        assert_eq!(
+            record.build.profile,
+            BuildProfile::Release,
+            "retained records come from a release build: run `cargo run --release -- qualify \
+             --target all --out docs/evidence/load-offline-v2` (or this test with --release)"
+        );
         std::fs::write(&path, serde_json::to_string_pretty(&record).unwrap() + "\n").unwrap();
     }
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e} (regenerate with TURNSTILE_LOAD_EVIDENCE=write)",
+            "{}: {e} (regenerate with `cargo run --release -- qualify --target all --out \
+             docs/evidence/load-offline-v2`)",
             path.display()
         )
     });

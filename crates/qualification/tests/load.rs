@@ -7,9 +7,30 @@ use turnstile_qualification::arrivals::generate;
 use turnstile_qualification::gate::{g5_flags, g5_status, BoundRecord};
 use turnstile_qualification::manifest::{LoadedManifest, MANIFEST_V2};
 use turnstile_qualification::qualify::qualify_admission_controller;
-use turnstile_qualification::record::{LoadResultRecord, Mode};
+use turnstile_qualification::record::{BuildProfile, LoadResultRecord, Mode};
 
 const V2_DIGEST: &str = "sha256:416a41466dc58063f45b5e5e9a7ad78b011cf6d3be50b081bab6e47c76a28a0c";
+
+/// The one command that regenerates the retained records (a release build, so that their
+/// `resources` are the figures `docs/performance.md` quotes).
+const REGENERATE: &str =
+    "cargo run --release -- qualify --target all --out docs/evidence/load-offline-v2";
+
+/// Writes `record` over the retained file when `TURNSTILE_LOAD_EVIDENCE=write`, which only a
+/// release test build may do (a debug build's resources would not pass
+/// `retained_records_carry_release_build_resources_within_the_targets`).
+fn write_if_asked(record: &LoadResultRecord, path: &std::path::Path) {
+    if std::env::var("TURNSTILE_LOAD_EVIDENCE").as_deref() != Ok("write") {
+        return;
+    }
+    assert_eq!(
+        record.build.profile,
+        BuildProfile::Release,
+        "retained records come from a release build: run `{REGENERATE}` \
+         (or this test with `cargo test --release`)"
+    );
+    std::fs::write(path, serde_json::to_string_pretty(record).unwrap() + "\n").unwrap();
+}
 
 fn evidence_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/evidence/load-offline-v2")
@@ -17,12 +38,8 @@ fn evidence_dir() -> PathBuf {
 
 fn retained(target: &str) -> LoadResultRecord {
     let path = evidence_dir().join(format!("{target}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (regenerate with TURNSTILE_LOAD_EVIDENCE=write)",
-            path.display()
-        )
-    });
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (regenerate with `{REGENERATE}`)", path.display()));
     serde_json::from_str(&text).unwrap()
 }
 
@@ -64,10 +81,7 @@ fn cnc_load_002_admission_controller_target_passes_and_matches_retained_evidence
     assert_eq!(o.shed + o.completed + o.failed + o.cancelled, o.arrivals);
     record.verify(V2_DIGEST).unwrap();
 
-    let path = evidence_dir().join("admission-controller.json");
-    if std::env::var("TURNSTILE_LOAD_EVIDENCE").as_deref() == Ok("write") {
-        std::fs::write(&path, serde_json::to_string_pretty(&record).unwrap() + "\n").unwrap();
-    }
+    write_if_asked(&record, &evidence_dir().join("admission-controller.json"));
     let committed = retained("admission-controller");
     committed
         .verify(V2_DIGEST)
@@ -181,6 +195,40 @@ fn scaling_manifests_are_pinned_and_valid() {
         assert_eq!(
             loaded.manifest.arrival_model.average_requests_per_second,
             20.0 * factor
+        );
+    }
+}
+
+/// The resource targets of `docs/performance.md` are checked against the retained records, not
+/// taken from prose: both records come from a release build (`build.profile`, part of the
+/// digested body), the controller target's 990 s used at most 0.2 s of CPU and under 64 MiB peak
+/// resident memory, the evaluator target's 90 s at most 1 s of CPU and under 64 MiB.
+#[test]
+fn retained_records_carry_release_build_resources_within_the_targets() {
+    for (target, cpu_ms) in [("admission-controller", 200.0), ("evaluator", 1_000.0)] {
+        let record = retained(target);
+        record
+            .verify(V2_DIGEST)
+            .expect("the retained record verifies");
+        assert_eq!(
+            record.build.profile,
+            BuildProfile::Release,
+            "{target}: regenerate with `{REGENERATE}`"
+        );
+        let resources = &record.resources;
+        assert!(
+            resources.source != "wall-clock",
+            "{target}: CPU read from /proc ({resources:?})"
+        );
+        assert!(
+            resources.cpu_time_ms > 0.0 && resources.cpu_time_ms <= cpu_ms,
+            "{target}: CPU {} ms, target at most {cpu_ms} ms",
+            resources.cpu_time_ms
+        );
+        assert!(
+            resources.peak_memory_mib > 0.0 && resources.peak_memory_mib < 64.0,
+            "{target}: peak memory {} MiB, target under 64 MiB",
+            resources.peak_memory_mib
         );
     }
 }

@@ -439,13 +439,12 @@ impl Controller {
             return Attempt::Reject(reason);
         }
         let tokens = estimate.tokens.unwrap_or(0);
-        let blocked_by = [Blocked::Principal, Blocked::Workspace, Blocked::Provider];
-        for (scope, blocked) in self
-            .scopes
-            .of_lane_mut(lane_key)
-            .into_iter()
-            .zip(blocked_by)
-        {
+        let [principal_scope, workspace_scope, provider_scope] = self.scopes.of_lane_mut(lane_key);
+        for (scope, blocked) in [
+            (principal_scope, Blocked::Principal),
+            (workspace_scope, Blocked::Workspace),
+            (provider_scope, Blocked::Provider),
+        ] {
             scope.refill(now);
             if let Some(bucket) = &scope.requests {
                 if !bucket.has(1) {

@@ -317,6 +317,9 @@ impl Controller {
         }
     }
 
+    // Inlined into both entry points: the request is large, and moving it into a separate call
+    // costs a copy on the hot path.
+    #[inline(always)]
     fn admit_or_queue(
         &mut self,
         request: AdmissionRequest,

@@ -43,6 +43,7 @@ use super::{
 
 impl Controller {
     /// Puts a new waiter at the back of its lane (and its lane in the ring).
+    #[inline]
     pub(super) fn enqueue(&mut self, waiter_id: WaiterId, waiter: Waiter) {
         let lane_key = waiter.lane;
         self.queue.insert(waiter_id, waiter);

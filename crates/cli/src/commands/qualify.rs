@@ -8,7 +8,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use turnstile_qualification::arrivals::{generate, write_json_lines};
 use turnstile_qualification::manifest::LoadedManifest;
 use turnstile_qualification::qualify::{qualify_admission_controller, qualify_evaluator};
-use turnstile_qualification::record::{LoadResultRecord, Target};
+use turnstile_qualification::record::{BuildProfile, LoadResultRecord, Target};
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -162,12 +162,16 @@ fn print_table(
     let o = &record.observations;
     writeln!(
         out,
-        "manifest {} ({})\ntarget {}  window {} s  virtual {} ms",
+        "manifest {} ({})\ntarget {}  window {} s  virtual {} ms  build {}",
         record.manifest.version,
         record.manifest.digest,
         record.target.as_str(),
         record.window.seconds,
-        o.virtual_duration_ms
+        o.virtual_duration_ms,
+        match record.build.profile {
+            BuildProfile::Release => "release",
+            BuildProfile::Debug => "debug (resources not representative)",
+        }
     )?;
     writeln!(
         out,

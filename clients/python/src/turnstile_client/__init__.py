@@ -1,0 +1,76 @@
+"""Client for the turnstile admission service (`turnstile serve`), sync and asyncio.
+
+    from turnstile_client import Client
+
+    with Client("http://127.0.0.1:8686", key) as client:
+        with client.admission(provider_id="llm-subagent", budget_id="invocation-42",
+                              estimate={"tokens": 800, "cost_usd": 0.01}, wait_ms=5000) as lease:
+            answer = call_model()
+            lease.report_usage(tokens=answer.tokens, cost_usd=answer.cost)
+
+The client does not log.
+"""
+
+from ._async import AsyncAdmission, AsyncClient, AsyncLease
+from ._core import outcome_for
+from ._errors import (
+    ApiError,
+    AuthError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    LeaseLost,
+    NotFound,
+    Refused,
+    RetryAfter,
+    TurnstileError,
+    Unavailable,
+    retry_after_ms_of,
+)
+from ._sync import Admission, Client, Lease
+from ._types import (
+    OPERATIONS,
+    ActualUsage,
+    BreakerTransition,
+    Estimate,
+    Evidence,
+    Outcome,
+    Profile,
+    Reason,
+    ReleaseResult,
+    Snapshot,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "OPERATIONS",
+    "ActualUsage",
+    "Admission",
+    "ApiError",
+    "AsyncAdmission",
+    "AsyncClient",
+    "AsyncLease",
+    "AuthError",
+    "BadRequest",
+    "BreakerTransition",
+    "Client",
+    "Conflict",
+    "Estimate",
+    "Evidence",
+    "Forbidden",
+    "Lease",
+    "LeaseLost",
+    "NotFound",
+    "Outcome",
+    "Profile",
+    "Reason",
+    "Refused",
+    "ReleaseResult",
+    "RetryAfter",
+    "Snapshot",
+    "TurnstileError",
+    "Unavailable",
+    "outcome_for",
+    "retry_after_ms_of",
+]

@@ -1,0 +1,369 @@
+"""Wire types: the JSON bodies of the admission API, as in `crates/server/openapi.json`.
+
+Request and response bodies keep the service's camelCase keys (they are JSON documents);
+the client's own API (method arguments, lease and exception attributes) is snake_case.
+`tests/test_openapi.py` compares every TypedDict reachable from `OPERATIONS` with the
+OpenAPI document, in both directions, so a field the service gains or drops fails the tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict, Union
+
+Reason = Literal[
+    "admitted",
+    "disabled",
+    "cancelled",
+    "deadline-exceeded",
+    "concurrency",
+    "requests-per-minute",
+    "tokens-per-second",
+    "attempts",
+    "batch-size",
+    "cost",
+    "unknown-cost",
+    "tokens",
+    "unknown-tokens",
+    "queue-full",
+    "queue-timeout",
+    "invalid-estimate",
+    "request-too-large",
+    "too-many-items",
+    "retained-work",
+    "unknown-retained-work",
+    "retry-after",
+    "circuit-open",
+    "unconfigured-provider",
+]
+Outcome = Literal["success", "failure", "retry-after", "none"]
+Decision = Literal["admit", "defer", "reject"]
+BreakerState = Literal["closed", "open", "half-open"]
+ChangeKind = Literal["initial", "change", "rollback"]
+
+# Estimate values: the service also accepts numeric strings; malformed values are answered
+# `invalid-estimate` (422).
+EstimateValue = Union[int, float, str, None]
+
+
+class Estimate(TypedDict, total=False):
+    """What the call is expected to use (the client's snake_case spelling)."""
+
+    tokens: EstimateValue
+    cost_usd: EstimateValue
+    request_bytes: EstimateValue
+    items: EstimateValue
+    attempts: EstimateValue
+    batch_size: EstimateValue
+    retained_work: EstimateValue
+
+
+# snake_case key of `Estimate` -> wire key of the OpenAPI `Estimate` schema.
+ESTIMATE_WIRE_KEYS: dict[str, str] = {
+    "tokens": "tokens",
+    "cost_usd": "costUsd",
+    "request_bytes": "requestBytes",
+    "items": "items",
+    "attempts": "attempts",
+    "batch_size": "batchSize",
+    "retained_work": "retainedWork",
+}
+
+
+class WireEstimate(TypedDict, total=False):
+    tokens: EstimateValue
+    costUsd: EstimateValue
+    requestBytes: EstimateValue
+    items: EstimateValue
+    attempts: EstimateValue
+    batchSize: EstimateValue
+    retainedWork: EstimateValue
+
+
+class _AdmissionRequestRequired(TypedDict):
+    providerId: str
+    budgetId: str
+    estimate: WireEstimate
+
+
+class AdmissionRequest(_AdmissionRequestRequired, total=False):
+    deadlineMs: int
+
+
+# `from` is a Python keyword: the functional syntax.
+BreakerTransition = TypedDict(
+    "BreakerTransition",
+    {
+        "providerId": str,
+        "from": BreakerState,
+        "to": BreakerState,
+        "atEpochMs": int,
+        "failures": int,
+    },
+    total=False,
+)
+
+
+class Evidence(TypedDict, total=False):
+    decision: Decision
+    reason: Reason
+    queueDelayMs: int
+    active: int
+    queued: int
+    estimatedTokens: int | None
+    estimatedCostUsd: float | None
+    retryPressure: int
+    breakerState: BreakerState
+    retryAfterMs: int
+    breakerTransitions: list[BreakerTransition]
+
+
+class LeaseBody(TypedDict, total=False):
+    leaseId: str
+    expiresAtEpochMs: int
+    ttlMs: int
+    evidence: Evidence
+
+
+class Rejection(TypedDict, total=False):
+    reason: Reason
+    retryable: bool
+    evidence: Evidence
+
+
+class _ErrorRequired(TypedDict):
+    error: str
+    message: str
+
+
+class ErrorBody(_ErrorRequired, total=False):
+    field: str
+
+
+class ActualUsage(TypedDict, total=False):
+    tokens: int
+    costUsd: float
+
+
+class _ReleaseRequestRequired(TypedDict):
+    outcome: Outcome
+
+
+class ReleaseRequest(_ReleaseRequestRequired, total=False):
+    retryAfterMs: int
+    actualUsage: ActualUsage
+
+
+class ReleaseResult(TypedDict, total=False):
+    released: bool
+    breakerTransitions: list[BreakerTransition]
+
+
+class HeartbeatResult(TypedDict, total=False):
+    leaseId: str
+    expiresAtEpochMs: int
+
+
+class BudgetReleaseResult(TypedDict, total=False):
+    released: bool
+
+
+class RetryAfterRequest(TypedDict):
+    retryAfterMs: int
+
+
+class PauseResult(TypedDict, total=False):
+    pausedUntilEpochMs: int
+
+
+class ProviderSnapshot(TypedDict, total=False):
+    """Per provider lane in a snapshot (the OpenAPI document leaves this object untyped)."""
+
+    active: int
+    queued: int
+    breakerState: BreakerState
+    pausedUntil: int | None
+
+
+class Snapshot(TypedDict, total=False):
+    active: int
+    queued: int
+    retryPressure: int
+    openBudgets: int
+    providers: dict[str, ProviderSnapshot]
+    leases: int
+    waiters: int
+
+
+class CircuitBreakerLimits(TypedDict, total=False):
+    failureThreshold: int
+    openMs: int
+    halfOpenMaxCalls: int
+
+
+class Limits(TypedDict, total=False):
+    concurrency: int
+    requestsPerMinute: int
+    tokensPerSecond: int
+    maxAttempts: int
+    maxTokens: int
+    maxBatchSize: int
+    maxRequestBytes: int
+    maxItems: int
+    maxRetainedWork: int
+    maxQueueLength: int
+    maxQueueWaitMs: int
+    reservedConcurrency: int
+    maxCostUsd: float
+    allowUnknownCost: bool
+    maxPrincipalShare: float
+    circuitBreaker: CircuitBreakerLimits
+
+
+class _ProfileRequired(TypedDict):
+    workspace: Limits
+    providers: dict[str, Limits]
+
+
+class Profile(_ProfileRequired, total=False):
+    principals: dict[str, Limits]
+
+
+class ProfileChangeRecord(TypedDict, total=False):
+    schema: str
+    workspaceId: str
+    kind: ChangeKind
+    previousProfileVersion: str | None
+    profileVersion: str
+    digest: str
+    atEpochMs: int
+
+
+class ProfileUnchanged(TypedDict, total=False):
+    unchanged: bool
+    profileVersion: str
+
+
+class ProfileHistory(TypedDict, total=False):
+    records: list[ProfileChangeRecord]
+
+
+class BreakerHistory(TypedDict, total=False):
+    records: list[BreakerTransition]
+
+
+class CreateKeyRequest(TypedDict):
+    principalId: str
+
+
+class CreatedKey(TypedDict, total=False):
+    key: str
+    keyId: str
+    workspaceId: str
+    principalId: str
+
+
+class KeyInfo(TypedDict, total=False):
+    keyId: str
+    principalId: str
+    createdAtEpochMs: int
+
+
+class KeyRevocation(TypedDict, total=False):
+    schema: Literal["turnstile-key-revocation/v1"]
+    keyId: str
+    revokedAtEpochMs: int
+
+
+class KeyListing(TypedDict, total=False):
+    workspaceId: str
+    keys: list[KeyInfo]
+    revocations: list[KeyRevocation]
+
+
+# A JSON object whose shape the document leaves open (`/healthz`, `/readyz`, `/openapi.json`).
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of the API as the client knows it.
+
+    `request` is the TypedDict of the JSON body (None: no body). `responses` maps every status
+    the client handles to the TypedDict of its JSON body (`str` for text, `None` for no
+    schema). `method` is the name of the method on `Client` and `AsyncClient`.
+    """
+
+    method: str
+    request: Any
+    responses: dict[int, Any] = field(default_factory=dict)
+
+
+_ERRORS_READ = {401: ErrorBody, 403: ErrorBody, 422: ErrorBody, 503: ErrorBody}
+_ERRORS_WRITE = {
+    400: ErrorBody,
+    401: ErrorBody,
+    403: ErrorBody,
+    413: ErrorBody,
+    422: ErrorBody,
+    503: ErrorBody,
+}
+
+# Every operation of the service, keyed by (HTTP method, OpenAPI path).
+OPERATIONS: dict[tuple[str, str], Operation] = {
+    ("PUT", "/v1/workspaces/{workspaceId}/profiles/{profileVersion}"): Operation(
+        "register_profile",
+        Profile,
+        {201: ProfileChangeRecord, 200: ProfileUnchanged, 409: ErrorBody, **_ERRORS_WRITE},
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/profiles"): Operation(
+        "profile_history", None, {200: ProfileHistory, **_ERRORS_READ}
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/breakers"): Operation(
+        "breaker_history", None, {200: BreakerHistory, **_ERRORS_READ}
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/snapshot"): Operation(
+        "snapshot", None, {200: Snapshot, 404: ErrorBody, **_ERRORS_READ}
+    ),
+    ("POST", "/v1/workspaces/{workspaceId}/keys"): Operation(
+        "create_key", CreateKeyRequest, {201: CreatedKey, **_ERRORS_WRITE}
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/keys"): Operation(
+        "list_keys", None, {200: KeyListing, **_ERRORS_READ}
+    ),
+    ("DELETE", "/v1/workspaces/{workspaceId}/keys/{keyId}"): Operation(
+        "revoke_key", None, {200: KeyRevocation, 404: ErrorBody, **_ERRORS_READ}
+    ),
+    ("POST", "/v1/admissions"): Operation(
+        "acquire",
+        AdmissionRequest,
+        {
+            200: LeaseBody,
+            403: Rejection,
+            409: Rejection,
+            422: Rejection,
+            429: Rejection,
+            503: Rejection,
+            400: ErrorBody,
+            401: ErrorBody,
+            404: ErrorBody,
+            413: ErrorBody,
+        },
+    ),
+    ("POST", "/v1/leases/{leaseId}/release"): Operation(
+        "release", ReleaseRequest, {200: ReleaseResult, 404: ErrorBody, **_ERRORS_WRITE}
+    ),
+    ("POST", "/v1/leases/{leaseId}/heartbeat"): Operation(
+        "heartbeat", None, {200: HeartbeatResult, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody, 503: ErrorBody}
+    ),
+    ("POST", "/v1/budgets/{budgetId}/release"): Operation(
+        "release_budget", None, {200: BudgetReleaseResult, 404: ErrorBody, **_ERRORS_READ}
+    ),
+    ("POST", "/v1/providers/{providerId}/retry-after"): Operation(
+        "pause_provider", RetryAfterRequest, {200: PauseResult, 404: ErrorBody, **_ERRORS_WRITE}
+    ),
+    ("GET", "/metrics"): Operation("metrics", None, {200: str}),
+    ("GET", "/healthz"): Operation("healthz", None, {200: JsonObject}),
+    ("GET", "/readyz"): Operation("readyz", None, {200: JsonObject, 503: JsonObject}),
+    ("GET", "/openapi.json"): Operation("openapi", None, {200: JsonObject}),
+}

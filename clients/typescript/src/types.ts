@@ -1,0 +1,492 @@
+/**
+ * Wire types: the JSON bodies of the admission API, as in `crates/server/openapi.json`.
+ *
+ * Every interface has a twin in `SHAPES` listing its fields; the compiler checks that each
+ * shape names exactly the interface's keys (see `_ShapeChecks`), and `test/openapi.test.ts`
+ * compares the shapes and `OPERATIONS` with the OpenAPI document, so a field or operation
+ * the service gains or drops fails the tests.
+ */
+
+export const REASONS = [
+  "admitted",
+  "disabled",
+  "cancelled",
+  "deadline-exceeded",
+  "concurrency",
+  "requests-per-minute",
+  "tokens-per-second",
+  "attempts",
+  "batch-size",
+  "cost",
+  "unknown-cost",
+  "tokens",
+  "unknown-tokens",
+  "queue-full",
+  "queue-timeout",
+  "invalid-estimate",
+  "request-too-large",
+  "too-many-items",
+  "retained-work",
+  "unknown-retained-work",
+  "retry-after",
+  "circuit-open",
+  "unconfigured-provider",
+] as const;
+export type Reason = (typeof REASONS)[number];
+
+export const OUTCOMES = ["success", "failure", "retry-after", "none"] as const;
+export type Outcome = (typeof OUTCOMES)[number];
+
+export const DECISIONS = ["admit", "defer", "reject"] as const;
+export type Decision = (typeof DECISIONS)[number];
+
+export const BREAKER_STATES = ["closed", "open", "half-open"] as const;
+export type BreakerState = (typeof BREAKER_STATES)[number];
+
+export const CHANGE_KINDS = ["initial", "change", "rollback"] as const;
+export type ChangeKind = (typeof CHANGE_KINDS)[number];
+
+export const KEY_REVOCATION_SCHEMAS = ["turnstile-key-revocation/v1"] as const;
+
+/** An estimate value; malformed values are answered `invalid-estimate` (422). */
+export type EstimateValue = number | string | null;
+
+/** What the call is expected to use. */
+export interface Estimate {
+  tokens?: EstimateValue;
+  costUsd?: EstimateValue;
+  requestBytes?: EstimateValue;
+  items?: EstimateValue;
+  attempts?: EstimateValue;
+  batchSize?: EstimateValue;
+  retainedWork?: EstimateValue;
+}
+
+export interface AdmissionRequest {
+  providerId: string;
+  budgetId: string;
+  estimate: Estimate;
+  /** How long the service may queue the request, relative (ms). */
+  deadlineMs?: number;
+}
+
+export interface BreakerTransition {
+  providerId?: string;
+  from?: BreakerState;
+  to?: BreakerState;
+  atEpochMs?: number;
+  failures?: number;
+}
+
+export interface Evidence {
+  decision?: Decision;
+  reason?: Reason;
+  queueDelayMs?: number;
+  active?: number;
+  queued?: number;
+  estimatedTokens?: number | null;
+  estimatedCostUsd?: number | null;
+  retryPressure?: number;
+  breakerState?: BreakerState;
+  retryAfterMs?: number;
+  breakerTransitions?: BreakerTransition[];
+}
+
+export interface LeaseBody {
+  leaseId: string;
+  expiresAtEpochMs: number;
+  ttlMs: number;
+  evidence: Evidence;
+}
+
+export interface Rejection {
+  reason: Reason;
+  retryable: boolean;
+  evidence: Evidence;
+}
+
+export interface ErrorBody {
+  error: string;
+  message: string;
+  field?: string;
+}
+
+/** What the call actually used: replaces the lease's estimate in the invocation's budgets. */
+export interface ActualUsage {
+  tokens?: number;
+  costUsd?: number;
+}
+
+export interface ReleaseRequest {
+  outcome: Outcome;
+  retryAfterMs?: number;
+  actualUsage?: ActualUsage;
+}
+
+export interface ReleaseResult {
+  released: boolean;
+  breakerTransitions: BreakerTransition[];
+}
+
+export interface HeartbeatResult {
+  leaseId: string;
+  expiresAtEpochMs: number;
+}
+
+export interface BudgetReleaseResult {
+  released: boolean;
+}
+
+export interface RetryAfterRequest {
+  retryAfterMs: number;
+}
+
+export interface PauseResult {
+  pausedUntilEpochMs: number;
+}
+
+/** One provider lane in a snapshot (the OpenAPI document leaves this object untyped). */
+export interface ProviderSnapshot {
+  active: number;
+  queued: number;
+  breakerState: BreakerState;
+  pausedUntil: number | null;
+}
+
+export interface Snapshot {
+  active: number;
+  queued: number;
+  retryPressure: number;
+  openBudgets: number;
+  providers: Record<string, ProviderSnapshot>;
+  leases: number;
+  waiters: number;
+}
+
+export interface CircuitBreakerLimits {
+  failureThreshold: number;
+  openMs?: number;
+  halfOpenMaxCalls?: number;
+}
+
+export interface Limits {
+  concurrency: number;
+  requestsPerMinute?: number;
+  tokensPerSecond?: number;
+  maxAttempts?: number;
+  maxTokens?: number;
+  maxBatchSize?: number;
+  maxRequestBytes?: number;
+  maxItems?: number;
+  maxRetainedWork?: number;
+  maxQueueLength?: number;
+  maxQueueWaitMs?: number;
+  reservedConcurrency?: number;
+  maxCostUsd?: number;
+  allowUnknownCost?: boolean;
+  maxPrincipalShare?: number;
+  circuitBreaker?: CircuitBreakerLimits;
+}
+
+export interface Profile {
+  workspace: Limits;
+  providers: Record<string, Limits>;
+  principals?: Record<string, Limits>;
+}
+
+export interface ProfileChangeRecord {
+  schema: string;
+  workspaceId: string;
+  kind: ChangeKind;
+  previousProfileVersion: string | null;
+  profileVersion: string;
+  digest: string;
+  atEpochMs: number;
+}
+
+export interface ProfileUnchanged {
+  unchanged: boolean;
+  profileVersion: string;
+}
+
+export interface ProfileHistory {
+  records: ProfileChangeRecord[];
+}
+
+export interface BreakerHistory {
+  records: BreakerTransition[];
+}
+
+export interface CreateKeyRequest {
+  principalId: string;
+}
+
+export interface CreatedKey {
+  /** Shown once; only its hash is stored. */
+  key: string;
+  keyId: string;
+  workspaceId: string;
+  principalId: string;
+}
+
+export interface KeyInfo {
+  keyId: string;
+  principalId: string;
+  createdAtEpochMs: number;
+}
+
+export interface KeyRevocation {
+  schema: (typeof KEY_REVOCATION_SCHEMAS)[number];
+  keyId: string;
+  revokedAtEpochMs: number;
+}
+
+export interface KeyListing {
+  workspaceId: string;
+  keys: KeyInfo[];
+  revocations: KeyRevocation[];
+}
+
+/** A JSON object whose shape the document leaves open (`/healthz`, `/readyz`, `/openapi.json`). */
+export type JsonObject = Record<string, unknown>;
+
+/**
+ * The fields of each wire type. A field's kind is `scalar`, `enum:<Name>` (a list in
+ * `ENUMS`), `const` (a constant string), `<Shape>` (a nested object), `<Shape>[]` (an array
+ * of it), `{<Shape>}` (a map of it) or `object` (an object the document leaves open).
+ */
+export const SHAPES = {
+  Estimate: {
+    tokens: "scalar",
+    costUsd: "scalar",
+    requestBytes: "scalar",
+    items: "scalar",
+    attempts: "scalar",
+    batchSize: "scalar",
+    retainedWork: "scalar",
+  },
+  AdmissionRequest: { providerId: "scalar", budgetId: "scalar", estimate: "Estimate", deadlineMs: "scalar" },
+  BreakerTransition: {
+    providerId: "scalar",
+    from: "enum:BreakerState",
+    to: "enum:BreakerState",
+    atEpochMs: "scalar",
+    failures: "scalar",
+  },
+  Evidence: {
+    decision: "enum:Decision",
+    reason: "enum:Reason",
+    queueDelayMs: "scalar",
+    active: "scalar",
+    queued: "scalar",
+    estimatedTokens: "scalar",
+    estimatedCostUsd: "scalar",
+    retryPressure: "scalar",
+    breakerState: "enum:BreakerState",
+    retryAfterMs: "scalar",
+    breakerTransitions: "BreakerTransition[]",
+  },
+  LeaseBody: { leaseId: "scalar", expiresAtEpochMs: "scalar", ttlMs: "scalar", evidence: "Evidence" },
+  Rejection: { reason: "enum:Reason", retryable: "scalar", evidence: "Evidence" },
+  ErrorBody: { error: "scalar", message: "scalar", field: "scalar" },
+  ActualUsage: { tokens: "scalar", costUsd: "scalar" },
+  ReleaseRequest: { outcome: "enum:Outcome", retryAfterMs: "scalar", actualUsage: "ActualUsage" },
+  ReleaseResult: { released: "scalar", breakerTransitions: "BreakerTransition[]" },
+  HeartbeatResult: { leaseId: "scalar", expiresAtEpochMs: "scalar" },
+  BudgetReleaseResult: { released: "scalar" },
+  RetryAfterRequest: { retryAfterMs: "scalar" },
+  PauseResult: { pausedUntilEpochMs: "scalar" },
+  ProviderSnapshot: { active: "scalar", queued: "scalar", breakerState: "enum:BreakerState", pausedUntil: "scalar" },
+  Snapshot: {
+    active: "scalar",
+    queued: "scalar",
+    retryPressure: "scalar",
+    openBudgets: "scalar",
+    providers: "{ProviderSnapshot}",
+    leases: "scalar",
+    waiters: "scalar",
+  },
+  CircuitBreakerLimits: { failureThreshold: "scalar", openMs: "scalar", halfOpenMaxCalls: "scalar" },
+  Limits: {
+    concurrency: "scalar",
+    requestsPerMinute: "scalar",
+    tokensPerSecond: "scalar",
+    maxAttempts: "scalar",
+    maxTokens: "scalar",
+    maxBatchSize: "scalar",
+    maxRequestBytes: "scalar",
+    maxItems: "scalar",
+    maxRetainedWork: "scalar",
+    maxQueueLength: "scalar",
+    maxQueueWaitMs: "scalar",
+    reservedConcurrency: "scalar",
+    maxCostUsd: "scalar",
+    allowUnknownCost: "scalar",
+    maxPrincipalShare: "scalar",
+    circuitBreaker: "CircuitBreakerLimits",
+  },
+  Profile: { workspace: "Limits", providers: "{Limits}", principals: "{Limits}" },
+  ProfileChangeRecord: {
+    schema: "const",
+    workspaceId: "scalar",
+    kind: "enum:ChangeKind",
+    previousProfileVersion: "scalar",
+    profileVersion: "scalar",
+    digest: "scalar",
+    atEpochMs: "scalar",
+  },
+  ProfileUnchanged: { unchanged: "scalar", profileVersion: "scalar" },
+  ProfileHistory: { records: "ProfileChangeRecord[]" },
+  BreakerHistory: { records: "BreakerTransition[]" },
+  CreateKeyRequest: { principalId: "scalar" },
+  CreatedKey: { key: "scalar", keyId: "scalar", workspaceId: "scalar", principalId: "scalar" },
+  KeyInfo: { keyId: "scalar", principalId: "scalar", createdAtEpochMs: "scalar" },
+  KeyRevocation: { schema: "enum:KeyRevocationSchema", keyId: "scalar", revokedAtEpochMs: "scalar" },
+  KeyListing: { workspaceId: "scalar", keys: "KeyInfo[]", revocations: "KeyRevocation[]" },
+} as const satisfies Record<string, Record<string, string>>;
+
+export type ShapeName = keyof typeof SHAPES;
+
+/** The required fields of each request body (the document's `required`). */
+export const REQUIRED = {
+  AdmissionRequest: ["providerId", "budgetId", "estimate"],
+  ReleaseRequest: ["outcome"],
+  RetryAfterRequest: ["retryAfterMs"],
+  CreateKeyRequest: ["principalId"],
+  Profile: ["workspace", "providers"],
+} as const satisfies Partial<Record<ShapeName, readonly string[]>>;
+
+export const ENUMS: Record<string, readonly string[]> = {
+  Reason: REASONS,
+  Outcome: OUTCOMES,
+  Decision: DECISIONS,
+  BreakerState: BREAKER_STATES,
+  ChangeKind: CHANGE_KINDS,
+  KeyRevocationSchema: KEY_REVOCATION_SCHEMAS,
+};
+
+/** A response body: a shape, `text`, or an open JSON `object`. */
+export type BodyKind = ShapeName | "text" | "object";
+
+export interface OperationInfo {
+  /** The method of `Client` that calls it. */
+  method: string;
+  request: ShapeName | null;
+  responses: Record<number, BodyKind>;
+}
+
+const errorsRead = { 401: "ErrorBody", 403: "ErrorBody", 422: "ErrorBody", 503: "ErrorBody" } as const;
+const errorsWrite = { 400: "ErrorBody", 413: "ErrorBody", ...errorsRead } as const;
+
+/** Every operation of the service, keyed by `"METHOD /path"` as in the OpenAPI document. */
+export const OPERATIONS: Record<string, OperationInfo> = {
+  "PUT /v1/workspaces/{workspaceId}/profiles/{profileVersion}": {
+    method: "registerProfile",
+    request: "Profile",
+    responses: { 201: "ProfileChangeRecord", 200: "ProfileUnchanged", 409: "ErrorBody", ...errorsWrite },
+  },
+  "GET /v1/workspaces/{workspaceId}/profiles": {
+    method: "profileHistory",
+    request: null,
+    responses: { 200: "ProfileHistory", ...errorsRead },
+  },
+  "GET /v1/workspaces/{workspaceId}/breakers": {
+    method: "breakerHistory",
+    request: null,
+    responses: { 200: "BreakerHistory", ...errorsRead },
+  },
+  "GET /v1/workspaces/{workspaceId}/snapshot": {
+    method: "snapshot",
+    request: null,
+    responses: { 200: "Snapshot", 404: "ErrorBody", ...errorsRead },
+  },
+  "POST /v1/workspaces/{workspaceId}/keys": {
+    method: "createKey",
+    request: "CreateKeyRequest",
+    responses: { 201: "CreatedKey", ...errorsWrite },
+  },
+  "GET /v1/workspaces/{workspaceId}/keys": {
+    method: "listKeys",
+    request: null,
+    responses: { 200: "KeyListing", ...errorsRead },
+  },
+  "DELETE /v1/workspaces/{workspaceId}/keys/{keyId}": {
+    method: "revokeKey",
+    request: null,
+    responses: { 200: "KeyRevocation", 404: "ErrorBody", ...errorsRead },
+  },
+  "POST /v1/admissions": {
+    method: "acquire",
+    request: "AdmissionRequest",
+    responses: {
+      200: "LeaseBody",
+      403: "Rejection",
+      409: "Rejection",
+      422: "Rejection",
+      429: "Rejection",
+      503: "Rejection",
+      400: "ErrorBody",
+      401: "ErrorBody",
+      404: "ErrorBody",
+      413: "ErrorBody",
+    },
+  },
+  "POST /v1/leases/{leaseId}/release": {
+    method: "release",
+    request: "ReleaseRequest",
+    responses: { 200: "ReleaseResult", 404: "ErrorBody", ...errorsWrite },
+  },
+  "POST /v1/leases/{leaseId}/heartbeat": {
+    method: "heartbeat",
+    request: null,
+    responses: { 200: "HeartbeatResult", 401: "ErrorBody", 403: "ErrorBody", 404: "ErrorBody", 503: "ErrorBody" },
+  },
+  "POST /v1/budgets/{budgetId}/release": {
+    method: "releaseBudget",
+    request: null,
+    responses: { 200: "BudgetReleaseResult", 404: "ErrorBody", ...errorsRead },
+  },
+  "POST /v1/providers/{providerId}/retry-after": {
+    method: "pauseProvider",
+    request: "RetryAfterRequest",
+    responses: { 200: "PauseResult", 404: "ErrorBody", ...errorsWrite },
+  },
+  "GET /metrics": { method: "metrics", request: null, responses: { 200: "text" } },
+  "GET /healthz": { method: "healthz", request: null, responses: { 200: "object" } },
+  "GET /readyz": { method: "readyz", request: null, responses: { 200: "object", 503: "object" } },
+  "GET /openapi.json": { method: "openapi", request: null, responses: { 200: "object" } },
+};
+
+// Compile-time: each shape lists exactly the keys of its interface.
+type SameKeys<A, B> = [Exclude<keyof A, keyof B>, Exclude<keyof B, keyof A>] extends [never, never] ? true : false;
+type Assert<T extends true> = T;
+export type _ShapeChecks = [
+  Assert<SameKeys<Estimate, typeof SHAPES.Estimate>>,
+  Assert<SameKeys<AdmissionRequest, typeof SHAPES.AdmissionRequest>>,
+  Assert<SameKeys<BreakerTransition, typeof SHAPES.BreakerTransition>>,
+  Assert<SameKeys<Evidence, typeof SHAPES.Evidence>>,
+  Assert<SameKeys<LeaseBody, typeof SHAPES.LeaseBody>>,
+  Assert<SameKeys<Rejection, typeof SHAPES.Rejection>>,
+  Assert<SameKeys<ErrorBody, typeof SHAPES.ErrorBody>>,
+  Assert<SameKeys<ActualUsage, typeof SHAPES.ActualUsage>>,
+  Assert<SameKeys<ReleaseRequest, typeof SHAPES.ReleaseRequest>>,
+  Assert<SameKeys<ReleaseResult, typeof SHAPES.ReleaseResult>>,
+  Assert<SameKeys<HeartbeatResult, typeof SHAPES.HeartbeatResult>>,
+  Assert<SameKeys<BudgetReleaseResult, typeof SHAPES.BudgetReleaseResult>>,
+  Assert<SameKeys<RetryAfterRequest, typeof SHAPES.RetryAfterRequest>>,
+  Assert<SameKeys<PauseResult, typeof SHAPES.PauseResult>>,
+  Assert<SameKeys<ProviderSnapshot, typeof SHAPES.ProviderSnapshot>>,
+  Assert<SameKeys<Snapshot, typeof SHAPES.Snapshot>>,
+  Assert<SameKeys<CircuitBreakerLimits, typeof SHAPES.CircuitBreakerLimits>>,
+  Assert<SameKeys<Limits, typeof SHAPES.Limits>>,
+  Assert<SameKeys<Profile, typeof SHAPES.Profile>>,
+  Assert<SameKeys<ProfileChangeRecord, typeof SHAPES.ProfileChangeRecord>>,
+  Assert<SameKeys<ProfileUnchanged, typeof SHAPES.ProfileUnchanged>>,
+  Assert<SameKeys<ProfileHistory, typeof SHAPES.ProfileHistory>>,
+  Assert<SameKeys<BreakerHistory, typeof SHAPES.BreakerHistory>>,
+  Assert<SameKeys<CreateKeyRequest, typeof SHAPES.CreateKeyRequest>>,
+  Assert<SameKeys<CreatedKey, typeof SHAPES.CreatedKey>>,
+  Assert<SameKeys<KeyInfo, typeof SHAPES.KeyInfo>>,
+  Assert<SameKeys<KeyRevocation, typeof SHAPES.KeyRevocation>>,
+  Assert<SameKeys<KeyListing, typeof SHAPES.KeyListing>>,
+];

@@ -1,0 +1,34 @@
+/** The README's example runs verbatim against the service (with the demo principal key). */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+import { type Service, startService } from "./server.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const readme = readFileSync(join(here, "..", "README.md"), "utf8");
+const blocks = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1] ?? "");
+
+let service: Service;
+before(async () => {
+  service = await startService();
+});
+after(async () => {
+  await service?.stop();
+});
+
+test("the README example runs verbatim", async () => {
+  assert.equal(blocks.length, 1);
+  // Inside the package directory, so that `import "turnstile-client"` resolves to dist/.
+  const file = join(here, "readme-example.mjs");
+  writeFileSync(file, blocks[0] ?? "");
+  const { stdout } = await promisify(execFile)(process.execPath, [file], {
+    env: { ...process.env, TURNSTILE_URL: service.baseUrl, TURNSTILE_KEY: service.demoKey },
+    timeout: 60_000,
+  });
+  assert.equal(stdout.trim(), "answer: ...");
+});
