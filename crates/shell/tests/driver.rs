@@ -62,8 +62,8 @@ fn profile(provider: &str, concurrency: u32, breaker: bool) -> Profile {
     if breaker {
         lane.circuit_breaker = Some(CircuitBreakerConfig {
             failure_threshold: 1,
-            open_ms: 100,
-            half_open_max_calls: 1,
+            open_ms: Some(100),
+            half_open_max_calls: Some(1),
         });
     }
     Profile {
