@@ -172,7 +172,9 @@ export interface CircuitBreakerLimits {
 export interface Limits {
   concurrency: number;
   requestsPerMinute?: number;
+  requestsBurst?: number;
   tokensPerSecond?: number;
+  tokensBurst?: number;
   maxAttempts?: number;
   maxTokens?: number;
   maxBatchSize?: number;
@@ -310,7 +312,9 @@ export const SHAPES = {
   Limits: {
     concurrency: "scalar",
     requestsPerMinute: "scalar",
+    requestsBurst: "scalar",
     tokensPerSecond: "scalar",
+    tokensBurst: "scalar",
     maxAttempts: "scalar",
     maxTokens: "scalar",
     maxBatchSize: "scalar",

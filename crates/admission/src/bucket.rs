@@ -2,10 +2,16 @@
 //!
 //! A bucket of `rate` units per `period_ms` holds its level scaled by `period_ms`, so one
 //! millisecond of refill adds exactly `rate` scaled units and no rounding ever happens: the same
-//! inputs give the same decisions on every machine. The capacity equals `rate` units (the bucket
-//! starts full). Refill is lazy (on each look), so an idle bucket costs nothing.
+//! inputs give the same decisions on every machine. The capacity is `capacity` units (the
+//! profile's burst, `requestsBurst` / `tokensBurst`), which defaults to `rate` units when the
+//! profile sets no burst; the bucket starts full. Refill is lazy (on each look), so an idle
+//! bucket costs nothing.
 //!
-//! Invariant: `0 <= level <= rate * period_ms`.
+//! Consequence (documented in `docs/profiles.md`): in any window of `t` ms at most
+//! `capacity + floor(rate * t / period_ms)` units pass; with the default capacity that is up to
+//! `2 * rate` in the first period.
+//!
+//! Invariant: `0 <= level <= capacity * period_ms`.
 
 use crate::time::Millis;
 
@@ -17,24 +23,27 @@ pub const SECOND_MS: u64 = 1_000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenBucket {
     rate: u64,
+    /// Capacity in units (the burst).
+    capacity: u64,
     period_ms: u64,
     level: u128,
     refilled_at: Millis,
 }
 
 impl TokenBucket {
-    /// A full bucket of `rate` units per `period_ms`.
-    pub fn full(rate: u64, period_ms: u64, now: Millis) -> Self {
+    /// A full bucket of `rate` units per `period_ms` holding at most `capacity` units.
+    pub fn full_with_capacity(rate: u64, capacity: u64, period_ms: u64, now: Millis) -> Self {
         TokenBucket {
             rate,
+            capacity,
             period_ms,
-            level: u128::from(rate) * u128::from(period_ms),
+            level: u128::from(capacity) * u128::from(period_ms),
             refilled_at: now,
         }
     }
 
     fn capacity(&self) -> u128 {
-        u128::from(self.rate) * u128::from(self.period_ms)
+        u128::from(self.capacity) * u128::from(self.period_ms)
     }
 
     fn scaled(&self, units: u64) -> u128 {
@@ -82,15 +91,21 @@ impl TokenBucket {
         u64::try_from(self.level / u128::from(self.period_ms.max(1))).unwrap_or(u64::MAX)
     }
 
-    /// Adopts a new rate: the capacity changes, the level is kept but clamped to it.
-    pub fn set_rate(&mut self, rate: u64, now: Millis) {
+    /// Adopts a new rate and capacity: the level is kept but clamped to the new capacity.
+    pub fn set_rate(&mut self, rate: u64, capacity: u64, now: Millis) {
         self.refill(now);
         self.rate = rate;
+        self.capacity = capacity;
         self.level = self.level.min(self.capacity());
     }
 
     pub fn rate(&self) -> u64 {
         self.rate
+    }
+
+    /// Capacity in units.
+    pub fn capacity_units(&self) -> u64 {
+        self.capacity
     }
 }
 
@@ -100,7 +115,7 @@ mod tests {
 
     #[test]
     fn refill_is_exact_and_capped() {
-        let mut bucket = TokenBucket::full(1000, SECOND_MS, 0);
+        let mut bucket = TokenBucket::full_with_capacity(1000, 1000, SECOND_MS, 0);
         bucket.take(900);
         assert_eq!(bucket.wait_for(900), Some(800));
         bucket.refill(799);
@@ -113,7 +128,7 @@ mod tests {
 
     #[test]
     fn one_request_per_minute_refills_in_sixty_seconds() {
-        let mut bucket = TokenBucket::full(1, MINUTE_MS, 0);
+        let mut bucket = TokenBucket::full_with_capacity(1, 1, MINUTE_MS, 0);
         bucket.take(1);
         assert_eq!(bucket.wait_for(1), Some(60_000));
         bucket.refill(59_999);
@@ -122,11 +137,26 @@ mod tests {
         assert!(bucket.has(1));
     }
 
+    /// "At most 600 per minute, at most 10 at once": 10 pass at once, then one every 100 ms.
+    #[test]
+    fn a_burst_below_the_rate_caps_what_passes_at_once() {
+        let mut bucket = TokenBucket::full_with_capacity(600, 10, MINUTE_MS, 0);
+        for _ in 0..10 {
+            assert!(bucket.has(1));
+            bucket.take(1);
+        }
+        assert!(!bucket.has(1));
+        assert_eq!(bucket.wait_for(1), Some(100));
+        bucket.refill(60_000);
+        assert_eq!(bucket.available(), 10, "capped at the burst, not the rate");
+        assert!(!bucket.can_ever_hold(11));
+    }
+
     #[test]
     fn zero_rate_and_oversized_requests_never_fit() {
-        let bucket = TokenBucket::full(0, MINUTE_MS, 0);
+        let bucket = TokenBucket::full_with_capacity(0, 0, MINUTE_MS, 0);
         assert_eq!(bucket.wait_for(1), None);
-        let bucket = TokenBucket::full(4, SECOND_MS, 0);
+        let bucket = TokenBucket::full_with_capacity(4, 4, SECOND_MS, 0);
         assert!(!bucket.can_ever_hold(5));
         assert_eq!(bucket.wait_for(5), None);
     }

@@ -53,35 +53,60 @@ impl CircuitBreakerConfig {
 }
 
 /// The limits of one scope. Every field but `concurrency` is optional; absent means unbounded.
+///
+/// The meaning, unit, default and exact semantics of every field, with worked examples, are in
+/// `docs/profiles.md`; the OpenAPI `Limits` schema carries the same descriptions. Absent fields
+/// are not serialized, so a profile digests as written ([`crate::Profile::digest`]): adding an
+/// optional field never changes the digest of a profile that does not use it.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Limits {
-    /// Maximum active leases in this scope.
+    /// Maximum active leases in this scope (a lease is active from admission to release, TTL
+    /// reclaim or drop). `0` rejects every request.
     pub concurrency: u32,
-    /// Request bucket: capacity = value, refills value per minute; `0` rejects everything.
+    /// Request bucket: refills this many requests per minute, continuously (one every
+    /// 60,000/N ms); capacity `requestsBurst`, or N when absent; starts full, so with the
+    /// default capacity up to 2N requests pass in the first minute. `0` rejects everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_minute: Option<u64>,
-    /// Token bucket: capacity = value, refills value per second.
+    /// Capacity of the request bucket (requests that may pass at once); default
+    /// `requestsPerMinute`. Needs `requestsPerMinute` ≥ 1; ≥ 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_burst: Option<u64>,
+    /// Token bucket: refills this many estimated tokens per second, continuously; capacity
+    /// `tokensBurst`, or N when absent; starts full. A request whose token estimate exceeds the
+    /// capacity can never pass (`tokens-per-second`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_second: Option<u64>,
-    /// Invocation-scoped attempt budget.
+    /// Capacity of the token bucket in tokens; default `tokensPerSecond`. Needs
+    /// `tokensPerSecond` ≥ 1; ≥ 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_burst: Option<u64>,
+    /// Attempt budget per `budgetId`: admissions charged to one budget ID in this scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u64>,
-    /// Invocation-scoped money budget in USD.
+    /// Money budget per `budgetId` in USD: the sum of the cost estimates (corrected by the
+    /// actual usage on release) charged to one budget ID in this scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<f64>,
-    /// With `maxCostUsd`, whether a request without a cost estimate may pass.
+    /// With `maxCostUsd`, whether a request without a cost estimate may pass (default false:
+    /// `unknown-cost`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_unknown_cost: Option<bool>,
-    /// Invocation-scoped cumulative token reservation.
+    /// Token budget per `budgetId`: the sum of the token estimates (corrected by the actual
+    /// usage on release) charged to one budget ID in this scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// Largest `batchSize` estimate one request may carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_batch_size: Option<u64>,
+    /// Largest `requestBytes` estimate one request may carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_request_bytes: Option<u64>,
+    /// Largest `items` estimate one request may carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_items: Option<u64>,
+    /// Largest `retainedWork` estimate one request may carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_retained_work: Option<u64>,
     /// Maximum queued waiters counted in this scope.
@@ -90,6 +115,7 @@ pub struct Limits {
     /// Queue-dwell bound; the effective bound is the minimum over the three scopes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_queue_wait_ms: Option<Millis>,
+    /// Circuit breaker; only the provider scope's breaker is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub circuit_breaker: Option<CircuitBreakerConfig>,
     /// Principal scope only: workspace and provider permits held back for this principal.
@@ -144,6 +170,12 @@ pub enum LimitsError {
     /// A circuit breaker that can never open or never probe.
     #[error("circuitBreaker.{field} must be at least 1")]
     BreakerZero { field: &'static str },
+    /// A bucket capacity of 0, or one without a refilling bucket to size.
+    #[error("{field} needs {rate} >= 1 and must itself be at least 1")]
+    Burst {
+        field: &'static str,
+        rate: &'static str,
+    },
 }
 
 impl LimitsError {
@@ -158,6 +190,7 @@ impl LimitsError {
                 "maxPrincipalShare"
             }
             LimitsError::BreakerZero { field } => field,
+            LimitsError::Burst { field, .. } => field,
         }
     }
 }
@@ -173,9 +206,11 @@ impl Limits {
 
     /// Checks the rules serde cannot express, for limits used in `scope`.
     pub fn validate(&self, scope: ScopeKind) -> Result<(), LimitsError> {
-        let counts: [(&'static str, Option<u64>); 10] = [
+        let counts: [(&'static str, Option<u64>); 12] = [
             ("requestsPerMinute", self.requests_per_minute),
+            ("requestsBurst", self.requests_burst),
             ("tokensPerSecond", self.tokens_per_second),
+            ("tokensBurst", self.tokens_burst),
             ("maxAttempts", self.max_attempts),
             ("maxTokens", self.max_tokens),
             ("maxBatchSize", self.max_batch_size),
@@ -188,6 +223,28 @@ impl Limits {
         for (field, value) in counts {
             if value.is_some_and(|v| v > MAX_SAFE_INTEGER) {
                 return Err(LimitsError::TooLarge { field });
+            }
+        }
+        let bursts = [
+            (
+                "requestsBurst",
+                "requestsPerMinute",
+                self.requests_burst,
+                self.requests_per_minute,
+            ),
+            (
+                "tokensBurst",
+                "tokensPerSecond",
+                self.tokens_burst,
+                self.tokens_per_second,
+            ),
+        ];
+        for (field, rate_field, burst, rate) in bursts {
+            if burst.is_some_and(|b| b == 0 || rate.unwrap_or(0) == 0) {
+                return Err(LimitsError::Burst {
+                    field,
+                    rate: rate_field,
+                });
             }
         }
         if let Some(cost) = self.max_cost_usd {
@@ -294,6 +351,48 @@ mod tests {
         principal.reserved_concurrency = Some(2);
         let err = principal.validate(ScopeKind::Principal).unwrap_err();
         assert!(err.to_string().contains("within the principal concurrency"));
+    }
+
+    #[test]
+    fn a_burst_needs_a_refilling_bucket_and_a_capacity_of_at_least_one() {
+        let cases = [
+            (r#"{"concurrency":1,"requestsBurst":5}"#, "requestsBurst"),
+            (
+                r#"{"concurrency":1,"requestsPerMinute":0,"requestsBurst":5}"#,
+                "requestsBurst",
+            ),
+            (
+                r#"{"concurrency":1,"requestsPerMinute":60,"requestsBurst":0}"#,
+                "requestsBurst",
+            ),
+            (r#"{"concurrency":1,"tokensBurst":5}"#, "tokensBurst"),
+            (
+                r#"{"concurrency":1,"tokensPerSecond":100,"tokensBurst":0}"#,
+                "tokensBurst",
+            ),
+        ];
+        for (json, field) in cases {
+            let limits: Limits = serde_json::from_str(json).unwrap();
+            let err = limits.validate(ScopeKind::Provider).unwrap_err();
+            assert_eq!(err.field(), field, "{json}");
+        }
+        let fine: Limits = serde_json::from_str(
+            r#"{"concurrency":1,"requestsPerMinute":600,"requestsBurst":10,
+                "tokensPerSecond":100,"tokensBurst":1000}"#,
+        )
+        .unwrap();
+        fine.validate(ScopeKind::Provider).unwrap();
+    }
+
+    /// Absent bursts are not written back, so existing profiles keep their digests.
+    #[test]
+    fn absent_bursts_are_not_serialized() {
+        let limits: Limits =
+            serde_json::from_str(r#"{"concurrency":1,"requestsPerMinute":60}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&limits).unwrap(),
+            r#"{"concurrency":1,"requestsPerMinute":60}"#
+        );
     }
 
     #[test]

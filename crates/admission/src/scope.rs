@@ -32,10 +32,17 @@ impl ScopeState {
         sync_bucket(
             &mut self.requests,
             limits.requests_per_minute,
+            limits.requests_burst,
             MINUTE_MS,
             now,
         );
-        sync_bucket(&mut self.tokens, limits.tokens_per_second, SECOND_MS, now);
+        sync_bucket(
+            &mut self.tokens,
+            limits.tokens_per_second,
+            limits.tokens_burst,
+            SECOND_MS,
+            now,
+        );
         if self.tokens.is_none() {
             self.token_holder = None;
         }
@@ -58,11 +65,29 @@ impl ScopeState {
     }
 }
 
-fn sync_bucket(slot: &mut Option<TokenBucket>, rate: Option<u64>, period: u64, now: Millis) {
+/// A bucket of `rate` per `period` whose capacity is `burst`, or `rate` without one.
+fn sync_bucket(
+    slot: &mut Option<TokenBucket>,
+    rate: Option<u64>,
+    burst: Option<u64>,
+    period: u64,
+    now: Millis,
+) {
     match (slot.as_mut(), rate) {
         (_, None) => *slot = None,
-        (None, Some(rate)) => *slot = Some(TokenBucket::full(rate, period, now)),
-        (Some(bucket), Some(rate)) if bucket.rate() != rate => bucket.set_rate(rate, now),
-        (Some(_), Some(_)) => {}
+        (None, Some(rate)) => {
+            *slot = Some(TokenBucket::full_with_capacity(
+                rate,
+                burst.unwrap_or(rate),
+                period,
+                now,
+            ))
+        }
+        (Some(bucket), Some(rate)) => {
+            let capacity = burst.unwrap_or(rate);
+            if bucket.rate() != rate || bucket.capacity_units() != capacity {
+                bucket.set_rate(rate, capacity, now);
+            }
+        }
     }
 }

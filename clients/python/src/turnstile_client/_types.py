@@ -204,7 +204,9 @@ class CircuitBreakerLimits(TypedDict, total=False):
 class Limits(TypedDict, total=False):
     concurrency: int
     requestsPerMinute: int
+    requestsBurst: int
     tokensPerSecond: int
+    tokensBurst: int
     maxAttempts: int
     maxTokens: int
     maxBatchSize: int
