@@ -76,6 +76,62 @@ impl SqliteServiceStore {
         Self::open(dir.join(SERVICE_DB_FILE))
     }
 
+    /// Opens the existing `dir/service.sqlite3` for offline maintenance, holding SQLite's
+    /// exclusive lock until the store is dropped. Fails with [`ServiceStoreError::InUse`] at once
+    /// while any other connection has the database open (a running service keeps one open for
+    /// its whole life), and with [`ServiceStoreError::NoDatabase`] when there is no database;
+    /// never creates one.
+    pub fn open_dir_exclusive(dir: impl AsRef<Path>) -> Result<Self, ServiceStoreError> {
+        use rusqlite::OpenFlags;
+        let path = dir.as_ref().join(SERVICE_DB_FILE);
+        let display = path.display().to_string();
+        if !path.is_file() {
+            return Err(ServiceStoreError::NoDatabase { path: display });
+        }
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        // A running service never lets go: fail at once rather than after a busy wait.
+        conn.busy_timeout(std::time::Duration::ZERO)?;
+        // Before the first access: in WAL mode this makes SQLite take the exclusive lock
+        // instead of sharing the WAL index, which fails while another connection is open.
+        let _mode: String =
+            conn.query_row("PRAGMA locking_mode=EXCLUSIVE", [], |row| row.get(0))?;
+        match conn.execute_batch("BEGIN EXCLUSIVE; COMMIT;") {
+            Ok(()) => {}
+            Err(rusqlite::Error::SqliteFailure(error, _))
+                if matches!(
+                    error.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) =>
+            {
+                return Err(ServiceStoreError::InUse { path: display });
+            }
+            Err(error) => return Err(error.into()),
+        }
+        Self::init(conn)
+    }
+
+    /// Replaces every admin key by `key` and appends `record` to the audit log, in one
+    /// transaction; returns how many admin keys were removed. Principal keys are untouched.
+    pub fn replace_admin_keys(
+        &mut self,
+        key: &StoredKey,
+        record: &AuditRecord,
+    ) -> Result<usize, ServiceStoreError> {
+        let tx = self.conn.transaction()?;
+        let removed = tx.execute("DELETE FROM api_keys WHERE role = 'admin'", [])?;
+        tx.execute(
+            "INSERT INTO api_keys (hash, role, workspace_id, principal_id, created_at_ms)
+             VALUES (?1, 'admin', NULL, NULL, ?2)",
+            params![key.hash, to_sql_time(key.created_at_ms)],
+        )?;
+        insert_audit(&tx, record)?;
+        tx.commit()?;
+        Ok(removed)
+    }
+
     /// A private in-memory SQLite database (same code path as a file).
     pub fn open_in_memory() -> Result<Self, ServiceStoreError> {
         Self::init(Connection::open_in_memory()?)
@@ -363,6 +419,58 @@ mod tests {
     fn sqlite_and_memory_keep_the_same_invariants() {
         roundtrip(&mut SqliteServiceStore::open_in_memory().unwrap());
         roundtrip(&mut super::super::MemoryServiceStore::new());
+    }
+
+    #[test]
+    fn exclusive_opening_is_refused_while_another_connection_is_open() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            SqliteServiceStore::open_dir_exclusive(dir.path()),
+            Err(ServiceStoreError::NoDatabase { .. })
+        ));
+        assert!(!dir.path().join(SERVICE_DB_FILE).exists(), "never created");
+        let mut running = SqliteServiceStore::open_dir(dir.path()).unwrap();
+        running
+            .insert_key(&StoredKey {
+                hash: "old".into(),
+                role: KeyRole::Admin,
+                workspace_id: None,
+                principal_id: None,
+                created_at_ms: 1,
+            })
+            .unwrap();
+        assert!(matches!(
+            SqliteServiceStore::open_dir_exclusive(dir.path()),
+            Err(ServiceStoreError::InUse { .. })
+        ));
+        drop(running);
+        let mut offline = SqliteServiceStore::open_dir_exclusive(dir.path()).unwrap();
+        let record = AuditRecord {
+            workspace_id: String::new(),
+            kind: AuditKind::AdminKeyReset,
+            record_json: "{}".into(),
+            at_epoch_ms: 2,
+        };
+        let new = StoredKey {
+            hash: "new".into(),
+            role: KeyRole::Admin,
+            workspace_id: None,
+            principal_id: None,
+            created_at_ms: 2,
+        };
+        assert_eq!(offline.replace_admin_keys(&new, &record).unwrap(), 1);
+        drop(offline);
+        let reopened = SqliteServiceStore::open_dir(dir.path()).unwrap();
+        let keys = reopened.keys().unwrap();
+        assert_eq!(keys.len(), 1);
+        assert_eq!(keys[0].hash, "new");
+        assert_eq!(
+            reopened
+                .audit("", AuditKind::AdminKeyReset, 10)
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]

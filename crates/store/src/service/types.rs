@@ -60,6 +60,9 @@ pub enum AuditKind {
     BreakerTransition,
     /// A principal key was revoked (`turnstile-key-revocation/v1`).
     KeyRevocation,
+    /// The admin keys were replaced offline (`turnstile-admin-key-reset/v1`); a service-level
+    /// record, stored under the empty workspace ID.
+    AdminKeyReset,
 }
 
 impl AuditKind {
@@ -69,6 +72,7 @@ impl AuditKind {
             AuditKind::ProfileChange => "profile-change",
             AuditKind::BreakerTransition => "breaker-transition",
             AuditKind::KeyRevocation => "key-revocation",
+            AuditKind::AdminKeyReset => "admin-key-reset",
         }
     }
 }
@@ -106,6 +110,13 @@ pub enum ServiceStoreError {
     /// A key with the same hash is already stored.
     #[error("an API key with this hash is already stored")]
     DuplicateKey,
+    /// Exclusive (offline) access was asked for, but another connection, such as a running
+    /// service, has the database open.
+    #[error("{path} is in use (is a turnstile service running on it?)")]
+    InUse { path: String },
+    /// Offline maintenance was asked for on a directory without a service database.
+    #[error("no service database at {path}")]
+    NoDatabase { path: String },
 }
 
 /// Durable state of the admission service. See the module docs for the invariants.
