@@ -1,33 +1,50 @@
 //! The `turnstile` command line: a thin clap front end over the library crates.
+//!
+//! Invariants: commands are listed in `--help` in the order a user needs them (`serve` first);
+//! nothing is written into the service's data directory unless a command is asked to (`serve`,
+//! `admin-key reset`, or an explicit `--data` / `--out`); a failure prints one `error:` line (and
+//! a `hint:` line where there is advice) and exits non-zero, with details and a backtrace only
+//! under `--verbose` (`report.rs`).
 
 mod commands;
+mod report;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 /// turnstile governs the model calls of AI agents and decision engines.
+///
+/// Exit status: 0 success; 1 the command failed (one `error:` line on stderr, and a `hint:`
+/// line where there is advice); 2 invalid arguments; 3 `evaluate` printed a result whose status
+/// is `error` or `cancelled`.
 #[derive(Debug, Parser)]
 #[command(name = "turnstile", version, about)]
 struct Cli {
+    /// On failure, print every cause and a backtrace (otherwise: one error line and a hint).
+    #[arg(long, short, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Admission profiles: digests and validation.
-    #[command(subcommand)]
-    Profile(commands::profile::ProfileCommand),
-    /// The semantic roster scheduler: status, enqueue evidence, run reads.
-    Roster(commands::roster::RosterArgs),
-    /// Evaluate a decision ruleset and print the RulesetResult JSON.
-    Evaluate(commands::evaluate::EvaluateArgs),
     /// Run admission as an HTTP service (the main command).
     Serve(commands::serve::ServeArgs),
+    /// Admission profiles: check a profile file, print its digest.
+    #[command(subcommand)]
+    Profile(commands::profile::ProfileCommand),
+    /// Evaluate a decision ruleset and print the RulesetResult JSON (exit 3 on an error result).
+    Evaluate(commands::evaluate::EvaluateArgs),
+    /// The semantic roster scheduler: status, enqueue evidence, run reads.
+    Roster(commands::roster::RosterArgs),
+    /// Qualification: run the pinned load manifest on virtual time and print every bound.
+    Qualify(commands::qualify::QualifyArgs),
     /// Load-test a turnstile service: acquire + release pairs with concurrent clients.
     BenchServe(commands::bench_serve::BenchServeArgs),
-    /// Qualification: run the pinned load manifest on virtual time and write result records.
-    Qualify(commands::qualify::QualifyArgs),
+    /// Offline key recovery: mint a new admin key for a stopped service's data directory.
+    #[command(subcommand)]
+    AdminKey(commands::admin_key::AdminKeyCommand),
 }
 
 /// mimalloc: the service allocates small, short-lived buffers per request from many threads;
@@ -37,23 +54,28 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.verbose
+        && std::env::var_os("RUST_BACKTRACE").is_none()
+        && std::env::var_os("RUST_LIB_BACKTRACE").is_none()
+    {
+        // Still single-threaded: asks anyhow to capture backtraces for the details.
+        std::env::set_var("RUST_LIB_BACKTRACE", "1");
+    }
     let result = match cli.command {
-        Command::Profile(command) => commands::profile::run(command),
-        Command::Roster(args) => commands::roster::run(args),
-        Command::Evaluate(args) => commands::evaluate::run(args),
         Command::Serve(args) => commands::serve::run(args),
-        Command::BenchServe(args) => commands::bench_serve::run(args),
+        Command::Profile(command) => commands::profile::run(command),
+        Command::Evaluate(args) => commands::evaluate::run(args),
+        Command::Roster(args) => commands::roster::run(args),
         Command::Qualify(args) => commands::qualify::run(args),
+        Command::BenchServe(args) => commands::bench_serve::run(args),
+        Command::AdminKey(command) => commands::admin_key::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of our output went away (`turnstile qualify arrivals | head`): what it
         // wanted was written, so end quietly like other Unix tools.
         Err(error) if is_closed_pipe(&error) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("Error: {error:?}");
-            ExitCode::FAILURE
-        }
+        Err(error) => report::report(&error, cli.verbose),
     }
 }
 

@@ -107,15 +107,3 @@ fn profile_digest_refuses_invalid_limits_with_a_clear_message() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
 }
-
-#[test]
-fn profile_digest_without_a_file_digests_the_embedded_v2_manifest() {
-    let embedded = turnstile().args(["profile", "digest"]).output().unwrap();
-    assert!(embedded.status.success());
-    let on_disk = turnstile()
-        .args(["profile", "digest"])
-        .arg(repo_file("manifests/load-manifest.v2.json"))
-        .output()
-        .unwrap();
-    assert_eq!(embedded.stdout, on_disk.stdout);
-}

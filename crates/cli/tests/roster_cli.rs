@@ -53,8 +53,12 @@ fn status_on_a_fresh_data_directory() {
         stdout.contains("rolling calls: 0/120 used, 120 available"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("limit 120 calls per rolling hour: the hard ceiling"),
+        "the /120 is explained: {stdout}"
+    );
     assert!(stdout.contains("pending: 0"), "{stdout}");
-    assert!(dir.path().join("data/roster.sqlite3").exists());
+    assert!(!dir.path().join("data").exists(), "looking creates nothing");
 }
 
 #[test]

@@ -2,8 +2,13 @@
 //!
 //! A thin front end over `turnstile_decision::evaluate`: it reads the artifacts, builds the
 //! adapters from an adapters file (scripted or chat-completions), optionally enables admission
-//! with a scheduler policy file, and prints the result. The result is data: the command exits 0
-//! whatever the result's status, and non-zero only when its inputs cannot be read.
+//! with a scheduler policy file, and prints the result.
+//!
+//! Exit status (documented in `docs/evaluator.md`): 0 when the printed result's status is
+//! `completed`, `defaulted` or `review` (the ruleset decided an outcome); 3 when the result was
+//! printed but its status is `error` or `cancelled` (no outcome; `spec.reason` and
+//! `spec.detail` say why); 1 when no result could be produced (an input cannot be read or is
+//! not the kind of file it should be), with nothing on stdout.
 
 use std::path::{Path, PathBuf};
 
@@ -13,8 +18,10 @@ use serde_json::Value;
 use turnstile_admission::Registry;
 use turnstile_decision::{
     evaluate, AdapterSet, AdaptersFile, AdmissionDriver, EvaluationRequest, ResultNaming,
-    SchedulerPolicy, SchedulerRun,
+    RulesetStatus, SchedulerPolicy, SchedulerRun,
 };
+
+use crate::report::{HintExt, ResultFailed};
 
 #[derive(Debug, Args)]
 pub struct EvaluateArgs {
@@ -51,8 +58,9 @@ pub struct EvaluateArgs {
 }
 
 fn read_json(path: &Path) -> anyhow::Result<Value> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .hint("check the path; the shipped examples are in examples/fixtures")?;
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 
@@ -80,14 +88,34 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     let result = runtime.block_on(evaluate_args(args))?;
     println!("{}", serde_json::to_string_pretty(&result)?);
-    Ok(())
+    match result.spec.status {
+        RulesetStatus::Completed | RulesetStatus::Defaulted | RulesetStatus::Review => Ok(()),
+        status @ (RulesetStatus::Error | RulesetStatus::Cancelled) => {
+            let name = |value: serde_json::Result<Value>| {
+                value
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            };
+            let mut message = format!(
+                "the result's status is {} ({})",
+                name(serde_json::to_value(status)),
+                name(serde_json::to_value(result.spec.reason)),
+            );
+            if let Some(detail) = &result.spec.detail {
+                message.push_str(&format!(": {detail}"));
+            }
+            Err(anyhow::Error::new(ResultFailed(message)))
+        }
+    }
 }
 
 async fn evaluate_args(args: EvaluateArgs) -> anyhow::Result<turnstile_decision::RulesetResult> {
     let adapters = match &args.adapters {
         Some(path) => {
             let file: AdaptersFile = serde_json::from_value(read_json(path)?)
-                .with_context(|| format!("{} is not an adapters file", path.display()))?;
+                .with_context(|| format!("{} is not an adapters file", path.display()))
+                .hint("an adapters file is {\"adapters\": [...]}, e.g. examples/adapters.scripted.json")?;
             file.build()?
         }
         None => AdapterSet::new(),

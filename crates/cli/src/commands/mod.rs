@@ -1,5 +1,6 @@
 //! One module per top-level subcommand.
 
+pub mod admin_key;
 pub mod bench_client;
 pub mod bench_serve;
 pub mod evaluate;

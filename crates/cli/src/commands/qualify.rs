@@ -1,4 +1,7 @@
 //! `turnstile qualify …`: the offline load harness over the pinned manifests.
+//!
+//! Invariant: the `decision-load-result/v1` records are written only where `--out DIR` says
+//! (never into the service's data directory by default); without it they are printed only.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -21,9 +24,10 @@ pub struct QualifyArgs {
     /// Which path the arrivals go through.
     #[arg(long, value_enum, default_value_t = TargetChoice::AdmissionController)]
     target: TargetChoice,
-    /// Directory for the `decision-load-result/v1` records.
-    #[arg(long, default_value = "turnstile-data/qualification")]
-    out: PathBuf,
+    /// Write the `decision-load-result/v1` records into this directory (one file per target).
+    /// Without it nothing is written: the table (or, with --json, the records) is printed.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
     /// Print the records as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -82,20 +86,27 @@ pub fn run(args: QualifyArgs) -> anyhow::Result<()> {
         TargetChoice::Evaluator => &[Target::Evaluator],
         TargetChoice::All => &[Target::AdmissionController, Target::Evaluator],
     };
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    }
     let mut records = Vec::with_capacity(targets.len());
     for &target in targets {
         let record = run_target(&loaded, target, args.json)?;
-        let path = args.out.join(format!("{}.json", record.target.as_str()));
-        std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        let path = match &args.out {
+            Some(out) => {
+                let path = out.join(format!("{}.json", record.target.as_str()));
+                std::fs::write(&path, serde_json::to_string_pretty(&record)? + "\n")
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                Some(path)
+            }
+            None => None,
+        };
         if !args.json {
             let mut out = std::io::stdout().lock();
             if !records.is_empty() {
                 writeln!(out)?;
             }
-            print_table(&mut out, &record, &path)?;
+            print_table(&mut out, &record, path.as_deref())?;
         }
         records.push(record);
     }
@@ -157,7 +168,7 @@ fn run_target(
 fn print_table(
     out: &mut impl Write,
     record: &LoadResultRecord,
-    path: &std::path::Path,
+    path: Option<&std::path::Path>,
 ) -> std::io::Result<()> {
     let o = &record.observations;
     writeln!(
@@ -193,11 +204,18 @@ fn print_table(
             if comparison.pass { "yes" } else { "NO" }
         )?;
     }
-    writeln!(
-        out,
-        "{}  record {} written to {}",
-        if record.passed { "PASSED" } else { "FAILED" },
-        record.digest,
-        path.display()
-    )
+    let verdict = if record.passed { "PASSED" } else { "FAILED" };
+    match path {
+        Some(path) => writeln!(
+            out,
+            "{verdict}  record {} written to {}",
+            record.digest,
+            path.display()
+        ),
+        None => writeln!(
+            out,
+            "{verdict}  record {} (not written; --out DIR writes it)",
+            record.digest
+        ),
+    }
 }

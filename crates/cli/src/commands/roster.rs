@@ -1,5 +1,9 @@
 //! `turnstile roster …`: the semantic roster scheduler (ADR 0119) over a SQLite data directory.
 //!
+//! Invariant: only `enqueue`, `run` and `reset` write; `status` and `records` on a directory
+//! without `roster.sqlite3` report an empty roster and create nothing. The default directory
+//! is `./turnstile-roster`, not the admission service's `./turnstile-data`.
+//!
 //! Thin: every subcommand is one call into `turnstile-semantic`. The only clock read is
 //! the shell's [`Clock`](turnstile_shell::Clock); the only secret is the API key, read from the environment variable *named*
 //! by `--api-key-env` and never printed.
@@ -31,8 +35,9 @@ pub const DEFAULT_API_KEY_ENV: &str = "OPENAI_API_KEY";
 /// Arguments of `turnstile roster`.
 #[derive(Debug, Args)]
 pub struct RosterArgs {
-    /// Directory holding the roster database (roster.sqlite3); created if missing.
-    #[arg(long, global = true, default_value = "./turnstile-data")]
+    /// Directory holding the roster database (roster.sqlite3); `enqueue` and `run` create it
+    /// if missing, `status` and `records` never do.
+    #[arg(long, global = true, default_value = "./turnstile-roster")]
     data: PathBuf,
     #[command(subcommand)]
     command: RosterCommand,
@@ -45,7 +50,8 @@ fn calls_per_hour(text: &str) -> Result<u32, turnstile_semantic::CallsPerHourErr
 
 #[derive(Debug, Subcommand)]
 enum RosterCommand {
-    /// Rolling calls used / limit / available, pending count and next eligible time.
+    /// Calls in the last rolling hour against the limit (e.g. "2/120": 2 calls in the last 60
+    /// minutes, at most 120 per rolling hour), pending count and next eligible time.
     Status {
         /// Report against this limit instead of the one last used by `run` (1..=120).
         #[arg(long, value_name = "N", value_parser = calls_per_hour, allow_negative_numbers = true)]
@@ -99,21 +105,29 @@ struct RunArgs {
 
 /// Runs `turnstile roster …`.
 pub fn run(args: RosterArgs) -> anyhow::Result<()> {
-    let store = open(&args.data)?;
     match args.command {
         RosterCommand::Status {
             calls_per_hour,
             json,
-        } => status(store, calls_per_hour, json),
-        RosterCommand::Enqueue { file } => enqueue(store, &file),
-        RosterCommand::Run(run_args) => run_passes(store, run_args),
+        } => status(open_existing(&args.data)?, calls_per_hour, json),
+        RosterCommand::Enqueue { file } => enqueue(open(&args.data)?, &file),
+        RosterCommand::Run(run_args) => run_passes(open(&args.data)?, run_args),
         RosterCommand::Records => {
-            let records = store.records().context("reading records")?;
+            let records = open_existing(&args.data)?
+                .records()
+                .context("reading records")?;
             println!("{}", serde_json::to_string_pretty(&records)?);
             Ok(())
         }
         RosterCommand::Reset => {
-            let mut roster = Roster::new(store, PassSettings::default());
+            if !has_database(&args.data) {
+                println!(
+                    "nothing to reset: no roster database in {}",
+                    args.data.display()
+                );
+                return Ok(());
+            }
+            let mut roster = Roster::new(open(&args.data)?, PassSettings::default());
             roster.reset().context("resetting the roster")?;
             println!("roster reset; the rolling call history is kept");
             Ok(())
@@ -121,9 +135,27 @@ pub fn run(args: RosterArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The database file inside a roster data directory.
+const ROSTER_DB_FILE: &str = "roster.sqlite3";
+
+fn has_database(data: &Path) -> bool {
+    data.join(ROSTER_DB_FILE).is_file()
+}
+
+/// Opens (creating if needed) the roster database: for the commands that write.
 fn open(data: &Path) -> anyhow::Result<SqliteRosterStore> {
     SqliteRosterStore::open_dir(data)
         .with_context(|| format!("opening the roster database in {}", data.display()))
+}
+
+/// Opens the roster database if there is one, else an empty roster in memory: for the commands
+/// that only read, so looking never creates a file.
+fn open_existing(data: &Path) -> anyhow::Result<SqliteRosterStore> {
+    if has_database(data) {
+        open(data)
+    } else {
+        SqliteRosterStore::open_in_memory().context("opening an empty roster in memory")
+    }
 }
 
 fn settings(limit: CallLimit, debounce_ms: u64) -> PassSettings {
@@ -134,32 +166,64 @@ fn settings(limit: CallLimit, debounce_ms: u64) -> PassSettings {
     }
 }
 
+/// Where the limit in force comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LimitSource {
+    Flag,
+    LastRun,
+    Ceiling,
+}
+
+impl LimitSource {
+    fn describe(self) -> &'static str {
+        match self {
+            LimitSource::Flag => "--calls-per-hour",
+            LimitSource::LastRun => "the limit last used by `roster run`",
+            LimitSource::Ceiling => "the hard ceiling",
+        }
+    }
+}
+
 /// The limit in force: the flag, else the value last used by `run`, else the hard ceiling.
-fn effective_limit(store: &SqliteRosterStore, flag: Option<u32>) -> anyhow::Result<CallLimit> {
+fn effective_limit(
+    store: &SqliteRosterStore,
+    flag: Option<u32>,
+) -> anyhow::Result<(CallLimit, LimitSource)> {
     let stored = store
         .meta(meta_keys::CONFIGURED_CALLS_PER_HOUR)?
         .and_then(|text| text.parse::<u32>().ok());
-    let configured = flag.or(stored).map(f64::from);
-    Ok(CallLimit::from_configured(configured, &Policy::ADR_0119))
+    let (configured, source) = match (flag, stored) {
+        (Some(flag), _) => (Some(flag), LimitSource::Flag),
+        (None, Some(stored)) => (Some(stored), LimitSource::LastRun),
+        (None, None) => (None, LimitSource::Ceiling),
+    };
+    let limit = CallLimit::from_configured(configured.map(f64::from), &Policy::ADR_0119);
+    Ok((limit, source))
 }
 
 fn status(store: SqliteRosterStore, flag: Option<u32>, json: bool) -> anyhow::Result<()> {
-    let limit = effective_limit(&store, flag)?;
+    let (limit, source) = effective_limit(&store, flag)?;
     let roster = Roster::new(store, settings(limit, 5_000));
     let status = roster.status(Clock::system().now_ms())?;
     if json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
-        print!("{}", render_status(&status));
+        print!("{}", render_status(&status, source));
     }
     Ok(())
 }
 
-fn render_status(status: &RosterStatus) -> String {
+fn render_status(status: &RosterStatus, source: LimitSource) -> String {
     let calls = &status.rolling_calls;
     let mut out = format!(
-        "rolling calls: {}/{} used, {} available",
-        calls.used, calls.limit, calls.available
+        "rolling calls: {}/{} used, {} available ({} reader calls in the last 60 minutes; limit \
+         {} calls per rolling hour: {})",
+        calls.used,
+        calls.limit,
+        calls.available,
+        calls.used,
+        calls.limit,
+        source.describe()
     );
     if let Some(at) = calls.eligible_after {
         out.push_str(&format!(

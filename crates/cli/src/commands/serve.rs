@@ -17,6 +17,8 @@ use turnstile_server::Config;
 use turnstile_shell::telemetry::otlp::otlp_pipeline;
 use turnstile_shell::Telemetry;
 
+use crate::report::HintExt;
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Address to listen on (overrides the config file; default 127.0.0.1:8686).
@@ -68,20 +70,33 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     let served = runtime.block_on(async move {
         let data_dir = config.data_dir.clone();
-        let server = turnstile_server::start_with_telemetry(config, telemetry).await?;
+        let listen = config.listen;
+        let server = match turnstile_server::start_with_telemetry(config, telemetry).await {
+            Ok(server) => server,
+            Err(error) => {
+                let error = anyhow::Error::from(error);
+                let in_use = error.chain().any(|cause| {
+                    cause
+                        .downcast_ref::<std::io::Error>()
+                        .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
+                });
+                return if in_use {
+                    Err(error).hint(format!(
+                        "another process listens on {listen} (a turnstile serve already \
+                         running?): stop it, or choose another address with --listen ADDR"
+                    ))
+                } else {
+                    Err(error)
+                };
+            }
+        };
         println!(
             "turnstile serve: listening on http://{}",
             server.local_addr()
         );
         println!("  state:   {}", data_dir.display());
         if let Some(keys) = server.bootstrap_keys() {
-            println!();
-            println!("First start: these keys are shown once and stored only as hashes.");
-            println!("  admin key:                        {}", keys.admin_key);
-            if let Some(demo) = &keys.demo_key {
-                println!("  demo principal key (workspace demo): {demo}");
-            }
-            println!();
+            print!("{}", banner(keys, &data_dir));
         }
         server.run_until(shutdown_signal()).await?;
         anyhow::Ok(())
@@ -99,6 +114,44 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     served?;
     println!("turnstile serve: stopped");
     Ok(())
+}
+
+/// The first-start banner: the keys (shown once, each the last word of its line), what the
+/// demo workspace holds, and what to do when the admin key is lost. Labels share one column.
+fn banner(keys: &turnstile_server::BootstrapKeys, data_dir: &std::path::Path) -> String {
+    use turnstile_server::bootstrap::{
+        DEMO_PRINCIPAL, DEMO_PROFILE, DEMO_PROFILE_VERSION, DEMO_WORKSPACE,
+    };
+    let mut rows = vec![("admin key:", keys.admin_key.as_str())];
+    if let Some(demo) = &keys.demo_key {
+        rows.push(("demo principal key:", demo.as_str()));
+    }
+    let width = rows.iter().map(|(label, _)| label.len()).max().unwrap_or(0);
+    let mut out =
+        String::from("\nFirst start: these keys are shown once and stored only as hashes.\n");
+    for (label, value) in rows {
+        out.push_str(&format!("  {label:<width$}  {value}\n"));
+    }
+    if keys.demo_key.is_some() {
+        let providers = serde_json::from_str::<serde_json::Value>(DEMO_PROFILE)
+            .ok()
+            .and_then(|profile| {
+                profile["providers"]
+                    .as_object()
+                    .map(|p| p.keys().cloned().collect::<Vec<_>>().join(", "))
+            })
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "The demo key acts as principal `{DEMO_PRINCIPAL}` of workspace `{DEMO_WORKSPACE}`, \
+             which has examples/profile.json as revision `{DEMO_PROFILE_VERSION}` (provider \
+             lane: {providers}).\n"
+        ));
+    }
+    out.push_str(&format!(
+        "Lost the admin key? Stop the service, then run `turnstile admin-key reset --data {}`.\n\n",
+        data_dir.display()
+    ));
+    out
 }
 
 async fn shutdown_signal() {
@@ -120,5 +173,33 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_banner_aligns_its_keys_and_names_the_demo_setup() {
+        let keys = turnstile_server::BootstrapKeys {
+            admin_key: "tsa_a".into(),
+            demo_key: Some("tsk_d".into()),
+        };
+        let text = banner(&keys, std::path::Path::new("d"));
+        let columns: Vec<usize> = text
+            .lines()
+            .filter_map(|line| line.find("ts").filter(|_| line.contains(" key:")))
+            .collect();
+        assert_eq!(columns.len(), 2, "{text}");
+        assert_eq!(columns[0], columns[1], "{text}");
+        assert!(
+            text.contains("revision `demo-v1` (provider lane: llm-subagent)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("turnstile admin-key reset --data d"),
+            "{text}"
+        );
     }
 }
