@@ -1,10 +1,10 @@
-//! Bucket capacities (`requestsBurst`, `tokensBurst`): the worked examples of
-//! `docs/profiles.md`, and the property that a profile without them behaves exactly as a profile
-//! that spells out the default (capacity = rate), i.e. exactly as before bursts existed.
+//! Bucket capacities (`requestsBurst`, `tokensBurst`) and the worked bucket and budget examples of
+//! `docs/profiles.md`, and the property that a profile without bursts behaves exactly as one that
+//! spells out the default (capacity = rate), i.e. exactly as before bursts existed.
 
 use proptest::prelude::*;
 use turnstile_admission::{
-    AdmissionRequest, Estimate, LeaseId, Limits, Outcome, Profile, Reason, Registry,
+    ActualUsage, AdmissionRequest, Estimate, LeaseId, Limits, Outcome, Profile, Reason, Registry,
 };
 
 const WS: &str = "w";
@@ -182,4 +182,46 @@ proptest! {
         spelled.tokens_burst = tps.filter(|&t| t > 0);
         prop_assert_eq!(run(absent, &ops), run(spelled, &ops));
     }
+}
+
+fn ask(registry: &mut Registry, budget: &str, cost: f64) -> Result<LeaseId, Reason> {
+    let request =
+        AdmissionRequest::new("p", "jev", budget).with_estimate(Estimate::new().cost_usd(cost));
+    match registry.try_acquire(WS, request, 0).unwrap() {
+        Ok(lease) => Ok(lease.id),
+        Err(rejection) => Err(rejection.reason),
+    }
+}
+
+/// The budget example of `docs/profiles.md`: principal `maxAttempts: 3, maxCostUsd: 1`; budgets
+/// count per `budgetId`, the actual cost replaces the estimate, a total equal to the limit
+/// passes, releasing the budget forgets it.
+#[test]
+fn the_budget_example_of_the_profile_reference() {
+    let mut principal = Limits::with_concurrency(10);
+    principal.max_attempts = Some(3);
+    principal.max_cost_usd = Some(1.0);
+    let mut profile = Profile {
+        workspace: Limits::with_concurrency(10),
+        ..Profile::default()
+    };
+    profile
+        .providers
+        .insert("jev".into(), Limits::with_concurrency(10));
+    profile.principals.insert("p".into(), principal);
+    let mut registry = Registry::new();
+    registry.register(WS, "v1", profile, 0).unwrap();
+
+    let first = ask(&mut registry, "task-1", 0.5).unwrap();
+    let actual = ActualUsage::none().with_cost_usd(0.75).unwrap();
+    registry
+        .release_with_usage(WS, first, Outcome::Success, actual, 0)
+        .unwrap();
+    ask(&mut registry, "task-1", 0.25).unwrap();
+    assert_eq!(ask(&mut registry, "task-1", 0.25), Err(Reason::Cost));
+    ask(&mut registry, "task-1", 0.0).unwrap();
+    assert_eq!(ask(&mut registry, "task-1", 0.0), Err(Reason::Attempts));
+    ask(&mut registry, "task-2", 0.5).unwrap();
+    registry.release_budget(WS, "task-1", 0).unwrap();
+    ask(&mut registry, "task-1", 0.5).unwrap();
 }
