@@ -30,6 +30,7 @@ pub mod auth;
 pub mod body;
 pub mod bootstrap;
 pub mod config;
+pub mod data_lock;
 pub mod error;
 pub mod journal;
 pub mod keys;

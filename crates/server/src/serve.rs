@@ -32,6 +32,7 @@ use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
 use crate::config::{Config, ConfigError};
 use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, LeaseMetrics, Telemetry};
 
+use crate::data_lock::{DataDirLock, DataLockError};
 use crate::journal::StoreJournal;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
@@ -47,6 +48,8 @@ pub enum ServerError {
     Store(#[from] turnstile_store::service::ServiceStoreError),
     #[error("start-up failed: {0}")]
     Bootstrap(#[from] BootstrapError),
+    #[error(transparent)]
+    DataLock(#[from] DataLockError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -66,6 +69,8 @@ pub struct RunningServer {
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
     metrics: Arc<Metrics>,
+    /// Held while the server runs: no second process serves the same data directory.
+    _data_lock: DataDirLock,
 }
 
 impl RunningServer {
@@ -122,6 +127,8 @@ pub async fn start_with_telemetry(
 ) -> Result<RunningServer, ServerError> {
     config.validate()?;
     let config = Arc::new(config);
+    // Before anything reads or writes the directory: one process per data directory.
+    let data_lock = DataDirLock::acquire(&config.data_dir)?;
     let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
     let clock = Clock::system();
     let mut registry = Registry::new();
@@ -187,6 +194,7 @@ pub async fn start_with_telemetry(
         shutdown: Some(shutdown_tx),
         task,
         metrics,
+        _data_lock: data_lock,
     })
 }
 
