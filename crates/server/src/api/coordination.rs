@@ -5,8 +5,6 @@
 //! `admission.max_retry_after_ms`, so no key can pause a provider lane indefinitely, and only a
 //! provider the workspace profile configures can be paused.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -60,7 +58,7 @@ pub async fn retry_after(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: crate::body::RawBody,
 ) -> Result<Json<Paused>, ApiError> {
     let (workspace, _) = require_principal(&caller)?;
     validate::id("providerId", &provider_id)?;

@@ -13,8 +13,6 @@
 //! Invariant: a key's plaintext exists only in the creation answer; everything else names a key
 //! by its `keyId`.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -81,7 +79,7 @@ pub async fn create_key(
     State(state): State<AppState>,
     caller: Caller,
     Path(workspace_id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: crate::body::RawBody,
 ) -> Result<(StatusCode, Json<NewKey>), ApiError> {
     require_admin(&caller)?;
     validate::id("workspaceId", &workspace_id)?;

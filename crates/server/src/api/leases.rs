@@ -8,8 +8,6 @@
 
 use std::sync::atomic::Ordering;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -135,7 +133,7 @@ pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
     Path(lease_id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: crate::body::RawBody,
 ) -> Result<Json<Released>, ApiError> {
     let (workspace, principal) = require_principal(&caller)?;
     let request: ReleaseBody = body::parse(body)?;

@@ -8,8 +8,6 @@
 //!   that workspace (403 for another workspace's key). Records carry digests and states, never
 //!   limit values or principal IDs.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -45,7 +43,7 @@ pub async fn put_profile(
     State(state): State<AppState>,
     caller: Caller,
     Path((workspace_id, profile_version)): Path<(String, String)>,
-    body: Result<Bytes, BytesRejection>,
+    body: crate::body::RawBody,
 ) -> Result<Response, ApiError> {
     require_admin(&caller)?;
     validate::id("workspaceId", &workspace_id)?;
