@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use turnstile_admission::{Estimate, Millis, Profile, ProfileChangeRecord};
 
-use crate::command::{AcquireCommand, AcquireReply, Command, Wait, WorkspaceSnapshot};
+use crate::command::{AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot};
 use crate::error::DriverError;
 use crate::telemetry::AdmitSpan;
 
@@ -202,6 +202,20 @@ impl DriverHandle {
     ) -> Result<Option<WorkspaceSnapshot>, DriverError> {
         self.ask(|reply| Command::Snapshot {
             workspace: workspace.to_owned(),
+            reply,
+        })
+        .await
+    }
+
+    /// Whether the workspace's current profile names `principal`.
+    pub async fn standing(
+        &self,
+        workspace: &str,
+        principal: &str,
+    ) -> Result<Standing, DriverError> {
+        self.ask(|reply| Command::Standing {
+            workspace: Arc::from(workspace),
+            principal: Arc::from(principal),
             reply,
         })
         .await

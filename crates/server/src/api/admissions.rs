@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use turnstile_admission::{Estimate, Evidence, Millis, Rejection};
 
 use crate::api::{validate, AppState};
-use crate::auth::require_principal;
+use crate::auth::{authorize, require_principal, Operation};
 use crate::body;
 use crate::error::ApiError;
 use crate::keys::Caller;
@@ -50,6 +50,7 @@ pub async fn acquire(
     caller: Caller,
     body: crate::body::RawBody,
 ) -> Result<Response, ApiError> {
+    authorize(&state, &caller, Operation::Acquire, None).await?;
     let (workspace, principal) = require_principal(&caller)?;
     let request: AdmissionBody = body::parse(body)?;
     // Held while the request waits: one key cannot fill the queues of the whole service.

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use turnstile_admission::Millis;
 
 use crate::api::{validate, AppState};
-use crate::auth::require_principal;
+use crate::auth::{authorize, require_principal, Operation};
 use crate::body;
 use crate::error::ApiError;
 use crate::keys::Caller;
@@ -29,6 +29,7 @@ pub async fn release_budget(
     caller: Caller,
     Path(budget_id): Path<String>,
 ) -> Result<Json<BudgetReleased>, ApiError> {
+    authorize(&state, &caller, Operation::ReleaseBudget, None).await?;
     let (workspace, _) = require_principal(&caller)?;
     validate::budget_id("budgetId", &budget_id)?;
     let released = state
@@ -60,6 +61,7 @@ pub async fn retry_after(
     Path(provider_id): Path<String>,
     body: crate::body::RawBody,
 ) -> Result<Json<Paused>, ApiError> {
+    authorize(&state, &caller, Operation::PauseProvider, None).await?;
     let (workspace, _) = require_principal(&caller)?;
     validate::id("providerId", &provider_id)?;
     let request: RetryAfterBody = body::parse(body)?;

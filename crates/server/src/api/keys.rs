@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use turnstile_store::service::{AuditKind, AuditRecord, KeyRole, StoredKey};
 
 use crate::api::{validate, AppState};
-use crate::auth::require_admin;
+use crate::auth::{authorize, Operation};
 use crate::body;
 use crate::error::ApiError;
 use crate::keys::{self, Caller};
@@ -81,7 +81,7 @@ pub async fn create_key(
     Path(workspace_id): Path<String>,
     body: crate::body::RawBody,
 ) -> Result<(StatusCode, Json<NewKey>), ApiError> {
-    require_admin(&caller)?;
+    authorize(&state, &caller, Operation::CreateKey, None).await?;
     validate::id("workspaceId", &workspace_id)?;
     let request: NewKeyBody = body::parse(body)?;
     validate::id("principalId", &request.principal_id)?;
@@ -111,7 +111,7 @@ pub async fn list_keys(
     caller: Caller,
     Path(workspace_id): Path<String>,
 ) -> Result<Json<KeyListing>, ApiError> {
-    require_admin(&caller)?;
+    authorize(&state, &caller, Operation::ListKeys, None).await?;
     validate::id("workspaceId", &workspace_id)?;
     let keys = principal_keys_of(state.store.keys().await?, &workspace_id)
         .map(|k| KeyInfo {
@@ -143,7 +143,7 @@ pub async fn revoke_key(
     caller: Caller,
     Path((workspace_id, key_id)): Path<(String, String)>,
 ) -> Result<Json<Revocation>, ApiError> {
-    require_admin(&caller)?;
+    authorize(&state, &caller, Operation::RevokeKey, None).await?;
     validate::id("workspaceId", &workspace_id)?;
     let unknown = || ApiError::NotFound {
         code: "unknown-key",

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use turnstile_admission::{ActualUsage, BreakerTransition, Millis, Outcome};
 
 use crate::api::AppState;
-use crate::auth::require_principal;
+use crate::auth::{authorize, require_principal, Operation};
 use crate::body;
 use crate::error::ApiError;
 use crate::keys::Caller;
@@ -135,6 +135,7 @@ pub async fn release(
     Path(lease_id): Path<String>,
     body: crate::body::RawBody,
 ) -> Result<Json<Released>, ApiError> {
+    authorize(&state, &caller, Operation::ReleaseLease, None).await?;
     let (workspace, principal) = require_principal(&caller)?;
     let request: ReleaseBody = body::parse(body)?;
     let outcome = outcome(&request, state.config.admission.max_retry_after_ms)?;
@@ -175,6 +176,7 @@ pub async fn heartbeat(
     caller: Caller,
     Path(lease_id): Path<String>,
 ) -> Result<Json<Heartbeat>, ApiError> {
+    authorize(&state, &caller, Operation::HeartbeatLease, None).await?;
     let (workspace, principal) = require_principal(&caller)?;
     let token = token(&lease_id)?;
     let expires_at = state

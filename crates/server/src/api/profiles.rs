@@ -17,7 +17,7 @@ use turnstile_admission::Profile;
 use turnstile_store::service::AuditKind;
 
 use crate::api::{validate, AppState};
-use crate::auth::{require_admin, require_workspace_reader};
+use crate::auth::{authorize, Operation};
 use crate::body;
 use crate::error::ApiError;
 use crate::keys::Caller;
@@ -45,7 +45,7 @@ pub async fn put_profile(
     Path((workspace_id, profile_version)): Path<(String, String)>,
     body: crate::body::RawBody,
 ) -> Result<Response, ApiError> {
-    require_admin(&caller)?;
+    authorize(&state, &caller, Operation::RegisterProfile, None).await?;
     validate::id("workspaceId", &workspace_id)?;
     validate::id("profileVersion", &profile_version)?;
     let bytes = crate::body::bytes(body)?;
@@ -179,7 +179,11 @@ async fn history(
     workspace_id: &str,
     kind: AuditKind,
 ) -> Result<Json<Records>, ApiError> {
-    require_workspace_reader(caller, workspace_id)?;
+    let operation = match kind {
+        AuditKind::BreakerTransition => Operation::ReadBreakers,
+        _ => Operation::ReadProfiles,
+    };
+    authorize(state, caller, operation, Some(workspace_id)).await?;
     validate::id("workspaceId", workspace_id)?;
     let records = state
         .store
@@ -212,7 +216,13 @@ pub async fn snapshot(
     caller: Caller,
     Path(workspace_id): Path<String>,
 ) -> Result<Json<WorkspaceSnapshot>, ApiError> {
-    require_workspace_reader(&caller, &workspace_id)?;
+    authorize(
+        &state,
+        &caller,
+        Operation::ReadSnapshot,
+        Some(&workspace_id),
+    )
+    .await?;
     validate::id("workspaceId", &workspace_id)?;
     state
         .driver
