@@ -54,6 +54,29 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
+/// Whether a percent-encoded path decodes to UTF-8 (axum's path extractor answers a bare
+/// `400 text/plain` otherwise; the gate answers the typed JSON error first).
+pub fn path_is_utf8(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                let value = hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0);
+                decoded.push(value as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    std::str::from_utf8(&decoded).is_ok()
+}
+
 /// Routes any client may call on a connection of the reserved slice.
 const OPERATOR_PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/openapi.json"];
 
@@ -63,6 +86,13 @@ pub struct ReservedSlice;
 
 /// Authenticates once, holds a per-key request slot, and guards the reserved slice.
 pub async fn gate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    if !path_is_utf8(request.uri().path()) {
+        return ApiError::invalid(
+            "path",
+            "the request path is not valid UTF-8 once percent-decoded",
+        )
+        .into_response();
+    }
     let authenticated = authenticate(request.headers(), &state);
     if request.extensions().get::<ReservedSlice>().is_some() {
         let operator = OPERATOR_PATHS.contains(&request.uri().path())

@@ -6,10 +6,15 @@ mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{test_profile, TestServer};
 use serde_json::{json, Value};
+
+/// The two floods run one at a time: on a small shared machine the unread-responses flood
+/// takes the CPU the 100 ms probe measures.
+static FLOODS: Mutex<()> = Mutex::new(());
 
 fn setup(server: &TestServer) -> (String, String) {
     let response = server.put_profile(&server.admin(), "t", "v1", &test_profile());
@@ -75,6 +80,7 @@ fn probe_healthz(addr: SocketAddr) -> (Duration, String) {
 
 #[test]
 fn healthz_answers_within_100ms_while_1100_slow_body_connections_are_open() {
+    let _flood = FLOODS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path(), |c| {
         // The flood is one key from one address: lift those caps so it really fills the
@@ -114,7 +120,7 @@ fn healthz_answers_within_100ms_while_1100_slow_body_connections_are_open() {
     );
     // Admin calls are served on the reserved slice too; a principal's are refused there.
     let snapshot = server.snapshot("t");
-    assert_eq!(snapshot["workspaceId"], Value::Null);
+    assert!(snapshot["active"].is_u64(), "{snapshot}");
     assert!(server.metric("turnstile_http_connections_open") >= 1024.0);
     assert!(cut(&server, "overloaded") >= 1.0);
     // Still open: the flood was neither served nor closed.
@@ -191,6 +197,7 @@ fn a_body_slower_than_the_minimum_rate_or_the_total_time_is_cut_with_408() {
 
 #[test]
 fn clients_that_never_read_their_responses_are_cut_and_operators_still_get_in() {
+    let _flood = FLOODS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path(), |c| {
         c.http.max_connections = 64;
@@ -271,8 +278,12 @@ fn one_address_and_one_key_cannot_hold_more_than_their_caps() {
     let bob_ok = server.post("/v1/budgets/b/release", &bob).send().unwrap();
     assert_eq!(bob_ok.status(), 200);
     drop(held);
+    drop(server);
 
-    // Per address: four open connections; the fifth is closed at accept.
+    // Per address (a fresh service: no pooled test-client connection counts): four open
+    // connections; the fifth is closed at accept.
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |c| c.http.max_connections_per_address = 4);
     let open: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(server.addr).unwrap())
         .collect();
@@ -281,8 +292,10 @@ fn one_address_and_one_key_cannot_hold_more_than_their_caps() {
     let _ = fifth.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     let (text, closed) = read_until_closed(&mut fifth, Duration::from_secs(3));
     assert!(closed && text.is_empty(), "{text}");
-    assert!(cut(&server, "address-cap") >= 1.0);
+    // The metrics request itself needs a slot of this address.
     drop(open);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(cut(&server, "address-cap") >= 1.0);
 }
 
 #[test]

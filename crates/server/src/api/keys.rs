@@ -25,9 +25,6 @@ use crate::body;
 use crate::error::ApiError;
 use crate::keys::{self, Caller};
 
-/// How many revocation records a listing returns (newest).
-const REVOCATION_HISTORY_LIMIT: usize = 256;
-
 /// Schema of a key-revocation audit record.
 pub const KEY_REVOCATION_SCHEMA: &str = "turnstile-key-revocation/v1";
 
@@ -122,11 +119,9 @@ pub async fn list_keys(
         .collect();
     let revocations = state
         .store
-        .audit(
-            &workspace_id,
-            AuditKind::KeyRevocation,
-            REVOCATION_HISTORY_LIMIT,
-        )
+        // Every revocation: there are at most as many as keys an admin created, and a listing
+        // that silently dropped the oldest would hide a revoked key.
+        .audit(&workspace_id, AuditKind::KeyRevocation, usize::MAX)
         .await?
         .into_iter()
         .filter_map(|r| serde_json::from_str(&r.record_json).ok())
