@@ -32,11 +32,8 @@ pub enum Wait {
     Unbounded,
 }
 
-/// A request for a permit, already authenticated and validated.
-pub struct AcquireCommand {
-    /// From [`DriverHandle::ticket`](crate::DriverHandle::ticket); names the request for
-    /// cancellation.
-    pub ticket: u64,
+/// One admission request, as a host states it (already authenticated and validated).
+pub struct Acquire {
     pub workspace: Arc<str>,
     pub principal: Arc<str>,
     pub provider_id: String,
@@ -45,6 +42,14 @@ pub struct AcquireCommand {
     pub wait: Wait,
     /// The request's `decision.admit` span: ended on refusal, owned by the lease on admission.
     pub span: Option<AdmitSpan>,
+}
+
+/// An [`Acquire`] on its way to the driver.
+pub struct AcquireCommand {
+    /// From [`DriverHandle::ticket`](crate::DriverHandle::ticket); names the request for
+    /// cancellation.
+    pub ticket: u64,
+    pub request: Acquire,
     pub reply: oneshot::Sender<AcquireReply>,
 }
 

@@ -44,7 +44,9 @@ use turnstile_admission::{
 };
 
 use crate::clock::Clock;
-use crate::command::{AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot};
+use crate::command::{
+    Acquire, AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot,
+};
 use crate::error::DriverError;
 use crate::grant::Grant;
 use crate::handle::DriverHandle;
@@ -356,6 +358,10 @@ impl Driver {
     fn acquire(&mut self, command: AcquireCommand, now: Millis) {
         let AcquireCommand {
             ticket,
+            request,
+            reply,
+        } = command;
+        let Acquire {
             workspace,
             principal,
             provider_id,
@@ -363,8 +369,7 @@ impl Driver {
             estimate,
             wait,
             span,
-            reply,
-        } = command;
+        } = request;
         if self.draining {
             if let Some(span) = span {
                 span.failed();

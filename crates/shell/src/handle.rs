@@ -10,11 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use turnstile_admission::{Estimate, Millis, Profile, ProfileChangeRecord};
+use turnstile_admission::{Millis, Profile, ProfileChangeRecord};
 
-use crate::command::{AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot};
+use crate::command::{Acquire, AcquireCommand, AcquireReply, Command, Standing, WorkspaceSnapshot};
 use crate::error::DriverError;
-use crate::telemetry::AdmitSpan;
 
 /// Cancels a queued admission when the code waiting on it is dropped.
 pub struct CancelGuard {
@@ -38,17 +37,6 @@ impl Drop for CancelGuard {
             });
         }
     }
-}
-
-/// One admission request, as a host states it.
-pub struct Acquire {
-    pub workspace: Arc<str>,
-    pub principal: Arc<str>,
-    pub provider_id: String,
-    pub budget_id: String,
-    pub estimate: Estimate,
-    pub wait: Wait,
-    pub span: Option<AdmitSpan>,
 }
 
 /// The hosts' side of the driver; cheap to clone.
@@ -115,25 +103,10 @@ impl DriverHandle {
         cancel: impl Future<Output = ()>,
     ) -> Result<AcquireReply, DriverError> {
         let (ticket, mut guard) = self.ticket();
-        let Acquire {
-            workspace,
-            principal,
-            provider_id,
-            budget_id,
-            estimate,
-            wait,
-            span,
-        } = request;
         let (reply, mut answer) = oneshot::channel();
         self.send(Command::Acquire(AcquireCommand {
             ticket,
-            workspace,
-            principal,
-            provider_id,
-            budget_id,
-            estimate,
-            wait,
-            span,
+            request,
             reply,
         }))?;
         tokio::pin!(cancel);

@@ -26,11 +26,13 @@ pub mod lease_table;
 pub mod telemetry;
 
 pub use clock::Clock;
-pub use command::{AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot};
+pub use command::{
+    Acquire, AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot,
+};
 pub use driver::{Driver, DriverConfig};
 pub use error::DriverError;
 pub use grant::Grant;
-pub use handle::{Acquire, CancelGuard, DriverHandle};
+pub use handle::{CancelGuard, DriverHandle};
 pub use journal::{Journal, NoJournal, Registration};
 pub use lease_metrics::LeaseMetrics;
 pub use lease_table::{LeaseToken, RandomError};

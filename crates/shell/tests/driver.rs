@@ -101,6 +101,21 @@ async fn refusal(driver: &DriverHandle, request: Acquire) -> turnstile_admission
     }
 }
 
+async fn heartbeat(
+    driver: &DriverHandle,
+    lease: &Grant,
+) -> Result<u64, turnstile_shell::DriverError> {
+    driver
+        .ask(|reply| Command::Heartbeat {
+            token: lease.token,
+            workspace: Arc::from("ws"),
+            principal: Arc::from("p"),
+            reply,
+        })
+        .await
+        .unwrap()
+}
+
 async fn active(driver: &DriverHandle, workspace: &str) -> u64 {
     driver
         .snapshot(workspace)
@@ -151,17 +166,7 @@ async fn a_heartbeat_moves_the_expiry_and_the_timer_follows() {
     let mut lease = grant(&h.driver, ask("ws", "llm", Wait::For(10))).await;
     lease.accept();
     tokio::time::advance(Duration::from_millis(800)).await;
-    let expires = h
-        .driver
-        .ask(|reply| Command::Heartbeat {
-            token: lease.token,
-            workspace: Arc::from("ws"),
-            principal: Arc::from("p"),
-            reply,
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let expires = heartbeat(&h.driver, &lease).await.unwrap();
     assert_eq!(expires, 1_800);
     assert_eq!(h.driver.timer().await.unwrap(), (800, Some(1_800)));
     tokio::time::advance(Duration::from_millis(999)).await;
@@ -169,18 +174,8 @@ async fn a_heartbeat_moves_the_expiry_and_the_timer_follows() {
     tokio::time::advance(Duration::from_millis(1)).await;
     settle().await;
     assert_eq!(active(&h.driver, "ws").await, 0);
-    // Someone else's heartbeat for the same token is refused.
-    let stranger = h
-        .driver
-        .ask(|reply| Command::Heartbeat {
-            token: lease.token,
-            workspace: Arc::from("ws"),
-            principal: Arc::from("p"),
-            reply,
-        })
-        .await
-        .unwrap();
-    assert!(stranger.is_err(), "an expired lease cannot be extended");
+    let expired = heartbeat(&h.driver, &lease).await;
+    assert!(expired.is_err(), "an expired lease cannot be extended");
 }
 
 #[tokio::test(start_paused = true)]
