@@ -44,7 +44,9 @@ use turnstile_admission::{
 };
 
 use crate::clock::Clock;
-use crate::command::{Acquire, AcquireCommand, AcquireReply, Command, Wait, WorkspaceSnapshot};
+use crate::command::{
+    Acquire, AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot,
+};
 use crate::error::DriverError;
 use crate::grant::Grant;
 use crate::handle::DriverHandle;
@@ -304,6 +306,20 @@ impl Driver {
                     }
                 });
                 let _ = reply.send(snapshot);
+            }
+            Command::Standing {
+                workspace,
+                principal,
+                reply,
+            } => {
+                let standing = match self.registry.profile(&workspace) {
+                    None => Standing::NoProfile,
+                    Some(profile) if profile.principals.contains_key(&*principal) => {
+                        Standing::Named
+                    }
+                    Some(_) => Standing::NotNamed,
+                };
+                let _ = reply.send(standing);
             }
             Command::Timer { reply } => {
                 let _ = reply.send((now, self.next_wake()));
