@@ -254,6 +254,9 @@ impl Driver {
                 reply,
             } => {
                 let result = self.release(token, &workspace, &principal, outcome, usage, now);
+                // Journaled before the answer: a caller that reads the audit log after the
+                // release sees the transitions it caused (the journal's store applies in order).
+                self.journal_transitions();
                 let _ = reply.send(result);
             }
             Command::Heartbeat {
