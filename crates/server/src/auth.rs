@@ -172,7 +172,8 @@ impl Operation {
 
 /// **The role table**: the one place that says which role may make which call (mirrored in
 /// `docs/server.md`, tested call by call in `tests/permissions.rs`). A principal the profile
-/// does not name may only read its own workspace; its admissions are refused by the core
+/// does not name may only read its own workspace and release its own leases; its admissions
+/// are refused by the core
 /// (403 `disabled`, a typed rejection with evidence).
 pub const fn access(role: Role, operation: Operation) -> Access {
     use Access::{Any, Denied, OwnLeases, OwnWorkspace};
@@ -184,14 +185,14 @@ pub const fn access(role: Role, operation: Operation) -> Access {
         (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot, _) => OwnWorkspace,
         (Op::Acquire | Op::ReleaseBudget | Op::PauseProvider, Role::Principal) => OwnWorkspace,
         (Op::ReleaseLease | Op::HeartbeatLease, Role::Principal) => OwnLeases,
+        // A principal the profile stopped naming may still give back what it holds (its
+        // permits would otherwise stay taken until their TTL), but not extend it.
+        (Op::ReleaseLease, Role::UnnamedPrincipal) => OwnLeases,
         (
-            Op::Acquire
-            | Op::ReleaseBudget
-            | Op::PauseProvider
-            | Op::ReleaseLease
-            | Op::HeartbeatLease,
+            Op::Acquire | Op::ReleaseBudget | Op::PauseProvider | Op::HeartbeatLease,
             Role::Admin | Role::UnnamedPrincipal,
         ) => Denied,
+        (Op::ReleaseLease, Role::Admin) => Denied,
     }
 }
 
