@@ -158,6 +158,8 @@ export interface Snapshot {
   queued: number;
   retryPressure: number;
   openBudgets: number;
+  peakActive: number;
+  peakQueued: number;
   providers: Record<string, ProviderSnapshot>;
   leases: number;
   waiters: number;
@@ -304,6 +306,8 @@ export const SHAPES = {
     queued: "scalar",
     retryPressure: "scalar",
     openBudgets: "scalar",
+    peakActive: "scalar",
+    peakQueued: "scalar",
     providers: "{ProviderSnapshot}",
     leases: "scalar",
     waiters: "scalar",

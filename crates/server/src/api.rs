@@ -18,6 +18,10 @@ use crate::config::Config;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
 use crate::persist::StoreHandle;
+use crate::slots::Slots;
+
+/// A principal: (workspace, principal).
+pub type PrincipalKey = (Arc<str>, Arc<str>);
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -35,4 +39,8 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
     /// `decision.admit` spans, breaker events and the OpenTelemetry counters.
     pub telemetry: Telemetry,
+    /// Requests in flight per API key (by key hash).
+    pub key_slots: Arc<Slots<[u8; 32]>>,
+    /// Admission requests waiting for an answer, per principal.
+    pub pending: Arc<Slots<PrincipalKey>>,
 }

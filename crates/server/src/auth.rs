@@ -1,18 +1,42 @@
 //! Authentication: the caller's identity comes from its API key and nothing else.
 //!
-//! `Authorization: Bearer <key>`. A missing, malformed or unknown key is 401; a valid key that
-//! may not perform the call is 403 (see [`require_admin`], [`require_principal`],
-//! [`require_workspace_reader`]).
+//! `Authorization: Bearer <key>` (the scheme is case-insensitive, RFC 9110 §11.1). A missing,
+//! malformed or unknown key is 401; a valid key that may not perform the call is 403 (see
+//! the role table, [`access`], applied by [`authorize`]).
+//!
+//! [`gate`] runs before every handler: it authenticates once, takes one of the key's
+//! `http.max_requests_per_key` request slots for the whole request (429 `key-busy` and the
+//! connection closed past it), and on a connection of the operators' reserved slice lets only
+//! health, metrics, the OpenAPI document and admin-key calls through (503 `overloaded`).
 
 use std::sync::Arc;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
+use axum::http::HeaderMap;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 
 use crate::api::AppState;
 use crate::error::ApiError;
-use crate::keys::Caller;
+use crate::keys::{self, Caller};
+use crate::metrics::Cut;
+use turnstile_shell::{Command, Standing};
+
+/// The key of an `Authorization` header, if it has the Bearer scheme (any case).
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let header = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, key) = header.trim().split_once(' ')?;
+    let key = key.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty() && key.len() <= 256).then_some(key)
+}
+
+/// The caller and its key hash, if the request carries a known key.
+fn authenticate(headers: &HeaderMap, state: &AppState) -> Option<([u8; 32], Caller)> {
+    let hash = keys::hash(bearer(headers)?);
+    state.keys.lookup_hash(&hash).map(|caller| (hash, caller))
+}
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
@@ -21,29 +45,212 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let header = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .ok_or(ApiError::Unauthorized)?;
-        let key = header
-            .strip_prefix("Bearer ")
-            .map(str::trim)
-            .filter(|key| !key.is_empty() && key.len() <= 256)
-            .ok_or(ApiError::Unauthorized)?;
-        state.keys.lookup(key).ok_or(ApiError::Unauthorized)
+        if let Some(caller) = parts.extensions.get::<Caller>() {
+            return Ok(caller.clone());
+        }
+        authenticate(&parts.headers, state)
+            .map(|(_, caller)| caller)
+            .ok_or(ApiError::Unauthorized)
     }
 }
 
-/// Admin-only calls.
-pub fn require_admin(caller: &Caller) -> Result<(), ApiError> {
-    match caller {
-        Caller::Admin => Ok(()),
-        Caller::Principal { .. } => Err(ApiError::Forbidden("this call needs an admin key")),
+/// Whether a percent-encoded path decodes to UTF-8 (axum's path extractor answers a bare
+/// `400 text/plain` otherwise; the gate answers the typed JSON error first).
+pub fn path_is_utf8(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                let value = hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0);
+                decoded.push(value as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    std::str::from_utf8(&decoded).is_ok()
+}
+
+/// Routes any client may call on a connection of the reserved slice.
+const OPERATOR_PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/openapi.json"];
+
+/// Marks a connection of the operators' reserved slice.
+#[derive(Debug, Clone, Copy)]
+pub struct ReservedSlice;
+
+/// Authenticates once, holds a per-key request slot, and guards the reserved slice.
+pub async fn gate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    if !path_is_utf8(request.uri().path()) {
+        return ApiError::invalid(
+            "path",
+            "the request path is not valid UTF-8 once percent-decoded",
+        )
+        .into_response();
+    }
+    let authenticated = authenticate(request.headers(), &state);
+    if request.extensions().get::<ReservedSlice>().is_some() {
+        let operator = OPERATOR_PATHS.contains(&request.uri().path())
+            || matches!(authenticated, Some((_, Caller::Admin)));
+        if !operator {
+            state.metrics.cut(Cut::Overloaded);
+            return ApiError::Overloaded.into_response();
+        }
+    }
+    let Some((hash, caller)) = authenticated else {
+        return next.run(request).await;
+    };
+    let Some(_slot) = state.key_slots.take(hash) else {
+        state.metrics.cut(Cut::KeyCap);
+        return ApiError::KeyBusy("this key has http.max_requests_per_key requests in flight")
+            .into_response();
+    };
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+/// Every call that needs a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    RegisterProfile,
+    ReadProfiles,
+    ReadBreakers,
+    ReadSnapshot,
+    CreateKey,
+    ListKeys,
+    RevokeKey,
+    Acquire,
+    ReleaseLease,
+    HeartbeatLease,
+    ReleaseBudget,
+    PauseProvider,
+}
+
+/// Who a key stands for, as far as permissions go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Admin,
+    /// A principal the workspace's current profile names.
+    Principal,
+    /// A principal with a valid key that the current profile does not name.
+    UnnamedPrincipal,
+}
+
+/// What a role may do with an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Denied,
+    /// On any workspace.
+    Any,
+    /// On its own workspace only (another workspace is 403).
+    OwnWorkspace,
+    /// On leases it holds only (another's lease is 404, like an unknown one).
+    OwnLeases,
+}
+
+impl Operation {
+    pub const ALL: [Operation; 12] = [
+        Operation::RegisterProfile,
+        Operation::ReadProfiles,
+        Operation::ReadBreakers,
+        Operation::ReadSnapshot,
+        Operation::CreateKey,
+        Operation::ListKeys,
+        Operation::RevokeKey,
+        Operation::Acquire,
+        Operation::ReleaseLease,
+        Operation::HeartbeatLease,
+        Operation::ReleaseBudget,
+        Operation::PauseProvider,
+    ];
+}
+
+/// **The role table**: the one place that says which role may make which call (mirrored in
+/// `docs/server.md`, tested call by call in `tests/permissions.rs`). A principal the profile
+/// does not name may only read its own workspace and release its own leases; its admissions
+/// are refused by the core
+/// (403 `disabled`, a typed rejection with evidence).
+pub const fn access(role: Role, operation: Operation) -> Access {
+    use Access::{Any, Denied, OwnLeases, OwnWorkspace};
+    use Operation as Op;
+    match (operation, role) {
+        (Op::RegisterProfile | Op::CreateKey | Op::ListKeys | Op::RevokeKey, Role::Admin) => Any,
+        (Op::RegisterProfile | Op::CreateKey | Op::ListKeys | Op::RevokeKey, _) => Denied,
+        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot, Role::Admin) => Any,
+        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot, _) => OwnWorkspace,
+        (Op::Acquire | Op::ReleaseBudget | Op::PauseProvider, Role::Principal) => OwnWorkspace,
+        (Op::ReleaseLease | Op::HeartbeatLease, Role::Principal) => OwnLeases,
+        // A principal the profile stopped naming may still give back what it holds (its
+        // permits would otherwise stay taken until their TTL), but not extend it.
+        (Op::ReleaseLease, Role::UnnamedPrincipal) => OwnLeases,
+        (
+            Op::Acquire | Op::ReleaseBudget | Op::PauseProvider | Op::HeartbeatLease,
+            Role::Admin | Role::UnnamedPrincipal,
+        ) => Denied,
+        (Op::ReleaseLease, Role::Admin) => Denied,
     }
 }
 
-/// Principal-only calls: the principal and its workspace.
+/// Checks `caller` may make `operation` (on `workspace`, for workspace-scoped reads), by the
+/// role table. A principal's standing under the current profile is asked of the driver only
+/// for the calls an unnamed principal may not make (acquire excepted: the core refuses it with
+/// its typed `disabled` rejection).
+pub async fn authorize(
+    state: &AppState,
+    caller: &Caller,
+    operation: Operation,
+    workspace: Option<&str>,
+) -> Result<(), ApiError> {
+    let (own_workspace, principal) = match caller {
+        Caller::Admin => {
+            return match access(Role::Admin, operation) {
+                Access::Denied => Err(ApiError::Forbidden(
+                    "this call needs a principal key (admin keys do not act as a principal)",
+                )),
+                _ => Ok(()),
+            };
+        }
+        Caller::Principal {
+            workspace,
+            principal,
+        } => (workspace, principal),
+    };
+    match access(Role::Principal, operation) {
+        Access::Denied => return Err(ApiError::Forbidden("this call needs an admin key")),
+        Access::OwnWorkspace if workspace.is_some_and(|w| w != &**own_workspace) => {
+            return Err(ApiError::Forbidden(
+                "this principal key belongs to another workspace",
+            ));
+        }
+        _ => {}
+    }
+    if operation == Operation::Acquire
+        || access(Role::UnnamedPrincipal, operation) != Access::Denied
+    {
+        return Ok(());
+    }
+    let standing = state
+        .driver
+        .ask(|reply| Command::Standing {
+            workspace: own_workspace.clone(),
+            principal: principal.clone(),
+            reply,
+        })
+        .await?;
+    match standing {
+        Standing::NotNamed => Err(ApiError::Forbidden(
+            "the workspace's current profile does not name this principal: it may only read its workspace",
+        )),
+        Standing::Named | Standing::NoProfile => Ok(()),
+    }
+}
+
+/// The principal and workspace of a principal caller (after [`authorize`]).
 pub fn require_principal(caller: &Caller) -> Result<(Arc<str>, Arc<str>), ApiError> {
     match caller {
         Caller::Principal {
@@ -52,17 +259,6 @@ pub fn require_principal(caller: &Caller) -> Result<(Arc<str>, Arc<str>), ApiErr
         } => Ok((workspace.clone(), principal.clone())),
         Caller::Admin => Err(ApiError::Forbidden(
             "this call needs a principal key (admin keys do not act as a principal)",
-        )),
-    }
-}
-
-/// Read-only workspace calls: an admin, or a principal of that workspace.
-pub fn require_workspace_reader(caller: &Caller, workspace_id: &str) -> Result<(), ApiError> {
-    match caller {
-        Caller::Admin => Ok(()),
-        Caller::Principal { workspace, .. } if &**workspace == workspace_id => Ok(()),
-        Caller::Principal { .. } => Err(ApiError::Forbidden(
-            "this principal key belongs to another workspace",
         )),
     }
 }

@@ -3,31 +3,197 @@
 //! - Not JSON at all (syntax error, truncated, empty) → 400 `malformed-json`.
 //! - JSON that does not fit the schema (missing, unknown, wrong type, negative where unsigned,
 //!   out of range) → 422 `invalid-request` naming the field by its path.
-//! - Over the configured size → 413 `body-too-large` (the cap is enforced while reading).
+//! - Over the configured size → 413 `body-too-large` (the cap is enforced while reading, and a
+//!   `Content-Length` above it is refused before reading).
+//! - Without `Content-Type: application/json` → 415 `unsupported-media-type`.
+//! - A duplicate key in any object at any depth → 422 `invalid-request` naming its path (serde
+//!   refuses duplicates of a struct's fields, but a nested map or `serde_json::Value` keeps the
+//!   last one silently; a first pass refuses them everywhere).
+//! - **Deadlines** ([`RawBody`]): the body must arrive whole within
+//!   `http.body_read_timeout_ms` of the end of the head, and, after a one-second grace, at
+//!   `http.body_min_bytes_per_sec` on average at least; otherwise 408 `body-timeout` and the
+//!   connection closes (a slow-body client holds a connection for a bounded time only).
 //!
 //! Invariant: no body can make a handler answer 5xx or panic.
 
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::fmt;
+use std::time::Duration;
+
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
-use serde::de::DeserializeOwned;
+use axum::extract::{FromRequest, Request};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http_body_util::BodyExt;
+use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use tokio::time::Instant;
 
+use crate::api::AppState;
 use crate::error::ApiError;
+use crate::metrics::Cut;
 
-/// Reads the extracted body bytes (or their rejection) into `T`.
-pub fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+/// The slow-start allowance before the minimum rate applies.
+pub const RATE_GRACE: Duration = Duration::from_secs(1);
+
+/// A request body read under the service's size cap and deadlines, or the typed error that
+/// ended the read. Extracting it never fails: handlers decide when to look at the error (after
+/// authentication).
+pub struct RawBody(pub Result<Bytes, ApiError>);
+
+impl FromRequest<AppState> for RawBody {
+    type Rejection = Infallible;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Infallible> {
+        Ok(RawBody(read(request, state).await))
+    }
+}
+
+/// Whether a `Content-Type` value is `application/json` (parameters allowed).
+pub fn is_json(content_type: &str) -> bool {
+    content_type
+        .split(';')
+        .next()
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The instant by which the next part of the body must arrive, `received` bytes after `start`:
+/// the total deadline, or earlier when the average rate since the grace would fall below the
+/// minimum.
+pub fn next_deadline(
+    start: Instant,
+    received: u64,
+    total: Duration,
+    min_bytes_per_sec: u64,
+) -> (Instant, Cut) {
+    let rate_ms = received
+        .saturating_add(1)
+        .saturating_mul(1000)
+        .checked_div(min_bytes_per_sec.max(1))
+        .unwrap_or(u64::MAX);
+    let by_rate = RATE_GRACE.saturating_add(Duration::from_millis(rate_ms));
+    if by_rate < total {
+        (start + by_rate, Cut::BodyTooSlow)
+    } else {
+        (start + total, Cut::BodyTimeout)
+    }
+}
+
+async fn read(request: Request, state: &AppState) -> Result<Bytes, ApiError> {
+    let http = &state.config.http;
+    let headers = request.headers();
+    let json = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(is_json);
+    if !json {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let max = http.max_body_bytes;
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(ApiError::BodyTooLarge);
+    }
+    let total = Duration::from_millis(http.body_read_timeout_ms);
+    let rate = http.body_min_bytes_per_sec;
+    let start = Instant::now();
+    let mut body = request.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let (deadline, cut) = next_deadline(start, buf.len() as u64, total, rate);
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(frame) => frame,
+            Err(_) => {
+                state.metrics.cut(cut);
+                return Err(ApiError::BodyTimeout(match cut {
+                    Cut::BodyTooSlow => {
+                        "the request body arrived slower than http.body_min_bytes_per_sec"
+                    }
+                    _ => "the request body did not arrive within http.body_read_timeout_ms",
+                }));
+            }
+        };
+        let Some(frame) = frame else { break };
+        let frame = frame
+            .map_err(|_| ApiError::MalformedJson("the request body could not be read".into()))?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > max {
+                return Err(ApiError::BodyTooLarge);
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(buf))
+}
+
+/// Reads the extracted body (or its error) into `T`.
+pub fn parse<T: DeserializeOwned>(body: RawBody) -> Result<T, ApiError> {
     parse_slice(&bytes(body)?)
 }
 
-/// The extracted body bytes, or the typed error for the extractor's rejection.
-pub fn bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::BodyTooLarge
-        } else {
-            ApiError::MalformedJson(rejection.body_text())
+/// The extracted body bytes, or the error that ended the read.
+pub fn bytes(body: RawBody) -> Result<Bytes, ApiError> {
+    body.0
+}
+
+/// Any JSON value, refusing a duplicate key in any object at any depth.
+struct Unique;
+
+impl<'de> Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueVisitor)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> Visitor<'de> for UniqueVisitor {
+    type Value = Unique;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_unit<E>(self) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_none<E>(self) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
+        while seq.next_element::<Unique>()?.is_some() {}
+        Ok(Unique)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!("duplicate field `{key}`")));
+            }
+            map.next_value::<Unique>()?;
         }
-    })
+        Ok(Unique)
+    }
 }
 
 /// Parses a complete JSON document into `T`.
@@ -39,6 +205,11 @@ pub fn parse_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         Some(_) => {}
         None => return Err(ApiError::MalformedJson("empty body".into())),
     }
+    let mut unique = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize::<_, Unique>(&mut unique).map_err(|error| {
+        let path = error.path().to_string();
+        classify(path, error.into_inner())
+    })?;
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
@@ -117,5 +288,44 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_at_every_depth() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Outer {
+            inner: serde_json::Value,
+        }
+        match parse_slice::<Outer>(br#"{"inner":{"a":{"b":1,"b":2}}}"#) {
+            Err(ApiError::InvalidRequest { field, message }) => {
+                assert_eq!(field, "inner.a");
+                assert!(message.contains("duplicate"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(parse_slice::<Outer>(br#"{"inner":[{"a":1},{"a":1}]}"#).is_ok());
+    }
+
+    #[test]
+    fn the_body_deadline_is_the_earlier_of_total_time_and_minimum_rate() {
+        let start = Instant::now();
+        let total = Duration::from_secs(10);
+        // Nothing received: the first byte is due after the grace plus 1 ms at 1000 B/s.
+        let (at, cut) = next_deadline(start, 0, total, 1000);
+        assert_eq!(
+            (at - start, cut),
+            (Duration::from_millis(1001), Cut::BodyTooSlow)
+        );
+        // 5,000 bytes in: the next one is due at 1 s + 5.001 s.
+        let (at, _) = next_deadline(start, 5000, total, 1000);
+        assert_eq!(at - start, Duration::from_millis(6001));
+        // Fast enough for the rate: the total deadline binds.
+        assert_eq!(
+            next_deadline(start, 1 << 20, total, 1000),
+            (start + total, Cut::BodyTimeout)
+        );
+        assert!(is_json("application/json; charset=utf-8") && is_json("Application/JSON"));
+        assert!(!is_json("text/plain") && !is_json("application/jsonx"));
     }
 }

@@ -14,11 +14,19 @@
 //! header_read_timeout_ms = 5000
 //! max_connections = 1024
 //! shutdown_grace_ms = 10000
+//! body_read_timeout_ms = 10000
+//! body_min_bytes_per_sec = 1024
+//! response_write_timeout_ms = 10000
+//! keep_alive_idle_ms = 5000
+//! max_connections_per_address = 512
+//! reserved_connections = 32
+//! max_requests_per_key = 256
 //!
 //! [admission]
 //! default_wait_ms = 30000
 //! max_wait_ms = 300000
 //! max_retry_after_ms = 3600000
+//! max_pending_per_key = 128
 //!
 //! [leases]
 //! ttl_ms = 30000
@@ -58,6 +66,24 @@ pub struct HttpConfig {
     pub max_connections: usize,
     /// How long shutdown waits for in-flight requests before closing connections.
     pub shutdown_grace_ms: u64,
+    /// A request body must arrive whole within this time from the end of its head (408).
+    pub body_read_timeout_ms: u64,
+    /// After a one-second grace, a body must keep arriving at this average rate at least (408).
+    pub body_min_bytes_per_sec: u64,
+    /// A response write that makes no progress for this long closes the connection (a client
+    /// that never reads its answers).
+    pub response_write_timeout_ms: u64,
+    /// A keep-alive connection with no new request for this long is closed (hyper's header
+    /// timer also runs while idle, so the effective idle limit is the smaller of the two).
+    pub keep_alive_idle_ms: u64,
+    /// Open connections per client address at most; further ones are closed at accept.
+    pub max_connections_per_address: usize,
+    /// Connections beyond `max_connections` kept for operators: they serve `/healthz`,
+    /// `/readyz`, `/metrics`, `/openapi.json` and admin-key calls, and answer anything else
+    /// 503 `overloaded`.
+    pub reserved_connections: usize,
+    /// Requests in flight per API key at most (429 `key-busy` above).
+    pub max_requests_per_key: usize,
 }
 
 /// Admission request bounds.
@@ -70,6 +96,8 @@ pub struct AdmissionConfig {
     pub max_wait_ms: u64,
     /// The largest provider pause a principal may request (422 above).
     pub max_retry_after_ms: u64,
+    /// Admission requests per principal key waiting for an answer at most (429 `key-busy`).
+    pub max_pending_per_key: usize,
 }
 
 /// Lease time to live.
@@ -100,6 +128,13 @@ impl Default for HttpConfig {
             header_read_timeout_ms: 5_000,
             max_connections: 1024,
             shutdown_grace_ms: 10_000,
+            body_read_timeout_ms: 10_000,
+            body_min_bytes_per_sec: 1024,
+            response_write_timeout_ms: 10_000,
+            keep_alive_idle_ms: 5_000,
+            max_connections_per_address: 512,
+            reserved_connections: 32,
+            max_requests_per_key: 256,
         }
     }
 }
@@ -110,6 +145,7 @@ impl Default for AdmissionConfig {
             default_wait_ms: 30_000,
             max_wait_ms: 300_000,
             max_retry_after_ms: 3_600_000,
+            max_pending_per_key: 128,
         }
     }
 }
@@ -160,7 +196,48 @@ impl Config {
 
     /// Refuses values that would disable a protection.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(&'static str, bool, &'static str); 7] = [
+        let http = &self.http;
+        let checks: [(&'static str, bool, &'static str); 15] = [
+            (
+                "http.body_read_timeout_ms",
+                http.body_read_timeout_ms >= 1,
+                "at least 1",
+            ),
+            (
+                "http.body_min_bytes_per_sec",
+                http.body_min_bytes_per_sec >= 1,
+                "at least 1",
+            ),
+            (
+                "http.response_write_timeout_ms",
+                http.response_write_timeout_ms >= 1,
+                "at least 1",
+            ),
+            (
+                "http.keep_alive_idle_ms",
+                http.keep_alive_idle_ms >= 1,
+                "at least 1",
+            ),
+            (
+                "http.max_connections_per_address",
+                http.max_connections_per_address >= 1,
+                "at least 1",
+            ),
+            (
+                "http.reserved_connections",
+                http.reserved_connections >= 1,
+                "at least 1",
+            ),
+            (
+                "http.max_requests_per_key",
+                http.max_requests_per_key >= 1,
+                "at least 1",
+            ),
+            (
+                "admission.max_pending_per_key",
+                self.admission.max_pending_per_key >= 1,
+                "at least 1",
+            ),
             (
                 "http.max_body_bytes",
                 self.http.max_body_bytes >= 64,

@@ -35,6 +35,19 @@ pub enum ApiError {
     /// The body exceeds the configured cap.
     #[error("request body exceeds the configured limit")]
     BodyTooLarge,
+    /// The body did not arrive in time: whole within `http.body_read_timeout_ms`, or at
+    /// `http.body_min_bytes_per_sec` at least.
+    #[error("{0}")]
+    BodyTimeout(&'static str),
+    /// A body was sent without `Content-Type: application/json`.
+    #[error("the request body must be sent as Content-Type: application/json")]
+    UnsupportedMediaType,
+    /// The key has too many requests (or admissions) in flight.
+    #[error("{0}")]
+    KeyBusy(&'static str),
+    /// The general connection pool is full; this connection is kept for operators.
+    #[error("the service is at its connection limit; only health, metrics and admin calls are served on this connection")]
+    Overloaded,
     /// A profile revision reused with different limits.
     #[error("{0}")]
     Conflict(String),
@@ -68,6 +81,10 @@ impl ApiError {
             ApiError::MalformedJson(_) => "malformed-json",
             ApiError::InvalidRequest { .. } => "invalid-request",
             ApiError::BodyTooLarge => "body-too-large",
+            ApiError::BodyTimeout(_) => "body-timeout",
+            ApiError::UnsupportedMediaType => "unsupported-media-type",
+            ApiError::KeyBusy(_) => "key-busy",
+            ApiError::Overloaded => "overloaded",
             ApiError::Conflict(_) | ApiError::InvalidDefinition { .. } => "invalid-definition",
             ApiError::ShuttingDown => "shutting-down",
             ApiError::Storage => "storage-error",
@@ -85,6 +102,10 @@ impl ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::KeyBusy(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::ShuttingDown | ApiError::Storage => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -134,12 +155,18 @@ impl IntoResponse for ApiError {
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            ApiError::BodyTooLarge => {
+            ApiError::BodyTooLarge | ApiError::BodyTimeout(_) | ApiError::UnsupportedMediaType => {
                 // The rest of the body is never read, so the connection cannot carry another
                 // request; saying so keeps a client from reusing it (and racing the close).
                 response
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            ApiError::KeyBusy(_) | ApiError::Overloaded => {
+                // Refused before the body was read: close, so a flood does not keep sockets.
+                let headers = response.headers_mut();
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::ShuttingDown | ApiError::Storage => {
                 response

@@ -128,9 +128,13 @@ impl KeyRing {
 
     /// Who `key` authenticates, if anyone.
     pub fn lookup(&self, key: &str) -> Option<Caller> {
-        let hash = hash(key);
+        self.lookup_hash(&hash(key))
+    }
+
+    /// Who the key with this hash authenticates, if anyone.
+    pub fn lookup_hash(&self, hash: &[u8; 32]) -> Option<Caller> {
         let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
-        keys.get(&hash).cloned()
+        keys.get(hash).cloned()
     }
 }
 

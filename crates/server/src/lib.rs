@@ -30,6 +30,8 @@ pub mod auth;
 pub mod body;
 pub mod bootstrap;
 pub mod config;
+pub mod conn;
+pub mod data_lock;
 pub mod error;
 pub mod journal;
 pub mod keys;
@@ -37,6 +39,7 @@ pub mod metrics;
 pub mod persist;
 pub mod routes;
 pub mod serve;
+pub mod slots;
 pub mod status;
 
 pub use bootstrap::BootstrapKeys;

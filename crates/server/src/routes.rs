@@ -3,9 +3,13 @@
 //! [`ROUTES`] lists (method, path) exactly as in `openapi.json`; a test checks that the two
 //! agree and that each listed route is served.
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::{from_fn, from_fn_with_state, Next};
+use axum::response::Response;
 use axum::routing::{delete, get, post, put};
 use axum::Router;
+
+use crate::auth::{gate, ReservedSlice};
 
 use crate::api::{admissions, coordination, keys, leases, ops, profiles, AppState};
 
@@ -32,10 +36,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/openapi.json"),
 ];
 
-/// The service's router over `state`.
-pub fn router(state: AppState) -> Router {
+/// The service's router over `state`: the general one, or (`reserved`) the one that serves
+/// connections of the operators' reserved slice.
+pub fn router(state: AppState, reserved: bool) -> Router {
     let max_body = state.config.http.max_body_bytes;
-    Router::new()
+    let router = Router::new()
         .route(
             "/v1/workspaces/{workspaceId}/profiles/{profileVersion}",
             put(profiles::put_profile),
@@ -78,5 +83,16 @@ pub fn router(state: AppState) -> Router {
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
-        .with_state(state)
+        .layer(from_fn_with_state(state.clone(), gate));
+    let router = if reserved {
+        router.layer(from_fn(mark_reserved))
+    } else {
+        router
+    };
+    router.with_state(state)
+}
+
+async fn mark_reserved(mut request: Request, next: Next) -> Response {
+    request.extensions_mut().insert(ReservedSlice);
+    next.run(request).await
 }

@@ -6,7 +6,15 @@
 //!   with a `TokioTimer` and `header_read_timeout`: a client that has not sent a complete
 //!   request head in time (a byte-by-byte slowloris) is disconnected.
 //! - **Connection cap.** A semaphore permit is taken *before* `accept`, so at most
-//!   `http.max_connections` connections are open; further clients wait in the kernel backlog.
+//!   `http.max_connections` + `http.reserved_connections` connections are open; further
+//!   clients wait in the kernel backlog. A connection accepted while the general pool is full
+//!   takes a permit of the operators' reserved slice and is served by the reserved router
+//!   (health, metrics, OpenAPI and admin calls; anything else 503 `overloaded`), so operators
+//!   can reach a service whose pool hostile clients fill.
+//! - **Per-address cap.** A client address holding `http.max_connections_per_address`
+//!   connections has further ones closed at accept (`turnstile_http_cuts_total{kind="address-cap"}`).
+//! - **Deadlines.** Body, response-write and keep-alive idle deadlines: [`crate::conn`],
+//!   [`crate::body`].
 //! - **Body cap.** `DefaultBodyLimit` in the router (413 while reading, never buffered whole).
 //! - **Graceful shutdown.** Readiness flips to 503, the listener closes, the driver cancels
 //!   every queued admission (answered 503 `shutting-down`), in-flight requests get up to
@@ -30,13 +38,17 @@ use turnstile_store::service::{ServiceStore, SqliteServiceStore};
 use crate::api::AppState;
 use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
 use crate::config::{Config, ConfigError};
+use crate::conn::DeadlineIo;
+use crate::metrics::Cut;
 use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, LeaseMetrics, Telemetry};
 
+use crate::data_lock::{DataDirLock, DataLockError};
 use crate::journal::StoreJournal;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
 use crate::persist::StoreHandle;
 use crate::routes::router;
+use crate::slots::Slots;
 
 /// A failure to start or run the service.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +59,8 @@ pub enum ServerError {
     Store(#[from] turnstile_store::service::ServiceStoreError),
     #[error("start-up failed: {0}")]
     Bootstrap(#[from] BootstrapError),
+    #[error(transparent)]
+    DataLock(#[from] DataLockError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -66,6 +80,8 @@ pub struct RunningServer {
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
     metrics: Arc<Metrics>,
+    /// Held while the server runs: no second process serves the same data directory.
+    _data_lock: DataDirLock,
 }
 
 impl RunningServer {
@@ -122,6 +138,8 @@ pub async fn start_with_telemetry(
 ) -> Result<RunningServer, ServerError> {
     config.validate()?;
     let config = Arc::new(config);
+    // Before anything reads or writes the directory: one process per data directory.
+    let data_lock = DataDirLock::acquire(&config.data_dir)?;
     let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
     let clock = Clock::system();
     let mut registry = Registry::new();
@@ -157,7 +175,11 @@ pub async fn start_with_telemetry(
     );
 
     let ready = Arc::new(AtomicBool::new(false));
+    let key_slots = Slots::new(config.http.max_requests_per_key);
+    let pending = Slots::new(config.admission.max_pending_per_key);
     let state = AppState {
+        key_slots,
+        pending,
         driver: driver_handle.clone(),
         store,
         keys,
@@ -187,6 +209,7 @@ pub async fn start_with_telemetry(
         shutdown: Some(shutdown_tx),
         task,
         metrics,
+        _data_lock: data_lock,
     })
 }
 
@@ -205,22 +228,38 @@ async fn accept_loop(
 ) {
     let config = state.config.clone();
     let metrics = state.metrics.clone();
-    let app = router(state);
+    let app = router(state.clone(), false);
+    let operators_app = router(state, true);
     let graceful = GracefulShutdown::new();
-    let limit = Arc::new(Semaphore::new(config.http.max_connections));
+    let general = Arc::new(Semaphore::new(config.http.max_connections));
+    let reserved = Arc::new(Semaphore::new(config.http.reserved_connections));
+    let addresses = Slots::new(config.http.max_connections_per_address);
     let header_timeout = Duration::from_millis(config.http.header_read_timeout_ms);
+    let write_timeout = Duration::from_millis(config.http.response_write_timeout_ms);
+    let idle_timeout = Duration::from_millis(config.http.keep_alive_idle_ms);
 
     loop {
-        let permit = tokio::select! {
-            permit = limit.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-            _ = &mut shutdown => break,
+        let taken = match general.clone().try_acquire_owned() {
+            Ok(permit) => Some((permit, false)),
+            Err(_) => reserved.clone().try_acquire_owned().ok().map(|p| (p, true)),
         };
-        let stream = tokio::select! {
+        let (permit, operators_only) = match taken {
+            Some(taken) => taken,
+            None => tokio::select! {
+                permit = general.clone().acquire_owned() => match permit {
+                    Ok(permit) => (permit, false),
+                    Err(_) => break,
+                },
+                permit = reserved.clone().acquire_owned() => match permit {
+                    Ok(permit) => (permit, true),
+                    Err(_) => break,
+                },
+                _ = &mut shutdown => break,
+            },
+        };
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(_) => {
                     // Out of file descriptors and similar: back off briefly, keep serving.
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -229,20 +268,35 @@ async fn accept_loop(
             },
             _ = &mut shutdown => break,
         };
+        let Some(address_slot) = addresses.take(peer.ip()) else {
+            metrics.cut(Cut::AddressCap);
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         metrics.connections_total.fetch_add(1, Ordering::Relaxed);
         metrics.connections_open.fetch_add(1, Ordering::Relaxed);
-        let service = TowerToHyperService::new(app.clone());
+        let service = TowerToHyperService::new(if operators_only {
+            operators_app.clone()
+        } else {
+            app.clone()
+        });
+        let (io, conn_state) =
+            DeadlineIo::new(stream, write_timeout, idle_timeout, metrics.clone());
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(header_timeout)
-            .serve_connection(TokioIo::new(stream), service);
+            .serve_connection(TokioIo::new(io), service);
         let connection = graceful.watch(connection);
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            let _ = connection.await;
+            if let Err(error) = connection.await {
+                if error.is_timeout() {
+                    metrics.cut(conn_state.header_cut());
+                }
+            }
             metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
+            drop((permit, address_slot));
         });
     }
 
@@ -251,7 +305,7 @@ async fn accept_loop(
     let _ = parts.driver.drain().await;
     let grace = Duration::from_millis(config.http.shutdown_grace_ms);
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
-    drop(app);
+    drop((app, operators_app));
     parts.driver.stop();
     let _ = parts.driver_task.await;
     drop(parts.driver);

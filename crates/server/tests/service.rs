@@ -269,6 +269,7 @@ fn each_status_code() {
     let huge = "x".repeat(200_000);
     let too_large = server
         .post("/v1/admissions", &alice)
+        .header("content-type", "application/json")
         .body(huge)
         .send()
         .unwrap();
@@ -643,7 +644,7 @@ fn health_readiness_and_metrics_have_no_ids() {
             for pair in labels.split(',') {
                 let name = pair.split('=').next().unwrap();
                 assert!(
-                    ["decision", "reason", "state", "breaker_status"].contains(&name),
+                    ["decision", "reason", "state", "breaker_status", "kind"].contains(&name),
                     "{line}"
                 );
             }

@@ -103,6 +103,13 @@ pub enum Command {
         workspace: String,
         reply: oneshot::Sender<Option<WorkspaceSnapshot>>,
     },
+    /// Whether the workspace's current profile names this principal (hosts gate a principal's
+    /// powers on it: a principal the profile no longer names keeps none).
+    Standing {
+        workspace: Arc<str>,
+        principal: Arc<str>,
+        reply: oneshot::Sender<Standing>,
+    },
     /// The driver's clock reading and the instant its one timer is armed for.
     Timer {
         reply: oneshot::Sender<(Millis, Option<Millis>)>,
@@ -113,6 +120,17 @@ pub enum Command {
     },
     /// Ends the driver task.
     Stop,
+}
+
+/// A principal's standing under its workspace's current profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// The workspace has no registered profile.
+    NoProfile,
+    /// The current profile names the principal.
+    Named,
+    /// The current profile does not name the principal (its admissions are `disabled`).
+    NotNamed,
 }
 
 /// The answer to an admission request.

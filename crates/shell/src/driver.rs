@@ -44,7 +44,9 @@ use turnstile_admission::{
 };
 
 use crate::clock::Clock;
-use crate::command::{Acquire, AcquireCommand, AcquireReply, Command, Wait, WorkspaceSnapshot};
+use crate::command::{
+    Acquire, AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot,
+};
 use crate::error::DriverError;
 use crate::grant::Grant;
 use crate::handle::DriverHandle;
@@ -252,6 +254,9 @@ impl Driver {
                 reply,
             } => {
                 let result = self.release(token, &workspace, &principal, outcome, usage, now);
+                // Journaled before the answer: a caller that reads the audit log after the
+                // release sees the transitions it caused (the journal's store applies in order).
+                self.journal_transitions();
                 let _ = reply.send(result);
             }
             Command::Heartbeat {
@@ -304,6 +309,20 @@ impl Driver {
                     }
                 });
                 let _ = reply.send(snapshot);
+            }
+            Command::Standing {
+                workspace,
+                principal,
+                reply,
+            } => {
+                let standing = match self.registry.profile(&workspace) {
+                    None => Standing::NoProfile,
+                    Some(profile) if profile.principals.contains_key(&*principal) => {
+                        Standing::Named
+                    }
+                    Some(_) => Standing::NotNamed,
+                };
+                let _ = reply.send(standing);
             }
             Command::Timer { reply } => {
                 let _ = reply.send((now, self.next_wake()));

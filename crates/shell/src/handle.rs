@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use turnstile_admission::{Millis, Profile, ProfileChangeRecord};
 
-use crate::command::{Acquire, AcquireCommand, AcquireReply, Command, WorkspaceSnapshot};
+use crate::command::{Acquire, AcquireCommand, AcquireReply, Command, Standing, WorkspaceSnapshot};
 use crate::error::DriverError;
 
 /// Cancels a queued admission when the code waiting on it is dropped.
@@ -175,6 +175,20 @@ impl DriverHandle {
     ) -> Result<Option<WorkspaceSnapshot>, DriverError> {
         self.ask(|reply| Command::Snapshot {
             workspace: workspace.to_owned(),
+            reply,
+        })
+        .await
+    }
+
+    /// Whether the workspace's current profile names `principal`.
+    pub async fn standing(
+        &self,
+        workspace: &str,
+        principal: &str,
+    ) -> Result<Standing, DriverError> {
+        self.ask(|reply| Command::Standing {
+            workspace: Arc::from(workspace),
+            principal: Arc::from(principal),
             reply,
         })
         .await

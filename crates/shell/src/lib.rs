@@ -26,7 +26,9 @@ pub mod lease_table;
 pub mod telemetry;
 
 pub use clock::Clock;
-pub use command::{Acquire, AcquireCommand, AcquireReply, Command, Wait, WorkspaceSnapshot};
+pub use command::{
+    Acquire, AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot,
+};
 pub use driver::{Driver, DriverConfig};
 pub use error::DriverError;
 pub use grant::Grant;

@@ -12,7 +12,7 @@ use turnstile_admission::{
 use turnstile_shell::journal::Done;
 use turnstile_shell::{
     Acquire, AcquireReply, Clock, Command, Driver, DriverConfig, DriverHandle, Grant, Journal,
-    LeaseMetrics, Registration, Wait,
+    LeaseMetrics, Registration, Standing, Wait,
 };
 
 type Journaled = Arc<Mutex<Vec<(String, BreakerTransition)>>>;
@@ -234,6 +234,26 @@ async fn zero_wait_admits_when_free_and_refuses_at_once_with_the_real_reason_whe
         0
     );
     drop(held);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_principals_standing_follows_the_current_profile() {
+    let h = harness(None);
+    assert_eq!(
+        h.driver.standing("ws", "p").await.unwrap(),
+        Standing::NoProfile
+    );
+    h.driver
+        .register("ws", "v1", profile("llm", 1, false), String::new())
+        .await
+        .unwrap();
+    assert_eq!(h.driver.standing("ws", "p").await.unwrap(), Standing::Named);
+    assert_eq!(
+        h.driver.standing("ws", "q").await.unwrap(),
+        Standing::NotNamed
+    );
+    // Principal limits are merged across revisions (the registry keeps every principal ever
+    // registered), so only a principal no revision named is `NotNamed`.
 }
 
 #[tokio::test(start_paused = true)]

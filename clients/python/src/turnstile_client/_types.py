@@ -190,6 +190,8 @@ class Snapshot(TypedDict, total=False):
     queued: int
     retryPressure: int
     openBudgets: int
+    peakActive: int
+    peakQueued: int
     providers: dict[str, ProviderSnapshot]
     leases: int
     waiters: int

@@ -5,8 +5,6 @@
 //! (`deadlineMs`, relative, at most `admission.max_wait_ms`). While queued, the handler holds a
 //! cancel guard: a client that disconnects is removed from the queue at once.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,10 +13,11 @@ use serde::{Deserialize, Serialize};
 use turnstile_admission::{Estimate, Evidence, Millis, Rejection};
 
 use crate::api::{validate, AppState};
-use crate::auth::require_principal;
+use crate::auth::{authorize, require_principal, Operation};
 use crate::body;
 use crate::error::ApiError;
 use crate::keys::Caller;
+use crate::metrics::Cut;
 use crate::status::{carries_retry_after, retry_after_seconds, status_for_rejection};
 use turnstile_shell::{Acquire, AcquireReply, Wait};
 
@@ -49,10 +48,18 @@ pub struct LeaseBody {
 pub async fn acquire(
     State(state): State<AppState>,
     caller: Caller,
-    body: Result<Bytes, BytesRejection>,
+    body: crate::body::RawBody,
 ) -> Result<Response, ApiError> {
+    authorize(&state, &caller, Operation::Acquire, None).await?;
     let (workspace, principal) = require_principal(&caller)?;
     let request: AdmissionBody = body::parse(body)?;
+    // Held while the request waits: one key cannot fill the queues of the whole service.
+    let Some(_pending) = state.pending.take((workspace.clone(), principal.clone())) else {
+        state.metrics.cut(Cut::PendingCap);
+        return Err(ApiError::KeyBusy(
+            "this principal has admission.max_pending_per_key admission requests waiting",
+        ));
+    };
     validate::id("providerId", &request.provider_id)?;
     validate::budget_id("budgetId", &request.budget_id)?;
     let max_wait = state.config.admission.max_wait_ms;

@@ -5,15 +5,13 @@
 //! `admission.max_retry_after_ms`, so no key can pause a provider lane indefinitely, and only a
 //! provider the workspace profile configures can be paused.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use turnstile_admission::Millis;
 
 use crate::api::{validate, AppState};
-use crate::auth::require_principal;
+use crate::auth::{authorize, require_principal, Operation};
 use crate::body;
 use crate::error::ApiError;
 use crate::keys::Caller;
@@ -31,6 +29,7 @@ pub async fn release_budget(
     caller: Caller,
     Path(budget_id): Path<String>,
 ) -> Result<Json<BudgetReleased>, ApiError> {
+    authorize(&state, &caller, Operation::ReleaseBudget, None).await?;
     let (workspace, _) = require_principal(&caller)?;
     validate::budget_id("budgetId", &budget_id)?;
     let released = state
@@ -60,8 +59,9 @@ pub async fn retry_after(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: crate::body::RawBody,
 ) -> Result<Json<Paused>, ApiError> {
+    authorize(&state, &caller, Operation::PauseProvider, None).await?;
     let (workspace, _) = require_principal(&caller)?;
     validate::id("providerId", &provider_id)?;
     let request: RetryAfterBody = body::parse(body)?;

@@ -13,8 +13,6 @@
 //! Invariant: a key's plaintext exists only in the creation answer; everything else names a key
 //! by its `keyId`.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -22,13 +20,10 @@ use serde::{Deserialize, Serialize};
 use turnstile_store::service::{AuditKind, AuditRecord, KeyRole, StoredKey};
 
 use crate::api::{validate, AppState};
-use crate::auth::require_admin;
+use crate::auth::{authorize, Operation};
 use crate::body;
 use crate::error::ApiError;
 use crate::keys::{self, Caller};
-
-/// How many revocation records a listing returns (newest).
-const REVOCATION_HISTORY_LIMIT: usize = 256;
 
 /// Schema of a key-revocation audit record.
 pub const KEY_REVOCATION_SCHEMA: &str = "turnstile-key-revocation/v1";
@@ -81,9 +76,9 @@ pub async fn create_key(
     State(state): State<AppState>,
     caller: Caller,
     Path(workspace_id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: crate::body::RawBody,
 ) -> Result<(StatusCode, Json<NewKey>), ApiError> {
-    require_admin(&caller)?;
+    authorize(&state, &caller, Operation::CreateKey, None).await?;
     validate::id("workspaceId", &workspace_id)?;
     let request: NewKeyBody = body::parse(body)?;
     validate::id("principalId", &request.principal_id)?;
@@ -113,7 +108,7 @@ pub async fn list_keys(
     caller: Caller,
     Path(workspace_id): Path<String>,
 ) -> Result<Json<KeyListing>, ApiError> {
-    require_admin(&caller)?;
+    authorize(&state, &caller, Operation::ListKeys, None).await?;
     validate::id("workspaceId", &workspace_id)?;
     let keys = principal_keys_of(state.store.keys().await?, &workspace_id)
         .map(|k| KeyInfo {
@@ -124,11 +119,9 @@ pub async fn list_keys(
         .collect();
     let revocations = state
         .store
-        .audit(
-            &workspace_id,
-            AuditKind::KeyRevocation,
-            REVOCATION_HISTORY_LIMIT,
-        )
+        // Every revocation: there are at most as many as keys an admin created, and a listing
+        // that silently dropped the oldest would hide a revoked key.
+        .audit(&workspace_id, AuditKind::KeyRevocation, usize::MAX)
         .await?
         .into_iter()
         .filter_map(|r| serde_json::from_str(&r.record_json).ok())
@@ -145,7 +138,7 @@ pub async fn revoke_key(
     caller: Caller,
     Path((workspace_id, key_id)): Path<(String, String)>,
 ) -> Result<Json<Revocation>, ApiError> {
-    require_admin(&caller)?;
+    authorize(&state, &caller, Operation::RevokeKey, None).await?;
     validate::id("workspaceId", &workspace_id)?;
     let unknown = || ApiError::NotFound {
         code: "unknown-key",

@@ -8,15 +8,13 @@
 
 use std::sync::atomic::Ordering;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use turnstile_admission::{ActualUsage, BreakerTransition, Millis, Outcome};
 
 use crate::api::AppState;
-use crate::auth::require_principal;
+use crate::auth::{authorize, require_principal, Operation};
 use crate::body;
 use crate::error::ApiError;
 use crate::keys::Caller;
@@ -82,24 +80,47 @@ where
         .map_err(serde::de::Error::custom)
 }
 
-/// The body's `actualUsage`, validated (a cost must be finite and ≥ 0).
+/// The largest `actualUsage.tokens` accepted (2^53 - 1, exact in every JSON client).
+pub const MAX_ACTUAL_TOKENS: u64 = turnstile_admission::limits::MAX_SAFE_INTEGER;
+/// The largest `actualUsage.costUsd` accepted.
+pub const MAX_ACTUAL_COST_USD: f64 = 1e9;
+
+/// The body's `actualUsage`, validated: tokens 0..=2^53-1, cost a finite number in
+/// 0..=1e9 (422 `invalid-request` naming the field otherwise).
 fn actual_usage(body: Option<&ActualUsageBody>) -> Result<ActualUsage, ApiError> {
     let Some(body) = body else {
         return Ok(ActualUsage::none());
     };
     let mut usage = ActualUsage::none();
     if let Some(tokens) = body.tokens {
+        if tokens > MAX_ACTUAL_TOKENS {
+            return Err(ApiError::invalid(
+                "actualUsage.tokens",
+                "actualUsage.tokens must be at most 9007199254740991",
+            ));
+        }
         usage = usage.tokens(tokens);
     }
     if let Some(cost) = body.cost_usd {
-        usage = usage.with_cost_usd(cost).map_err(|_| {
+        let invalid = || {
             ApiError::invalid(
                 "actualUsage.costUsd",
-                "actualUsage.costUsd must be a finite number >= 0",
+                "actualUsage.costUsd must be a finite number from 0 to 1e9",
             )
-        })?;
+        };
+        if cost > MAX_ACTUAL_COST_USD {
+            return Err(invalid());
+        }
+        usage = usage.with_cost_usd(cost).map_err(|_| invalid())?;
     }
     Ok(usage)
+}
+
+/// Adds to a counter without ever wrapping.
+fn saturating_add(counter: &std::sync::atomic::AtomicU64, value: u64) {
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(v.saturating_add(value))
+    });
 }
 
 fn token(text: &str) -> Result<LeaseToken, ApiError> {
@@ -135,8 +156,9 @@ pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
     Path(lease_id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    body: crate::body::RawBody,
 ) -> Result<Json<Released>, ApiError> {
+    authorize(&state, &caller, Operation::ReleaseLease, None).await?;
     let (workspace, principal) = require_principal(&caller)?;
     let request: ReleaseBody = body::parse(body)?;
     let outcome = outcome(&request, state.config.admission.max_retry_after_ms)?;
@@ -154,17 +176,11 @@ pub async fn release(
         })
         .await??;
     if let Some(tokens) = usage.tokens {
-        state
-            .metrics
-            .actual_tokens
-            .fetch_add(tokens, Ordering::Relaxed);
+        saturating_add(&state.metrics.actual_tokens, tokens);
     }
     if let Some(cost) = usage.cost_usd() {
         let micro = (cost * 1_000_000.0).round().min(u64::MAX as f64) as u64;
-        state
-            .metrics
-            .actual_cost_micro_usd
-            .fetch_add(micro, Ordering::Relaxed);
+        saturating_add(&state.metrics.actual_cost_micro_usd, micro);
     }
     Ok(Json(Released {
         released: true,
@@ -177,6 +193,7 @@ pub async fn heartbeat(
     caller: Caller,
     Path(lease_id): Path<String>,
 ) -> Result<Json<Heartbeat>, ApiError> {
+    authorize(&state, &caller, Operation::HeartbeatLease, None).await?;
     let (workspace, principal) = require_principal(&caller)?;
     let token = token(&lease_id)?;
     let expires_at = state

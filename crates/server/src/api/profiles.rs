@@ -8,8 +8,6 @@
 //!   that workspace (403 for another workspace's key). Records carry digests and states, never
 //!   limit values or principal IDs.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -19,7 +17,7 @@ use turnstile_admission::Profile;
 use turnstile_store::service::AuditKind;
 
 use crate::api::{validate, AppState};
-use crate::auth::{require_admin, require_workspace_reader};
+use crate::auth::{authorize, Operation};
 use crate::body;
 use crate::error::ApiError;
 use crate::keys::Caller;
@@ -45,9 +43,9 @@ pub async fn put_profile(
     State(state): State<AppState>,
     caller: Caller,
     Path((workspace_id, profile_version)): Path<(String, String)>,
-    body: Result<Bytes, BytesRejection>,
+    body: crate::body::RawBody,
 ) -> Result<Response, ApiError> {
-    require_admin(&caller)?;
+    authorize(&state, &caller, Operation::RegisterProfile, None).await?;
     validate::id("workspaceId", &workspace_id)?;
     validate::id("profileVersion", &profile_version)?;
     let bytes = crate::body::bytes(body)?;
@@ -181,7 +179,11 @@ async fn history(
     workspace_id: &str,
     kind: AuditKind,
 ) -> Result<Json<Records>, ApiError> {
-    require_workspace_reader(caller, workspace_id)?;
+    let operation = match kind {
+        AuditKind::BreakerTransition => Operation::ReadBreakers,
+        _ => Operation::ReadProfiles,
+    };
+    authorize(state, caller, operation, Some(workspace_id)).await?;
     validate::id("workspaceId", workspace_id)?;
     let records = state
         .store
@@ -214,7 +216,13 @@ pub async fn snapshot(
     caller: Caller,
     Path(workspace_id): Path<String>,
 ) -> Result<Json<WorkspaceSnapshot>, ApiError> {
-    require_workspace_reader(&caller, &workspace_id)?;
+    authorize(
+        &state,
+        &caller,
+        Operation::ReadSnapshot,
+        Some(&workspace_id),
+    )
+    .await?;
     validate::id("workspaceId", &workspace_id)?;
     state
         .driver

@@ -1,0 +1,56 @@
+//! `turnstile serve` holds its data directory: a second process on the same directory exits
+//! non-zero naming the holder's PID, and after the holder is SIGKILLed (its lock file left
+//! behind) a new process starts.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+fn serve(data: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Starts a service and waits until it listens.
+fn running(data: &std::path::Path) -> Child {
+    let mut child = serve(data).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines.next().expect("the banner").unwrap();
+        if line.starts_with("turnstile serve: listening on ") {
+            break;
+        }
+    }
+    // Keep reading stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    child
+}
+
+#[test]
+fn a_second_serve_on_the_same_data_directory_exits_non_zero_naming_the_holder() {
+    let data = tempfile::tempdir().unwrap();
+    let mut first = running(data.path());
+    let second = serve(data.path()).output().unwrap();
+    assert!(
+        !second.status.success(),
+        "the second process must not start"
+    );
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    let first_line = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first_line.contains(&format!("pid {}", first.id())) && first_line.contains("in use"),
+        "the first line names the holder: {stderr}"
+    );
+
+    // SIGKILL leaves the lock file behind; the lock itself dies with the process.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(data.path().join("turnstile.lock").exists());
+    let mut third = running(data.path());
+    third.kill().unwrap();
+    third.wait().unwrap();
+}
