@@ -92,7 +92,10 @@ fn a_lost_admin_key_is_replaced_offline_and_audited_but_never_under_a_running_se
     assert_eq!(refused.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.starts_with("error: "), "{stderr}");
-    assert!(stderr.contains("in use"), "{stderr}");
+    assert!(
+        stderr.contains("in use by another turnstile process"),
+        "{stderr}"
+    );
     assert!(stderr.contains("hint: stop the service"), "{stderr}");
     assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
     assert!(refused.stdout.is_empty(), "no key minted");

@@ -1,9 +1,11 @@
 //! `turnstile admin-key reset`: offline recovery of a lost admin key.
 //!
-//! Invariants: refused while any other process (a running `turnstile serve`) has the service
-//! database open: the store takes SQLite's exclusive lock first and fails at once otherwise
-//! (`SqliteServiceStore::open_dir_exclusive`), and holds it until the command ends, so a service
-//! cannot start half-way. Every stored admin key is replaced by one new key, and a
+//! Invariants: refused while a service holds the data directory: the command takes the
+//! directory's lock (`turnstile.lock`, the one `turnstile serve` holds for its whole life,
+//! `turnstile_server::data_lock`), then SQLite's exclusive lock on the database, which fails at
+//! once while any other connection has it open
+//! (`SqliteServiceStore::open_dir_exclusive`); both are held until the command ends, so a
+//! service cannot start half-way. Every stored admin key is replaced by one new key, and a
 //! `turnstile-admin-key-reset/v1` record is appended to the audit log in the same transaction.
 //! Principal keys, profiles and the rest of the audit log are untouched. The new key is printed
 //! once, on stdout; only its hash is stored. Never creates a data directory or a database.
@@ -12,10 +14,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use turnstile_server::data_lock::{DataDirLock, DataLockError};
 use turnstile_server::keys;
 use turnstile_shell::Clock;
 use turnstile_store::service::{
-    AuditKind, AuditRecord, KeyRole, ServiceStoreError, SqliteServiceStore,
+    AuditKind, AuditRecord, KeyRole, ServiceStoreError, SqliteServiceStore, SERVICE_DB_FILE,
 };
 
 use crate::report::HintExt;
@@ -56,6 +59,20 @@ fn reset(args: ResetArgs) -> anyhow::Result<()> {
         }
         (None, None) => turnstile_server::Config::default().data_dir,
     };
+    // Only a directory that holds a database is locked (locking creates the lock file).
+    let lock =
+        if data.join(SERVICE_DB_FILE).is_file() {
+            match DataDirLock::acquire(&data) {
+                Ok(lock) => Some(lock),
+                Err(error @ DataLockError::Held { .. }) => return Err(error).hint(
+                    "stop the service using this data directory first (Ctrl-C or SIGTERM), then \
+                     run this again",
+                ),
+                Err(error) => return Err(error.into()),
+            }
+        } else {
+            None
+        };
     let mut store =
         match SqliteServiceStore::open_dir_exclusive(&data) {
             Ok(store) => store,
@@ -90,6 +107,7 @@ fn reset(args: ResetArgs) -> anyhow::Result<()> {
         .replace_admin_keys(&stored, &record)
         .with_context(|| format!("cannot replace the admin key in {}", data.display()))?;
     drop(store);
+    drop(lock);
     eprintln!(
         "admin key reset in {}: {replaced} old admin key{} no longer work{}; the new key ({key_id}) \
          is shown once and stored only as its hash (audited as {RESET_SCHEMA}):",
