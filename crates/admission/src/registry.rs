@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::breaker::BreakerTransition;
 use crate::budget::ActualUsage;
 use crate::controller::{
-    Acquired, AdmissionRequest, Controller, Counts, Released, Resolution, Snapshot,
+    Acquired, AdmissionRequest, Controller, Counts, LaneView, Released, Resolution, Snapshot,
     TRANSITION_OUTBOX_LIMIT,
 };
 use crate::digest::canonical_digest;
@@ -503,6 +503,13 @@ impl Registry {
         self.workspaces
             .get(workspace_id)
             .map(|e| e.controller.snapshot())
+    }
+
+    /// The live view of a workspace's provider lanes at `now` (`None` without a profile).
+    pub fn lane_views(&self, workspace_id: &str, now: Millis) -> Option<Vec<LaneView>> {
+        self.workspaces
+            .get(workspace_id)
+            .map(|e| e.controller.lane_views(now))
     }
 
     /// Workspace-wide counts.

@@ -72,6 +72,7 @@
 //! - Evidence never carries a principal or workspace ID.
 
 mod admit;
+mod lanes;
 mod pump;
 mod snapshot;
 
@@ -93,6 +94,7 @@ use crate::ring::FairRing;
 use crate::scopes::Scopes;
 use crate::time::Millis;
 
+pub use lanes::{BucketLevel, LaneView};
 pub use snapshot::{Counts, ProviderSnapshot, Snapshot};
 
 /// Idle lanes kept for reuse (the reference keeps at most 1024 idle scopes).
