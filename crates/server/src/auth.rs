@@ -129,6 +129,10 @@ pub enum Operation {
     HeartbeatLease,
     ReleaseBudget,
     PauseProvider,
+    /// `GET …/profiles/{profileVersion}`: a revision's limits (the console's diff and rollback).
+    ReadProfileRevision,
+    /// `GET …/events`: the live feed (admin: every workspace, with per-principal fairness).
+    WatchEvents,
 }
 
 /// Who a key stands for, as far as permissions go.
@@ -154,7 +158,7 @@ pub enum Access {
 }
 
 impl Operation {
-    pub const ALL: [Operation; 12] = [
+    pub const ALL: [Operation; 14] = [
         Operation::RegisterProfile,
         Operation::ReadProfiles,
         Operation::ReadBreakers,
@@ -167,6 +171,8 @@ impl Operation {
         Operation::HeartbeatLease,
         Operation::ReleaseBudget,
         Operation::PauseProvider,
+        Operation::ReadProfileRevision,
+        Operation::WatchEvents,
     ];
 }
 
@@ -179,10 +185,28 @@ pub const fn access(role: Role, operation: Operation) -> Access {
     use Access::{Any, Denied, OwnLeases, OwnWorkspace};
     use Operation as Op;
     match (operation, role) {
-        (Op::RegisterProfile | Op::CreateKey | Op::ListKeys | Op::RevokeKey, Role::Admin) => Any,
-        (Op::RegisterProfile | Op::CreateKey | Op::ListKeys | Op::RevokeKey, _) => Denied,
-        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot, Role::Admin) => Any,
-        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot, _) => OwnWorkspace,
+        (
+            Op::RegisterProfile
+            | Op::CreateKey
+            | Op::ListKeys
+            | Op::RevokeKey
+            | Op::ReadProfileRevision,
+            Role::Admin,
+        ) => Any,
+        (
+            Op::RegisterProfile
+            | Op::CreateKey
+            | Op::ListKeys
+            | Op::RevokeKey
+            | Op::ReadProfileRevision,
+            _,
+        ) => Denied,
+        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot | Op::WatchEvents, Role::Admin) => {
+            Any
+        }
+        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot | Op::WatchEvents, _) => {
+            OwnWorkspace
+        }
         (Op::Acquire | Op::ReleaseBudget | Op::PauseProvider, Role::Principal) => OwnWorkspace,
         (Op::ReleaseLease | Op::HeartbeatLease, Role::Principal) => OwnLeases,
         // A principal the profile stopped naming may still give back what it holds (its

@@ -40,7 +40,7 @@ use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
 use crate::config::{Config, ConfigError};
 use crate::conn::DeadlineIo;
 use crate::metrics::Cut;
-use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, LeaseMetrics, Telemetry};
+use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, Feed, LeaseMetrics, Telemetry};
 
 use crate::data_lock::{DataDirLock, DataLockError};
 use crate::journal::StoreJournal;
@@ -164,7 +164,8 @@ pub async fn start_with_telemetry(
     let (store, store_thread) =
         StoreHandle::spawn(boxed, metrics.clone()).map_err(ServerError::Thread)?;
     let lease_metrics = Arc::new(LeaseMetrics::default());
-    let (driver_handle, driver_task) = Driver::spawn(
+    let feed = Feed::new();
+    let (driver, driver_handle) = Driver::new(
         registry,
         clock,
         DriverConfig {
@@ -173,6 +174,7 @@ pub async fn start_with_telemetry(
         Box::new(StoreJournal::new(store.clone(), metrics.clone())),
         lease_metrics.clone(),
     );
+    let driver_task = tokio::spawn(driver.with_feed(feed.clone()).run());
 
     let ready = Arc::new(AtomicBool::new(false));
     let key_slots = Slots::new(config.http.max_requests_per_key);
@@ -189,6 +191,7 @@ pub async fn start_with_telemetry(
         config: config.clone(),
         ready: ready.clone(),
         telemetry,
+        feed,
     };
     let (shutdown_tx, shutdown_rx) = oneshot::channel();
     let task = tokio::spawn(accept_loop(
