@@ -19,7 +19,7 @@ use turnstile_admission::Counts;
 
 use crate::harness::{ArrivalOutcome, Ending};
 use crate::manifest::PrincipalClass;
-use crate::record::{LoadResultRecord, Mode};
+use crate::record::{BuildProfile, LoadResultRecord, Mode};
 
 const PALETTE: [&str; 8] = [
     "#0b5cad", "#a4161a", "#1d6b2f", "#8a5300", "#6a1b9a", "#00695c", "#37474f", "#c2185b",
@@ -66,6 +66,8 @@ fn label(value: f64) -> String {
         format!("{:.1}k", value / 1e3)
     } else if value.fract() == 0.0 {
         format!("{value:.0}")
+    } else if value >= 10.0 {
+        format!("{value:.1}")
     } else {
         format!("{value:.2}")
     }
@@ -278,7 +280,7 @@ main{{max-width:960px;margin:0 auto}} h1{{font-size:1.3rem}} h2{{font-size:1.1re
 .verdict{{display:inline-block;padding:2px 10px;border-radius:10px;font-weight:700}}
 .verdict.PASSED{{background:#dff0e2;color:#1d6b2f}} .verdict.FAILED{{background:#f8dcdc;color:#a4161a}}
 figure.chart{{background:#fff;border:1px solid #d5dbe1;border-radius:8px;margin:12px 0;padding:8px}}
-figure.chart svg{{width:100%;height:auto;display:block}} figcaption{{color:#4a5561;font-size:.92rem}}
+figure.chart>svg{{width:100%;height:auto;display:block}} .legend svg{{display:inline-block;vertical-align:middle}} figcaption{{color:#4a5561;font-size:.92rem}}
 .legend{{list-style:none;padding:0;margin:4px 0 0;display:flex;gap:14px;flex-wrap:wrap;font-size:.85rem}}
 table{{border-collapse:collapse;width:100%;background:#fff}} th,td{{text-align:left;padding:5px 8px;border-bottom:1px solid #d5dbe1}}
 td.pass{{color:#1d6b2f;font-weight:600}} td.fail{{color:#a4161a;font-weight:700}}
@@ -290,7 +292,7 @@ dl{{display:grid;grid-template-columns:max-content 1fr;gap:4px 12px}} dd{{margin
 <dt>Manifest</dt><dd>{version} (<code>{schema}</code>)</dd>
 <dt>Manifest digest</dt><dd><code class="manifest-digest">{manifest_digest}</code></dd>
 <dt>Record digest</dt><dd><code class="record-digest">{record_digest}</code></dd>
-<dt>Target</dt><dd>{target} · mode {mode} · virtual window {window} s</dd>
+<dt>Target</dt><dd>{target} · mode {mode} · virtual window {window} s · {build} build</dd>
 <dt>Arrivals</dt><dd>{arrivals} arrived · {attempts} attempts · {completed} completed · {failed} failed · {shed} shed · {cancelled} cancelled</dd>
 <dt>Shed by reason</dt><dd><ul>{shed_table}</ul></dd>
 </dl>
@@ -311,6 +313,10 @@ dl{{display:grid;grid-template-columns:max-content 1fr;gap:4px 12px}} dd{{margin
             Mode::StagedProvider => "staged-provider",
         },
         window = record.window.seconds,
+        build = match record.build.profile {
+            BuildProfile::Release => "release",
+            BuildProfile::Debug => "debug (resource figures not representative)",
+        },
         arrivals = o.arrivals,
         attempts = o.attempts,
         completed = o.completed,

@@ -52,7 +52,10 @@ fn the_feed_streams_lanes_decisions_and_transitions() {
     // A grant and a failure that opens `p`'s breaker (threshold 1).
     std::thread::sleep(Duration::from_millis(100));
     let lease: Value = server
-        .acquire(&alice, &json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 0}))
+        .acquire(
+            &alice,
+            &json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 0}),
+        )
         .json()
         .unwrap();
     let lease_id = lease["leaseId"].as_str().unwrap();
@@ -69,7 +72,10 @@ fn the_feed_streams_lanes_decisions_and_transitions() {
     // The first update is the lanes now.
     let lanes = events[0]["lanes"].as_array().unwrap();
     let p = lanes.iter().find(|l| l["providerId"] == "p").unwrap();
-    assert_eq!((p["active"].as_u64(), p["concurrency"].as_u64()), (Some(0), Some(1)));
+    assert_eq!(
+        (p["active"].as_u64(), p["concurrency"].as_u64()),
+        (Some(0), Some(1))
+    );
     assert_eq!(p["breakerState"], "closed");
     // Later ones carry the admission, the per-principal grant (admin key) and the transition.
     let later = &events[1..];
@@ -172,7 +178,10 @@ fn a_revision_reads_back_for_diff_and_rollback() {
         .send()
         .unwrap();
     assert_eq!(missing.status(), 404);
-    assert_eq!(missing.json::<Value>().unwrap()["error"], "unknown-revision");
+    assert_eq!(
+        missing.json::<Value>().unwrap()["error"],
+        "unknown-revision"
+    );
     let alice = server.new_key("t", "alice");
     assert_eq!(
         server

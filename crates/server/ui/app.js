@@ -241,6 +241,8 @@
       if (probe != null) br.appendChild(document.createTextNode(` · probe in ${ms(probe)}`));
       const pause = remaining(l.pausedUntil);
       cell(tr, pause ? `${ms(pause)} left` : "–", "pause", "num");
+      const heads = $("lanes").tHead.rows[0].cells;
+      [...tr.cells].forEach((c, i) => { if (i > 0 && heads[i]) c.dataset.label = heads[i].textContent; });
       rows.push(tr);
     }
     body.replaceChildren(...rows);

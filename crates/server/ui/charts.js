@@ -78,7 +78,8 @@
   function formatNumber(v) {
     if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
     if (v >= 1e3) return (v / 1e3).toFixed(1) + "k";
-    return Number.isInteger(v) ? String(v) : v.toFixed(1);
+    if (Number.isInteger(v)) return String(v);
+    return v < 1 ? v.toFixed(2) : v.toFixed(1);
   }
 
   window.TurnstileCharts = { lines, bars, palette: PALETTE, formatNumber };

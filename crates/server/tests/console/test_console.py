@@ -306,6 +306,10 @@ def test_screenshots_of_every_view(browser: webdriver.Chrome, service: Service, 
         for view in VIEWS:
             tab(browser, view)
             time.sleep(0.8)
+            if view == "profiles":
+                browser.execute_script("document.getElementById('diff-a').value = 'v1'; document.getElementById('diff-b').value = 'v2';")
+                browser.find_element(By.CSS_SELECTOR, "#diff-form button[type=submit]").click()
+                wait_for(lambda: "→" in browser.find_element(By.ID, "diff").text)
             browser.save_screenshot(str(SHOTS / f"{view}-{size}.png"))
     assert script_errors(browser) == []
 
