@@ -200,6 +200,14 @@
     return td;
   }
 
+  // Each cell is labelled with its column's heading (phone layout: one card per row).
+  function labelCells(table) {
+    const heads = [...table.tHead.rows[0].cells].map((c) => c.textContent);
+    for (const row of table.tBodies[0].rows) {
+      [...row.cells].forEach((c, i) => { if (c.tagName === "TD" && heads[i]) c.dataset.label = heads[i]; });
+    }
+  }
+
   function meter(td, value, max) {
     const m = document.createElement("span");
     m.className = "meter";
@@ -241,11 +249,10 @@
       if (probe != null) br.appendChild(document.createTextNode(` · probe in ${ms(probe)}`));
       const pause = remaining(l.pausedUntil);
       cell(tr, pause ? `${ms(pause)} left` : "–", "pause", "num");
-      const heads = $("lanes").tHead.rows[0].cells;
-      [...tr.cells].forEach((c, i) => { if (i > 0 && heads[i]) c.dataset.label = heads[i].textContent; });
       rows.push(tr);
     }
     body.replaceChildren(...rows);
+    labelCells($("lanes"));
     const totals = $("totals");
     totals.replaceChildren();
     for (const [label, value, field] of [["active", active, "total-active"], ["queued", queued, "total-queued"], ["updated", new Date(lastAt).toLocaleTimeString(), "updated"]]) {
@@ -316,6 +323,7 @@
       td.colSpan = 4;
       body.appendChild(tr);
     }
+    labelCells($("fairness"));
     window.TurnstileCharts.bars($("chart-fairness"), sorted.map(([id, [g]]) => ({ label: id, value: g, text: all ? `${((100 * g) / all).toFixed(1)} %` : "" })));
   }
 
@@ -350,6 +358,7 @@
       }
       return tr;
     }));
+    labelCells($("history"));
     // the rollback button appears once per revision (its newest row)
     const seen = new Set();
     body.querySelectorAll("button[data-rollback]").forEach((b) => {
@@ -436,6 +445,11 @@
       rows.push({ at: t.atEpochMs, provider: t.providerId, change: `${t.from} → ${t.to}`, reason: transitionReason(t), kind: "breaker", to: t.to });
     }
     for (const p of pauses) rows.push({ at: p.atEpochMs, provider: p.providerId, change: "paused", reason: `Retry-After ${ms(p.retryAfterMs)} (until ${new Date(p.untilEpochMs).toLocaleTimeString()})`, kind: "pause" });
+    // Pauses in force that began before this tab subscribed (pauses are not journaled).
+    for (const l of lanes) {
+      if (l.pausedUntil == null || pauses.some((p) => p.providerId === l.providerId && p.untilEpochMs === l.pausedUntil)) continue;
+      rows.push({ at: lastAt, provider: l.providerId, change: "paused", reason: `in force until ${new Date(l.pausedUntil).toLocaleTimeString()} (began before this session)`, kind: "pause" });
+    }
     rows.sort((a, b) => b.at - a.at);
     const body = $("transitions").tBodies[0];
     body.replaceChildren(...rows.map((r) => {
@@ -449,6 +463,7 @@
       cell(tr, r.reason, "reason");
       return tr;
     }));
+    labelCells($("transitions"));
     if (!rows.length) {
       const tr = document.createElement("tr");
       cell(tr, "No transitions or pauses recorded.").colSpan = 4;
@@ -477,6 +492,7 @@
       td.appendChild(b);
       return tr;
     }));
+    labelCells($("keys"));
     $("revocations").replaceChildren(...listing.revocations.map((r) => {
       const li = document.createElement("li");
       li.textContent = `${r.keyId} revoked ${new Date(r.revokedAtEpochMs).toLocaleString()}`;

@@ -300,10 +300,12 @@ mod tests {
 
     fn registry() -> Registry {
         let mut registry = Registry::new();
-        let mut profile = Profile::default();
-        profile.workspace = Limits {
-            concurrency: 4,
-            ..Limits::default()
+        let mut profile = Profile {
+            workspace: Limits {
+                concurrency: 4,
+                ..Limits::default()
+            },
+            ..Profile::default()
         };
         profile.providers.insert(
             "p".into(),
