@@ -105,3 +105,63 @@ impl Controller {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::{Acquired, AdmissionRequest};
+    use crate::limits::{CircuitBreakerConfig, Limits};
+    use crate::profile::Profile;
+    use crate::Outcome;
+
+    #[test]
+    fn a_lane_view_reads_limits_buckets_oldest_wait_and_breaker() {
+        let mut profile = Profile {
+            workspace: Limits::with_concurrency(8),
+            ..Profile::default()
+        };
+        profile.providers.insert(
+            "p".into(),
+            Limits {
+                concurrency: 1,
+                requests_per_minute: Some(60),
+                circuit_breaker: Some(CircuitBreakerConfig {
+                    failure_threshold: 1,
+                    open_ms: Some(10_000),
+                    half_open_max_calls: None,
+                }),
+                ..Limits::default()
+            },
+        );
+        for principal in ["a", "b"] {
+            profile
+                .principals
+                .insert(principal.into(), Limits::with_concurrency(1));
+        }
+        let mut controller = Controller::new(profile, 1_000).unwrap();
+        let Acquired::Admitted(lease) =
+            controller.acquire(AdmissionRequest::new("a", "p", "x"), 1_000)
+        else {
+            panic!("admitted");
+        };
+        let queued = controller.acquire(AdmissionRequest::new("b", "p", "y"), 1_200);
+        assert!(matches!(queued, Acquired::Queued { .. }));
+
+        let view = &controller.lane_views(1_500)[0];
+        assert_eq!(view.provider_id, "p");
+        assert_eq!((view.active, view.concurrency, view.queued), (1, Some(1), 1));
+        assert_eq!(view.oldest_wait_ms, Some(300));
+        let requests = view.requests.unwrap();
+        assert_eq!(requests.capacity, 60);
+        assert!(requests.available < 60);
+        assert_eq!(view.tokens, None);
+        assert_eq!(view.breaker_state, BreakerState::Closed);
+
+        // A failure opens the breaker (threshold 1): the next probe is 10 s later.
+        controller.release(lease.id, Outcome::Failure, 2_000);
+        let view = &controller.lane_views(2_000)[0];
+        assert_eq!(view.breaker_state, BreakerState::Open);
+        assert_eq!(view.next_probe_at, Some(12_000));
+        assert_eq!(view.paused_until, None);
+    }
+}
