@@ -7,7 +7,8 @@
 //! [`gate`] runs before every handler: it authenticates once, takes one of the key's
 //! `http.max_requests_per_key` request slots for the whole request (429 `key-busy` and the
 //! connection closed past it), and on a connection of the operators' reserved slice lets only
-//! health, metrics, the OpenAPI document and admin-key calls through (503 `overloaded`).
+//! health, metrics, the OpenAPI document, the console page (`/ui`) and admin-key calls through
+//! (503 `overloaded`).
 
 use std::sync::Arc;
 
@@ -95,7 +96,11 @@ pub async fn gate(State(state): State<AppState>, mut request: Request, next: Nex
     }
     let authenticated = authenticate(request.headers(), &state);
     if request.extensions().get::<ReservedSlice>().is_some() {
-        let operator = OPERATOR_PATHS.contains(&request.uri().path())
+        let path = request.uri().path();
+        // The console's page and assets carry no data; its API calls use the admin key.
+        let console = path == "/ui" || path.starts_with("/ui/");
+        let operator = OPERATOR_PATHS.contains(&path)
+            || console
             || matches!(authenticated, Some((_, Caller::Admin)));
         if !operator {
             state.metrics.cut(Cut::Overloaded);
