@@ -149,7 +149,10 @@ mod tests {
 
         let view = &controller.lane_views(1_500)[0];
         assert_eq!(view.provider_id, "p");
-        assert_eq!((view.active, view.concurrency, view.queued), (1, Some(1), 1));
+        assert_eq!(
+            (view.active, view.concurrency, view.queued),
+            (1, Some(1), 1)
+        );
         assert_eq!(view.oldest_wait_ms, Some(300));
         let requests = view.requests.unwrap();
         assert_eq!(requests.capacity, 60);
