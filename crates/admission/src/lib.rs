@@ -28,7 +28,7 @@ pub(crate) mod scopes;
 pub mod time;
 
 pub use breaker::BreakerTransition;
-pub use budget::{ActualUsage, InvalidActualCost};
+pub use budget::{ActualUsage, BudgetBounds, InvalidActualCost};
 pub use controller::{
     Acquired, AdmissionRequest, Charge, Controller, Counts, LeaseCharge, ProviderSnapshot,
     ReinstateError, Released, Resolution, Snapshot, UnknownProvider,

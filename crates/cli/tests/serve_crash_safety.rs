@@ -75,7 +75,13 @@ fn config_file(dir: &Path, ttl_ms: u64) -> std::path::PathBuf {
 
 /// One HTTP/1.1 request on a fresh connection; `None` when the service cannot be reached or
 /// the connection fails before an answer (it was killed).
-fn http(addr: &str, method: &str, path: &str, key: &str, body: Option<&Value>) -> Option<(u16, Value)> {
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    key: &str,
+    body: Option<&Value>,
+) -> Option<(u16, Value)> {
     let mut stream = TcpStream::connect(addr).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -181,8 +187,7 @@ fn upstream() -> Upstream {
                 }
                 loop {
                     let mut header = String::new();
-                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty()
-                    {
+                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
                         break;
                     }
                 }
@@ -208,7 +213,11 @@ fn upstream() -> Upstream {
 
 fn call_upstream(addr: &str, path: &str) {
     let mut stream = TcpStream::connect(addr).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: up\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: up\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).unwrap();
     assert!(answer.starts_with(b"HTTP/1.1 200"));
@@ -345,13 +354,12 @@ fn a_sigkill_mid_load_never_lets_the_upstream_exceed_the_providers_concurrency()
     // The restarted service runs the load with the holders' calls still in flight.
     std::thread::sleep(Duration::from_millis(1_500));
     for id in &held {
-        let (status, answer) = target.send(
-            "POST",
-            &format!("/v1/leases/{id}/heartbeat"),
-            &key,
-            None,
+        let (status, answer) =
+            target.send("POST", &format!("/v1/leases/{id}/heartbeat"), &key, None);
+        assert_eq!(
+            status, 200,
+            "a pre-crash lease heartbeats after the restart: {answer}"
         );
-        assert_eq!(status, 200, "a pre-crash lease heartbeats after the restart: {answer}");
     }
     up.finish_long.store(true, Ordering::SeqCst);
     for (thread, _) in holders {
@@ -362,7 +370,10 @@ fn a_sigkill_mid_load_never_lets_the_upstream_exceed_the_providers_concurrency()
             &key,
             Some(&json!({"outcome": "success"})),
         );
-        assert_eq!(status, 200, "a pre-crash lease releases after the restart: {answer}");
+        assert_eq!(
+            status, 200,
+            "a pre-crash lease releases after the restart: {answer}"
+        );
         // Released exactly once.
         let (status, _) = target.send(
             "POST",
@@ -417,16 +428,29 @@ fn after_a_sigkill_an_abandoned_lease_is_reclaimed_at_its_ttl_and_budgets_stay_c
     service = start(data.path(), &config, false);
     let addr = service.addr.clone();
     let try_now = |budget: &str, tokens: u64| {
-        http(&addr, "POST", "/v1/admissions", &key, Some(&acquire_body(budget, tokens, 0))).unwrap()
+        http(
+            &addr,
+            "POST",
+            "/v1/admissions",
+            &key,
+            Some(&acquire_body(budget, tokens, 0)),
+        )
+        .unwrap()
     };
 
     // The lease still holds the provider's one slot, and its 60 tokens stay charged.
     let (status, answer) = try_now("other", 1);
-    assert_ne!(status, 200, "the pre-crash lease no longer counts: {answer}");
+    assert_ne!(
+        status, 200,
+        "the pre-crash lease no longer counts: {answer}"
+    );
     assert_eq!(answer["reason"], "concurrency", "{answer}");
     let (status, answer) = try_now("b", 60);
     assert_ne!(status, 200);
-    assert_eq!(answer["reason"], "tokens", "the budget was refunded: {answer}");
+    assert_eq!(
+        answer["reason"], "tokens",
+        "the budget was refunded: {answer}"
+    );
 
     // Nobody heartbeats it: reclaimed a TTL after the restart, not earlier.
     let freed = loop {
@@ -444,7 +468,10 @@ fn after_a_sigkill_an_abandoned_lease_is_reclaimed_at_its_ttl_and_budgets_stay_c
             assert_eq!(status, 200);
             break restarted.elapsed();
         }
-        assert!(restarted.elapsed() < Duration::from_secs(10), "never reclaimed");
+        assert!(
+            restarted.elapsed() < Duration::from_secs(10),
+            "never reclaimed"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(

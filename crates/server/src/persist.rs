@@ -23,8 +23,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
 use turnstile_store::service::{
-    AuditKind, AuditRecord, LeaseChange, ServiceStore, ServiceStoreError, StoredKey,
-    StoredProfile,
+    AuditKind, AuditRecord, LeaseChange, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
 };
 
 use crate::error::ApiError;
@@ -137,7 +136,8 @@ impl StoreHandle {
                 while let Some(op) = next.take() {
                     let op = match op {
                         StoreOp::Leases { changes, done } => {
-                            let (failed, after) = commit_lease_group(&mut *store, &rx, changes, done);
+                            let (failed, after) =
+                                commit_lease_group(&mut *store, &rx, changes, done);
                             if failed {
                                 metrics.store_errors.fetch_add(1, Ordering::Relaxed);
                             }

@@ -710,7 +710,9 @@ impl Driver {
         if !self.leases.insert_with_token(held.token, entry) {
             return Err(ReinstateFailure::DuplicateToken);
         }
-        self.metrics.leases_reinstated.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .leases_reinstated
+            .fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -821,5 +823,8 @@ impl Driver {
         self.metrics
             .transitions_dropped
             .store(self.registry.transitions_dropped(), Ordering::Relaxed);
+        self.metrics
+            .budgets_evicted
+            .store(self.registry.budgets_evicted(), Ordering::Relaxed);
     }
 }

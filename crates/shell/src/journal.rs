@@ -26,7 +26,9 @@
 
 use std::sync::Arc;
 
-use turnstile_admission::{ActualUsage, BreakerTransition, LeaseCharge, Millis, ProfileChangeRecord};
+use turnstile_admission::{
+    ActualUsage, BreakerTransition, LeaseCharge, Millis, ProfileChangeRecord,
+};
 
 use crate::lease_table::LeaseToken;
 

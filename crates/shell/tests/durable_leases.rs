@@ -9,8 +9,8 @@ use std::time::Duration;
 use turnstile_admission::{ActualUsage, Estimate, Limits, Outcome, Profile, Reason, Registry};
 use turnstile_shell::journal::Done;
 use turnstile_shell::{
-    Acquire, AcquireReply, Clock, Command, Driver, DriverConfig,
-    DriverHandle, HeldLease, Journal, LeaseEvent, LeaseMetrics, LeaseToken, Registration, Wait,
+    Acquire, AcquireReply, Clock, Command, Driver, DriverConfig, DriverHandle, HeldLease, Journal,
+    LeaseEvent, LeaseMetrics, LeaseToken, Registration, Wait,
 };
 
 /// How the test journal answers a batch.
@@ -186,7 +186,10 @@ async fn a_grant_is_answered_only_once_its_batch_is_durable() {
         tokio::spawn(async move { handle.acquire(ask(Wait::For(10))).await })
     };
     settle().await;
-    assert!(!asking.is_finished(), "answered before the grant was durable");
+    assert!(
+        !asking.is_finished(),
+        "answered before the grant was durable"
+    );
     let granted = shared.granted();
     assert_eq!(granted.len(), 1);
     assert_eq!(granted[0].lease.provider_id, "llm");
@@ -283,7 +286,10 @@ async fn a_reinstated_lease_keeps_its_token_counts_and_gets_a_full_ttl_from_the_
     let after = Shared::new(Mode::Durable);
     let (mut driver_after, handle) = driver(&after, 800, 1_000);
     driver_after.reinstate(held.clone()).unwrap();
-    assert!(driver_after.reinstate(held).is_err(), "a token is held once");
+    assert!(
+        driver_after.reinstate(held).is_err(),
+        "a token is held once"
+    );
     tokio::spawn(driver_after.run());
     assert_eq!(active(&handle).await, 1);
     let refused = match handle.acquire(ask(Wait::NoWait)).await.unwrap() {
@@ -300,7 +306,10 @@ async fn a_reinstated_lease_keeps_its_token_counts_and_gets_a_full_ttl_from_the_
     assert!(release(&handle, token, ActualUsage::none()).await.is_ok());
     assert_eq!(active(&handle).await, 0);
     assert_eq!(after.released(), vec![(token, ActualUsage::none())]);
-    assert!(after.granted().is_empty(), "a reinstated lease is not granted again");
+    assert!(
+        after.granted().is_empty(),
+        "a reinstated lease is not granted again"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -62,7 +62,11 @@ fn rules(store: &mut dyn ServiceStore) {
         .apply_lease_changes(&[released("a", Some(30)), released("unknown", Some(1))])
         .unwrap();
     let b1 = spend(store, "b1").unwrap();
-    assert_eq!((b1.attempts, b1.tokens), (2, 80), "attempts are never corrected");
+    assert_eq!(
+        (b1.attempts, b1.tokens),
+        (2, 80),
+        "attempts are never corrected"
+    );
     assert_eq!(store.held_leases().unwrap().len(), 2);
 
     // Releasing the budget forgets its spend and detaches its held lease.
@@ -135,6 +139,11 @@ fn leases_and_spend_survive_reopening_at_either_durability() {
         }
         let store = SqliteServiceStore::open_dir(dir.path()).unwrap();
         assert_eq!(store.held_leases().unwrap(), vec![lease("b", "b", 4)]);
-        assert_eq!(spend(&store, "b").unwrap().tokens, 7, "{}", durability.as_str());
+        assert_eq!(
+            spend(&store, "b").unwrap().tokens,
+            7,
+            "{}",
+            durability.as_str()
+        );
     }
 }

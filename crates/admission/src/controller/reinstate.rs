@@ -32,6 +32,7 @@
 //!
 //! O(1) per lease and per spend line.
 
+use crate::budget::ActualUsage;
 use crate::estimate::CheckedEstimate;
 use crate::evidence::LeaseId;
 use crate::lane::LaneKey;
@@ -134,9 +135,21 @@ impl Controller {
         now: Millis,
     ) -> Result<(), ReinstateError> {
         let lane = self.lane_of(principal_id, provider_id)?;
-        self.advance(now);
-        self.budgets
-            .charge(budget_id, Self::scope_keys(lane), &spent.as_estimate());
+        let now = self.advance(now);
+        let scopes = Self::scope_keys(lane);
+        // Charged, then settled with no usage: the spend stays, the hold a charge takes ends
+        // (the reinstated leases take their own), so an idle invocation can still be evicted.
+        let (epoch, _) = self
+            .budgets
+            .charge(budget_id, scopes, &spent.as_estimate(), now);
+        self.budgets.settle(
+            budget_id,
+            epoch,
+            scopes,
+            &CheckedEstimate::default(),
+            &ActualUsage::none(),
+            now,
+        );
         Ok(())
     }
 
@@ -150,7 +163,7 @@ impl Controller {
         now: Millis,
     ) -> Result<LeaseId, ReinstateError> {
         let lane = self.lane_of(principal_id, &lease.provider_id)?;
-        self.advance(now);
+        let now = self.advance(now);
         let charged = lease.charge.as_estimate();
         let tokens = charged.tokens.unwrap_or(0);
         self.lanes.entry(lane).or_default().active += 1;
@@ -167,9 +180,14 @@ impl Controller {
         // released corrects nothing.
         let (budget_id, budget_epoch) = match &lease.budget_id {
             Some(id) => {
-                let epoch =
-                    self.budgets
-                        .charge(id, Self::scope_keys(lane), &CheckedEstimate::default());
+                // A charge of nothing: opens the invocation if needed and takes the lease's
+                // hold on it (its release settles it).
+                let (epoch, _) = self.budgets.charge(
+                    id,
+                    Self::scope_keys(lane),
+                    &CheckedEstimate::default(),
+                    now,
+                );
                 (id.clone(), epoch)
             }
             None => (String::new(), 0),
@@ -194,7 +212,6 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::ActualUsage;
     use crate::controller::{Acquired, AdmissionRequest};
     use crate::estimate::Estimate;
     use crate::evidence::Outcome;

@@ -94,7 +94,9 @@ pub enum LeaseChange {
 
 /// `spent` with a charge replaced by the actual amount (never below zero).
 pub(crate) fn corrected_tokens(spent: u64, charged: Option<u64>, actual: u64) -> u64 {
-    spent.saturating_sub(charged.unwrap_or(0)).saturating_add(actual)
+    spent
+        .saturating_sub(charged.unwrap_or(0))
+        .saturating_add(actual)
 }
 
 /// `spent` with a charged cost replaced by the actual one (never below zero).

@@ -289,7 +289,14 @@ fn correct_spend(
     actual_tokens: Option<u64>,
     actual_cost_usd: Option<f64>,
 ) -> Result<(), ServiceStoreError> {
-    type Row = (String, Option<String>, String, String, Option<i64>, Option<f64>);
+    type Row = (
+        String,
+        Option<String>,
+        String,
+        String,
+        Option<i64>,
+        Option<f64>,
+    );
     let row: Option<Row> = conn
         .prepare_cached(
             "SELECT workspace_id, budget_id, principal_id, provider_id, tokens, cost_usd
