@@ -144,7 +144,7 @@ pub async fn start_with_telemetry(
     // Before anything reads or writes the directory: one process per data directory.
     let data_lock = DataDirLock::acquire(&config.data_dir)?;
     let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
-    store.set_lease_durability(config.leases.durability.store());
+    store.set_lease_durability(config.leases.durability.store())?;
     let clock = Clock::system();
     let mut registry = Registry::new();
     registry.set_budget_bounds(BudgetBounds {
