@@ -165,6 +165,9 @@ pub struct BudgetLedger {
     next_epoch: u64,
     bounds: BudgetBounds,
     evicted_total: u64,
+    /// IDs forgotten for idleness since the last [`BudgetLedger::take_evicted`] (at most
+    /// [`EVICTION_SCAN_LIMIT`] per operation; the host drains them after each one).
+    evicted: Vec<String>,
 }
 
 impl BudgetLedger {
@@ -281,7 +284,9 @@ impl BudgetLedger {
                 }
                 continue;
             }
-            self.invocations.pop_front();
+            if let Some((id, _)) = self.invocations.pop_front() {
+                self.evicted.push(id);
+            }
             evicted += 1;
         }
         self.evicted_total += evicted;
@@ -294,6 +299,12 @@ impl BudgetLedger {
         let idle_ms = self.bounds.idle_ms?;
         let (_, oldest) = self.invocations.front()?;
         Some(oldest.touched_at.saturating_add(idle_ms))
+    }
+
+    /// The IDs forgotten for idleness since the last call (so a host that persists spend can
+    /// forget them too).
+    pub fn take_evicted(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.evicted)
     }
 
     /// Invocations forgotten for idleness, over the ledger's life.

@@ -132,7 +132,13 @@ pub struct Registry {
     budget_bounds: BudgetBounds,
     /// Budgets forgotten for idleness, summed over every workspace.
     budgets_evicted: u64,
+    /// (workspace, budget ID) of budgets forgotten for idleness, not yet polled; bounded at
+    /// [`EVICTED_BUDGETS_OUTBOX_LIMIT`] (the oldest dropped first).
+    evicted_budgets: VecDeque<(String, String)>,
 }
+
+/// Evicted budget IDs kept for a host that has not polled them yet.
+pub const EVICTED_BUDGETS_OUTBOX_LIMIT: usize = 65_536;
 
 impl Registry {
     pub fn new() -> Self {
@@ -145,6 +151,26 @@ impl Registry {
         self.budget_bounds = bounds;
         for entry in self.workspaces.values_mut() {
             entry.controller.set_budget_bounds(bounds);
+        }
+    }
+
+    /// The oldest budget forgotten for idleness and not yet polled, as (workspace, budget ID):
+    /// a host that persists budget spend forgets it too.
+    pub fn poll_evicted_budget(&mut self) -> Option<(String, String)> {
+        self.evicted_budgets.pop_front()
+    }
+
+    fn collect_evicted(&mut self, workspace_id: &str) {
+        let Some(entry) = self.workspaces.get_mut(workspace_id) else {
+            return;
+        };
+        for budget in entry.controller.take_evicted_budgets() {
+            self.budgets_evicted += 1;
+            if self.evicted_budgets.len() == EVICTED_BUDGETS_OUTBOX_LIMIT {
+                self.evicted_budgets.pop_front();
+            }
+            self.evicted_budgets
+                .push_back((workspace_id.to_owned(), budget));
         }
     }
 
@@ -223,9 +249,7 @@ impl Registry {
                 (Some(ProfileChangeKind::Initial), None)
             }
             Some(entry) => {
-                let before = entry.controller.budgets_evicted();
                 entry.controller.set_profile(merged.clone(), now)?;
-                self.budgets_evicted += entry.controller.budgets_evicted() - before;
                 let previous = entry.current.clone();
                 let kind = if previous == profile_version {
                     None
@@ -295,6 +319,7 @@ impl Registry {
             }
             entry.history.push_back(record.clone());
         }
+        self.collect_evicted(workspace_id);
         self.collect_transitions(workspace_id);
         self.reschedule(workspace_id);
         Ok(record)
@@ -330,10 +355,9 @@ impl Registry {
                 break;
             }
             if let Some(entry) = self.workspaces.get_mut(&workspace_id) {
-                let before = entry.controller.budgets_evicted();
                 entry.controller.handle_timeout(now);
-                self.budgets_evicted += entry.controller.budgets_evicted() - before;
             }
+            self.collect_evicted(&workspace_id);
             self.collect_transitions(&workspace_id);
             self.reschedule(&workspace_id);
             // A controller always moves its timeout past `now` when handled; guard anyway.
@@ -425,9 +449,8 @@ impl Registry {
             .workspaces
             .get_mut(workspace_id)
             .ok_or(RegistryError::UnknownWorkspace)?;
-        let before = entry.controller.budgets_evicted();
         let result = operation(&mut entry.controller);
-        self.budgets_evicted += entry.controller.budgets_evicted() - before;
+        self.collect_evicted(workspace_id);
         self.collect_transitions(workspace_id);
         self.reschedule(workspace_id);
         Ok(result)

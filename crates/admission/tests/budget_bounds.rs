@@ -157,6 +157,12 @@ fn open_and_leave(registry: &mut Registry, from: u64, to: u64) {
         registry
             .release(WORKSPACE, lease.id, Outcome::Success, i)
             .unwrap();
+        // A host drains the evicted IDs after each operation (the service's driver forgets
+        // their stored spend).
+        while let Some((workspace, budget)) = registry.poll_evicted_budget() {
+            assert_eq!(workspace, WORKSPACE);
+            assert!(budget.starts_with("budget-"));
+        }
     }
 }
 

@@ -93,6 +93,33 @@ fn an_evicted_budget_opens_anew_and_the_evidence_says_so() {
     let third: Value = server.acquire(&key, &body).json().unwrap();
     assert_eq!(third["evidence"]["budgetOpened"], true, "{third}");
     assert!(server.metric("turnstile_budgets_evicted_total") >= 1.0);
+    let lease = third["leaseId"].as_str().unwrap();
+    assert_eq!(
+        server
+            .release(&key, lease, &json!({"outcome": "success"}))
+            .status(),
+        200
+    );
+    std::thread::sleep(Duration::from_millis(80));
+    // Evicted again by the next operation; the store forgets its spend too, so a restart
+    // restores nothing.
+    let released = server
+        .post("/v1/budgets/unknown/release", &key)
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert_eq!(released.status(), 200);
+    assert_eq!(server.snapshot("t")["openBudgets"], 0);
+    server.stop();
+    let restarted = TestServer::start(dir.path(), |c| c.budgets.idle_ms = 60_000);
+    let snapshot: Value = restarted
+        .get("/v1/workspaces/t/snapshot", &key)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(snapshot["openBudgets"], 0, "{snapshot}");
 }
 
 #[test]

@@ -229,6 +229,7 @@ impl Driver {
                     self.on_timer();
                 }
             }
+            self.journal_evicted_budgets();
             self.flush_lease_events();
             self.update_gauges();
             if let Some(feed) = &self.feed {
@@ -349,6 +350,7 @@ impl Driver {
                     .release_budget(&workspace, &budget, now)
                     .map_err(DriverError::from);
                 self.deliver(&workspace, now);
+                self.journal_evicted_budgets();
                 if result.is_ok() && self.keeps_leases {
                     self.lease_events.push(LeaseEvent::BudgetReleased {
                         workspace: workspace.clone(),
@@ -583,6 +585,7 @@ impl Driver {
         match self.leases.insert(entry) {
             Ok(token) => {
                 self.metrics.leases_granted.fetch_add(1, Ordering::Relaxed);
+                self.journal_evicted_budgets();
                 if self.keeps_leases {
                     if let Some(lease) = self.registry.lease_charge(workspace, lease) {
                         self.lease_events.push(LeaseEvent::Granted(HeldLease {
@@ -767,6 +770,8 @@ impl Driver {
 
     /// Adds a lease event to the current batch, when the journal keeps leases.
     fn journal_lease(&mut self, event: impl FnOnce() -> LeaseEvent) {
+        // Evictions of the same core operation came first (the core evicts before it charges).
+        self.journal_evicted_budgets();
         if self.keeps_leases {
             self.lease_events.push(event());
         }
@@ -779,6 +784,21 @@ impl Driver {
             self.held.push(reply);
         } else {
             reply(true);
+        }
+    }
+
+    /// Budgets the core forgot for idleness are forgotten by the journal too (their spend lines
+    /// would otherwise stay stored, and come back at every restart). Called before any other
+    /// lease event is recorded, so an eviction is journaled before the grant that re-opened the
+    /// same budget ID in the same operation.
+    fn journal_evicted_budgets(&mut self) {
+        while let Some((workspace, budget)) = self.registry.poll_evicted_budget() {
+            if self.keeps_leases {
+                self.lease_events.push(LeaseEvent::BudgetReleased {
+                    workspace: Arc::from(workspace.as_str()),
+                    budget,
+                });
+            }
         }
     }
 

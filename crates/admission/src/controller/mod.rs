@@ -633,6 +633,11 @@ impl Controller {
         self.budgets.set_bounds(bounds);
     }
 
+    /// The budget IDs forgotten for idleness since the last call.
+    pub fn take_evicted_budgets(&mut self) -> Vec<String> {
+        self.budgets.take_evicted()
+    }
+
     /// Budgets (invocations) forgotten for idleness, over the controller's life.
     pub fn budgets_evicted(&self) -> u64 {
         self.budgets.evicted_total()

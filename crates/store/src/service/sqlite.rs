@@ -208,6 +208,9 @@ impl SqliteServiceStore {
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(&format!("PRAGMA user_version={SCHEMA_VERSION};"))?;
         conn.execute("ATTACH DATABASE ?1 AS lease_log", [leases])?;
+        // Small pages: a lease batch touches a few rows of two tables, and WAL frames are whole
+        // pages (takes effect when the file is created).
+        conn.execute_batch("PRAGMA lease_log.page_size=1024;")?;
         let _mode: String =
             conn.query_row("PRAGMA lease_log.journal_mode=WAL", [], |row| row.get(0))?;
         conn.execute_batch(LEASE_SCHEMA)?;
