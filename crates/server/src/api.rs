@@ -43,4 +43,6 @@ pub struct AppState {
     pub key_slots: Arc<Slots<[u8; 32]>>,
     /// Admission requests waiting for an answer, per principal.
     pub pending: Arc<Slots<PrincipalKey>>,
+    /// Proxy mode (`/openai/v1/...`, `/anthropic/v1/...`).
+    pub proxy: Arc<turnstile_proxy::Proxy>,
 }

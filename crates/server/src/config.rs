@@ -30,6 +30,8 @@
 //!
 //! [leases]
 //! ttl_ms = 30000
+//!
+//! [proxy]   # proxy mode: see turnstile_proxy::config and docs/proxy.md
 //! ```
 
 use std::net::SocketAddr;
@@ -51,6 +53,8 @@ pub struct Config {
     pub http: HttpConfig,
     pub admission: AdmissionConfig,
     pub leases: LeaseConfig,
+    /// Proxy mode: model routing, upstreams and prices (`docs/proxy.md`).
+    pub proxy: turnstile_proxy::ProxyConfig,
 }
 
 /// Connection-level protections.
@@ -117,6 +121,7 @@ impl Default for Config {
             http: HttpConfig::default(),
             admission: AdmissionConfig::default(),
             leases: LeaseConfig::default(),
+            proxy: turnstile_proxy::ProxyConfig::default(),
         }
     }
 }
