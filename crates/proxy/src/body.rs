@@ -30,7 +30,11 @@ pub struct BodyLimits {
 const RATE_GRACE: Duration = Duration::from_secs(1);
 
 /// Reads the whole body or answers the typed error that ended the read.
-pub async fn read(headers: &HeaderMap, body: Body, limits: BodyLimits) -> Result<Bytes, ProxyError> {
+pub async fn read(
+    headers: &HeaderMap,
+    body: Body,
+    limits: BodyLimits,
+) -> Result<Bytes, ProxyError> {
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

@@ -211,5 +211,8 @@ impl ProxyError {
 pub fn retry_headers(headers: &mut axum::http::HeaderMap, ms: u64) {
     let seconds = ms.div_ceil(1000).max(1);
     headers.insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));
-    headers.insert(HeaderName::from_static("retry-after-ms"), HeaderValue::from(ms));
+    headers.insert(
+        HeaderName::from_static("retry-after-ms"),
+        HeaderValue::from(ms),
+    );
 }

@@ -39,9 +39,11 @@ pub fn tokens(
     let input = (request.body_bytes as f64 / prompt_bytes_per_token).ceil() as u64;
     let output = match endpoint {
         Endpoint::Embeddings => 0,
-        _ => request
-            .n
-            .saturating_mul(request.max_output_tokens.unwrap_or(route.default_max_output_tokens)),
+        _ => request.n.saturating_mul(
+            request
+                .max_output_tokens
+                .unwrap_or(route.default_max_output_tokens),
+        ),
     };
     TokenEstimate { input, output }
 }
@@ -93,17 +95,37 @@ mod tests {
     #[test]
     fn prompt_is_bounded_by_body_bytes_and_output_by_the_cap() {
         let r = route(None);
-        let t = tokens(Endpoint::ChatCompletions, &request(Some(50), 2, 301), &r, 3.0);
-        assert_eq!(t, TokenEstimate { input: 101, output: 100 });
+        let t = tokens(
+            Endpoint::ChatCompletions,
+            &request(Some(50), 2, 301),
+            &r,
+            3.0,
+        );
+        assert_eq!(
+            t,
+            TokenEstimate {
+                input: 101,
+                output: 100
+            }
+        );
         let t = tokens(Endpoint::ChatCompletions, &request(None, 1, 10), &r, 1.0);
-        assert_eq!(t, TokenEstimate { input: 10, output: 100 });
+        assert_eq!(
+            t,
+            TokenEstimate {
+                input: 10,
+                output: 100
+            }
+        );
         let t = tokens(Endpoint::Embeddings, &request(Some(9), 1, 9), &r, 1.0);
         assert_eq!(t.output, 0);
     }
 
     #[test]
     fn cost_is_unknown_without_prices() {
-        let t = TokenEstimate { input: 1_000_000, output: 0 };
+        let t = TokenEstimate {
+            input: 1_000_000,
+            output: 0,
+        };
         assert_eq!(estimate(t, &route(None), 5).cost_usd, None);
         let priced = route(Some(Prices {
             input_usd_per_mtok: 2.0,

@@ -276,8 +276,14 @@ async fn answer(State(inner): State<Arc<Inner>>, request: Request) -> Response {
         .await
         .unwrap_or_default();
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let model = parsed.get("model").and_then(Value::as_str).map(str::to_owned);
-    let stream = parsed.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let model = parsed
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let stream = parsed
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let include_usage = parsed
         .get("stream_options")
         .and_then(|o| o.get("include_usage"))
@@ -394,7 +400,11 @@ fn error_answer(status: u16, script: &Script, anthropic: bool) -> Response {
     if let Some(value) = script.retry_after.as_deref().and_then(|v| v.parse().ok()) {
         headers.insert("retry-after", value);
     }
-    if let Some(value) = script.retry_after_ms.as_deref().and_then(|v| v.parse().ok()) {
+    if let Some(value) = script
+        .retry_after_ms
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+    {
         headers.insert("retry-after-ms", value);
     }
     if let Some(seconds) = script.retry_after_date {
@@ -467,7 +477,9 @@ fn stream_answer(
             }
         };
         if path == "/v1/messages" {
-            let usage = script.usage.map(|_| json!({"input_tokens": input, "output_tokens": 1}));
+            let usage = script
+                .usage
+                .map(|_| json!({"input_tokens": input, "output_tokens": 1}));
             events.push(sse(Some("message_start"), &json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage}})));
             events.push(sse(Some("content_block_start"), &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})));
         } else if path == "/v1/responses" {
@@ -479,7 +491,10 @@ fn stream_answer(
         }
         match path.as_str() {
             "/v1/messages" => {
-                events.push(sse(Some("content_block_stop"), &json!({"type": "content_block_stop", "index": 0})));
+                events.push(sse(
+                    Some("content_block_stop"),
+                    &json!({"type": "content_block_stop", "index": 0}),
+                ));
                 let usage = script.usage.map(|_| json!({"output_tokens": output}));
                 events.push(sse(Some("message_delta"), &json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": usage})));
                 events.push(sse(Some("message_stop"), &json!({"type": "message_stop"})));
@@ -490,7 +505,11 @@ fn stream_answer(
             }
             _ => {
                 if wants_usage && script.usage.is_some() {
-                    let object = if path == "/v1/completions" { "text_completion" } else { "chat.completion.chunk" };
+                    let object = if path == "/v1/completions" {
+                        "text_completion"
+                    } else {
+                        "chat.completion.chunk"
+                    };
                     events.push(sse(None, &json!({"id": "fake", "object": object, "created": 0, "model": model, "choices": [], "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output}})));
                 }
                 events.push(Bytes::from_static(b"data: [DONE]\n\n"));

@@ -275,13 +275,9 @@ async fn serve(
     };
     let code = status.as_u16();
     if code == 429 {
-        let ms = retry_after::parse(
-            &head.headers,
-            SystemTime::now(),
-            proxy.max_retry_after_ms,
-        )
-        .unwrap_or(proxy.config.fallback_retry_after_ms)
-        .max(1);
+        let ms = retry_after::parse(&head.headers, SystemTime::now(), proxy.max_retry_after_ms)
+            .unwrap_or(proxy.config.fallback_retry_after_ms)
+            .max(1);
         settlement.settle(
             CallClass::Upstream429,
             Outcome::RetryAfter { retry_after_ms: ms },
@@ -290,15 +286,15 @@ async fn serve(
         retry_headers(&mut headers, ms);
     } else if status.is_success() {
         let usage = crate::usage::Usage::from_body(&bytes);
-        settlement.settle(CallClass::Upstream2xx, Outcome::Success, Charge::seen(usage));
+        settlement.settle(
+            CallClass::Upstream2xx,
+            Outcome::Success,
+            Charge::seen(usage),
+        );
     } else if status.is_server_error() {
         settlement.settle(CallClass::Upstream5xx, Outcome::Failure, Charge::Estimate);
     } else {
-        settlement.settle(
-            CallClass::of_status(code),
-            Outcome::None,
-            Charge::Nothing,
-        );
+        settlement.settle(CallClass::of_status(code), Outcome::None, Charge::Nothing);
     }
     if let Ok(length) = HeaderValue::from_str(&bytes.len().to_string()) {
         headers.insert(axum::http::header::CONTENT_LENGTH, length);

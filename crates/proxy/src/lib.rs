@@ -151,7 +151,10 @@ pub fn router<S: Clone + Send + Sync + 'static>(proxy: Arc<Proxy>) -> Router<S> 
         })
     }
     Router::new()
-        .route("/openai/v1/chat/completions", endpoint(Endpoint::ChatCompletions))
+        .route(
+            "/openai/v1/chat/completions",
+            endpoint(Endpoint::ChatCompletions),
+        )
         .route("/openai/v1/responses", endpoint(Endpoint::Responses))
         .route("/openai/v1/embeddings", endpoint(Endpoint::Embeddings))
         .route("/openai/v1/completions", endpoint(Endpoint::Completions))

@@ -242,7 +242,9 @@ mod tests {
         lane.settled(Basis::Reported, 10, 5, Some(0.0123));
         let text = metrics.render();
         assert!(text.contains("turnstile_proxy_calls_total{lane=\"openai\",class=\"2xx\"} 1"));
-        assert!(text.contains("turnstile_proxy_settled_cost_micro_usd_total{lane=\"openai\"} 12300"));
+        assert!(
+            text.contains("turnstile_proxy_settled_cost_micro_usd_total{lane=\"openai\"} 12300")
+        );
         assert!(text.contains("basis=\"reported\"} 1"));
     }
 }

@@ -248,7 +248,8 @@ pub fn upstream_body(
     body: Bytes,
     upstream_model: Option<&str>,
 ) -> Result<Bytes, RequestError> {
-    let force_usage = request.stream && endpoint.needs_include_usage() && !request.client_wants_usage;
+    let force_usage =
+        request.stream && endpoint.needs_include_usage() && !request.client_wants_usage;
     let rename = upstream_model.filter(|m| *m != request.model);
     if !force_usage && rename.is_none() {
         return Ok(body);
@@ -314,7 +315,10 @@ mod tests {
             (br#"{"model":"m","max_tokens":-1}"#, Some("max_tokens")),
             (br#"{"model":"m","max_tokens":1.5}"#, Some("max_tokens")),
             (br#"{"model":"m","n":1000}"#, Some("n")),
-            (br#"{"model":"m","stream_options":3}"#, Some("stream_options")),
+            (
+                br#"{"model":"m","stream_options":3}"#,
+                Some("stream_options"),
+            ),
             (br#"[1]"#, None),
             (b"{", None),
             (b"", None),

@@ -11,7 +11,12 @@ use axum::http::HeaderMap;
 
 /// The wait an upstream answer asks for, in milliseconds.
 pub fn parse(headers: &HeaderMap, now: SystemTime, max_ms: u64) -> Option<u64> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {
             return Some((ms.ceil() as u64).min(max_ms));
@@ -102,17 +107,39 @@ mod tests {
     #[test]
     fn every_retry_after_form_is_read() {
         let now = UNIX_EPOCH + Duration::from_secs(784_111_777);
-        assert_eq!(parse(&headers(&[("retry-after-ms", "1500")]), now, 60_000), Some(1500));
         assert_eq!(
-            parse(&headers(&[("retry-after-ms", "250"), ("retry-after", "9")]), now, 60_000),
+            parse(&headers(&[("retry-after-ms", "1500")]), now, 60_000),
+            Some(1500)
+        );
+        assert_eq!(
+            parse(
+                &headers(&[("retry-after-ms", "250"), ("retry-after", "9")]),
+                now,
+                60_000
+            ),
             Some(250)
         );
-        assert_eq!(parse(&headers(&[("retry-after", "2")]), now, 60_000), Some(2000));
-        assert_eq!(parse(&headers(&[("retry-after", "0.5")]), now, 60_000), Some(500));
+        assert_eq!(
+            parse(&headers(&[("retry-after", "2")]), now, 60_000),
+            Some(2000)
+        );
+        assert_eq!(
+            parse(&headers(&[("retry-after", "0.5")]), now, 60_000),
+            Some(500)
+        );
         let date = "Sun, 06 Nov 1994 08:49:40 GMT";
-        assert_eq!(parse(&headers(&[("retry-after", date)]), now, 60_000), Some(3000));
-        assert_eq!(parse(&headers(&[("retry-after", "9999")]), now, 60_000), Some(60_000));
-        assert_eq!(parse(&headers(&[("retry-after", "soon")]), now, 60_000), None);
+        assert_eq!(
+            parse(&headers(&[("retry-after", date)]), now, 60_000),
+            Some(3000)
+        );
+        assert_eq!(
+            parse(&headers(&[("retry-after", "9999")]), now, 60_000),
+            Some(60_000)
+        );
+        assert_eq!(
+            parse(&headers(&[("retry-after", "soon")]), now, 60_000),
+            None
+        );
         assert_eq!(parse(&headers(&[("retry-after", "-1")]), now, 60_000), None);
         assert_eq!(parse(&headers(&[]), now, 60_000), None);
     }

@@ -173,7 +173,11 @@ mod tests {
             out.extend_from_slice(&tap.feed(Bytes::from(all[..cut].to_owned())));
             out.extend_from_slice(&tap.feed(Bytes::from(all[cut..].to_owned())));
             out.extend_from_slice(&tap.finish());
-            assert_eq!(String::from_utf8(out).unwrap(), format!("{CHUNK}{DONE}"), "cut {cut}");
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                format!("{CHUNK}{DONE}"),
+                "cut {cut}"
+            );
             assert_eq!(tap.usage.counts(), (5, 7));
         }
     }

@@ -94,11 +94,30 @@ mod tests {
     #[test]
     fn each_wire_format_is_read() {
         let chat = br#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42}}"#;
-        assert_eq!(Usage::from_body(chat), Usage { input: Some(12), output: Some(30) });
+        assert_eq!(
+            Usage::from_body(chat),
+            Usage {
+                input: Some(12),
+                output: Some(30)
+            }
+        );
         let embeddings = br#"{"data":[],"usage":{"prompt_tokens":8,"total_tokens":8}}"#;
-        assert_eq!(Usage::from_body(embeddings), Usage { input: Some(8), output: Some(0) });
-        let anthropic = br#"{"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":7}}"#;
-        assert_eq!(Usage::from_body(anthropic), Usage { input: Some(15), output: Some(7) });
+        assert_eq!(
+            Usage::from_body(embeddings),
+            Usage {
+                input: Some(8),
+                output: Some(0)
+            }
+        );
+        let anthropic =
+            br#"{"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":7}}"#;
+        assert_eq!(
+            Usage::from_body(anthropic),
+            Usage {
+                input: Some(15),
+                output: Some(7)
+            }
+        );
         assert!(!Usage::from_body(b"{}").is_reported());
         assert!(!Usage::from_body(b"not json").is_reported());
     }
@@ -109,7 +128,13 @@ mod tests {
         usage.merge_document(&json!({"type":"message_start","message":{"usage":{"input_tokens":20,"output_tokens":1}}}));
         usage.merge_document(&json!({"type":"message_delta","usage":{"output_tokens":9}}));
         usage.merge_document(&json!({"type":"message_delta","usage":{"output_tokens":15}}));
-        assert_eq!(usage, Usage { input: Some(20), output: Some(15) });
+        assert_eq!(
+            usage,
+            Usage {
+                input: Some(20),
+                output: Some(15)
+            }
+        );
         let mut usage = Usage::default();
         usage.merge_document(&json!({"type":"response.completed","response":{"usage":{"input_tokens":3,"output_tokens":4}}}));
         assert_eq!(usage.counts(), (3, 4));

@@ -90,11 +90,17 @@ fn rig(lane_concurrency: u64, tweak: impl FnOnce(&mut turnstile_server::Config))
             },
         );
         let models = &mut proxy.models;
-        models.insert("gpt-test".into(), model("openai", "openai", Some((1.0, 2.0))));
+        models.insert(
+            "gpt-test".into(),
+            model("openai", "openai", Some((1.0, 2.0))),
+        );
         models.insert("gpt-unpriced".into(), model("openai", "openai", None));
         models.insert("gpt-tiny".into(), model("openai", "tiny", None));
         models.insert("gpt-fragile".into(), model("openai", "fragile", None));
-        models.insert("embed-test".into(), model("openai", "openai", Some((0.1, 0.0))));
+        models.insert(
+            "embed-test".into(),
+            model("openai", "openai", Some((0.1, 0.0))),
+        );
         models.insert(
             "claude-test".into(),
             model("anthropic", "anthropic", Some((3.0, 15.0))),
@@ -190,7 +196,10 @@ fn plain_chat_is_admitted_forwarded_and_settled_to_the_cent() {
             "usage=1000/500",
         );
         assert_eq!(response.status(), 200);
-        assert_eq!(header(&response, "x-request-id").as_deref(), Some("req_fake"));
+        assert_eq!(
+            header(&response, "x-request-id").as_deref(),
+            Some("req_fake")
+        );
         assert!(header(&response, "x-ratelimit-remaining-requests").is_none());
         let body: Value = response.json().unwrap();
         assert_eq!(body["usage"]["prompt_tokens"], 1000);
@@ -219,7 +228,10 @@ fn plain_chat_is_admitted_forwarded_and_settled_to_the_cent() {
     rig.wait_idle();
     // No tenant ID in any metric line.
     let text = rig.server.metrics_text();
-    assert!(!text.contains("alice") && !text.contains("\"ws\""), "{text}");
+    assert!(
+        !text.contains("alice") && !text.contains("\"ws\""),
+        "{text}"
+    );
 }
 
 #[test]
@@ -239,7 +251,10 @@ fn reported_usage_replaces_the_estimate_in_the_budget() {
     let refused = call();
     assert_eq!(refused.status(), 429);
     assert_eq!(header(&refused, "x-should-retry").as_deref(), Some("false"));
-    assert_eq!(header(&refused, "x-turnstile-reason").as_deref(), Some("cost"));
+    assert_eq!(
+        header(&refused, "x-turnstile-reason").as_deref(),
+        Some("cost")
+    );
     let body: Value = refused.json().unwrap();
     assert_eq!(body["error"]["type"], "insufficient_quota");
     assert!(rig.fake.stats().requests <= 4);
@@ -250,7 +265,10 @@ fn unknown_models_are_404_in_the_provider_format_before_admission() {
     let rig = rig(4, |_| {});
     let response = rig.openai("/chat/completions", &rig.alice, &chat("gpt-nope"), "");
     assert_eq!(response.status(), 404);
-    assert_eq!(header(&response, "x-should-retry").as_deref(), Some("false"));
+    assert_eq!(
+        header(&response, "x-should-retry").as_deref(),
+        Some("false")
+    );
     let body: Value = response.json().unwrap();
     assert_eq!(body["error"]["code"], "model_not_found");
     assert_eq!(body["error"]["param"], "model");
@@ -279,7 +297,12 @@ fn keys_are_checked_in_the_provider_format() {
     assert_eq!(response.status(), 401);
     let body: Value = response.json().unwrap();
     assert_eq!(body["error"]["type"], "authentication_error");
-    let response = rig.openai("/chat/completions", &rig.server.admin(), &chat("gpt-test"), "");
+    let response = rig.openai(
+        "/chat/completions",
+        &rig.server.admin(),
+        &chat("gpt-test"),
+        "",
+    );
     assert_eq!(response.status(), 403);
     let models: Value = rig
         .server
@@ -294,7 +317,10 @@ fn keys_are_checked_in_the_provider_format() {
         .iter()
         .map(|m| m["id"].as_str().unwrap())
         .collect();
-    assert!(ids.contains(&"gpt-test") && !ids.contains(&"claude-test"), "{ids:?}");
+    assert!(
+        ids.contains(&"gpt-test") && !ids.contains(&"claude-test"),
+        "{ids:?}"
+    );
     // The Anthropic SDK's x-api-key works; the provider key goes upstream, ours does not.
     let response = rig.anthropic(
         &rig.alice,
@@ -326,10 +352,18 @@ fn streams_settle_with_the_usage_chunk_stripped_unless_asked_for() {
     body["stream"] = json!(true);
     let response = rig.openai("/chat/completions", &rig.alice, &body, "usage=100/50");
     assert_eq!(response.status(), 200);
-    assert!(header(&response, "content-type").unwrap().starts_with("text/event-stream"));
+    assert!(header(&response, "content-type")
+        .unwrap()
+        .starts_with("text/event-stream"));
     let text = read_all(response);
-    assert!(text.contains("tok0") && text.ends_with("data: [DONE]\n\n"), "{text}");
-    assert!(!text.contains("\"usage\":{"), "the injected chunk is stripped: {text}");
+    assert!(
+        text.contains("tok0") && text.ends_with("data: [DONE]\n\n"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("\"usage\":{"),
+        "the injected chunk is stripped: {text}"
+    );
     assert_eq!(rig.fake.stats().arrivals[0].include_usage, Some(true));
 
     body["stream_options"] = json!({"include_usage": true});
@@ -406,7 +440,12 @@ fn stream_frames_reach_the_client_before_the_upstream_sends_the_next() {
     let mut body = chat("gpt-test");
     body["stream"] = json!(true);
     let start = Instant::now();
-    let mut response = rig.openai("/chat/completions", &rig.alice, &body, "chunks=3,stall-ms=800");
+    let mut response = rig.openai(
+        "/chat/completions",
+        &rig.alice,
+        &body,
+        "chunks=3,stall-ms=800",
+    );
     let mut buf = [0u8; 4096];
     let mut got = String::new();
     while !got.contains("tok0") {
@@ -416,7 +455,10 @@ fn stream_frames_reach_the_client_before_the_upstream_sends_the_next() {
     }
     let first = start.elapsed();
     assert!(!got.contains("tok1"), "{got}");
-    assert!(first < Duration::from_millis(600), "first chunk after {first:?}");
+    assert!(
+        first < Duration::from_millis(600),
+        "first chunk after {first:?}"
+    );
     let mut rest = String::new();
     response.read_to_string(&mut rest).unwrap();
     assert!(rest.contains("tok1") && start.elapsed() >= Duration::from_millis(800));
@@ -433,7 +475,10 @@ fn an_upstream_429_pauses_the_lane_for_everyone_in_every_header_form() {
         let rig = rig(4, |_| {});
         let response = rig.openai("/chat/completions", &rig.alice, &chat("gpt-test"), script);
         assert_eq!(response.status(), 429, "{script}");
-        let ms: u64 = header(&response, "retry-after-ms").unwrap().parse().unwrap();
+        let ms: u64 = header(&response, "retry-after-ms")
+            .unwrap()
+            .parse()
+            .unwrap();
         assert!(
             ms <= expected_ms && ms + 1100 >= expected_ms,
             "{script}: retry-after-ms {ms}"
@@ -442,14 +487,18 @@ fn an_upstream_429_pauses_the_lane_for_everyone_in_every_header_form() {
         assert_eq!(seconds, ms.div_ceil(1000).max(1));
         let paused_at = rig.fake.now_ms();
         // Another principal, not willing to wait: refused at once with the remaining time.
-        let refused = rig.server
+        let refused = rig
+            .server
             .post("/openai/v1/chat/completions", &rig.bob)
             .header("x-turnstile-wait-ms", "0")
             .json(&chat("gpt-test"))
             .send()
             .unwrap();
         assert_eq!(refused.status(), 429, "{script}");
-        assert_eq!(header(&refused, "x-turnstile-reason").as_deref(), Some("retry-after"));
+        assert_eq!(
+            header(&refused, "x-turnstile-reason").as_deref(),
+            Some("retry-after")
+        );
         let remaining: u64 = header(&refused, "retry-after-ms").unwrap().parse().unwrap();
         assert!(remaining <= ms && remaining > 0, "{remaining} vs {ms}");
         // Willing to wait: admitted after the pause, and nothing reached the upstream before.
@@ -474,17 +523,30 @@ fn an_upstream_429_pauses_the_lane_for_everyone_in_every_header_form() {
 #[test]
 fn upstream_5xx_and_timeouts_are_breaker_failures_and_never_resent() {
     let rig = rig(4, |config| config.proxy.first_byte_timeout_ms = 300);
-    let response = rig.openai("/chat/completions", &rig.alice, &chat("gpt-fragile"), "status=500");
+    let response = rig.openai(
+        "/chat/completions",
+        &rig.alice,
+        &chat("gpt-fragile"),
+        "status=500",
+    );
     assert_eq!(response.status(), 500);
     assert_eq!(rig.fake.stats().requests, 1, "a 5xx is never re-sent");
     // failureThreshold 1: the breaker is open; the next call is refused without an upstream call.
     let refused = rig.openai("/chat/completions", &rig.alice, &chat("gpt-fragile"), "");
     assert_eq!(refused.status(), 503);
-    assert_eq!(header(&refused, "x-turnstile-reason").as_deref(), Some("circuit-open"));
+    assert_eq!(
+        header(&refused, "x-turnstile-reason").as_deref(),
+        Some("circuit-open")
+    );
     assert!(header(&refused, "retry-after-ms").is_some());
     assert_eq!(rig.fake.stats().requests, 1);
     // A slow first byte is a 504 and a failure.
-    let slow = rig.openai("/chat/completions", &rig.alice, &chat("gpt-test"), "first-byte-ms=1000");
+    let slow = rig.openai(
+        "/chat/completions",
+        &rig.alice,
+        &chat("gpt-test"),
+        "first-byte-ms=1000",
+    );
     assert_eq!(slow.status(), 504);
     assert_eq!(rig.calls("openai", "error"), 1.0);
     rig.wait_idle();
@@ -520,11 +582,17 @@ fn a_client_that_disconnects_aborts_the_upstream_within_100_ms() {
     drop(response);
     let deadline = Instant::now() + Duration::from_secs(2);
     while rig.fake.stats().aborted == 0 {
-        assert!(Instant::now() < deadline, "the upstream never saw the abort");
+        assert!(
+            Instant::now() < deadline,
+            "the upstream never saw the abort"
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
     let aborted = rig.fake.stats().aborted_at_ms[0] - left;
-    assert!(aborted <= 100.0, "upstream aborted {aborted:.1} ms after the client left");
+    assert!(
+        aborted <= 100.0,
+        "upstream aborted {aborted:.1} ms after the client left"
+    );
     rig.wait_idle();
     assert_eq!(rig.calls("openai", "client-gone"), 1.0);
 }
@@ -538,8 +606,12 @@ fn upstream_concurrency_never_exceeds_the_lane_under_64_clients_of_two_principal
             let rig = &rig;
             scope.spawn(move || {
                 for _ in 0..3 {
-                    let response =
-                        rig.openai("/chat/completions", key, &chat("gpt-test"), "first-byte-ms=5");
+                    let response = rig.openai(
+                        "/chat/completions",
+                        key,
+                        &chat("gpt-test"),
+                        "first-byte-ms=5",
+                    );
                     assert_eq!(response.status(), 200);
                 }
             });
@@ -547,7 +619,11 @@ fn upstream_concurrency_never_exceeds_the_lane_under_64_clients_of_two_principal
     });
     let stats = rig.fake.stats();
     assert_eq!(stats.requests, 192);
-    assert!(stats.max_in_flight <= 4, "max in flight {}", stats.max_in_flight);
+    assert!(
+        stats.max_in_flight <= 4,
+        "max in flight {}",
+        stats.max_in_flight
+    );
     assert!(stats.max_in_flight >= 2);
     rig.wait_idle();
 }
@@ -560,7 +636,8 @@ fn a_quiet_principal_is_interleaved_with_a_flooding_one() {
             let rig = &rig;
             scope.spawn(move || {
                 for _ in 0..6 {
-                    let response = rig.server
+                    let response = rig
+                        .server
                         .post("/openai/v1/chat/completions", &rig.alice)
                         .header("x-fake-script", "first-byte-ms=5")
                         .header("x-fake-tag", "flood")
@@ -576,7 +653,8 @@ fn a_quiet_principal_is_interleaved_with_a_flooding_one() {
             let rig = &rig;
             scope.spawn(move || {
                 for _ in 0..5 {
-                    let response = rig.server
+                    let response = rig
+                        .server
                         .post("/openai/v1/chat/completions", &rig.bob)
                         .header("x-fake-script", "first-byte-ms=5")
                         .header("x-fake-tag", "quiet")
@@ -589,7 +667,10 @@ fn a_quiet_principal_is_interleaved_with_a_flooding_one() {
         }
     });
     let arrivals = rig.fake.stats().arrivals;
-    let tags: Vec<&str> = arrivals.iter().map(|a| a.tag.as_deref().unwrap_or("")).collect();
+    let tags: Vec<&str> = arrivals
+        .iter()
+        .map(|a| a.tag.as_deref().unwrap_or(""))
+        .collect();
     let first = tags.iter().position(|t| *t == "quiet").unwrap();
     let last = tags.iter().rposition(|t| *t == "quiet").unwrap();
     let window = &tags[first..=last];
@@ -618,7 +699,10 @@ fn a_call_that_can_never_fit_is_refused_at_once_and_not_retried() {
     let response = rig.openai("/chat/completions", &rig.alice, &body, "");
     assert!(start.elapsed() < Duration::from_secs(1));
     assert_eq!(response.status(), 400);
-    assert_eq!(header(&response, "x-should-retry").as_deref(), Some("false"));
+    assert_eq!(
+        header(&response, "x-should-retry").as_deref(),
+        Some("false")
+    );
     assert!(header(&response, "retry-after").is_none());
     let body: Value = response.json().unwrap();
     assert_eq!(body["error"]["code"], "tokens-per-second");
@@ -645,11 +729,24 @@ fn malformed_oversized_and_unknown_bodies_never_produce_a_5xx() {
         br#"{"model":"gpt-test","n":"2"}"#.to_vec(),
         br#"{"model":"gpt-test","stream_options":[]}"#.to_vec(),
         br#"{"model":"gpt-test","stream_options":{"include_usage":"x"}}"#.to_vec(),
-        format!("{{\"model\":\"gpt-test\",\"x\":{}{}}}", "[".repeat(200), "]".repeat(200)).into_bytes(),
+        format!(
+            "{{\"model\":\"gpt-test\",\"x\":{}{}}}",
+            "[".repeat(200),
+            "]".repeat(200)
+        )
+        .into_bytes(),
         vec![0xff, 0xfe, 0x00],
-        format!("{{\"model\":\"gpt-test\",\"pad\":\"{}\"}}", "a".repeat(5000)).into_bytes(),
+        format!(
+            "{{\"model\":\"gpt-test\",\"pad\":\"{}\"}}",
+            "a".repeat(5000)
+        )
+        .into_bytes(),
     ];
-    for path in ["/openai/v1/chat/completions", "/openai/v1/embeddings", "/anthropic/v1/messages"] {
+    for path in [
+        "/openai/v1/chat/completions",
+        "/openai/v1/embeddings",
+        "/anthropic/v1/messages",
+    ] {
         for body in &bodies {
             let response = rig
                 .server
@@ -673,7 +770,11 @@ fn malformed_oversized_and_unknown_bodies_never_produce_a_5xx() {
     let response = rig.openai("/chat/completions", &rig.alice, &body, "");
     assert_eq!(response.status(), 200);
     // Bad turnstile headers are 400s too.
-    for (name, value) in [("x-turnstile-wait-ms", "-1"), ("x-turnstile-wait-ms", "99999999999"), ("x-turnstile-budget-id", "..")] {
+    for (name, value) in [
+        ("x-turnstile-wait-ms", "-1"),
+        ("x-turnstile-wait-ms", "99999999999"),
+        ("x-turnstile-budget-id", ".."),
+    ] {
         let response = rig
             .server
             .post("/openai/v1/chat/completions", &rig.alice)

@@ -166,7 +166,10 @@ pub fn run(args: BenchProxyArgs) -> anyhow::Result<()> {
                 stream,
                 added_p50_ms: p.p50_ms - d.p50_ms,
                 added_p99_ms: p.p99_ms - d.p99_ms,
-                added_first_byte_p50_ms: p.first_byte_p50_ms.zip(d.first_byte_p50_ms).map(|(a, b)| a - b),
+                added_first_byte_p50_ms: p
+                    .first_byte_p50_ms
+                    .zip(d.first_byte_p50_ms)
+                    .map(|(a, b)| a - b),
             });
             phases.push(d);
             phases.push(p);
@@ -189,7 +192,15 @@ fn print(report: &Report) {
     println!("bench-proxy: fake upstream, service and load generator on loopback, one process");
     println!(
         "{:<8} {:>7} {:>6} {:>9} {:>10} {:>8} {:>8} {:>10} {:>12}",
-        "target", "clients", "stream", "calls", "calls/s", "p50 ms", "p99 ms", "1st-byte", "svc cpu/call"
+        "target",
+        "clients",
+        "stream",
+        "calls",
+        "calls/s",
+        "p50 ms",
+        "p99 ms",
+        "1st-byte",
+        "svc cpu/call"
     );
     for p in &report.phases {
         println!(
@@ -201,8 +212,10 @@ fn print(report: &Report) {
             p.calls_per_sec,
             p.p50_ms,
             p.p99_ms,
-            p.first_byte_p50_ms.map_or("-".into(), |v| format!("{v:.3}")),
-            p.service_cpu_per_call_ms.map_or("-".into(), |v| format!("{v:.4} ms")),
+            p.first_byte_p50_ms
+                .map_or("-".into(), |v| format!("{v:.3}")),
+            p.service_cpu_per_call_ms
+                .map_or("-".into(), |v| format!("{v:.4} ms")),
         );
         if p.failures > 0 {
             println!("         {} failures", p.failures);
@@ -407,7 +420,10 @@ async fn setup(base: &str, admin: &str) -> anyhow::Result<String> {
         .send()
         .await?;
     if !response.status().is_success() {
-        bail!("registering the bench profile failed: {}", response.status());
+        bail!(
+            "registering the bench profile failed: {}",
+            response.status()
+        );
     }
     let body: serde_json::Value = client
         .post(format!("{base}/v1/workspaces/bench/keys"))
