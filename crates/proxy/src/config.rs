@@ -161,6 +161,8 @@ pub enum ProxyConfigError {
     },
     #[error("proxy.models.{model}: prices must be finite numbers from 0 to 1e6")]
     BadPrice { model: String },
+    #[error("proxy.models.{model}: provider must be a provider ID (1-128 of [A-Za-z0-9._:-], not starting with .)")]
+    BadProvider { model: String },
 }
 
 /// An upstream ready to call: base URL and key resolved from the environment.
@@ -304,6 +306,19 @@ impl ProxyConfig {
                     upstream: entry.upstream.clone(),
                 }
             })?;
+            let id_ok = |id: &str| {
+                !id.is_empty()
+                    && id.len() <= 128
+                    && !id.starts_with('.')
+                    && id.bytes().all(|b| {
+                        b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
+                    })
+            };
+            if !id_ok(&entry.provider) {
+                return Err(ProxyConfigError::BadProvider {
+                    model: model.clone(),
+                });
+            }
             let price_ok = |p: f64| p.is_finite() && (0.0..=1e6).contains(&p);
             let prices = match (entry.input_usd_per_mtok, entry.output_usd_per_mtok) {
                 (None, None) => None,
@@ -389,6 +404,12 @@ mod tests {
         assert!(matches!(
             config().resolve(|_| None),
             Err(ProxyConfigError::MissingKey { .. })
+        ));
+        let mut bad = config();
+        bad.models.get_mut("m").unwrap().provider = "a\"b".into();
+        assert!(matches!(
+            bad.resolve(|v| (v == "KEY").then(|| "k".to_owned())),
+            Err(ProxyConfigError::BadProvider { .. })
         ));
         let mut bad = config();
         bad.models.get_mut("m").unwrap().upstream = "nope".into();
