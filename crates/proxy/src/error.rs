@@ -23,8 +23,9 @@
 //! | body over `proxy.max_request_bytes` | 413 | `invalid_request_error` / `request_too_large` | `x-should-retry: false` |
 //! | no key / unknown key | 401 | `authentication_error` | |
 //! | admin key, workspace without a profile | 403 | `permission_error` | `x-should-retry: false` |
-//! | upstream unreachable / broken | 502 | `api_error` | (breaker failure) |
-//! | upstream response head too slow | 504 | `api_error` | (breaker failure) |
+//! | upstream unreachable (never sent) | 502 | `api_error` | (breaker failure) |
+//! | upstream broke off after the request was sent, or its head was too slow | 502 / 504 | `api_error` | `x-should-retry: false` (breaker failure) |
+//! | an upstream 5xx (forwarded as is) | the upstream's | the upstream's body | `x-should-retry: false` unless the upstream said otherwise |
 //! | service shutting down | 503 | `api_error` / `overloaded_error` | `retry-after: 1` |
 
 use axum::http::{HeaderName, HeaderValue, StatusCode};
@@ -140,9 +141,17 @@ impl ProxyError {
         error
     }
 
-    pub fn upstream(status: StatusCode, code: &'static str, message: &'static str) -> Self {
+    /// An upstream failure. `resendable`: the request never reached the upstream, so an SDK
+    /// may send it again; otherwise `x-should-retry: false` (a second call could be billed
+    /// twice).
+    pub fn upstream(
+        status: StatusCode,
+        code: &'static str,
+        message: &'static str,
+        resendable: bool,
+    ) -> Self {
         let mut error = Self::new(status, code, message);
-        error.retry = true;
+        error.retry = resendable;
         error
     }
 

@@ -198,6 +198,7 @@ async fn serve(
             StatusCode::BAD_GATEWAY,
             "upstream-error",
             "the upstream URL is not valid",
+            false,
         ));
     };
     let sent = proxy.client.request(upstream_request);
@@ -212,12 +213,15 @@ async fn serve(
     .await;
     let response = match head {
         Ok(Ok(response)) => response,
-        Ok(Err(_)) => {
+        Ok(Err(error)) => {
             settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
+            // A connect error means the request never left: sending it again cannot bill twice.
+            let never_sent = error.is_connect();
             return Err(ProxyError::upstream(
                 StatusCode::BAD_GATEWAY,
                 "upstream-unreachable",
                 "the upstream could not be reached or closed the connection",
+                never_sent,
             ));
         }
         Err(_) => {
@@ -226,6 +230,7 @@ async fn serve(
                 StatusCode::GATEWAY_TIMEOUT,
                 "upstream-timeout",
                 "the upstream sent no answer within proxy.first_byte_timeout_ms",
+                false,
             ));
         }
     };
@@ -271,6 +276,7 @@ async fn serve(
             StatusCode::BAD_GATEWAY,
             "upstream-error",
             "the upstream answer broke off, stalled or exceeded proxy.max_response_bytes",
+            false,
         ));
     };
     let code = status.as_u16();
@@ -293,6 +299,10 @@ async fn serve(
         );
     } else if status.is_server_error() {
         settlement.settle(CallClass::Upstream5xx, Outcome::Failure, Charge::Estimate);
+        // The request reached the provider: an SDK resend could be billed twice.
+        if !headers.contains_key("x-should-retry") {
+            headers.insert("x-should-retry", HeaderValue::from_static("false"));
+        }
     } else {
         settlement.settle(CallClass::of_status(code), Outcome::None, Charge::Nothing);
     }

@@ -530,6 +530,10 @@ fn upstream_5xx_and_timeouts_are_breaker_failures_and_never_resent() {
         "status=500",
     );
     assert_eq!(response.status(), 500);
+    assert_eq!(
+        header(&response, "x-should-retry").as_deref(),
+        Some("false")
+    );
     assert_eq!(rig.fake.stats().requests, 1, "a 5xx is never re-sent");
     // failureThreshold 1: the breaker is open; the next call is refused without an upstream call.
     let refused = rig.openai("/chat/completions", &rig.alice, &chat("gpt-fragile"), "");
@@ -548,6 +552,7 @@ fn upstream_5xx_and_timeouts_are_breaker_failures_and_never_resent() {
         "first-byte-ms=1000",
     );
     assert_eq!(slow.status(), 504);
+    assert_eq!(header(&slow, "x-should-retry").as_deref(), Some("false"));
     assert_eq!(rig.calls("openai", "error"), 1.0);
     rig.wait_idle();
 }
@@ -785,4 +790,41 @@ fn malformed_oversized_and_unknown_bodies_never_produce_a_5xx() {
         assert_eq!(response.status(), 400, "{name}: {value}");
     }
     assert!(rig.fake.stats().requests <= 4);
+}
+
+#[test]
+fn a_client_that_leaves_a_whole_answer_early_aborts_the_upstream_and_frees_the_lease() {
+    let rig = rig(4, |_| {});
+    let impatient = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let sent = impatient
+        .post(rig.server.url("/openai/v1/chat/completions"))
+        .bearer_auth(&rig.alice)
+        .header("x-fake-script", "first-byte-ms=3000")
+        .json(&chat("gpt-test"))
+        .send();
+    assert!(sent.is_err(), "the client gave up");
+    let left = rig.fake.now_ms();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while rig.fake.stats().aborted == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the upstream never saw the abort"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let aborted = rig.fake.stats().aborted_at_ms[0] - left;
+    assert!(
+        aborted <= 100.0,
+        "upstream aborted {aborted:.1} ms after the client left"
+    );
+    rig.wait_idle();
+    assert_eq!(rig.calls("openai", "client-gone"), 1.0);
+    // The estimate stays charged for a call whose outcome is unknown.
+    assert_eq!(
+        rig.metric_line("turnstile_proxy_settlements_total{lane=\"openai\",basis=\"estimate\"}"),
+        1.0
+    );
 }
