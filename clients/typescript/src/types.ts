@@ -31,6 +31,7 @@ export const REASONS = [
   "retry-after",
   "circuit-open",
   "unconfigured-provider",
+  "too-many-budgets",
 ] as const;
 export type Reason = (typeof REASONS)[number];
 
@@ -90,6 +91,7 @@ export interface Evidence {
   breakerState?: BreakerState;
   retryAfterMs?: number;
   breakerTransitions?: BreakerTransition[];
+  budgetOpened?: boolean;
 }
 
 export interface LeaseBody {
@@ -289,6 +291,7 @@ export const SHAPES = {
     breakerState: "enum:BreakerState",
     retryAfterMs: "scalar",
     breakerTransitions: "BreakerTransition[]",
+    budgetOpened: "scalar",
   },
   LeaseBody: { leaseId: "scalar", expiresAtEpochMs: "scalar", ttlMs: "scalar", evidence: "Evidence" },
   Rejection: { reason: "enum:Reason", retryable: "scalar", evidence: "Evidence" },

@@ -14,8 +14,20 @@
 //! Invariants: usage is never negative; a correction only ever touches the invocation that was
 //! charged (each opening of a `budgetId` has its own epoch, so a correction arriving after
 //! `releaseBudget` and a re-opening changes nothing).
+//!
+//! **Bounded state** ([`BudgetBounds`]): `budgetId`s come from clients, so the ledger never grows
+//! without a bound. An invocation nobody has touched (charged or settled) for `idle_ms`, and that
+//! holds no lease, is forgotten as if the host had released it, and counted
+//! ([`BudgetLedger::evicted_total`]); its next attempt opens a new invocation (the admit evidence
+//! says `budgetOpened`). Past `max_open` open invocations, an attempt that would open one more is
+//! refused (`too-many-budgets`); an attempt on an open invocation is never refused for the cap.
+//! Invocations are kept in touch order (a linked hash map), so eviction looks only at the
+//! oldest ones: O(1) per touch, amortised O(1) per eviction.
 
-use rustc_hash::FxHashMap;
+use hashlink::LinkedHashMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+
+use crate::time::Millis;
 
 use crate::estimate::CheckedEstimate;
 use crate::limits::Limits;
@@ -126,16 +138,41 @@ impl ActualUsage {
 struct Invocation {
     epoch: u64,
     lines: FxHashMap<ScopeKey, Usage>,
+    /// When the invocation was last charged or settled.
+    touched_at: Millis,
+    /// Leases charged to it and not yet settled: an invocation holding one is never idle.
+    open_leases: u32,
 }
+
+/// Bounds on the ledger's state (see the module docs). `None` means unbounded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BudgetBounds {
+    /// An untouched invocation without leases is forgotten after this long.
+    pub idle_ms: Option<Millis>,
+    /// At most this many open invocations; one more is refused.
+    pub max_open: Option<usize>,
+}
+
+/// How many of the oldest invocations one eviction pass looks at, at most (an old invocation
+/// that still holds a lease is moved to the back and skipped).
+const EVICTION_SCAN_LIMIT: usize = 64;
 
 /// Usage of every open invocation.
 #[derive(Debug, Default)]
 pub struct BudgetLedger {
-    invocations: FxHashMap<String, Invocation>,
+    /// Open invocations, least recently touched first.
+    invocations: LinkedHashMap<String, Invocation, FxBuildHasher>,
     next_epoch: u64,
+    bounds: BudgetBounds,
+    evicted_total: u64,
 }
 
 impl BudgetLedger {
+    /// Sets the bounds; they apply from the next call on.
+    pub fn set_bounds(&mut self, bounds: BudgetBounds) {
+        self.bounds = bounds;
+    }
+
     pub fn usage(&self, budget_id: &str, scope: ScopeKey) -> Usage {
         self.invocations
             .get(budget_id)
@@ -144,41 +181,62 @@ impl BudgetLedger {
             .unwrap_or_default()
     }
 
+    /// Whether `budget_id` is open (an attempt on it would not open a new invocation).
+    pub fn is_open(&self, budget_id: &str) -> bool {
+        self.invocations.contains_key(budget_id)
+    }
+
+    /// `too-many-budgets` when an attempt on `budget_id` would open an invocation past the cap.
+    pub fn check_open(&self, budget_id: &str) -> Option<Reason> {
+        let max = self.bounds.max_open?;
+        (self.invocations.len() >= max && !self.is_open(budget_id))
+            .then_some(Reason::TooManyBudgets)
+    }
+
     /// Adds one admitted attempt to every scope it was checked against. Returns the epoch of
-    /// the invocation charged (for [`BudgetLedger::correct`]).
+    /// the invocation charged (for [`BudgetLedger::settle`]) and whether this attempt opened it.
     pub fn charge(
         &mut self,
         budget_id: &str,
         scopes: [ScopeKey; 3],
         estimate: &CheckedEstimate,
-    ) -> u64 {
-        let invocation = match self.invocations.get_mut(budget_id) {
-            Some(invocation) => invocation,
-            None => {
-                self.next_epoch += 1;
-                self.invocations
-                    .entry(budget_id.to_owned())
-                    .or_insert(Invocation {
-                        epoch: self.next_epoch,
-                        lines: FxHashMap::default(),
-                    })
-            }
+        now: Millis,
+    ) -> (u64, bool) {
+        let opened = !self.invocations.contains_key(budget_id);
+        if opened {
+            self.next_epoch += 1;
+            self.invocations.insert(
+                budget_id.to_owned(),
+                Invocation {
+                    epoch: self.next_epoch,
+                    ..Invocation::default()
+                },
+            );
+        } else {
+            self.invocations.to_back(budget_id);
+        }
+        let Some(invocation) = self.invocations.get_mut(budget_id) else {
+            return (0, opened);
         };
         for scope in scopes {
             invocation.lines.entry(scope).or_default().add(estimate);
         }
-        invocation.epoch
+        invocation.touched_at = now;
+        invocation.open_leases = invocation.open_leases.saturating_add(1);
+        (invocation.epoch, opened)
     }
 
-    /// Replaces an attempt's charged estimate by its actual usage in every scope it was
-    /// charged to, if the invocation charged (`epoch`) is still open.
-    pub fn correct(
+    /// Settles one lease charged to the invocation of `epoch`: replaces its charged estimate by
+    /// the actual usage (the dimensions reported) in every scope it was charged to, and ends its
+    /// hold on the invocation. Nothing happens when that invocation is no longer open.
+    pub fn settle(
         &mut self,
         budget_id: &str,
         epoch: u64,
         scopes: [ScopeKey; 3],
         charged: &CheckedEstimate,
         actual: &ActualUsage,
+        now: Millis,
     ) {
         let Some(invocation) = self.invocations.get_mut(budget_id) else {
             return;
@@ -186,16 +244,61 @@ impl BudgetLedger {
         if invocation.epoch != epoch {
             return;
         }
-        for scope in scopes {
-            if let Some(line) = invocation.lines.get_mut(&scope) {
-                line.correct(charged, actual);
+        if !actual.is_none() {
+            for scope in scopes {
+                if let Some(line) = invocation.lines.get_mut(&scope) {
+                    line.correct(charged, actual);
+                }
             }
         }
+        invocation.open_leases = invocation.open_leases.saturating_sub(1);
+        invocation.touched_at = now;
+        self.invocations.to_back(budget_id);
     }
 
     /// Forgets one invocation. Returns whether it was known.
     pub fn release(&mut self, budget_id: &str) -> bool {
         self.invocations.remove(budget_id).is_some()
+    }
+
+    /// Forgets the invocations idle at `now` (see the module docs). Returns how many.
+    pub fn evict_idle(&mut self, now: Millis) -> u64 {
+        let Some(idle_ms) = self.bounds.idle_ms else {
+            return 0;
+        };
+        let mut evicted = 0;
+        for _ in 0..EVICTION_SCAN_LIMIT {
+            let Some((_, oldest)) = self.invocations.front() else {
+                break;
+            };
+            if now < oldest.touched_at.saturating_add(idle_ms) {
+                break;
+            }
+            if oldest.open_leases > 0 {
+                // Held by a lease: not idle. Its settlement touches it again.
+                if let Some((id, invocation)) = self.invocations.pop_front() {
+                    self.invocations.insert(id, invocation);
+                }
+                continue;
+            }
+            self.invocations.pop_front();
+            evicted += 1;
+        }
+        self.evicted_total += evicted;
+        evicted
+    }
+
+    /// When the oldest invocation becomes idle, if the ledger evicts at all (the hint of a
+    /// `too-many-budgets` refusal: the earliest a place may free without a host's release).
+    pub fn next_eviction_at(&self) -> Option<Millis> {
+        let idle_ms = self.bounds.idle_ms?;
+        let (_, oldest) = self.invocations.front()?;
+        Some(oldest.touched_at.saturating_add(idle_ms))
+    }
+
+    /// Invocations forgotten for idleness, over the ledger's life.
+    pub fn evicted_total(&self) -> u64 {
+        self.evicted_total
     }
 
     /// Open invocations, for snapshots and leak checks.
@@ -228,7 +331,7 @@ mod tests {
             ledger.usage("inv", scopes[0]).check(&limits, &estimate),
             None
         );
-        ledger.charge("inv", scopes, &estimate);
+        ledger.charge("inv", scopes, &estimate, 0);
         assert_eq!(
             ledger.usage("inv", scopes[0]).check(&limits, &estimate),
             Some(Reason::Cost)
@@ -254,10 +357,11 @@ mod tests {
             ScopeKey::Provider(0),
         ];
         let mut ledger = BudgetLedger::default();
-        let epoch = ledger.charge("inv", scopes, &estimate);
+        let (epoch, opened) = ledger.charge("inv", scopes, &estimate, 0);
+        assert!(opened);
         // Overrun: 950 tokens used; the next 100-token attempt no longer fits.
         let overrun = ActualUsage::none().tokens(950);
-        ledger.correct("inv", epoch, scopes, &estimate, &overrun);
+        ledger.settle("inv", epoch, scopes, &estimate, &overrun, 0);
         for scope in scopes {
             let usage = ledger.usage("inv", scope);
             assert_eq!(
@@ -268,27 +372,30 @@ mod tests {
         }
         // Only the cost reported: tokens stay, cost is replaced.
         let cheap = ActualUsage::none().with_cost_usd(0.1).unwrap();
-        ledger.correct("inv", epoch, scopes, &estimate, &cheap);
+        ledger.settle("inv", epoch, scopes, &estimate, &cheap, 0);
         assert!((ledger.usage("inv", scopes[1]).cost_usd - 0.1).abs() < 1e-12);
         // Released and re-opened: a late correction for the old epoch changes nothing.
         assert!(ledger.release("inv"));
-        let reopened = ledger.charge("inv", scopes, &estimate);
+        let (reopened, opened) = ledger.charge("inv", scopes, &estimate, 0);
+        assert!(opened);
         assert_ne!(reopened, epoch);
-        ledger.correct(
+        ledger.settle(
             "inv",
             epoch,
             scopes,
             &estimate,
             &ActualUsage::none().tokens(0),
+            0,
         );
         assert_eq!(ledger.usage("inv", scopes[0]).tokens, 100);
         // Under-use gives back, never below zero.
-        ledger.correct(
+        ledger.settle(
             "inv",
             reopened,
             scopes,
             &estimate,
             &ActualUsage::none().tokens(0),
+            0,
         );
         assert_eq!(ledger.usage("inv", scopes[0]).tokens, 0);
         assert_eq!(
@@ -300,5 +407,105 @@ mod tests {
             Err(InvalidActualCost)
         );
         assert!(ActualUsage::none().is_none());
+    }
+
+    fn one_attempt() -> CheckedEstimate {
+        CheckedEstimate {
+            attempts: 1,
+            batch_size: 1,
+            ..CheckedEstimate::default()
+        }
+    }
+
+    const SCOPES: [ScopeKey; 3] = [
+        ScopeKey::Principal(0),
+        ScopeKey::Workspace,
+        ScopeKey::Provider(0),
+    ];
+
+    #[test]
+    fn idle_invocations_are_forgotten_and_counted_but_never_while_a_lease_holds_them() {
+        let mut ledger = BudgetLedger::default();
+        ledger.set_bounds(BudgetBounds {
+            idle_ms: Some(1_000),
+            max_open: None,
+        });
+        let estimate = one_attempt();
+        let (held_epoch, _) = ledger.charge("held", SCOPES, &estimate, 0);
+        let (left_epoch, _) = ledger.charge("left", SCOPES, &estimate, 0);
+        ledger.settle(
+            "left",
+            left_epoch,
+            SCOPES,
+            &estimate,
+            &ActualUsage::none(),
+            100,
+        );
+        assert_eq!(ledger.next_eviction_at(), Some(1_000));
+        assert_eq!(ledger.evict_idle(999), 0);
+        // "left" was settled at 100: idle from 1_100. "held" still holds a lease.
+        assert_eq!(ledger.evict_idle(1_100), 1);
+        assert!(ledger.is_open("held") && !ledger.is_open("left"));
+        assert_eq!(ledger.evict_idle(50_000), 0);
+        ledger.settle(
+            "held",
+            held_epoch,
+            SCOPES,
+            &estimate,
+            &ActualUsage::none(),
+            50_000,
+        );
+        assert_eq!(ledger.evict_idle(51_000), 1);
+        assert_eq!((ledger.open_invocations(), ledger.evicted_total()), (0, 2));
+        // The next attempt opens a new invocation with fresh usage.
+        let (_, opened) = ledger.charge("left", SCOPES, &estimate, 52_000);
+        assert!(opened);
+        assert_eq!(ledger.usage("left", SCOPES[0]).attempts, 1);
+    }
+
+    #[test]
+    fn the_cap_refuses_only_an_attempt_that_would_open_one_more_invocation() {
+        let mut ledger = BudgetLedger::default();
+        ledger.set_bounds(BudgetBounds {
+            idle_ms: None,
+            max_open: Some(2),
+        });
+        let estimate = one_attempt();
+        for id in ["a", "b"] {
+            assert_eq!(ledger.check_open(id), None);
+            ledger.charge(id, SCOPES, &estimate, 0);
+        }
+        assert_eq!(ledger.check_open("c"), Some(Reason::TooManyBudgets));
+        assert_eq!(ledger.check_open("a"), None);
+        assert!(ledger.release("a"));
+        assert_eq!(ledger.check_open("c"), None);
+        // Without an idle bound nothing is ever evicted.
+        assert_eq!(ledger.evict_idle(u64::MAX), 0);
+    }
+
+    #[test]
+    fn state_stays_flat_while_100000_distinct_budgets_are_opened_and_left() {
+        let mut ledger = BudgetLedger::default();
+        ledger.set_bounds(BudgetBounds {
+            idle_ms: Some(1_000),
+            max_open: Some(10_000),
+        });
+        let estimate = one_attempt();
+        let mut peak = 0;
+        for i in 0..100_000u64 {
+            let now = i; // one new budget per millisecond
+            ledger.evict_idle(now);
+            let id = format!("budget-{i}");
+            assert_eq!(ledger.check_open(&id), None, "at {i}");
+            let (epoch, opened) = ledger.charge(&id, SCOPES, &estimate, now);
+            assert!(opened);
+            ledger.settle(&id, epoch, SCOPES, &estimate, &ActualUsage::none(), now);
+            peak = peak.max(ledger.open_invocations());
+        }
+        assert!(peak <= 1_001, "peak {peak}");
+        assert_eq!(
+            ledger.evicted_total() as usize + ledger.open_invocations(),
+            100_000
+        );
     }
 }

@@ -34,6 +34,10 @@ pub struct Evidence {
     /// Breaker transitions this attempt caused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub breaker_transitions: Vec<BreakerTransition>,
+    /// On an admit: this attempt opened its budget (invocation), either the first attempt of a
+    /// `budgetId` or the first after it was released or forgotten for idleness. Absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub budget_opened: bool,
 }
 
 impl Evidence {
@@ -53,6 +57,7 @@ impl Evidence {
             breaker_state: BreakerState::Closed,
             retry_after_ms: None,
             breaker_transitions: Vec::new(),
+            budget_opened: false,
         }
     }
 }

@@ -28,7 +28,7 @@ pub(crate) mod scopes;
 pub mod time;
 
 pub use breaker::BreakerTransition;
-pub use budget::{ActualUsage, InvalidActualCost};
+pub use budget::{ActualUsage, BudgetBounds, InvalidActualCost};
 pub use controller::{
     Acquired, AdmissionRequest, Controller, Counts, ProviderSnapshot, Released, Resolution,
     Snapshot, UnknownProvider,

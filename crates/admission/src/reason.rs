@@ -56,11 +56,14 @@ pub enum Reason {
     RetryAfter,
     CircuitOpen,
     UnconfiguredProvider,
+    /// The workspace holds as many open budgets (invocations) as its bound allows; this request
+    /// would open one more. Not in the reference vocabulary: a bound of this implementation.
+    TooManyBudgets,
 }
 
 impl Reason {
     /// Every reason, in the specification's order.
-    pub const ALL: [Reason; 23] = [
+    pub const ALL: [Reason; 24] = [
         Reason::Admitted,
         Reason::Disabled,
         Reason::Cancelled,
@@ -84,6 +87,7 @@ impl Reason {
         Reason::RetryAfter,
         Reason::CircuitOpen,
         Reason::UnconfiguredProvider,
+        Reason::TooManyBudgets,
     ];
 
     /// The spec's kebab-case name.
@@ -112,6 +116,7 @@ impl Reason {
             Reason::RetryAfter => "retry-after",
             Reason::CircuitOpen => "circuit-open",
             Reason::UnconfiguredProvider => "unconfigured-provider",
+            Reason::TooManyBudgets => "too-many-budgets",
         }
     }
 
@@ -123,7 +128,11 @@ impl Reason {
     pub fn is_retryable_rejection(self) -> bool {
         matches!(
             self,
-            Reason::QueueFull | Reason::QueueTimeout | Reason::RetryAfter | Reason::CircuitOpen
+            Reason::QueueFull
+                | Reason::QueueTimeout
+                | Reason::RetryAfter
+                | Reason::CircuitOpen
+                | Reason::TooManyBudgets
         )
     }
 }

@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerTransition;
-use crate::budget::ActualUsage;
+use crate::budget::{ActualUsage, BudgetBounds};
 use crate::controller::{
     Acquired, AdmissionRequest, Controller, Counts, Released, Resolution, Snapshot,
     TRANSITION_OUTBOX_LIMIT,
@@ -122,11 +122,29 @@ pub struct Registry {
     /// Every workspace's next `poll_timeout`, ordered, so the earliest is found in O(log n).
     timeouts: BTreeSet<(Millis, String)>,
     scheduled: HashMap<String, Millis>,
+    /// Applied to every controller, present and future.
+    budget_bounds: BudgetBounds,
+    /// Budgets forgotten for idleness, summed over every workspace.
+    budgets_evicted: u64,
 }
 
 impl Registry {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Bounds every workspace's budget ledger (idle eviction, cap on open budgets); see
+    /// [`crate::budget`]. Applies to existing workspaces and to those registered later.
+    pub fn set_budget_bounds(&mut self, bounds: BudgetBounds) {
+        self.budget_bounds = bounds;
+        for entry in self.workspaces.values_mut() {
+            entry.controller.set_budget_bounds(bounds);
+        }
+    }
+
+    /// Budgets forgotten for idleness, over the registry's life, in every workspace.
+    pub fn budgets_evicted(&self) -> u64 {
+        self.budgets_evicted
     }
 
     /// Registers `profile` as revision `profile_version` of `workspace_id`; see the module docs
@@ -181,7 +199,8 @@ impl Registry {
 
         let (kind, previous) = match self.workspaces.get_mut(workspace_id) {
             None => {
-                let controller = Controller::new(merged.clone(), now)?;
+                let mut controller = Controller::new(merged.clone(), now)?;
+                controller.set_budget_bounds(self.budget_bounds);
                 self.workspaces.insert(
                     workspace_id.to_owned(),
                     WorkspaceEntry {
@@ -198,7 +217,9 @@ impl Registry {
                 (Some(ProfileChangeKind::Initial), None)
             }
             Some(entry) => {
+                let before = entry.controller.budgets_evicted();
                 entry.controller.set_profile(merged.clone(), now)?;
+                self.budgets_evicted += entry.controller.budgets_evicted() - before;
                 let previous = entry.current.clone();
                 let kind = if previous == profile_version {
                     None
@@ -303,7 +324,9 @@ impl Registry {
                 break;
             }
             if let Some(entry) = self.workspaces.get_mut(&workspace_id) {
+                let before = entry.controller.budgets_evicted();
                 entry.controller.handle_timeout(now);
+                self.budgets_evicted += entry.controller.budgets_evicted() - before;
             }
             self.collect_transitions(&workspace_id);
             self.reschedule(&workspace_id);
@@ -396,7 +419,9 @@ impl Registry {
             .workspaces
             .get_mut(workspace_id)
             .ok_or(RegistryError::UnknownWorkspace)?;
+        let before = entry.controller.budgets_evicted();
         let result = operation(&mut entry.controller);
+        self.budgets_evicted += entry.controller.budgets_evicted() - before;
         self.collect_transitions(workspace_id);
         self.reschedule(workspace_id);
         Ok(result)

@@ -148,6 +148,7 @@ pub fn map_admission_reason(reason: Reason) -> (Status, AttemptReason) {
         | Reason::Concurrency
         | Reason::BatchSize
         | Reason::QueueFull
+        | Reason::TooManyBudgets
         | Reason::InvalidEstimate
         | Reason::RequestTooLarge
         | Reason::TooManyItems
@@ -178,6 +179,7 @@ mod tests {
             (Reason::UnknownTokens, AttemptReason::BudgetExhausted),
             (Reason::BatchSize, AttemptReason::Overloaded),
             (Reason::QueueFull, AttemptReason::Overloaded),
+            (Reason::TooManyBudgets, AttemptReason::Overloaded),
             (Reason::UnconfiguredProvider, AttemptReason::Overloaded),
         ];
         for (admission, expected) in cases {

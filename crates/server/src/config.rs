@@ -31,6 +31,10 @@
 //! [leases]
 //! ttl_ms = 30000
 //!
+//! [budgets]
+//! idle_ms = 3600000
+//! max_open_per_workspace = 100000
+//!
 //! [proxy]   # proxy mode: see turnstile_proxy::config and docs/proxy.md
 //! ```
 
@@ -53,8 +57,30 @@ pub struct Config {
     pub http: HttpConfig,
     pub admission: AdmissionConfig,
     pub leases: LeaseConfig,
+    pub budgets: BudgetsConfig,
     /// Proxy mode: model routing, upstreams and prices (`docs/proxy.md`).
     pub proxy: turnstile_proxy::ProxyConfig,
+}
+
+/// Bounds on budget (invocation) state, whose IDs come from clients.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetsConfig {
+    /// A budget nobody has charged or settled for this long, and that holds no lease, is
+    /// forgotten (counted in `turnstile_budgets_evicted_total`); its next attempt opens a new one.
+    pub idle_ms: u64,
+    /// Open budgets per workspace at most; an admission that would open one more is refused
+    /// `too-many-budgets` (429, retryable).
+    pub max_open_per_workspace: usize,
+}
+
+impl Default for BudgetsConfig {
+    fn default() -> Self {
+        BudgetsConfig {
+            idle_ms: 3_600_000,
+            max_open_per_workspace: 100_000,
+        }
+    }
 }
 
 /// Connection-level protections.
@@ -121,6 +147,7 @@ impl Default for Config {
             http: HttpConfig::default(),
             admission: AdmissionConfig::default(),
             leases: LeaseConfig::default(),
+            budgets: BudgetsConfig::default(),
             proxy: turnstile_proxy::ProxyConfig::default(),
         }
     }
@@ -202,7 +229,13 @@ impl Config {
     /// Refuses values that would disable a protection.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let http = &self.http;
-        let checks: [(&'static str, bool, &'static str); 15] = [
+        let checks: [(&'static str, bool, &'static str); 17] = [
+            ("budgets.idle_ms", self.budgets.idle_ms >= 1, "at least 1"),
+            (
+                "budgets.max_open_per_workspace",
+                self.budgets.max_open_per_workspace >= 1,
+                "at least 1",
+            ),
             (
                 "http.body_read_timeout_ms",
                 http.body_read_timeout_ms >= 1,

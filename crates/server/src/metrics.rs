@@ -71,8 +71,6 @@ impl Cut {
 pub struct Metrics {
     /// By [`Cut`], in [`Cut::ALL`] order.
     pub cuts: [AtomicU64; 9],
-    /// Budgets released because nobody touched them for `budgets.idle_ms`.
-    pub budgets_evicted: AtomicU64,
     pub connections_open: AtomicU64,
     pub connections_total: AtomicU64,
     pub store_errors: AtomicU64,
@@ -99,13 +97,7 @@ impl Metrics {
 
     /// The text exposition of the service's own series.
     pub fn render(&self) -> String {
-        let plain: [(&str, &str, &str, &AtomicU64); 6] = [
-            (
-                "turnstile_budgets_evicted_total",
-                "counter",
-                "Budgets released because nobody touched them for budgets.idle_ms.",
-                &self.budgets_evicted,
-            ),
+        let plain: [(&str, &str, &str, &AtomicU64); 5] = [
             (
                 "turnstile_http_connections_open",
                 "gauge",

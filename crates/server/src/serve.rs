@@ -32,7 +32,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
-use turnstile_admission::Registry;
+use turnstile_admission::{BudgetBounds, Registry};
 use turnstile_store::service::{ServiceStore, SqliteServiceStore};
 
 use crate::api::AppState;
@@ -145,6 +145,10 @@ pub async fn start_with_telemetry(
     let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
     let clock = Clock::system();
     let mut registry = Registry::new();
+    registry.set_budget_bounds(BudgetBounds {
+        idle_ms: Some(config.budgets.idle_ms),
+        max_open: Some(config.budgets.max_open_per_workspace),
+    });
     bootstrap::replay(&store, &mut registry)?;
     let bootstrap_keys =
         bootstrap::first_start(&mut store, &mut registry, config.demo, clock.now_ms())?;

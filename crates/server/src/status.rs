@@ -6,7 +6,7 @@
 //! | reason | status |
 //! |---|---|
 //! | `admitted` | 200 |
-//! | `queue-full`, `queue-timeout`, `deadline-exceeded` | 429 + `Retry-After` |
+//! | `queue-full`, `queue-timeout`, `deadline-exceeded`, `too-many-budgets` | 429 + `Retry-After` |
 //! | `retry-after`, `circuit-open` | 503 + `Retry-After` |
 //! | `disabled` | 403 |
 //! | `cancelled` | 409 (only a client that already left can cause it) |
@@ -24,9 +24,10 @@ use turnstile_admission::{Millis, Reason, Rejection};
 pub fn status_for(reason: Reason) -> StatusCode {
     match reason {
         Reason::Admitted => StatusCode::OK,
-        Reason::QueueFull | Reason::QueueTimeout | Reason::DeadlineExceeded => {
-            StatusCode::TOO_MANY_REQUESTS
-        }
+        Reason::QueueFull
+        | Reason::QueueTimeout
+        | Reason::DeadlineExceeded
+        | Reason::TooManyBudgets => StatusCode::TOO_MANY_REQUESTS,
         Reason::RetryAfter | Reason::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
         Reason::Disabled => StatusCode::FORBIDDEN,
         Reason::Cancelled => StatusCode::CONFLICT,

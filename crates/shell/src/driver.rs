@@ -666,5 +666,8 @@ impl Driver {
         self.metrics
             .transitions_dropped
             .store(self.registry.transitions_dropped(), Ordering::Relaxed);
+        self.metrics
+            .budgets_evicted
+            .store(self.registry.budgets_evicted(), Ordering::Relaxed);
     }
 }

@@ -18,12 +18,14 @@ pub struct LeaseMetrics {
     pub waiters_disconnected: AtomicU64,
     /// Breaker transitions the core dropped because nobody polled them in time.
     pub transitions_dropped: AtomicU64,
+    /// Budgets the core forgot because nobody touched them for their idle time.
+    pub budgets_evicted: AtomicU64,
 }
 
 impl LeaseMetrics {
     /// The text exposition (format 0.0.4).
     pub fn render(&self) -> String {
-        let series: [(&str, &str, &str, &AtomicU64); 8] = [
+        let series: [(&str, &str, &str, &AtomicU64); 9] = [
             ("turnstile_leases_active", "gauge", "Leases currently held.", &self.leases_active),
             (
                 "turnstile_waiters_queued",
@@ -61,6 +63,12 @@ impl LeaseMetrics {
                 "counter",
                 "Breaker transitions the core dropped before they could be journaled.",
                 &self.transitions_dropped,
+            ),
+            (
+                "turnstile_budgets_evicted_total",
+                "counter",
+                "Budgets forgotten because nobody charged or settled them for their idle time (budgets.idle_ms).",
+                &self.budgets_evicted,
             ),
         ];
         let mut out = String::with_capacity(2048);

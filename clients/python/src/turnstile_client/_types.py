@@ -35,6 +35,7 @@ Reason = Literal[
     "retry-after",
     "circuit-open",
     "unconfigured-provider",
+    "too-many-budgets",
 ]
 Outcome = Literal["success", "failure", "retry-after", "none"]
 Decision = Literal["admit", "defer", "reject"]
@@ -116,6 +117,7 @@ class Evidence(TypedDict, total=False):
     breakerState: BreakerState
     retryAfterMs: int
     breakerTransitions: list[BreakerTransition]
+    budgetOpened: bool
 
 
 class LeaseBody(TypedDict, total=False):

@@ -435,7 +435,10 @@ impl Controller {
             .queue
             .get(waiter_id)
             .map_or("", |w| w.budget_id.as_str());
-        if let Some(reason) = self.never_fits(lane_key, budget_id, &estimate) {
+        if let Some(reason) = self
+            .never_fits(lane_key, budget_id, &estimate)
+            .or_else(|| self.budgets.check_open(budget_id))
+        {
             return Attempt::Reject(reason);
         }
         let tokens = estimate.tokens.unwrap_or(0);

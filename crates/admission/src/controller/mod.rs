@@ -82,7 +82,7 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerTransition;
-use crate::budget::{ActualUsage, BudgetLedger};
+use crate::budget::{ActualUsage, BudgetBounds, BudgetLedger};
 use crate::estimate::{CheckedEstimate, Estimate};
 use crate::evidence::{Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
 use crate::lane::{Lane, LaneKey};
@@ -371,6 +371,10 @@ impl Controller {
         if let Some(reason) = self.never_fits(lane_key, &request.budget_id, &estimate) {
             return refuse(self, reason, None, false);
         }
+        if let Some(reason) = self.budgets.check_open(&request.budget_id) {
+            let hint = self.budgets.next_eviction_at();
+            return refuse(self, reason, hint, true);
+        }
         // A try-now request joins its lane like any other, so the pump serves it in turn (it
         // never jumps waiters ahead of it), and leaves before this call returns; it never
         // expires.
@@ -459,15 +463,14 @@ impl Controller {
         let now = self.advance(now);
         self.expire(now);
         let record = self.leases.remove(&lease)?;
-        if !usage.is_none() {
-            self.budgets.correct(
-                &record.budget_id,
-                record.budget_epoch,
-                Self::scope_keys(record.lane),
-                &record.charged,
-                &usage,
-            );
-        }
+        self.budgets.settle(
+            &record.budget_id,
+            record.budget_epoch,
+            Self::scope_keys(record.lane),
+            &record.charged,
+            &usage,
+            now,
+        );
         for scope in self.scopes.of_lane_mut(record.lane) {
             scope.active -= 1;
         }
@@ -617,6 +620,16 @@ impl Controller {
     /// The oldest breaker transition not yet polled, if any.
     pub fn poll_transition(&mut self) -> Option<BreakerTransition> {
         self.transition_outbox.pop_front()
+    }
+
+    /// Bounds the budget ledger (idle eviction, cap on open budgets); see [`crate::budget`].
+    pub fn set_budget_bounds(&mut self, bounds: BudgetBounds) {
+        self.budgets.set_bounds(bounds);
+    }
+
+    /// Budgets (invocations) forgotten for idleness, over the controller's life.
+    pub fn budgets_evicted(&self) -> u64 {
+        self.budgets.evicted_total()
     }
 
     /// Transitions dropped unpolled because the outbox was full ([`TRANSITION_OUTBOX_LIMIT`]).

@@ -140,6 +140,7 @@ impl Controller {
 
     /// Rejects every waiter whose deadline or dwell bound has come.
     pub(super) fn expire(&mut self, now: Millis) {
+        self.budgets.evict_idle(now);
         while let Some(waiter_id) = self.queue.first_due(now) {
             let deadline_passed = self
                 .queue
@@ -172,10 +173,11 @@ impl Controller {
             }
             scope.active += 1;
         }
-        let budget_epoch = self.budgets.charge(
+        let (budget_epoch, budget_opened) = self.budgets.charge(
             &waiter.budget_id,
             Self::scope_keys(lane_key),
             &waiter.estimate,
+            now,
         );
         if probe {
             let (provider, _) = lane_key;
@@ -202,6 +204,7 @@ impl Controller {
             false,
         );
         evidence.breaker_transitions = std::mem::take(&mut waiter.transitions);
+        evidence.budget_opened = budget_opened;
         Some(Lease {
             id: lease_id,
             evidence,

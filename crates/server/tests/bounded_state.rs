@@ -1,0 +1,129 @@
+//! Bounded state (issue 17): budget state nobody touches is forgotten and counted, and past the
+//! per-workspace cap an admission that would open one more budget is refused `too-many-budgets`
+//! (429, retryable).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{test_profile, TestServer};
+use serde_json::{json, Value};
+
+fn setup(server: &TestServer) -> String {
+    let response = server.put_profile(&server.admin(), "t", "v1", &test_profile());
+    assert_eq!(response.status(), 201);
+    server.new_key("t", "bob")
+}
+
+/// Opens and leaves `count` distinct budgets (one acquire + release each), over 4 clients.
+fn open_and_leave(server: &TestServer, key: &str, from: u64, count: u64) {
+    std::thread::scope(|scope| {
+        for worker in 0..4u64 {
+            scope.spawn(move || {
+                let client = reqwest::blocking::Client::new();
+                let mut i = from + worker;
+                while i < from + count {
+                    let body = json!({"providerId": "wide", "budgetId": format!("b-{i}"),
+                        "estimate": {"tokens": 1}, "deadlineMs": 1000});
+                    let response = client
+                        .post(server.url("/v1/admissions"))
+                        .bearer_auth(key)
+                        .json(&body)
+                        .send()
+                        .unwrap();
+                    assert_eq!(response.status(), 200, "budget {i}");
+                    let lease: Value = response.json().unwrap();
+                    let lease_id = lease["leaseId"].as_str().unwrap();
+                    let released = client
+                        .post(server.url(&format!("/v1/leases/{lease_id}/release")))
+                        .bearer_auth(key)
+                        .json(&json!({"outcome": "success"}))
+                        .send()
+                        .unwrap();
+                    assert_eq!(released.status(), 200);
+                    i += 4;
+                }
+            });
+        }
+    });
+}
+
+/// The 100,000-budget memory check runs against the core directly
+/// (`crates/admission/tests/budget_bounds.rs`); over HTTP, 10,000 budgets show the same bound.
+#[test]
+fn budgets_opened_and_left_over_http_are_forgotten_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |c| c.budgets.idle_ms = 100);
+    let key = setup(&server);
+    open_and_leave(&server, &key, 0, 10_000);
+    std::thread::sleep(Duration::from_millis(150));
+    // Any operation evicts what has gone idle.
+    let _ = server.acquire(&key, &json!({"providerId": "zero", "budgetId": "probe"}));
+    let open = server.snapshot("t")["openBudgets"].as_u64().unwrap();
+    let evicted = server.metric("turnstile_budgets_evicted_total") as u64;
+    assert!(open < 1_000, "open budgets {open}");
+    assert!(evicted + open >= 10_000, "evicted {evicted} + open {open}");
+}
+
+#[test]
+fn an_evicted_budget_opens_anew_and_the_evidence_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |c| c.budgets.idle_ms = 50);
+    let key = setup(&server);
+    let body = json!({"providerId": "wide", "budgetId": "inv", "estimate": {"tokens": 1}});
+    let first: Value = server.acquire(&key, &body).json().unwrap();
+    assert_eq!(first["evidence"]["budgetOpened"], true, "{first}");
+    let lease = first["leaseId"].as_str().unwrap();
+    assert_eq!(
+        server
+            .release(&key, lease, &json!({"outcome": "success"}))
+            .status(),
+        200
+    );
+    let second: Value = server.acquire(&key, &body).json().unwrap();
+    assert!(second["evidence"].get("budgetOpened").is_none(), "{second}");
+    let lease = second["leaseId"].as_str().unwrap();
+    assert_eq!(
+        server
+            .release(&key, lease, &json!({"outcome": "success"}))
+            .status(),
+        200
+    );
+    std::thread::sleep(Duration::from_millis(80));
+    let third: Value = server.acquire(&key, &body).json().unwrap();
+    assert_eq!(third["evidence"]["budgetOpened"], true, "{third}");
+    assert!(server.metric("turnstile_budgets_evicted_total") >= 1.0);
+}
+
+#[test]
+fn past_the_cap_an_admission_that_would_open_a_budget_is_refused_429_retryable() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |c| c.budgets.max_open_per_workspace = 2);
+    let key = setup(&server);
+    for budget in ["a", "b"] {
+        let body = json!({"providerId": "wide", "budgetId": budget, "estimate": {"tokens": 1}});
+        assert_eq!(server.acquire(&key, &body).status(), 200);
+    }
+    let refused = server.acquire(
+        &key,
+        &json!({"providerId": "wide", "budgetId": "c", "estimate": {"tokens": 1}}),
+    );
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().unwrap();
+    assert_eq!(body["reason"], "too-many-budgets", "{body}");
+    assert_eq!(body["retryable"], true);
+    // An open budget is never refused for the cap.
+    let again = json!({"providerId": "wide", "budgetId": "a", "estimate": {"tokens": 1}});
+    assert_eq!(server.acquire(&key, &again).status(), 200);
+    // A released budget frees its place.
+    let released = server
+        .post("/v1/budgets/b/release", &key)
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert_eq!(released.status(), 200, "{}", released.text().unwrap());
+    let c = json!({"providerId": "wide", "budgetId": "c", "estimate": {"tokens": 1}});
+    assert_eq!(server.acquire(&key, &c).status(), 200);
+}
