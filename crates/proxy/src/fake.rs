@@ -485,10 +485,9 @@ fn stream_answer(
         } else if path == "/v1/responses" {
             events.push(sse(Some("response.created"), &json!({"type": "response.created", "sequence_number": 0, "response": {"id": "resp_fake", "object": "response", "created_at": 0, "status": "in_progress", "model": model, "output": []}})));
         }
+        // Content chunks are made as they are sent (a long stream costs no memory up front).
         let first_content = events.len();
-        for i in 0..script.chunks {
-            events.push(chunk(&format!("tok{i} ")));
-        }
+        let head = std::mem::take(&mut events);
         match path.as_str() {
             "/v1/messages" => {
                 events.push(sse(
@@ -515,13 +514,25 @@ fn stream_answer(
                 events.push(Bytes::from_static(b"data: [DONE]\n\n"));
             }
         }
-        for (i, event) in events.into_iter().enumerate() {
+        let tail = events;
+        let total = first_content + script.chunks + tail.len();
+        let mut head = head.into_iter();
+        let mut tail = tail.into_iter();
+        for i in 0..total {
             if i > first_content && script.gap_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(script.gap_ms)).await;
             }
             if i == first_content + 1 && script.stall_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(script.stall_ms)).await;
             }
+            let event = if i < first_content {
+                head.next()
+            } else if i < first_content + script.chunks {
+                Some(chunk(&format!("tok{} ", i - first_content)))
+            } else {
+                tail.next()
+            };
+            let Some(event) = event else { break };
             if tx.send(event).await.is_err() {
                 return; // The reader is gone: the body's guard counts the abort.
             }
