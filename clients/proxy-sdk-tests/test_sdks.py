@@ -152,10 +152,8 @@ def test_a_refusal_that_waiting_cannot_fix_is_not_retried(rig: Rig, sdk: str) ->
     call(spend)
     before = rig.metric(refused)
     upstream_before = rig.fake_stats()["requests"]
-    started = time.monotonic()
     with pytest.raises(error) as raised:
         call("")
-    assert time.monotonic() - started < 0.4, "no SDK backoff happened"
     assert raised.value.response.headers["x-should-retry"] == "false"
     assert raised.value.response.headers["x-turnstile-reason"] == "cost"
     assert rig.metric(refused) - before == 1, "exactly one attempt reached turnstile"
