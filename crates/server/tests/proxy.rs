@@ -65,49 +65,65 @@ struct Rig {
 }
 
 fn rig(lane_concurrency: u64, tweak: impl FnOnce(&mut turnstile_server::Config)) -> Rig {
+    rig_with(
+        lane_concurrency,
+        tweak,
+        turnstile_shell::Telemetry::global(),
+    )
+}
+
+fn rig_with(
+    lane_concurrency: u64,
+    tweak: impl FnOnce(&mut turnstile_server::Config),
+    telemetry: turnstile_shell::Telemetry,
+) -> Rig {
     env();
     let fake = FakeUpstream::spawn_thread();
     let dir = tempfile::tempdir().unwrap();
     let (openai_base, anthropic_base) = (fake.openai_base(), fake.anthropic_base());
-    let server = TestServer::start(dir.path(), |config| {
-        let proxy = &mut config.proxy;
-        proxy.upstreams.insert(
-            "openai".into(),
-            UpstreamConfig {
-                format: ApiFormat::Openai,
-                base_url: Some(openai_base),
-                base_url_env: None,
-                api_key_env: Some("TS_PROXY_TEST_OPENAI_KEY".into()),
-            },
-        );
-        proxy.upstreams.insert(
-            "anthropic".into(),
-            UpstreamConfig {
-                format: ApiFormat::Anthropic,
-                base_url: Some(anthropic_base),
-                base_url_env: None,
-                api_key_env: Some("TS_PROXY_TEST_ANTHROPIC_KEY".into()),
-            },
-        );
-        let models = &mut proxy.models;
-        models.insert(
-            "gpt-test".into(),
-            model("openai", "openai", Some((1.0, 2.0))),
-        );
-        models.insert("gpt-unpriced".into(), model("openai", "openai", None));
-        models.insert("gpt-tiny".into(), model("openai", "tiny", None));
-        models.insert("gpt-fragile".into(), model("openai", "fragile", None));
-        models.insert(
-            "embed-test".into(),
-            model("openai", "openai", Some((0.1, 0.0))),
-        );
-        models.insert(
-            "claude-test".into(),
-            model("anthropic", "anthropic", Some((3.0, 15.0))),
-        );
-        proxy.default_wait_ms = 20_000;
-        tweak(config);
-    });
+    let server = TestServer::start_with_telemetry(
+        dir.path(),
+        |config| {
+            let proxy = &mut config.proxy;
+            proxy.upstreams.insert(
+                "openai".into(),
+                UpstreamConfig {
+                    format: ApiFormat::Openai,
+                    base_url: Some(openai_base),
+                    base_url_env: None,
+                    api_key_env: Some("TS_PROXY_TEST_OPENAI_KEY".into()),
+                },
+            );
+            proxy.upstreams.insert(
+                "anthropic".into(),
+                UpstreamConfig {
+                    format: ApiFormat::Anthropic,
+                    base_url: Some(anthropic_base),
+                    base_url_env: None,
+                    api_key_env: Some("TS_PROXY_TEST_ANTHROPIC_KEY".into()),
+                },
+            );
+            let models = &mut proxy.models;
+            models.insert(
+                "gpt-test".into(),
+                model("openai", "openai", Some((1.0, 2.0))),
+            );
+            models.insert("gpt-unpriced".into(), model("openai", "openai", None));
+            models.insert("gpt-tiny".into(), model("openai", "tiny", None));
+            models.insert("gpt-fragile".into(), model("openai", "fragile", None));
+            models.insert(
+                "embed-test".into(),
+                model("openai", "openai", Some((0.1, 0.0))),
+            );
+            models.insert(
+                "claude-test".into(),
+                model("anthropic", "anthropic", Some((3.0, 15.0))),
+            );
+            proxy.default_wait_ms = 20_000;
+            tweak(config);
+        },
+        telemetry,
+    );
     let put = server.put_profile(&server.admin(), "ws", "v1", &profile(lane_concurrency));
     assert_eq!(put.status(), 201, "{:?}", put.text());
     let alice = server.new_key("ws", "alice");
@@ -827,4 +843,65 @@ fn a_client_that_leaves_a_whole_answer_early_aborts_the_upstream_and_frees_the_l
         rig.metric_line("turnstile_proxy_settlements_total{lane=\"openai\",basis=\"estimate\"}"),
         1.0
     );
+}
+
+#[test]
+fn one_span_per_proxied_call_names_the_lane_and_never_a_tenant_or_the_prompt() {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let telemetry = turnstile_shell::Telemetry::new(
+        provider.tracer(turnstile_shell::telemetry::attributes::DECISION),
+        &opentelemetry::global::meter(turnstile_shell::telemetry::attributes::DECISION),
+    );
+    let rig = rig_with(4, |_| {}, telemetry);
+    let prompt = json!({"model": "gpt-test", "max_tokens": 5,
+                        "messages": [{"role": "user", "content": "secret-prompt-text"}]});
+    assert_eq!(
+        rig.openai("/chat/completions", &rig.alice, &prompt, "")
+            .status(),
+        200
+    );
+    let mut streamed = prompt.clone();
+    streamed["stream"] = json!(true);
+    read_all(rig.openai("/chat/completions", &rig.bob, &streamed, ""));
+    let mut never = prompt.clone();
+    never["model"] = json!("gpt-tiny");
+    never["max_tokens"] = json!(100_000);
+    assert_eq!(
+        rig.openai("/chat/completions", &rig.alice, &never, "")
+            .status(),
+        400
+    );
+    rig.wait_idle();
+    let spans = exporter.get_finished_spans().unwrap();
+    let admits: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "decision.admit")
+        .collect();
+    assert_eq!(admits.len(), 3, "{spans:#?}");
+    let lanes: Vec<String> = admits
+        .iter()
+        .filter_map(|s| {
+            s.attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == "turnstile.adapter.id")
+                .map(|kv| kv.value.to_string())
+        })
+        .collect();
+    assert_eq!(lanes, ["openai", "openai", "tiny"]);
+    let text = format!("{spans:?}");
+    for secret in [
+        "alice",
+        "bob",
+        "secret-prompt-text",
+        &rig.alice,
+        &rig.bob,
+        OPENAI_KEY,
+    ] {
+        assert!(!text.contains(secret), "a span names {secret}");
+    }
 }
