@@ -32,16 +32,31 @@ def _pick(hint: Any, want: str) -> Any:
 
 
 def resolve(doc: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
-    while "$ref" in schema:
-        name = schema["$ref"].rsplit("/", 1)[-1]
-        schema = doc["components"]["schemas"][name]
-    return schema
+    while True:
+        if "$ref" in schema:
+            name = schema["$ref"].rsplit("/", 1)[-1]
+            schema = doc["components"]["schemas"][name]
+        elif "allOf" in schema:
+            # A named schema narrowed by constraints (`not`, bounds): its fields are the named one's.
+            schema = next(s for s in schema["allOf"] if "$ref" in s or "properties" in s)
+        else:
+            return schema
 
 
 def compare(doc: dict[str, Any], schema: dict[str, Any], hint: Any, where: str, problems: list[str]) -> None:
     """Every property of `schema` must be a key of the TypedDict `hint` and the other way round,
     recursively through objects, arrays, maps and enums."""
     schema = resolve(doc, schema)
+    if "oneOf" in schema:
+        # Each variant must be one of the client's alternatives (a Union hint).
+        for variant in schema["oneOf"]:
+            name = variant.get("$ref", "").rsplit("/", 1)[-1]
+            members = [m for m in _members(hint) if is_typeddict(m) and m.__name__.removesuffix("Body") == name]
+            if not members:
+                problems.append(f"{where}: variant {name} unknown to the client ({hint!r})")
+                continue
+            compare(doc, variant, members[0], where, problems)
+        return
     if "properties" in schema:
         td = _pick(hint, "typeddict")
         if td is None:

@@ -376,8 +376,8 @@ export const ENUMS: Record<string, readonly string[]> = {
   KeyRevocationSchema: KEY_REVOCATION_SCHEMAS,
 };
 
-/** A response body: a shape, `text`, or an open JSON `object`. */
-export type BodyKind = ShapeName | "text" | "object";
+/** A body shape, "A|B" when an answer may be either (a typed rejection or an error of the request). */
+export type BodyKind = ShapeName | "text" | "object" | "Rejection|ErrorBody";
 
 export interface OperationInfo {
   /** The method of `Client` that calls it. */
@@ -386,8 +386,8 @@ export interface OperationInfo {
   responses: Record<number, BodyKind>;
 }
 
-const errorsRead = { 401: "ErrorBody", 403: "ErrorBody", 422: "ErrorBody", 503: "ErrorBody" } as const;
-const errorsWrite = { 400: "ErrorBody", 413: "ErrorBody", ...errorsRead } as const;
+const errorsRead = { 401: "ErrorBody", 403: "ErrorBody", 422: "ErrorBody", 429: "ErrorBody", 503: "ErrorBody" } as const;
+const errorsWrite = { 400: "ErrorBody", 408: "ErrorBody", 413: "ErrorBody", 415: "ErrorBody", ...errorsRead } as const;
 
 /** Every operation of the service, keyed by `"METHOD /path"` as in the OpenAPI document. */
 export const OPERATIONS: Record<string, OperationInfo> = {
@@ -431,15 +431,19 @@ export const OPERATIONS: Record<string, OperationInfo> = {
     request: "AdmissionRequest",
     responses: {
       200: "LeaseBody",
-      403: "Rejection",
+      // A typed rejection, or an error of the request itself (key-busy, invalid-request,
+      // forbidden, shutting-down).
+      403: "Rejection|ErrorBody",
       409: "Rejection",
-      422: "Rejection",
-      429: "Rejection",
-      503: "Rejection",
+      422: "Rejection|ErrorBody",
+      429: "Rejection|ErrorBody",
+      503: "Rejection|ErrorBody",
       400: "ErrorBody",
       401: "ErrorBody",
       404: "ErrorBody",
+      408: "ErrorBody",
       413: "ErrorBody",
+      415: "ErrorBody",
     },
   },
   "POST /v1/leases/{leaseId}/release": {
@@ -450,7 +454,7 @@ export const OPERATIONS: Record<string, OperationInfo> = {
   "POST /v1/leases/{leaseId}/heartbeat": {
     method: "heartbeat",
     request: null,
-    responses: { 200: "HeartbeatResult", 401: "ErrorBody", 403: "ErrorBody", 404: "ErrorBody", 503: "ErrorBody" },
+    responses: { 200: "HeartbeatResult", 404: "ErrorBody", ...errorsRead },
   },
   "POST /v1/budgets/{budgetId}/release": {
     method: "releaseBudget",

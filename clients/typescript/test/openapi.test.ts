@@ -23,14 +23,31 @@ function load(): Doc {
 }
 
 function resolve(doc: Doc, schema: Schema): Schema {
-  while (typeof schema.$ref === "string") {
-    schema = doc.components.schemas[schema.$ref.split("/").pop() ?? ""];
+  for (;;) {
+    if (typeof schema.$ref === "string") {
+      schema = doc.components.schemas[schema.$ref.split("/").pop() ?? ""];
+    } else if (Array.isArray(schema.allOf)) {
+      // A named schema narrowed by constraints (`not`, bounds): its fields are the named one's.
+      schema = schema.allOf.find((s: Schema) => s.$ref !== undefined || s.properties !== undefined);
+    } else {
+      return schema;
+    }
   }
-  return schema;
 }
 
 function compare(doc: Doc, raw: Schema, kind: string, where: string, problems: string[]): void {
   const schema = resolve(doc, raw);
+  if (Array.isArray(schema.oneOf)) {
+    // Each variant must be one of the client's alternatives ("A|B").
+    const alternatives = kind.split("|");
+    for (const variant of schema.oneOf as Schema[]) {
+      const name = String(variant.$ref ?? "").split("/").pop() ?? "";
+      const match = alternatives.find((a) => a.replace(/Body$/, "") === name);
+      if (match === undefined) problems.push(`${where}: variant ${name} unknown to the client (${kind})`);
+      else compare(doc, variant, match, where, problems);
+    }
+    return;
+  }
   if (schema.properties) {
     const fields = shapes[kind];
     if (fields === undefined) {

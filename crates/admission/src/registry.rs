@@ -27,6 +27,12 @@
 //! ([`TRANSITION_OUTBOX_LIMIT`]): beyond it the oldest transition is dropped and counted
 //! ([`Registry::transitions_dropped`]), so a host that never polls cannot grow it. Profile
 //! changes are the return value of [`Registry::register`].
+//!
+//! # Restarts
+//!
+//! A host that journals grants rebuilds the accounting of a previous process after it replayed
+//! the registrations: [`Registry::restore_spend`] then [`Registry::reinstate`] (see
+//! `controller/reinstate.rs`). Neither decides, queues or emits anything.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -35,8 +41,8 @@ use serde::{Deserialize, Serialize};
 use crate::breaker::BreakerTransition;
 use crate::budget::{ActualUsage, BudgetBounds};
 use crate::controller::{
-    Acquired, AdmissionRequest, Controller, Counts, Released, Resolution, Snapshot,
-    TRANSITION_OUTBOX_LIMIT,
+    Acquired, AdmissionRequest, Charge, Controller, Counts, LeaseCharge, ReinstateError, Released,
+    Resolution, Snapshot, TRANSITION_OUTBOX_LIMIT,
 };
 use crate::digest::canonical_digest;
 use crate::evidence::{Lease, LeaseId, Outcome, Rejection, WaiterId};
@@ -570,6 +576,48 @@ impl Registry {
             .get(workspace_id)
             .map(|e| e.controller.breaker_transitions())
             .unwrap_or_default()
+    }
+
+    /// What a held lease of a workspace holds and charged ([`Controller::lease_charge`]).
+    pub fn lease_charge(&self, workspace_id: &str, lease: LeaseId) -> Option<LeaseCharge> {
+        self.workspaces
+            .get(workspace_id)?
+            .controller
+            .lease_charge(lease)
+    }
+
+    /// Puts back an invocation's spend on one lane after a restart
+    /// ([`Controller::restore_spend`]).
+    pub fn restore_spend(
+        &mut self,
+        workspace_id: &str,
+        budget_id: &str,
+        principal_id: &str,
+        provider_id: &str,
+        spent: Charge,
+        now: Millis,
+    ) -> Result<(), ReinstateError> {
+        self.workspaces
+            .get_mut(workspace_id)
+            .ok_or(ReinstateError::UnknownWorkspace)?
+            .controller
+            .restore_spend(budget_id, principal_id, provider_id, spent, now)
+    }
+
+    /// Puts back a lease a previous process granted ([`Controller::reinstate`]); returns its
+    /// new ID in the workspace's controller.
+    pub fn reinstate(
+        &mut self,
+        workspace_id: &str,
+        principal_id: &str,
+        lease: &LeaseCharge,
+        now: Millis,
+    ) -> Result<LeaseId, ReinstateError> {
+        self.workspaces
+            .get_mut(workspace_id)
+            .ok_or(ReinstateError::UnknownWorkspace)?
+            .controller
+            .reinstate(principal_id, lease, now)
     }
 
     /// Workspace IDs with a registered profile.

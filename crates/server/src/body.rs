@@ -222,6 +222,49 @@ pub fn parse_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// A whole number as JSON Schema means it: `5` or `5.0` (a number with a zero fractional part).
+/// An integer literal may be any `u64` (the handler's own range check names the field); a
+/// fractional spelling must be at most 2^53 - 1, where `f64` is exact. `-1`, `0.5` and `1e300`
+/// are refused.
+fn whole_number(value: &serde_json::Value) -> Option<u64> {
+    const MAX_SAFE: u64 = turnstile_admission::limits::MAX_SAFE_INTEGER;
+    if let Some(n) = value.as_u64() {
+        return Some(n);
+    }
+    let f = value.as_f64()?;
+    // The range check bounds the cast, so `as` is exact here.
+    (f.fract() == 0.0 && (0.0..=MAX_SAFE as f64).contains(&f)).then_some(f as u64)
+}
+
+/// Deserializes a required whole-number field (see [`whole_number`]).
+pub fn whole<'de, D>(deserializer: D) -> Result<u64, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error;
+    use serde::Deserialize;
+    let value = serde_json::Value::deserialize(deserializer)?;
+    whole_number(&value)
+        .ok_or_else(|| D::Error::custom(format!("expected a whole number >= 0, found {value}")))
+}
+
+/// Deserializes an optional whole-number field: absent or `null` is `None` (use with
+/// `#[serde(default)]`).
+pub fn optional_whole<'de, D>(deserializer: D) -> Result<Option<u64>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error;
+    use serde::Deserialize;
+    let value = serde_json::Value::deserialize(deserializer)?;
+    if value.is_null() {
+        return Ok(None);
+    }
+    whole_number(&value)
+        .map(Some)
+        .ok_or_else(|| D::Error::custom(format!("expected a whole number >= 0, found {value}")))
+}
+
 /// Deserializes a field that must be a JSON object (not a positional array) into `T`.
 pub fn object<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
@@ -251,6 +294,17 @@ fn classify(path: String, error: serde_json::Error) -> ApiError {
 mod tests {
     use super::*;
     use serde::Deserialize;
+
+    #[test]
+    fn a_whole_number_is_what_json_schema_calls_an_integer() {
+        use serde_json::json;
+        assert_eq!(whole_number(&json!(5)), Some(5));
+        assert_eq!(whole_number(&json!(4847417.0)), Some(4_847_417));
+        assert_eq!(whole_number(&json!(u64::MAX)), Some(u64::MAX));
+        for refused in [json!(-1), json!(0.5), json!(1e300), json!("5"), json!(-0.5)] {
+            assert_eq!(whole_number(&refused), None, "{refused}");
+        }
+    }
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -30,6 +30,7 @@
 //!
 //! [leases]
 //! ttl_ms = 30000
+//! durability = "process"   # or "machine"
 //!
 //! [budgets]
 //! idle_ms = 3600000
@@ -136,6 +137,30 @@ pub struct AdmissionConfig {
 pub struct LeaseConfig {
     /// A lease not heartbeated or released within this time is reclaimed.
     pub ttl_ms: u64,
+    /// How far a granted or released lease survives once answered (`docs/server.md`,
+    /// "Durability").
+    pub durability: LeaseDurability,
+}
+
+/// How far an answered grant or release survives a crash.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeaseDurability {
+    /// A crash of the process (SQLite WAL, `synchronous=NORMAL`).
+    #[default]
+    Process,
+    /// A crash of the machine too (`synchronous=FULL`: one `fsync` per group commit).
+    Machine,
+}
+
+impl LeaseDurability {
+    /// The store's setting.
+    pub fn store(self) -> turnstile_store::service::LeaseDurability {
+        match self {
+            LeaseDurability::Process => turnstile_store::service::LeaseDurability::Process,
+            LeaseDurability::Machine => turnstile_store::service::LeaseDurability::Machine,
+        }
+    }
 }
 
 impl Default for Config {
@@ -184,7 +209,10 @@ impl Default for AdmissionConfig {
 
 impl Default for LeaseConfig {
     fn default() -> Self {
-        LeaseConfig { ttl_ms: 30_000 }
+        LeaseConfig {
+            ttl_ms: 30_000,
+            durability: LeaseDurability::Process,
+        }
     }
 }
 

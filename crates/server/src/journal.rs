@@ -5,14 +5,18 @@
 //! registration is acknowledged to its client only after its transaction committed (the
 //! completion runs on the store thread). Breaker transitions are written under the workspace
 //! the core tagged them with.
+//!
+//! Lease events (grants, releases, budget releases) go as one store operation per driver
+//! batch; the store thread group-commits them and the completion sends the batch's held-back
+//! replies, so a grant is answered only once it is durable (`docs/server.md`, "Durability").
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use turnstile_admission::BreakerTransition;
 use turnstile_shell::journal::Done;
-use turnstile_shell::{Journal, Registration};
-use turnstile_store::service::{AuditKind, AuditRecord, StoredProfile};
+use turnstile_shell::{HeldLease, Journal, LeaseEvent, Registration};
+use turnstile_store::service::{AuditKind, AuditRecord, LeaseChange, StoredLease, StoredProfile};
 
 use crate::metrics::Metrics;
 use crate::persist::{StoreHandle, StoreOp};
@@ -71,5 +75,45 @@ impl Journal for StoreJournal {
         if !self.store.send(StoreOp::AppendAudit(records)) {
             self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    fn lease_events(&mut self, events: Vec<LeaseEvent>, done: Done) {
+        let changes = events.into_iter().map(lease_change).collect();
+        // A store thread that is gone drops `done`: the held replies are dropped, and their
+        // callers hear the service is stopping (a dropped grant gives its lease back).
+        if !self.store.send(StoreOp::Leases { changes, done }) {
+            self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The stored form of a grant (what the store needs to put it back after a restart).
+pub fn stored_lease(held: HeldLease) -> StoredLease {
+    StoredLease {
+        token: held.token.to_string(),
+        workspace_id: held.workspace.to_string(),
+        principal_id: held.principal.to_string(),
+        provider_id: held.lease.provider_id,
+        budget_id: held.lease.budget_id,
+        attempts: held.lease.charge.attempts,
+        tokens: held.lease.charge.tokens,
+        cost_usd: held.lease.charge.cost_usd,
+        admitted_at_ms: held.lease.admitted_at,
+        expires_at_ms: held.expires_at,
+    }
+}
+
+fn lease_change(event: LeaseEvent) -> LeaseChange {
+    match event {
+        LeaseEvent::Granted(held) => LeaseChange::Granted(stored_lease(held)),
+        LeaseEvent::Released { token, usage } => LeaseChange::Released {
+            token: token.to_string(),
+            actual_tokens: usage.tokens,
+            actual_cost_usd: usage.cost_usd(),
+        },
+        LeaseEvent::BudgetReleased { workspace, budget } => LeaseChange::BudgetReleased {
+            workspace_id: workspace.to_string(),
+            budget_id: budget,
+        },
     }
 }

@@ -14,7 +14,9 @@
 //!   header read timeout really fires, under a connection cap, with graceful shutdown.
 //! - Durable state (keys as hashes, profile registrations, audit records) lives in SQLite
 //!   through `turnstile_store::service`, written by one store thread in command order
-//!   ([`persist`]).
+//!   ([`persist`]). Held leases and budget spend are journaled there too, group-committed
+//!   before their replies ([`journal`]), and put back at start ([`recover`]), so a crash of the
+//!   process frees no slot.
 //!
 //! # Invariants
 //!
@@ -37,6 +39,7 @@ pub mod journal;
 pub mod keys;
 pub mod metrics;
 pub mod persist;
+pub mod recover;
 pub mod routes;
 pub mod serve;
 pub mod slots;

@@ -6,8 +6,15 @@
 //! driver never blocks on disk. A registration is acknowledged to its client only after its
 //! transaction committed (the completion callback runs on this thread).
 //!
-//! Invariant: operations are applied strictly in send order; the thread ends when every handle
-//! is dropped.
+//! Lease events come as one [`StoreOp::Leases`] per driver batch. The thread commits every
+//! `Leases` operation waiting back to back in its channel in **one** transaction (group
+//! commit), then runs their completions, which send the batch's held-back replies: under load
+//! the batches grow and the commits per second stay few, so the cost of a commit (an `fsync`
+//! at `leases.durability = "machine"`) is shared by many grants.
+//!
+//! Invariant: operations are applied strictly in send order (a group of `Leases` operations is
+//! applied in order too, and never across another operation); the thread ends when every
+//! handle is dropped.
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -16,7 +23,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
 use turnstile_store::service::{
-    AuditKind, AuditRecord, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
+    AuditKind, AuditRecord, LeaseChange, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
 };
 
 use crate::error::ApiError;
@@ -24,6 +31,10 @@ use crate::metrics::Metrics;
 
 /// Runs on the store thread once a registration has been written (or failed to be).
 pub type Completion = Box<dyn FnOnce(Result<(), ServiceStoreError>) + Send>;
+
+/// Runs on the store thread once a group of lease batches committed (`Err`: the message of
+/// the failure, shared by every batch of the group).
+pub type LeaseCompletion = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 /// One operation for the store thread.
 pub enum StoreOp {
@@ -46,6 +57,11 @@ pub enum StoreOp {
         reply: oneshot::Sender<Result<bool, ServiceStoreError>>,
     },
     AppendAudit(Vec<AuditRecord>),
+    /// One driver batch of lease changes; `done` runs once they committed (or failed to).
+    Leases {
+        changes: Vec<LeaseChange>,
+        done: LeaseCompletion,
+    },
     Audit {
         workspace: String,
         kind: AuditKind,
@@ -64,6 +80,42 @@ fn answer<T>(
     failed
 }
 
+/// Commits `changes` and every `Leases` operation queued right behind it in one transaction,
+/// then runs their completions in order. Returns whether the commit failed, and the first
+/// operation of another kind it took from the channel (to be applied next).
+fn commit_lease_group(
+    store: &mut dyn ServiceStore,
+    rx: &mpsc::Receiver<StoreOp>,
+    mut changes: Vec<LeaseChange>,
+    done: LeaseCompletion,
+) -> (bool, Option<StoreOp>) {
+    let mut completions = vec![done];
+    let mut after = None;
+    while let Ok(op) = rx.try_recv() {
+        match op {
+            StoreOp::Leases {
+                changes: more,
+                done,
+            } => {
+                changes.extend(more);
+                completions.push(done);
+            }
+            other => {
+                after = Some(other);
+                break;
+            }
+        }
+    }
+    let result = store
+        .apply_lease_changes(&changes)
+        .map_err(|e| e.to_string());
+    let failed = result.is_err();
+    for done in completions {
+        done(result.clone());
+    }
+    (failed, after)
+}
+
 /// A handle to the store thread.
 #[derive(Clone)]
 pub struct StoreHandle {
@@ -80,7 +132,23 @@ impl StoreHandle {
         let thread = std::thread::Builder::new()
             .name("turnstile-store".into())
             .spawn(move || {
-                for op in rx {
+                let mut next = rx.recv().ok();
+                while let Some(op) = next.take() {
+                    let op = match op {
+                        StoreOp::Leases { changes, done } => {
+                            let (failed, after) =
+                                commit_lease_group(&mut *store, &rx, changes, done);
+                            if failed {
+                                metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                            next = match after {
+                                Some(op) => Some(op),
+                                None => rx.recv().ok(),
+                            };
+                            continue;
+                        }
+                        op => op,
+                    };
                     let failed = match op {
                         StoreOp::InsertKey { key, reply } => answer(reply, store.insert_key(&key)),
                         StoreOp::AppendProfile {
@@ -110,10 +178,18 @@ impl StoreHandle {
                             let _ = reply.send(store.audit(&workspace, kind, limit));
                             false
                         }
+                        // Taken by the group commit above.
+                        StoreOp::Leases { changes, done } => {
+                            let result = store.apply_lease_changes(&changes);
+                            let failed = result.is_err();
+                            done(result.map_err(|e| e.to_string()));
+                            failed
+                        }
                     };
                     if failed {
                         metrics.store_errors.fetch_add(1, Ordering::Relaxed);
                     }
+                    next = rx.recv().ok();
                 }
             })?;
         Ok((StoreHandle { tx }, thread))

@@ -47,6 +47,7 @@ use crate::journal::StoreJournal;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
 use crate::persist::StoreHandle;
+use crate::recover::{self, RecoverError};
 use crate::routes::router;
 use crate::slots::Slots;
 
@@ -59,6 +60,8 @@ pub enum ServerError {
     Store(#[from] turnstile_store::service::ServiceStoreError),
     #[error("start-up failed: {0}")]
     Bootstrap(#[from] BootstrapError),
+    #[error("start-up failed: {0}")]
+    Recover(#[from] RecoverError),
     #[error(transparent)]
     DataLock(#[from] DataLockError),
     #[error("cannot listen on {addr}: {source}")]
@@ -143,6 +146,7 @@ pub async fn start_with_telemetry(
     // Before anything reads or writes the directory: one process per data directory.
     let data_lock = DataDirLock::acquire(&config.data_dir)?;
     let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
+    store.set_lease_durability(config.leases.durability.store());
     let clock = Clock::system();
     let mut registry = Registry::new();
     registry.set_budget_bounds(BudgetBounds {
@@ -152,6 +156,8 @@ pub async fn start_with_telemetry(
     bootstrap::replay(&store, &mut registry)?;
     let bootstrap_keys =
         bootstrap::first_start(&mut store, &mut registry, config.demo, clock.now_ms())?;
+    // What the previous process charged and granted counts again before anything is answered.
+    recover::restore_spend(&store, &mut registry, clock.now_ms())?;
     let keys = Arc::new(KeyRing::from_stored(&store.keys()?));
 
     let listener = TcpListener::bind(config.listen)
@@ -165,12 +171,13 @@ pub async fn start_with_telemetry(
         source,
     })?;
 
+    let held_leases = store.held_leases()?;
     let metrics = Arc::new(Metrics::default());
     let boxed: Box<dyn ServiceStore> = Box::new(store);
     let (store, store_thread) =
         StoreHandle::spawn(boxed, metrics.clone()).map_err(ServerError::Thread)?;
     let lease_metrics = Arc::new(LeaseMetrics::default());
-    let (driver_handle, driver_task) = Driver::spawn(
+    let (mut driver, driver_handle) = Driver::new(
         registry,
         clock,
         DriverConfig {
@@ -179,6 +186,8 @@ pub async fn start_with_telemetry(
         Box::new(StoreJournal::new(store.clone(), metrics.clone())),
         lease_metrics.clone(),
     );
+    recover::reinstate_leases(held_leases, &mut driver)?;
+    let driver_task = tokio::spawn(driver.run());
 
     let proxy = Arc::new(turnstile_proxy::Proxy::new(
         config.proxy.clone(),

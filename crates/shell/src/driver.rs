@@ -17,6 +17,16 @@
 //!   "the pause outlasts your deadline", try-now and unknown providers all come from the core.
 //!   The driver only translates a [`Wait`] into the core's request, delivers resolutions,
 //!   journals events and keeps the lease table.
+//! - **Durable before the reply (group commit).** When the journal keeps leases, every grant,
+//!   release and budget release of a batch becomes a [`LeaseEvent`]; after the batch the events
+//!   go to the journal in one call and the replies that depend on them are held back until the
+//!   journal reports them durable (see [`crate::journal`]). The task itself never waits: it
+//!   takes the next batch while the journal commits the previous one.
+//! - **Restarts.** A host reinstates the leases a previous process journaled with
+//!   [`Driver::reinstate`] before [`Driver::run`]: each keeps its token (so its holder can
+//!   release and heartbeat it) and counts in the core again; its expiry is the later of the
+//!   journaled one and a full TTL from the restart (holders could not heartbeat while the
+//!   service was down, and a restart must never free a lease early).
 //! - **Nobody is left behind.** A caller waiting on a queued admission holds a
 //!   [`CancelGuard`](crate::CancelGuard): if it goes away, the guard sends `Cancel`, which
 //!   removes the waiter from the core's queue. A grant that reaches a caller who is already gone
@@ -28,6 +38,9 @@
 //!   (caller gone, shutdown); `pending` and `tickets` always describe the same waiters.
 //! - Every lease in the [`LeaseTable`] is held in the core and is released exactly once; its
 //!   span ends when it leaves the table.
+//! - With a journal that keeps leases, no caller learns a lease token before the lease's
+//!   `Granted` event is durable, and every lease that leaves the table is journaled `Released`
+//!   once, after its `Granted`.
 //! - Every breaker transition is handed to the [`Journal`] once, under its own workspace (the
 //!   core tags it), right after the operation that made it.
 //! - Every decision is counted once, by the request's span (one metrics family).
@@ -40,7 +53,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use turnstile_admission::{
     Acquired, ActualUsage, AdmissionRequest, BreakerTransition, Evidence, LeaseId, Millis, Outcome,
-    Profile, ProfileChangeRecord, Registry, WaiterId,
+    Profile, ProfileChangeRecord, Registry, ReinstateError, WaiterId,
 };
 
 use crate::clock::Clock;
@@ -50,7 +63,7 @@ use crate::command::{
 use crate::error::DriverError;
 use crate::grant::Grant;
 use crate::handle::DriverHandle;
-use crate::journal::{Journal, Registration};
+use crate::journal::{HeldLease, Journal, LeaseEvent, Registration};
 use crate::lease_metrics::LeaseMetrics;
 use crate::lease_table::{LeaseEntry, LeaseTable, LeaseToken};
 use crate::telemetry::AdmitSpan;
@@ -73,6 +86,20 @@ struct Pending {
     reply: oneshot::Sender<AcquireReply>,
 }
 
+/// A reply held back until its batch's lease events are durable; called with whether they are.
+type HeldReply = Box<dyn FnOnce(bool) + Send>;
+
+/// Why a journaled lease could not be reinstated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReinstateFailure {
+    /// The core refused it (its workspace, provider or principal is unknown).
+    #[error(transparent)]
+    Core(#[from] ReinstateError),
+    /// Another reinstated lease already has this token.
+    #[error("a lease with this token is already held")]
+    DuplicateToken,
+}
+
 /// An admission the core granted, on its way into the lease table.
 struct Admitted {
     lease: LeaseId,
@@ -90,6 +117,12 @@ pub struct Driver {
     pending: HashMap<Arc<str>, HashMap<WaiterId, Pending>>,
     tickets: HashMap<u64, (Arc<str>, WaiterId)>,
     journal: Box<dyn Journal>,
+    /// Whether the journal keeps leases (then grants and releases are journaled).
+    keeps_leases: bool,
+    /// Lease events of the current batch, not yet handed to the journal.
+    lease_events: Vec<LeaseEvent>,
+    /// Replies of the current batch waiting for its lease events to be durable.
+    held: Vec<HeldReply>,
     metrics: Arc<LeaseMetrics>,
     /// For the grants' `Drop`; weak, so the channel closes (and the task ends) once every
     /// handle and every unaccepted grant is gone.
@@ -116,6 +149,7 @@ impl Driver {
         let (tx, rx) = mpsc::unbounded_channel();
         let weak = tx.downgrade();
         let handle = DriverHandle::new(tx);
+        let keeps_leases = journal.keeps_leases();
         let driver = Driver {
             registry,
             clock,
@@ -124,6 +158,9 @@ impl Driver {
             pending: HashMap::new(),
             tickets: HashMap::new(),
             journal,
+            keeps_leases,
+            lease_events: Vec::new(),
+            held: Vec::new(),
             metrics,
             tx: weak,
             rx,
@@ -176,6 +213,7 @@ impl Driver {
                     self.on_timer();
                 }
             }
+            self.flush_lease_events();
             self.update_gauges();
             if self.stopped {
                 break;
@@ -214,14 +252,18 @@ impl Driver {
     }
 
     fn reclaim_expired(&mut self, now: Millis) {
-        while let Some((_, entry)) = self.leases.pop_expired(now) {
+        while let Some((token, entry)) = self.leases.pop_expired(now) {
             self.metrics.leases_expired.fetch_add(1, Ordering::Relaxed);
-            self.give_back(entry, now);
+            self.give_back(token, entry, now);
         }
     }
 
     /// Releases a lease whose holder is gone, with no outcome; ends its span.
-    fn give_back(&mut self, entry: LeaseEntry, now: Millis) {
+    fn give_back(&mut self, token: LeaseToken, entry: LeaseEntry, now: Millis) {
+        self.journal_lease(|| LeaseEvent::Released {
+            token,
+            usage: ActualUsage::none(),
+        });
         let _ = self
             .registry
             .release(&entry.workspace, entry.lease, Outcome::None, now);
@@ -242,7 +284,7 @@ impl Driver {
                     self.metrics
                         .leases_undeliverable
                         .fetch_add(1, Ordering::Relaxed);
-                    self.give_back(entry, now);
+                    self.give_back(token, entry, now);
                 }
             }
             Command::Release {
@@ -257,7 +299,14 @@ impl Driver {
                 // Journaled before the answer: a caller that reads the audit log after the
                 // release sees the transitions it caused (the journal's store applies in order).
                 self.journal_transitions();
-                let _ = reply.send(result);
+                if result.is_ok() {
+                    // Answered once the release is durable (or could not be made so).
+                    self.hold(Box::new(move |_durable| {
+                        let _ = reply.send(result);
+                    }));
+                } else {
+                    let _ = reply.send(result);
+                }
             }
             Command::Heartbeat {
                 token,
@@ -284,7 +333,17 @@ impl Driver {
                     .release_budget(&workspace, &budget, now)
                     .map_err(DriverError::from);
                 self.deliver(&workspace, now);
-                let _ = reply.send(result);
+                if result.is_ok() && self.keeps_leases {
+                    self.lease_events.push(LeaseEvent::BudgetReleased {
+                        workspace: workspace.clone(),
+                        budget,
+                    });
+                    self.hold(Box::new(move |_durable| {
+                        let _ = reply.send(result);
+                    }));
+                } else {
+                    let _ = reply.send(result);
+                }
             }
             Command::RetryAfter {
                 workspace,
@@ -478,6 +537,17 @@ impl Driver {
         match self.leases.insert(entry) {
             Ok(token) => {
                 self.metrics.leases_granted.fetch_add(1, Ordering::Relaxed);
+                if self.keeps_leases {
+                    if let Some(lease) = self.registry.lease_charge(workspace, lease) {
+                        self.lease_events.push(LeaseEvent::Granted(HeldLease {
+                            token,
+                            workspace: workspace.clone(),
+                            principal: principal.clone(),
+                            lease,
+                            expires_at,
+                        }));
+                    }
+                }
                 let grant = Grant::new(
                     token,
                     expires_at,
@@ -486,8 +556,16 @@ impl Driver {
                     (workspace.clone(), principal.clone()),
                     driver,
                 );
-                // A closed receiver hands the grant back; dropping it queues its reclaim.
-                let _ = reply.send(AcquireReply::Admitted(grant));
+                // A closed receiver hands the grant back; dropping it queues its reclaim. A
+                // grant that could not be made durable is given back the same way.
+                self.hold(Box::new(move |durable| {
+                    if durable {
+                        let _ = reply.send(AcquireReply::Admitted(grant));
+                    } else {
+                        drop(grant);
+                        let _ = reply.send(AcquireReply::Internal);
+                    }
+                }));
             }
             Err(_) => {
                 // Only when the OS random source fails on the first lease; the entry (and its
@@ -543,6 +621,7 @@ impl Driver {
             .remove(&token)
             .ok_or(DriverError::UnknownLease)?;
         self.metrics.leases_released.fetch_add(1, Ordering::Relaxed);
+        self.journal_lease(|| LeaseEvent::Released { token, usage });
         let released = self
             .registry
             .release_with_usage(workspace, entry.lease, outcome, usage, now)
@@ -603,6 +682,84 @@ impl Driver {
                 self.deliver(&workspace, now);
             }
         }
+    }
+
+    /// Puts back a lease a previous process granted and journaled (call before [`Driver::run`],
+    /// after the registry replayed its profiles and restored budget spend). The lease keeps its
+    /// token; it expires at the later of its journaled expiry and a full TTL from now. It is not
+    /// journaled again (its `Granted` event is already durable).
+    pub fn reinstate(&mut self, held: HeldLease) -> Result<(), ReinstateFailure> {
+        if self.leases.get(&held.token).is_some() {
+            return Err(ReinstateFailure::DuplicateToken);
+        }
+        let now = self.clock.now_ms();
+        let lease = self
+            .registry
+            .reinstate(&held.workspace, &held.principal, &held.lease, now)?;
+        let expires_at = match self.config.lease_ttl_ms {
+            Some(ttl) => Some(now.saturating_add(ttl).max(held.expires_at.unwrap_or(0))),
+            None => held.expires_at,
+        };
+        let entry = LeaseEntry {
+            workspace: held.workspace,
+            principal: held.principal,
+            lease,
+            expires_at,
+            span: None,
+        };
+        if !self.leases.insert_with_token(held.token, entry) {
+            return Err(ReinstateFailure::DuplicateToken);
+        }
+        self.metrics
+            .leases_reinstated
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Adds a lease event to the current batch, when the journal keeps leases.
+    fn journal_lease(&mut self, event: impl FnOnce() -> LeaseEvent) {
+        if self.keeps_leases {
+            self.lease_events.push(event());
+        }
+    }
+
+    /// Holds a reply until the current batch's lease events are durable; answers at once when
+    /// the journal keeps no leases.
+    fn hold(&mut self, reply: HeldReply) {
+        if self.keeps_leases {
+            self.held.push(reply);
+        } else {
+            reply(true);
+        }
+    }
+
+    /// Hands the batch's lease events to the journal; its held replies go out when the journal
+    /// reports them durable (on the journal's thread, in order).
+    fn flush_lease_events(&mut self) {
+        if self.held.is_empty() && self.lease_events.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut self.held);
+        if self.lease_events.is_empty() {
+            for reply in held {
+                reply(true);
+            }
+            return;
+        }
+        let events = std::mem::take(&mut self.lease_events);
+        let metrics = self.metrics.clone();
+        self.journal.lease_events(
+            events,
+            Box::new(move |result| {
+                let durable = result.is_ok();
+                if !durable {
+                    metrics.journal_failures.fetch_add(1, Ordering::Relaxed);
+                }
+                for reply in held {
+                    reply(durable);
+                }
+            }),
+        );
     }
 
     /// Delivers every resolution of `workspace`.

@@ -1,14 +1,36 @@
 //! The journal: where the driver hands what must outlive the process (profile registrations,
-//! breaker transitions), in the order the registry applied them.
+//! breaker transitions, grants and releases of leases, budget releases), in the order the
+//! registry applied them.
 //!
 //! The driver calls the journal synchronously from its task, so the journal sees changes in
 //! registry order; a journal must not block (the server's sends to its store thread). A
 //! registration is acknowledged to its caller only when the journal calls `done`.
 //!
-//! Invariant: every transition reaches [`Journal::breaker_transitions`] exactly once, under the
-//! workspace whose controller made it.
+//! # Leases (group commit)
+//!
+//! Lease events are handed over once per driver batch ([`Journal::lease_events`]), as one
+//! batch, in the order the driver applied them. The driver holds back the replies that depend
+//! on them (a grant, a release, a budget release) until the journal calls `done`: a caller is
+//! told "granted" only once the grant is durable, so a crash of the process after the reply
+//! never loses a lease someone holds. On `Err` a held-back grant is given back and its caller
+//! answered [`AcquireReply::Internal`](crate::AcquireReply::Internal); a release or budget
+//! release is answered as done (it happened; a crash before it is durable would reinstate the
+//! lease until its TTL, or keep the budget charged: the safe side). Heartbeats are not
+//! journaled: a reinstated lease gets a fresh TTL from the restart, which is never earlier than
+//! any expiry a heartbeat promised before the crash.
+//!
+//! Invariants: every transition reaches [`Journal::breaker_transitions`] exactly once, under the
+//! workspace whose controller made it; when [`Journal::keeps_leases`], every lease the driver
+//! grants reaches [`Journal::lease_events`] as `Granted` before its holder learns its token, and
+//! as `Released` exactly once when it leaves the lease table (release, reclaim, expiry).
 
-use turnstile_admission::{BreakerTransition, Millis, ProfileChangeRecord};
+use std::sync::Arc;
+
+use turnstile_admission::{
+    ActualUsage, BreakerTransition, LeaseCharge, Millis, ProfileChangeRecord,
+};
+
+use crate::lease_table::LeaseToken;
 
 /// A profile revision the registry accepted.
 #[derive(Debug, Clone)]
@@ -25,12 +47,51 @@ pub struct Registration {
 /// Called once a registration is durable (`Ok`) or could not be made durable (`Err`).
 pub type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
 
+/// A lease the driver granted, as it must outlive the process; also what a host hands back to
+/// [`Driver::reinstate`](crate::Driver::reinstate) after a restart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldLease {
+    /// The lease ID its holder knows.
+    pub token: LeaseToken,
+    pub workspace: Arc<str>,
+    pub principal: Arc<str>,
+    /// Its lane and what it charged (from the core).
+    pub lease: LeaseCharge,
+    /// When it expires without a heartbeat, as granted (`None`: never).
+    pub expires_at: Option<Millis>,
+}
+
+/// One change to the held leases or to a budget.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseEvent {
+    Granted(HeldLease),
+    /// The lease left the table: released by its holder (with what the call used), reclaimed
+    /// or expired (no usage).
+    Released {
+        token: LeaseToken,
+        usage: ActualUsage,
+    },
+    /// An invocation's budget was released (forgotten whole).
+    BudgetReleased {
+        workspace: Arc<str>,
+        budget: String,
+    },
+}
+
 /// Durable side effects of the driver.
 pub trait Journal: Send + 'static {
     /// Records an accepted registration; calls `done` when it is durable.
     fn profile_registered(&mut self, registration: Registration, done: Done);
     /// Records breaker transitions of one workspace, oldest first.
     fn breaker_transitions(&mut self, workspace: &str, transitions: &[BreakerTransition]);
+    /// Whether this journal keeps leases; when `false` the driver builds no lease events and
+    /// holds back no reply.
+    fn keeps_leases(&self) -> bool {
+        true
+    }
+    /// Records one driver batch of lease events, in order; calls `done` when they are durable
+    /// (all of them, or none: `Err`).
+    fn lease_events(&mut self, events: Vec<LeaseEvent>, done: Done);
 }
 
 /// A journal that keeps nothing (in-process hosts such as the evaluator).
@@ -43,4 +104,12 @@ impl Journal for NoJournal {
     }
 
     fn breaker_transitions(&mut self, _workspace: &str, _transitions: &[BreakerTransition]) {}
+
+    fn keeps_leases(&self) -> bool {
+        false
+    }
+
+    fn lease_events(&mut self, _events: Vec<LeaseEvent>, done: Done) {
+        done(Ok(()));
+    }
 }

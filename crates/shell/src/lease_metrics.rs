@@ -20,12 +20,17 @@ pub struct LeaseMetrics {
     pub transitions_dropped: AtomicU64,
     /// Budgets the core forgot because nobody touched them for their idle time.
     pub budgets_evicted: AtomicU64,
+    /// Leases a previous process granted, put back at start.
+    pub leases_reinstated: AtomicU64,
+    /// Batches of lease events the journal could not make durable (their grants were given
+    /// back).
+    pub journal_failures: AtomicU64,
 }
 
 impl LeaseMetrics {
     /// The text exposition (format 0.0.4).
     pub fn render(&self) -> String {
-        let series: [(&str, &str, &str, &AtomicU64); 9] = [
+        let series: [(&str, &str, &str, &AtomicU64); 11] = [
             ("turnstile_leases_active", "gauge", "Leases currently held.", &self.leases_active),
             (
                 "turnstile_waiters_queued",
@@ -69,6 +74,18 @@ impl LeaseMetrics {
                 "counter",
                 "Budgets forgotten because nobody charged or settled them for their idle time (budgets.idle_ms).",
                 &self.budgets_evicted,
+            ),
+            (
+                "turnstile_leases_reinstated_total",
+                "counter",
+                "Leases granted before a restart and put back at start.",
+                &self.leases_reinstated,
+            ),
+            (
+                "turnstile_lease_journal_failures_total",
+                "counter",
+                "Batches of lease grants and releases that could not be made durable.",
+                &self.journal_failures,
             ),
         ];
         let mut out = String::with_capacity(2048);

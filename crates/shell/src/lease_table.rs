@@ -120,6 +120,19 @@ impl LeaseTable {
         Ok(token)
     }
 
+    /// Stores `entry` under a token a previous process issued (a lease reinstated after a
+    /// restart). Returns `false`, storing nothing, when the token is already taken.
+    pub fn insert_with_token(&mut self, token: LeaseToken, entry: LeaseEntry) -> bool {
+        if self.entries.contains_key(&token) {
+            return false;
+        }
+        if let Some(at) = entry.expires_at {
+            self.expiries.insert((at, token));
+        }
+        self.entries.insert(token, entry);
+        true
+    }
+
     pub fn get(&self, token: &LeaseToken) -> Option<&LeaseEntry> {
         self.entries.get(token)
     }
@@ -214,6 +227,18 @@ mod tests {
         assert!(table.pop_expired(25).is_some());
         assert!(table.get(&late).is_none());
         assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn a_reinstated_token_keeps_its_expiry_and_is_never_taken_twice() {
+        let mut table = LeaseTable::new();
+        let token = LeaseToken::parse(&"ab".repeat(16)).unwrap();
+        assert!(table.insert_with_token(token, entry(40)));
+        assert!(!table.insert_with_token(token, entry(10)));
+        assert_eq!(table.next_expiry(), Some(40));
+        assert!(table.extend(&token, 50));
+        assert_eq!(table.pop_expired(50).map(|(t, _)| t), Some(token));
+        assert!(table.is_empty());
     }
 
     #[test]

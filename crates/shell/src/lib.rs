@@ -29,11 +29,11 @@ pub use clock::Clock;
 pub use command::{
     Acquire, AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot,
 };
-pub use driver::{Driver, DriverConfig};
+pub use driver::{Driver, DriverConfig, ReinstateFailure};
 pub use error::DriverError;
 pub use grant::Grant;
 pub use handle::{CancelGuard, DriverHandle};
-pub use journal::{Journal, NoJournal, Registration};
+pub use journal::{HeldLease, Journal, LeaseEvent, NoJournal, Registration};
 pub use lease_metrics::LeaseMetrics;
 pub use lease_table::{LeaseToken, RandomError};
 pub use telemetry::{AdmitSpan, LogLevel, LogRecord, LogSink, Telemetry};

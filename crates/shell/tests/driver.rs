@@ -31,6 +31,10 @@ impl Journal for RecordingJournal {
             journaled.push((workspace.to_owned(), transition.clone()));
         }
     }
+
+    fn lease_events(&mut self, _events: Vec<turnstile_shell::LeaseEvent>, done: Done) {
+        done(Ok(()));
+    }
 }
 
 struct Harness {

@@ -11,15 +11,19 @@
 //! - **A registration and its profile-change record commit together** (one transaction), so
 //!   the audit log never misses a change that the profiles table holds, nor the reverse.
 //! - **The audit log is append-only** and read back per workspace and kind, oldest first.
+//! - **Held leases and budget spend follow their changes exactly** ([`LeaseChange`], rules in
+//!   `leases.rs`); one batch of changes commits whole or not at all.
 //!
 //! The store is deliberately ignorant of the admission types: profiles and records travel as
 //! the JSON documents the service produced, so this crate stays below `turnstile-admission`'s
 //! vocabulary changes.
 
+mod leases;
 mod memory;
 mod sqlite;
 mod types;
 
+pub use leases::{LeaseChange, LeaseDurability, StoredLease, StoredSpend};
 pub use memory::MemoryServiceStore;
 pub use sqlite::{SqliteServiceStore, SERVICE_DB_FILE};
 pub use types::{

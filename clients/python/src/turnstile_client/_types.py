@@ -305,13 +305,16 @@ class Operation:
     responses: dict[int, Any] = field(default_factory=dict)
 
 
-_ERRORS_READ = {401: ErrorBody, 403: ErrorBody, 422: ErrorBody, 503: ErrorBody}
+_ERRORS_READ = {401: ErrorBody, 403: ErrorBody, 422: ErrorBody, 429: ErrorBody, 503: ErrorBody}
 _ERRORS_WRITE = {
     400: ErrorBody,
     401: ErrorBody,
     403: ErrorBody,
+    408: ErrorBody,
     413: ErrorBody,
+    415: ErrorBody,
     422: ErrorBody,
+    429: ErrorBody,
     503: ErrorBody,
 }
 
@@ -345,22 +348,26 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         AdmissionRequest,
         {
             200: LeaseBody,
-            403: Rejection,
+            # A typed rejection, or an error of the request itself (key-busy, invalid-request,
+            # forbidden, shutting-down).
+            403: Union[Rejection, ErrorBody],
             409: Rejection,
-            422: Rejection,
-            429: Rejection,
-            503: Rejection,
+            422: Union[Rejection, ErrorBody],
+            429: Union[Rejection, ErrorBody],
+            503: Union[Rejection, ErrorBody],
             400: ErrorBody,
             401: ErrorBody,
             404: ErrorBody,
+            408: ErrorBody,
             413: ErrorBody,
+            415: ErrorBody,
         },
     ),
     ("POST", "/v1/leases/{leaseId}/release"): Operation(
         "release", ReleaseRequest, {200: ReleaseResult, 404: ErrorBody, **_ERRORS_WRITE}
     ),
     ("POST", "/v1/leases/{leaseId}/heartbeat"): Operation(
-        "heartbeat", None, {200: HeartbeatResult, 401: ErrorBody, 403: ErrorBody, 404: ErrorBody, 503: ErrorBody}
+        "heartbeat", None, {200: HeartbeatResult, 404: ErrorBody, **_ERRORS_READ}
     ),
     ("POST", "/v1/budgets/{budgetId}/release"): Operation(
         "release_budget", None, {200: BudgetReleaseResult, 404: ErrorBody, **_ERRORS_READ}

@@ -57,6 +57,8 @@
 //!   reservations and tryAdmit.
 //! - `pump.rs`: the state changes: the pump, commits, rejections, expiries and evidence.
 //! - `snapshot.rs`: the read-only views: snapshot, counts and their peaks.
+//! - `reinstate.rs`: putting back, after a restart of the host, the leases and budget spend a
+//!   previous process granted (what a journal needs to record, and how it is replayed).
 //! - The data structures with an invariant of their own are crate modules: the round-robin ring
 //!   ([`crate::ring`]), the waiter queue with its ordered expiries ([`crate::queue`]), the lanes
 //!   ([`crate::lane`]) and the scope tables ([`crate::scopes`]).
@@ -73,6 +75,7 @@
 
 mod admit;
 mod pump;
+mod reinstate;
 mod snapshot;
 
 use std::collections::VecDeque;
@@ -93,6 +96,7 @@ use crate::ring::FairRing;
 use crate::scopes::Scopes;
 use crate::time::Millis;
 
+pub use reinstate::{Charge, LeaseCharge, ReinstateError};
 pub use snapshot::{Counts, ProviderSnapshot, Snapshot};
 
 /// Idle lanes kept for reuse (the reference keeps at most 1024 idle scopes).

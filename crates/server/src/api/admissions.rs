@@ -31,7 +31,7 @@ pub struct AdmissionBody {
     #[serde(deserialize_with = "body::object")]
     pub estimate: Estimate,
     /// Milliseconds the caller will wait for a permit; absent means `admission.default_wait_ms`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "body::optional_whole")]
     pub deadline_ms: Option<Millis>,
 }
 

@@ -46,6 +46,7 @@ pub async fn release_budget(
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetryAfterBody {
+    #[serde(deserialize_with = "crate::body::whole")]
     pub retry_after_ms: Millis,
 }
 

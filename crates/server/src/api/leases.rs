@@ -35,7 +35,7 @@ pub enum OutcomeKind {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ActualUsageBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::body::optional_whole")]
     pub tokens: Option<u64>,
     #[serde(default)]
     pub cost_usd: Option<f64>,
@@ -47,7 +47,7 @@ pub struct ActualUsageBody {
 pub struct ReleaseBody {
     pub outcome: OutcomeKind,
     /// Required with `retry-after`, refused otherwise.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::body::optional_whole")]
     pub retry_after_ms: Option<Millis>,
     #[serde(default, deserialize_with = "optional_object")]
     pub actual_usage: Option<ActualUsageBody>,

@@ -1,0 +1,499 @@
+//! Leases survive a crash of `turnstile serve` (issue 14), with real processes: a fake upstream
+//! that records how many calls it serves at once, clients that acquire, call it and release,
+//! a SIGKILL of the service mid-load and an immediate restart on the same data directory.
+//! The upstream never serves more calls than the provider's concurrency, the pre-crash lease
+//! IDs can still be heartbeated and released after the restart, a lease whose holder is gone
+//! is reclaimed at its TTL (never earlier), and budgets stay charged.
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// The provider's concurrency in the test profile.
+const PROVIDER_CONCURRENCY: usize = 4;
+
+// ----- the service -------------------------------------------------------------------------
+
+struct Service {
+    child: Child,
+    addr: String,
+    /// The admin key (first start only).
+    admin_key: Option<String>,
+}
+
+fn start(data: &Path, config: &Path, first: bool) -> Service {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut addr = None;
+    let mut admin_key = None;
+    // The banner: the address, then (first start only) the admin key.
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("turnstile serve: listening on http://") {
+            addr = Some(rest.trim().to_owned());
+            if !first {
+                break;
+            }
+        } else if let Some(rest) = line.trim().strip_prefix("admin key:") {
+            admin_key = Some(rest.trim().to_owned());
+            break;
+        }
+    }
+    // Keep reading stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Service {
+        child,
+        addr: addr.expect("the service listens"),
+        admin_key,
+    }
+}
+
+fn config_file(dir: &Path, ttl_ms: u64) -> std::path::PathBuf {
+    let path = dir.join("turnstile.toml");
+    std::fs::write(
+        &path,
+        format!("demo = false\n\n[leases]\nttl_ms = {ttl_ms}\ndurability = \"process\"\n"),
+    )
+    .unwrap();
+    path
+}
+
+/// One HTTP/1.1 request on a fresh connection; `None` when the service cannot be reached or
+/// the connection fails before an answer (it was killed).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    key: &str,
+    body: Option<&Value>,
+) -> Option<(u16, Value)> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .ok()?;
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
+/// Registers the test profile and returns a key of principal `client`.
+fn set_up(service: &Service, provider: Value, principal: Value) -> String {
+    let admin = service.admin_key.as_deref().expect("first start");
+    let profile = json!({
+        "workspace": {"concurrency": 64},
+        "providers": {"upstream": provider},
+        "principals": {"client": principal},
+    });
+    let (status, answer) = http(
+        &service.addr,
+        "PUT",
+        "/v1/workspaces/crash/profiles/v1",
+        admin,
+        Some(&profile),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = http(
+        &service.addr,
+        "POST",
+        "/v1/workspaces/crash/keys",
+        admin,
+        Some(&json!({"principalId": "client"})),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{answer}");
+    answer["key"].as_str().unwrap().to_owned()
+}
+
+/// Where the clients find the service (changes at the restart).
+#[derive(Clone)]
+struct Target(Arc<Mutex<String>>);
+
+impl Target {
+    fn get(&self) -> String {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Sends until the service answers (retrying across the crash and restart).
+    fn send(&self, method: &str, path: &str, key: &str, body: Option<&Value>) -> (u16, Value) {
+        let give_up = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(answer) = http(&self.get(), method, path, key, body) {
+                return answer;
+            }
+            assert!(Instant::now() < give_up, "the service never came back");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+// ----- the fake upstream ---------------------------------------------------------------------
+
+/// A loopback HTTP server that counts the calls it serves at once and keeps the maximum.
+/// `/short` takes 20 ms; `/long` lasts until `finish_long` is set.
+struct Upstream {
+    addr: String,
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+    finish_long: Arc<AtomicBool>,
+}
+
+fn upstream() -> Upstream {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = Upstream {
+        addr: listener.local_addr().unwrap().to_string(),
+        in_flight: Arc::default(),
+        max_in_flight: Arc::default(),
+        finish_long: Arc::default(),
+    };
+    let (in_flight, max, finish) = (
+        up.in_flight.clone(),
+        up.max_in_flight.clone(),
+        up.finish_long.clone(),
+    );
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (in_flight, max, finish) = (in_flight.clone(), max.clone(), finish.clone());
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                    return;
+                }
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
+                        break;
+                    }
+                }
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                max.fetch_max(now, Ordering::SeqCst);
+                if request_line.contains("/long") {
+                    while !finish.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                } else {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                let mut stream = stream;
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            });
+        }
+    });
+    up
+}
+
+fn call_upstream(addr: &str, path: &str) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: up\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+}
+
+fn acquire_body(budget: &str, tokens: u64, deadline_ms: u64) -> Value {
+    json!({
+        "providerId": "upstream",
+        "budgetId": budget,
+        "estimate": {"tokens": tokens},
+        "deadlineMs": deadline_ms,
+    })
+}
+
+// ----- the tests ---------------------------------------------------------------------------
+
+#[test]
+fn a_sigkill_mid_load_never_lets_the_upstream_exceed_the_providers_concurrency() {
+    let data = tempfile::tempdir().unwrap();
+    let config = config_file(data.path(), 20_000);
+    let mut service = start(data.path(), &config, true);
+    let key = set_up(
+        &service,
+        json!({"concurrency": PROVIDER_CONCURRENCY, "maxQueueLength": 256, "maxQueueWaitMs": 20000}),
+        json!({"concurrency": 64, "maxQueueLength": 256}),
+    );
+    let target = Target(Arc::new(Mutex::new(service.addr.clone())));
+    let up = upstream();
+    let stop = Arc::new(AtomicBool::new(false));
+    let crashed = Arc::new(AtomicBool::new(false));
+    // Leases acquired before the crash and released after the restart, by the loaders.
+    let carried = Arc::new(AtomicUsize::new(0));
+
+    // Loaders: acquire (waiting in the queue), call the upstream, release.
+    let loaders: Vec<_> = (0..8)
+        .map(|i| {
+            let (target, key, stop, crashed, carried) = (
+                target.clone(),
+                key.clone(),
+                stop.clone(),
+                crashed.clone(),
+                carried.clone(),
+            );
+            let up_addr = up.addr.clone();
+            std::thread::spawn(move || {
+                let mut granted = 0usize;
+                while !stop.load(Ordering::SeqCst) {
+                    // A queued caller whose connection fails at the crash just asks again.
+                    let Some((status, lease)) = http(
+                        &target.get(),
+                        "POST",
+                        "/v1/admissions",
+                        &key,
+                        Some(&acquire_body(&format!("load-{i}"), 1, 15_000)),
+                    ) else {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    };
+                    if status != 200 {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                    let before_crash = !crashed.load(Ordering::SeqCst);
+                    granted += 1;
+                    let id = lease["leaseId"].as_str().unwrap().to_owned();
+                    call_upstream(&up_addr, "/short");
+                    // A release whose connection failed may have been applied before the
+                    // crash (then the retry is a 404); otherwise it must succeed.
+                    let mut interrupted = false;
+                    let (status, answer) = loop {
+                        match http(
+                            &target.get(),
+                            "POST",
+                            &format!("/v1/leases/{id}/release"),
+                            &key,
+                            Some(&json!({"outcome": "success"})),
+                        ) {
+                            Some(answer) => break answer,
+                            None => {
+                                interrupted = true;
+                                std::thread::sleep(Duration::from_millis(10));
+                            }
+                        }
+                    };
+                    assert!(
+                        status == 200 || (interrupted && status == 404),
+                        "a granted lease is always releasable: {status} {answer}"
+                    );
+                    if before_crash && crashed.load(Ordering::SeqCst) && status == 200 {
+                        carried.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                granted
+            })
+        })
+        .collect();
+
+    // Holders: a lease each, in a long upstream call across the crash.
+    let holders: Vec<_> = (0..2)
+        .map(|i| {
+            let (target, key) = (target.clone(), key.clone());
+            let up_addr = up.addr.clone();
+            let (tx, rx) = std::sync::mpsc::channel::<String>();
+            let thread = std::thread::spawn(move || {
+                let (status, lease) = target.send(
+                    "POST",
+                    "/v1/admissions",
+                    &key,
+                    Some(&acquire_body(&format!("hold-{i}"), 1, 15_000)),
+                );
+                assert_eq!(status, 200, "{lease}");
+                let id = lease["leaseId"].as_str().unwrap().to_owned();
+                tx.send(id.clone()).unwrap();
+                call_upstream(&up_addr, "/long");
+                id
+            });
+            (thread, rx)
+        })
+        .collect();
+    let held: Vec<String> = holders
+        .iter()
+        .map(|(_, rx)| rx.recv_timeout(Duration::from_secs(30)).unwrap())
+        .collect();
+
+    // Mid-load: SIGKILL, then an immediate restart on the same data directory.
+    std::thread::sleep(Duration::from_millis(700));
+    crashed.store(true, Ordering::SeqCst);
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    let restarted = start(data.path(), &config, false);
+    *target.0.lock().unwrap() = restarted.addr.clone();
+    service = restarted;
+
+    // The restarted service runs the load with the holders' calls still in flight.
+    std::thread::sleep(Duration::from_millis(1_500));
+    for id in &held {
+        let (status, answer) =
+            target.send("POST", &format!("/v1/leases/{id}/heartbeat"), &key, None);
+        assert_eq!(
+            status, 200,
+            "a pre-crash lease heartbeats after the restart: {answer}"
+        );
+    }
+    up.finish_long.store(true, Ordering::SeqCst);
+    for (thread, _) in holders {
+        let id = thread.join().unwrap();
+        let (status, answer) = target.send(
+            "POST",
+            &format!("/v1/leases/{id}/release"),
+            &key,
+            Some(&json!({"outcome": "success"})),
+        );
+        assert_eq!(
+            status, 200,
+            "a pre-crash lease releases after the restart: {answer}"
+        );
+        // Released exactly once.
+        let (status, _) = target.send(
+            "POST",
+            &format!("/v1/leases/{id}/release"),
+            &key,
+            Some(&json!({"outcome": "success"})),
+        );
+        assert_eq!(status, 404);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::SeqCst);
+    let granted: usize = loaders.into_iter().map(|t| t.join().unwrap()).sum();
+    let max = up.max_in_flight.load(Ordering::SeqCst);
+    eprintln!(
+        "granted {granted}, max in flight {max}, loader leases carried across the crash {}",
+        carried.load(Ordering::SeqCst)
+    );
+    assert!(granted > 20, "the load ran ({granted} grants)");
+    assert!(
+        max <= PROVIDER_CONCURRENCY,
+        "the upstream served {max} calls at once, above the provider's concurrency"
+    );
+    assert_eq!(max, PROVIDER_CONCURRENCY, "the load filled the provider");
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+}
+
+#[test]
+fn after_a_sigkill_an_abandoned_lease_is_reclaimed_at_its_ttl_and_budgets_stay_charged() {
+    const TTL_MS: u64 = 1_500;
+    let data = tempfile::tempdir().unwrap();
+    let config = config_file(data.path(), TTL_MS);
+    let mut service = start(data.path(), &config, true);
+    let key = set_up(
+        &service,
+        json!({"concurrency": 1, "maxQueueLength": 8}),
+        json!({"concurrency": 8, "maxTokens": 100}),
+    );
+    let (status, lease) = http(
+        &service.addr,
+        "POST",
+        "/v1/admissions",
+        &key,
+        Some(&acquire_body("b", 60, 0)),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{lease}");
+
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    let restarted = Instant::now();
+    service = start(data.path(), &config, false);
+    let addr = service.addr.clone();
+    let try_now = |budget: &str, tokens: u64| {
+        http(
+            &addr,
+            "POST",
+            "/v1/admissions",
+            &key,
+            Some(&acquire_body(budget, tokens, 0)),
+        )
+        .unwrap()
+    };
+
+    // The lease still holds the provider's one slot, and its 60 tokens stay charged.
+    let (status, answer) = try_now("other", 1);
+    assert_ne!(
+        status, 200,
+        "the pre-crash lease no longer counts: {answer}"
+    );
+    assert_eq!(answer["reason"], "concurrency", "{answer}");
+    let (status, answer) = try_now("b", 60);
+    assert_ne!(status, 200);
+    assert_eq!(
+        answer["reason"], "tokens",
+        "the budget was refunded: {answer}"
+    );
+
+    // Nobody heartbeats it: reclaimed a TTL after the restart, not earlier.
+    let freed = loop {
+        let (status, answer) = try_now("other", 1);
+        if status == 200 {
+            let id = answer["leaseId"].as_str().unwrap();
+            let (status, _) = http(
+                &addr,
+                "POST",
+                &format!("/v1/leases/{id}/release"),
+                &key,
+                Some(&json!({"outcome": "success"})),
+            )
+            .unwrap();
+            assert_eq!(status, 200);
+            break restarted.elapsed();
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(10),
+            "never reclaimed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        freed >= Duration::from_millis(TTL_MS),
+        "freed {freed:?} after the restart, before its TTL"
+    );
+    // The released lease's holder is gone: its old ID is unknown now.
+    let old = lease["leaseId"].as_str().unwrap();
+    let (status, _) = http(
+        &addr,
+        "POST",
+        &format!("/v1/leases/{old}/release"),
+        &key,
+        Some(&json!({"outcome": "success"})),
+    )
+    .unwrap();
+    assert_eq!(status, 404);
+    // Reclaiming a lease gives its permit back, never its budget: 60 + 60 > 100, 60 + 40 fits.
+    let (_, answer) = try_now("b", 60);
+    assert_eq!(answer["reason"], "tokens", "{answer}");
+    let (status, answer) = try_now("b", 40);
+    assert_eq!(status, 200, "{answer}");
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+}

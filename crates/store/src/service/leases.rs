@@ -1,0 +1,105 @@
+//! The durable shapes of held leases and budget spend (issue 14: leases survive a crash of the
+//! process), and the rules a [`ServiceStore`](super::ServiceStore) applies to them.
+//!
+//! The service journals every grant, release and budget release as a [`LeaseChange`], in the
+//! order its driver applied them, in batches: one batch is one transaction
+//! ([`ServiceStore::apply_lease_changes`](super::ServiceStore::apply_lease_changes)), and the
+//! replies of that batch go out only after it committed. On start the service reads the held
+//! leases and the spend back and reinstates them in the admission core.
+//!
+//! # Rules
+//!
+//! - `Granted` stores the lease under its token and adds its charge to the spend line of its
+//!   invocation and lane (workspace, budget, principal, provider).
+//! - `Released` forgets the lease. With actual usage, the lease's charged tokens / cost are
+//!   replaced by the actual ones in its spend line (never below zero), as the core corrects its
+//!   own budgets; a lease whose budget was released since corrects nothing. An unknown token
+//!   changes nothing.
+//! - `BudgetReleased` forgets every spend line of the invocation, and detaches its held leases
+//!   from it (their `budget_id` becomes `None`), so a later opening of the same budget ID is
+//!   never corrected by an older lease.
+//!
+//! The store keeps plain numbers and IDs, never admission types, like the rest of this module.
+
+/// How far an acknowledged grant or release survives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LeaseDurability {
+    /// A crash of the process (SIGKILL, panic, OOM kill): SQLite WAL with
+    /// `synchronous=NORMAL`; the commit reaches the operating system, not the disk.
+    #[default]
+    Process,
+    /// A crash of the machine (power loss, kernel panic) too: `synchronous=FULL`, one `fsync`
+    /// of the WAL per committed batch.
+    Machine,
+}
+
+impl LeaseDurability {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseDurability::Process => "process",
+            LeaseDurability::Machine => "machine",
+        }
+    }
+}
+
+/// One held lease as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredLease {
+    /// The lease ID its holder knows (32 hex digits).
+    pub token: String,
+    pub workspace_id: String,
+    pub principal_id: String,
+    pub provider_id: String,
+    /// The invocation charged; `None` once its budget was released.
+    pub budget_id: Option<String>,
+    /// What the invocation was charged at admission.
+    pub attempts: u64,
+    pub tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+    pub admitted_at_ms: u64,
+    /// When the lease expires without a heartbeat, as granted (`None`: never).
+    pub expires_at_ms: Option<u64>,
+}
+
+/// What one invocation has spent on one lane (live leases' estimates and released leases'
+/// corrected usage).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSpend {
+    pub workspace_id: String,
+    pub budget_id: String,
+    pub principal_id: String,
+    pub provider_id: String,
+    pub attempts: u64,
+    pub tokens: u64,
+    pub cost_usd: f64,
+}
+
+/// One change to the held leases or the spend, as the service's driver made it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseChange {
+    Granted(StoredLease),
+    /// Released by its holder, reclaimed, or expired; with what the call actually used, when
+    /// reported.
+    Released {
+        token: String,
+        actual_tokens: Option<u64>,
+        actual_cost_usd: Option<f64>,
+    },
+    BudgetReleased {
+        workspace_id: String,
+        budget_id: String,
+    },
+}
+
+/// `spent` with a charge replaced by the actual amount (never below zero).
+pub(crate) fn corrected_tokens(spent: u64, charged: Option<u64>, actual: u64) -> u64 {
+    spent
+        .saturating_sub(charged.unwrap_or(0))
+        .saturating_add(actual)
+}
+
+/// `spent` with a charged cost replaced by the actual one (never below zero).
+pub(crate) fn corrected_cost(spent: f64, charged: Option<f64>, actual: f64) -> f64 {
+    (spent - charged.unwrap_or(0.0)).max(0.0) + actual
+}
