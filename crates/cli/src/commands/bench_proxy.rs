@@ -6,8 +6,9 @@
 //! and 64) it runs chat-completion calls back to back for `--seconds`, first **directly**
 //! against the fake upstream, then **through** the proxy, and reports p50 / p99 latency,
 //! calls/s, the added p50 / p99 (proxied − direct), and the service's CPU per proxied call:
-//! the user + system time of the `ts-svc` threads only (Linux: `/proc/self/task/*/stat`), so
-//! the load generator and the fake upstream are not charged. A streamed phase at concurrency 1
+//! the user + system time of the `ts-svc` threads and the service's `turnstile-store` thread
+//! only (Linux: `/proc/self/task/*/stat`), so the load generator and the fake upstream are not
+//! charged. A streamed phase at concurrency 1
 //! measures the time to the first body byte, direct and proxied.
 //!
 //! The service runs the same code as `turnstile serve` (its router, driver, auth, caps) with a
@@ -376,7 +377,8 @@ async fn connect(authority: &str) -> anyhow::Result<SendRequest<Full<Bytes>>> {
     Ok(sender)
 }
 
-/// User + system CPU of the service runtime's threads (`ts-svc`), Linux only.
+/// User + system CPU of the service: its runtime's threads (`ts-svc`) and its store thread
+/// (`turnstile-store`, which commits the lease journal). Linux only.
 fn service_cpu() -> Option<Duration> {
     let ticks_per_sec = 100.0; // USER_HZ on Linux
     let mut total = 0u64;
@@ -389,7 +391,9 @@ fn service_cpu() -> Option<Duration> {
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
             continue;
         };
-        if !stat[open + 1..close].starts_with("ts-svc") {
+        let comm = &stat[open + 1..close];
+        // The service's runtime threads and its store thread (lease journal commits).
+        if !(comm.starts_with("ts-svc") || comm.starts_with("turnstile-store")) {
             continue;
         }
         let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
