@@ -102,6 +102,8 @@ function problemsOf(doc: Doc): string[] {
   for (const [path, item] of Object.entries(doc.paths as Record<string, Schema>)) {
     for (const [method, op] of Object.entries(item)) {
       if (!METHODS.includes(method)) continue;
+      // Served for the operator's console (docs/console.md), not part of the clients.
+      if ((op as Schema)["x-console"] === true) continue;
       const key = `${method.toUpperCase()} ${path}`;
       documented.add(key);
       const known = OPERATIONS[key];

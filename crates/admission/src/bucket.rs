@@ -88,6 +88,11 @@ impl TokenBucket {
     /// Whole units available now (after refill).
     #[cfg(test)]
     pub fn available(&self) -> u64 {
+        self.level_units()
+    }
+
+    /// The level in whole units (as of the last refill).
+    pub fn level_units(&self) -> u64 {
         u64::try_from(self.level / u128::from(self.period_ms.max(1))).unwrap_or(u64::MAX)
     }
 

@@ -30,8 +30,8 @@ pub mod time;
 pub use breaker::BreakerTransition;
 pub use budget::{ActualUsage, BudgetBounds, InvalidActualCost};
 pub use controller::{
-    Acquired, AdmissionRequest, Charge, Controller, Counts, LeaseCharge, ProviderSnapshot,
-    ReinstateError, Released, Resolution, Snapshot, UnknownProvider,
+    Acquired, AdmissionRequest, BucketLevel, Charge, Controller, Counts, LaneView, LeaseCharge,
+    ProviderSnapshot, ReinstateError, Released, Resolution, Snapshot, UnknownProvider,
 };
 pub use estimate::{CheckedEstimate, Estimate, InvalidEstimate};
 pub use evidence::{Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};

@@ -41,8 +41,8 @@ use serde::{Deserialize, Serialize};
 use crate::breaker::BreakerTransition;
 use crate::budget::{ActualUsage, BudgetBounds};
 use crate::controller::{
-    Acquired, AdmissionRequest, Charge, Controller, Counts, LeaseCharge, ReinstateError, Released,
-    Resolution, Snapshot, TRANSITION_OUTBOX_LIMIT,
+    Acquired, AdmissionRequest, Charge, Controller, Counts, LaneView, LeaseCharge, ReinstateError,
+    Released, Resolution, Snapshot, TRANSITION_OUTBOX_LIMIT,
 };
 use crate::digest::canonical_digest;
 use crate::evidence::{Lease, LeaseId, Outcome, Rejection, WaiterId};
@@ -534,6 +534,13 @@ impl Registry {
         self.workspaces
             .get(workspace_id)
             .map(|e| e.controller.snapshot())
+    }
+
+    /// The live view of a workspace's provider lanes at `now` (`None` without a profile).
+    pub fn lane_views(&self, workspace_id: &str, now: Millis) -> Option<Vec<LaneView>> {
+        self.workspaces
+            .get(workspace_id)
+            .map(|e| e.controller.lane_views(now))
     }
 
     /// Workspace-wide counts.

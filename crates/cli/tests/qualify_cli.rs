@@ -22,3 +22,38 @@ fn qualify_arrivals_into_a_closed_pipe_ends_quietly_and_successfully() {
     assert!(output.status.success(), "{:?}", output.status);
     assert_eq!(String::from_utf8_lossy(&output.stderr), "");
 }
+
+/// `--report FILE.html`: one self-contained page with the charts, the bounds table and both
+/// digests; the same run gives the same record (the harness is deterministic).
+#[test]
+fn qualify_report_writes_a_self_contained_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.html");
+    let output = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(["qualify", "--json", "--report"])
+        .arg(&report)
+        .output()
+        .expect("the turnstile binary runs");
+    assert!(output.status.success(), "{:?}", output);
+    let record: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.starts_with("<!doctype html>"));
+    assert_eq!(html.matches(r#"<figure class="chart">"#).count(), 4);
+    assert!(html.contains("<polyline"));
+    for digest in [&record["digest"], &record["manifest"]["digest"]] {
+        assert!(html.contains(digest.as_str().unwrap()), "{digest}");
+    }
+    let bounds = record["comparisons"].as_array().unwrap().len();
+    assert_eq!(html.matches("<tr data-pass=").count(), bounds);
+    // Self-contained: no script, nothing fetched.
+    for absent in ["<script", "src=", "href=", "http://", "https://"] {
+        assert!(!html.contains(absent), "{absent}");
+    }
+    // The evaluator alone cannot be charted.
+    let refused = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(["qualify", "--target", "evaluator", "--report"])
+        .arg(dir.path().join("no.html"))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+}

@@ -120,6 +120,22 @@ pub fn run_admission_controller_traced(
     harness.run_traced(window_ms, &mut |_| {})
 }
 
+/// A traced run that also samples the workspace's active and queued totals at the end of
+/// every virtual second (`samples[s]` is the state at `(s + 1) * 1000` ms, before the events
+/// of that instant), for the HTML report's timeline.
+pub fn run_admission_controller_sampled(
+    manifest: &Manifest,
+    arrivals: impl Iterator<Item = Arrival>,
+    window_ms: u64,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(Observations, Vec<ArrivalOutcome>, Vec<Counts>), RegistryError> {
+    let mut harness = Harness::new(manifest, arrivals.peekable())?;
+    harness.outcomes = Some(Vec::new());
+    harness.samples = Some(Vec::new());
+    let (observations, outcomes) = harness.run_traced_sampled(window_ms, progress)?;
+    Ok((observations, outcomes.0, outcomes.1))
+}
+
 struct Harness<'a, I: Iterator<Item = Arrival>> {
     manifest: &'a Manifest,
     arrivals: Peekable<I>,
@@ -137,6 +153,8 @@ struct Harness<'a, I: Iterator<Item = Arrival>> {
     now: u64,
     /// Per-arrival endings, kept only by a traced run.
     outcomes: Option<Vec<ArrivalOutcome>>,
+    /// Totals at the end of every virtual second, kept only by a sampled run.
+    samples: Option<Vec<Counts>>,
 }
 
 impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
@@ -156,6 +174,7 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
             observations: Observations::default(),
             now: 0,
             outcomes: None,
+            samples: None,
         })
     }
 
@@ -199,11 +218,22 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
     }
 
     fn run_traced(
-        mut self,
+        self,
         window_ms: u64,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(Observations, Vec<ArrivalOutcome>), RegistryError> {
+        let (observations, (outcomes, _)) = self.run_traced_sampled(window_ms, progress)?;
+        Ok((observations, outcomes))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn run_traced_sampled(
+        mut self,
+        window_ms: u64,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(Observations, (Vec<ArrivalOutcome>, Vec<Counts>)), RegistryError> {
         let mut steps = 0u64;
+        let mut next_sample = 1000u64;
         loop {
             steps += 1;
             if steps.is_multiple_of(PROGRESS_EVERY) {
@@ -219,6 +249,12 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
             else {
                 break;
             };
+            if let Some(samples) = self.samples.as_mut() {
+                while next_sample <= at && next_sample <= window_ms {
+                    samples.push(self.registry.totals(WORKSPACE).unwrap_or_default());
+                    next_sample += 1000;
+                }
+            }
             self.now = self.now.max(at);
             if next_timer.is_some_and(|t| t <= self.now) {
                 self.registry.handle_timeout(WORKSPACE, self.now)?;
@@ -239,7 +275,19 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
         observations.noisy_principal_admission_ratio =
             ratio(self.noisy.admitted, self.noisy.arrivals);
         observations.virtual_duration_ms = self.now.max(window_ms);
-        Ok((self.observations, self.outcomes.unwrap_or_default()))
+        if let Some(samples) = self.samples.as_mut() {
+            while next_sample <= window_ms {
+                samples.push(self.registry.totals(WORKSPACE).unwrap_or_default());
+                next_sample += 1000;
+            }
+        }
+        Ok((
+            self.observations,
+            (
+                self.outcomes.unwrap_or_default(),
+                self.samples.unwrap_or_default(),
+            ),
+        ))
     }
 
     fn class(&mut self, class: PrincipalClass) -> &mut ClassCounts {

@@ -11,4 +11,5 @@ pub mod manifest;
 pub mod observations;
 pub mod qualify;
 pub mod record;
+pub mod report;
 pub mod resources;

@@ -4,7 +4,7 @@
 
 use crate::arrivals::ArrivalStream;
 use crate::evaluator_target::{run_evaluator, EvaluatorTargetError};
-use crate::harness::run_admission_controller;
+use crate::harness::{run_admission_controller, run_admission_controller_sampled};
 use crate::manifest::LoadedManifest;
 use crate::record::{LoadResultRecord, Mode, Target};
 use crate::resources::CpuStopwatch;
@@ -44,6 +44,35 @@ pub fn qualify_admission_controller(
         observations,
         resources,
     )?)
+}
+
+/// [`qualify_admission_controller`], also rendering the run as a self-contained HTML report
+/// ([`crate::report::html_report`]). The record is the same as the plain run's (the harness is
+/// deterministic; the report keeps per-arrival outcomes in memory while it is built).
+pub fn qualify_admission_controller_with_report(
+    manifest: &LoadedManifest,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(LoadResultRecord, String), QualifyError> {
+    let window_seconds = manifest.manifest.duration.window_seconds();
+    let stopwatch = CpuStopwatch::start();
+    let arrivals = ArrivalStream::new(&manifest.manifest, window_seconds);
+    let (observations, outcomes, samples) = run_admission_controller_sampled(
+        &manifest.manifest,
+        arrivals,
+        window_seconds * 1000,
+        progress,
+    )?;
+    let resources = stopwatch.finish(observations.virtual_duration_ms);
+    let record = LoadResultRecord::new(
+        manifest,
+        Mode::OfflineFakeProvider,
+        Target::AdmissionController,
+        window_seconds,
+        observations,
+        resources,
+    )?;
+    let html = crate::report::html_report(&record, &outcomes, &samples);
+    Ok((record, html))
 }
 
 /// Runs the evaluator target over the manifest's first `evaluatorSampleSeconds`.

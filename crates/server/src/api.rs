@@ -3,16 +3,18 @@
 
 pub mod admissions;
 pub mod coordination;
+pub mod events;
 pub mod keys;
 pub mod leases;
 pub mod ops;
 pub mod profiles;
+pub mod revisions;
 pub mod validate;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use turnstile_shell::{Clock, DriverHandle, LeaseMetrics, Telemetry};
+use turnstile_shell::{Clock, DriverHandle, Feed, LeaseMetrics, Telemetry};
 
 use crate::config::Config;
 use crate::keys::KeyRing;
@@ -43,6 +45,8 @@ pub struct AppState {
     pub key_slots: Arc<Slots<[u8; 32]>>,
     /// Admission requests waiting for an answer, per principal.
     pub pending: Arc<Slots<PrincipalKey>>,
+    /// The driver's event feed (the console's live view, `GET …/events`).
+    pub feed: Feed,
     /// Proxy mode (`/openai/v1/...`, `/anthropic/v1/...`).
     pub proxy: Arc<turnstile_proxy::Proxy>,
 }

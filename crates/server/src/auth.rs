@@ -8,7 +8,8 @@
 //! [`gate`] runs before every handler: it authenticates once, takes one of the key's
 //! `http.max_requests_per_key` request slots for the whole request (429 `key-busy` and the
 //! connection closed past it), and on a connection of the operators' reserved slice lets only
-//! health, metrics, the OpenAPI document and admin-key calls through (503 `overloaded`).
+//! health, metrics, the OpenAPI document, the console page (`/ui`) and admin-key calls through
+//! (503 `overloaded`).
 
 use std::sync::Arc;
 
@@ -106,7 +107,11 @@ pub async fn gate(State(state): State<AppState>, mut request: Request, next: Nex
     }
     let authenticated = authenticate(request.headers(), &state);
     if request.extensions().get::<ReservedSlice>().is_some() {
-        let operator = OPERATOR_PATHS.contains(&request.uri().path())
+        let path = request.uri().path();
+        // The console's page and assets carry no data; its API calls use the admin key.
+        let console = path == "/ui" || path.starts_with("/ui/");
+        let operator = OPERATOR_PATHS.contains(&path)
+            || console
             || matches!(authenticated, Some((_, Caller::Admin)));
         if !operator {
             state.metrics.cut(Cut::Overloaded);
@@ -140,6 +145,10 @@ pub enum Operation {
     HeartbeatLease,
     ReleaseBudget,
     PauseProvider,
+    /// `GET …/profiles/{profileVersion}`: a revision's limits (the console's diff and rollback).
+    ReadProfileRevision,
+    /// `GET …/events`: the live feed (admin: every workspace, with per-principal fairness).
+    WatchEvents,
 }
 
 /// Who a key stands for, as far as permissions go.
@@ -165,7 +174,7 @@ pub enum Access {
 }
 
 impl Operation {
-    pub const ALL: [Operation; 12] = [
+    pub const ALL: [Operation; 14] = [
         Operation::RegisterProfile,
         Operation::ReadProfiles,
         Operation::ReadBreakers,
@@ -178,6 +187,8 @@ impl Operation {
         Operation::HeartbeatLease,
         Operation::ReleaseBudget,
         Operation::PauseProvider,
+        Operation::ReadProfileRevision,
+        Operation::WatchEvents,
     ];
 }
 
@@ -190,10 +201,28 @@ pub const fn access(role: Role, operation: Operation) -> Access {
     use Access::{Any, Denied, OwnLeases, OwnWorkspace};
     use Operation as Op;
     match (operation, role) {
-        (Op::RegisterProfile | Op::CreateKey | Op::ListKeys | Op::RevokeKey, Role::Admin) => Any,
-        (Op::RegisterProfile | Op::CreateKey | Op::ListKeys | Op::RevokeKey, _) => Denied,
-        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot, Role::Admin) => Any,
-        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot, _) => OwnWorkspace,
+        (
+            Op::RegisterProfile
+            | Op::CreateKey
+            | Op::ListKeys
+            | Op::RevokeKey
+            | Op::ReadProfileRevision,
+            Role::Admin,
+        ) => Any,
+        (
+            Op::RegisterProfile
+            | Op::CreateKey
+            | Op::ListKeys
+            | Op::RevokeKey
+            | Op::ReadProfileRevision,
+            _,
+        ) => Denied,
+        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot | Op::WatchEvents, Role::Admin) => {
+            Any
+        }
+        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot | Op::WatchEvents, _) => {
+            OwnWorkspace
+        }
         (Op::Acquire | Op::ReleaseBudget | Op::PauseProvider, Role::Principal) => OwnWorkspace,
         (Op::ReleaseLease | Op::HeartbeatLease, Role::Principal) => OwnLeases,
         // A principal the profile stopped naming may still give back what it holds (its

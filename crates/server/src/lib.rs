@@ -44,6 +44,7 @@ pub mod routes;
 pub mod serve;
 pub mod slots;
 pub mod status;
+pub mod ui;
 
 pub use bootstrap::BootstrapKeys;
 pub use config::{Config, ConfigError};

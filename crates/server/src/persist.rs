@@ -57,6 +57,10 @@ pub enum StoreOp {
         reply: oneshot::Sender<Result<bool, ServiceStoreError>>,
     },
     AppendAudit(Vec<AuditRecord>),
+    /// Every registration, oldest first (the console's revision view).
+    Profiles {
+        reply: oneshot::Sender<Result<Vec<StoredProfile>, ServiceStoreError>>,
+    },
     /// One driver batch of lease changes; `done` runs once they committed (or failed to).
     Leases {
         changes: Vec<LeaseChange>,
@@ -169,6 +173,7 @@ impl StoreHandle {
                             reply,
                         } => answer(reply, store.revoke_key(&workspace, &hash, &record)),
                         StoreOp::AppendAudit(records) => store.append_audit(&records).is_err(),
+                        StoreOp::Profiles { reply } => answer(reply, store.profiles()),
                         StoreOp::Audit {
                             workspace,
                             kind,
@@ -241,6 +246,11 @@ impl StoreHandle {
             reply,
         })
         .await
+    }
+
+    /// Every registration, oldest first.
+    pub async fn profiles(&self) -> Result<Vec<StoredProfile>, ApiError> {
+        self.ask(|reply| StoreOp::Profiles { reply }).await
     }
 
     /// Reads the last `limit` audit records of one kind.

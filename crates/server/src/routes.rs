@@ -12,7 +12,10 @@ use axum::Router;
 use crate::auth::{gate, ReservedSlice};
 use crate::keys::Caller;
 
-use crate::api::{admissions, coordination, keys, leases, ops, profiles, AppState};
+use crate::api::{
+    admissions, coordination, events, keys, leases, ops, profiles, revisions, AppState,
+};
+use crate::ui;
 
 /// Every route, as (method, OpenAPI path).
 pub const ROUTES: &[(&str, &str)] = &[
@@ -20,7 +23,12 @@ pub const ROUTES: &[(&str, &str)] = &[
         "put",
         "/v1/workspaces/{workspaceId}/profiles/{profileVersion}",
     ),
+    (
+        "get",
+        "/v1/workspaces/{workspaceId}/profiles/{profileVersion}",
+    ),
     ("get", "/v1/workspaces/{workspaceId}/profiles"),
+    ("get", "/v1/workspaces/{workspaceId}/events"),
     ("get", "/v1/workspaces/{workspaceId}/breakers"),
     ("get", "/v1/workspaces/{workspaceId}/snapshot"),
     ("post", "/v1/workspaces/{workspaceId}/keys"),
@@ -35,6 +43,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/openapi.json"),
+    ("get", "/ui"),
+    ("get", "/ui/{asset}"),
 ];
 
 /// The service's router over `state`: the general one, or (`reserved`) the one that serves
@@ -44,12 +54,13 @@ pub fn router(state: AppState, reserved: bool) -> Router {
     let router = Router::new()
         .route(
             "/v1/workspaces/{workspaceId}/profiles/{profileVersion}",
-            put(profiles::put_profile),
+            put(profiles::put_profile).get(revisions::profile_revision),
         )
         .route(
             "/v1/workspaces/{workspaceId}/profiles",
             get(profiles::profile_history),
         )
+        .route("/v1/workspaces/{workspaceId}/events", get(events::events))
         .route(
             "/v1/workspaces/{workspaceId}/breakers",
             get(profiles::breaker_history),
@@ -81,6 +92,8 @@ pub fn router(state: AppState, reserved: bool) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/openapi.json", get(ops::openapi))
+        .route("/ui", get(ui::index))
+        .route("/ui/{asset}", get(ui::asset))
         .merge(turnstile_proxy::router(state.proxy.clone()).layer(from_fn(identify)))
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)

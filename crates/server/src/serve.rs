@@ -40,7 +40,7 @@ use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
 use crate::config::{Config, ConfigError};
 use crate::conn::DeadlineIo;
 use crate::metrics::Cut;
-use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, LeaseMetrics, Telemetry};
+use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, Feed, LeaseMetrics, Telemetry};
 
 use crate::data_lock::{DataDirLock, DataLockError};
 use crate::journal::StoreJournal;
@@ -146,7 +146,7 @@ pub async fn start_with_telemetry(
     // Before anything reads or writes the directory: one process per data directory.
     let data_lock = DataDirLock::acquire(&config.data_dir)?;
     let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
-    store.set_lease_durability(config.leases.durability.store());
+    store.set_lease_durability(config.leases.durability.store())?;
     let clock = Clock::system();
     let mut registry = Registry::new();
     registry.set_budget_bounds(BudgetBounds {
@@ -177,6 +177,7 @@ pub async fn start_with_telemetry(
     let (store, store_thread) =
         StoreHandle::spawn(boxed, metrics.clone()).map_err(ServerError::Thread)?;
     let lease_metrics = Arc::new(LeaseMetrics::default());
+    let feed = Feed::new();
     let (mut driver, driver_handle) = Driver::new(
         registry,
         clock,
@@ -187,7 +188,7 @@ pub async fn start_with_telemetry(
         lease_metrics.clone(),
     );
     recover::reinstate_leases(held_leases, &mut driver)?;
-    let driver_task = tokio::spawn(driver.run());
+    let driver_task = tokio::spawn(driver.with_feed(feed.clone()).run());
 
     let proxy = Arc::new(turnstile_proxy::Proxy::new(
         config.proxy.clone(),
@@ -215,6 +216,7 @@ pub async fn start_with_telemetry(
         config: config.clone(),
         ready: ready.clone(),
         telemetry,
+        feed,
         proxy,
     };
     let (shutdown_tx, shutdown_rx) = oneshot::channel();

@@ -118,6 +118,13 @@ fn healthz_answers_within_100ms_while_1100_slow_body_connections_are_open() {
         times.iter().all(|t| *t < Duration::from_millis(100)),
         "healthz probes: {times:?}"
     );
+    // The console page too (it carries no data; its API calls use the admin key).
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .write_all(b"GET /ui HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let (text, _) = read_until_closed(&mut stream, Duration::from_secs(5));
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     // Admin calls are served on the reserved slice too; a principal's are refused there.
     let snapshot = server.snapshot("t");
     assert!(snapshot["active"].is_u64(), "{snapshot}");

@@ -35,6 +35,9 @@ fn call(server: &TestServer, key: &str, operation: Operation) -> RequestBuilder 
         Operation::PauseProvider => c
             .post(url("/v1/providers/wide/retry-after"))
             .json(&json!({"retryAfterMs": 1})),
+        Operation::ReadProfileRevision => c.get(url("/v1/workspaces/t/profiles/v1")),
+        // One event, so the stream ends and the body can be read.
+        Operation::WatchEvents => c.get(url("/v1/workspaces/t/events?maxEvents=1")),
     };
     builder.bearer_auth(key)
 }
@@ -83,6 +86,7 @@ fn every_call_answers_as_the_role_table_says() {
         Operation::ReadProfiles,
         Operation::ReadBreakers,
         Operation::ReadSnapshot,
+        Operation::WatchEvents,
     ] {
         assert_eq!(access(Role::Principal, operation), Access::OwnWorkspace);
         let status = call(&server, &outsider, operation).send().unwrap().status();

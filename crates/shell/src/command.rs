@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::oneshot;
 use turnstile_admission::{
-    ActualUsage, BreakerTransition, Estimate, Millis, Outcome, Profile, ProfileChangeRecord,
-    Rejection, Snapshot,
+    ActualUsage, BreakerTransition, Estimate, LaneView, Millis, Outcome, Profile,
+    ProfileChangeRecord, Rejection, Snapshot,
 };
 
 use crate::error::DriverError;
@@ -109,6 +109,12 @@ pub enum Command {
         workspace: Arc<str>,
         principal: Arc<str>,
         reply: oneshot::Sender<Standing>,
+    },
+    /// The live view of a workspace's provider lanes, with the driver's clock reading (`None`
+    /// without a profile).
+    Lanes {
+        workspace: String,
+        reply: oneshot::Sender<Option<(Millis, Vec<LaneView>)>>,
     },
     /// The driver's clock reading and the instant its one timer is armed for.
     Timer {

@@ -53,7 +53,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use turnstile_admission::{
     Acquired, ActualUsage, AdmissionRequest, BreakerTransition, Evidence, LeaseId, Millis, Outcome,
-    Profile, ProfileChangeRecord, Registry, ReinstateError, WaiterId,
+    Profile, ProfileChangeRecord, Reason, Registry, ReinstateError, WaiterId,
 };
 
 use crate::clock::Clock;
@@ -61,6 +61,7 @@ use crate::command::{
     Acquire, AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot,
 };
 use crate::error::DriverError;
+use crate::feed::{Feed, Pause, Tally};
 use crate::grant::Grant;
 use crate::handle::DriverHandle;
 use crate::journal::{HeldLease, Journal, LeaseEvent, Registration};
@@ -82,6 +83,8 @@ pub struct DriverConfig {
 struct Pending {
     ticket: u64,
     principal: Arc<str>,
+    /// The provider lane (for the event feed's counts).
+    provider: Arc<str>,
     span: Option<AdmitSpan>,
     reply: oneshot::Sender<AcquireReply>,
 }
@@ -135,6 +138,9 @@ pub struct Driver {
     timer_floor: Millis,
     draining: bool,
     stopped: bool,
+    /// The console's event feed, when a host asked for one ([`Driver::with_feed`]).
+    feed: Option<Feed>,
+    tally: Tally,
 }
 
 impl Driver {
@@ -168,8 +174,16 @@ impl Driver {
             timer_floor: 0,
             draining: false,
             stopped: false,
+            feed: None,
+            tally: Tally::default(),
         };
         (driver, handle)
+    }
+
+    /// Publishes what changes on `feed` (see [`crate::feed`]).
+    pub fn with_feed(mut self, feed: Feed) -> Self {
+        self.feed = Some(feed);
+        self
     }
 
     /// Builds a driver and spawns it on the current tokio runtime.
@@ -200,6 +214,8 @@ impl Driver {
                 biased;
                 command = self.rx.recv() => {
                     let Some(command) = command else { break };
+                    self.tally
+                        .set_enabled(self.feed.as_ref().is_some_and(Feed::has_subscribers));
                     self.handle(command);
                     for _ in 0..BATCH {
                         match self.rx.try_recv() {
@@ -215,6 +231,9 @@ impl Driver {
             }
             self.flush_lease_events();
             self.update_gauges();
+            if let Some(feed) = &self.feed {
+                self.tally.flush(&self.registry, feed, self.clock.now_ms());
+            }
             if self.stopped {
                 break;
             }
@@ -224,10 +243,7 @@ impl Driver {
     fn next_wake(&self) -> Option<Millis> {
         let core = self.registry.poll_timeout();
         let lease = self.leases.next_expiry();
-        let wake = match (core, lease) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let wake = [core, lease, self.tally.due()].into_iter().flatten().min();
         wake.map(|at| at.max(self.timer_floor))
     }
 
@@ -355,6 +371,15 @@ impl Driver {
                     .registry
                     .coordinate_retry_after(&workspace, &provider, retry_after_ms, now)
                     .map_err(DriverError::from);
+                if let Ok(until) = result {
+                    let pause = Pause {
+                        provider_id: provider,
+                        retry_after_ms,
+                        until_epoch_ms: until,
+                        at_epoch_ms: now,
+                    };
+                    self.tally.pause(&workspace, pause, now);
+                }
                 self.deliver(&workspace, now);
                 let _ = reply.send(result);
             }
@@ -382,6 +407,13 @@ impl Driver {
                     Some(_) => Standing::NotNamed,
                 };
                 let _ = reply.send(standing);
+            }
+            Command::Lanes { workspace, reply } => {
+                let _ = reply.send(
+                    self.registry
+                        .lane_views(&workspace, now)
+                        .map(|lanes| (now, lanes)),
+                );
             }
             Command::Timer { reply } => {
                 let _ = reply.send((now, self.next_wake()));
@@ -439,6 +471,7 @@ impl Driver {
             let _ = reply.send(AcquireReply::ShuttingDown);
             return;
         }
+        let provider: Arc<str> = Arc::from(provider_id.as_str());
         let request =
             AdmissionRequest::new(&*principal, provider_id, budget_id).with_estimate(estimate);
         let acquired = match wait {
@@ -469,6 +502,15 @@ impl Driver {
                 let _ = reply.send(AcquireReply::NoProfile);
             }
             Ok(Acquired::Admitted(lease)) => {
+                let delay = lease.evidence.queue_delay_ms;
+                self.tally.decision(
+                    &workspace,
+                    &provider,
+                    &principal,
+                    Reason::Admitted,
+                    delay,
+                    now,
+                );
                 let admitted = Admitted {
                     lease: lease.id,
                     evidence: lease.evidence,
@@ -478,6 +520,9 @@ impl Driver {
                 self.grant(&workspace, &principal, admitted, now);
             }
             Ok(Acquired::Rejected(rejection)) => {
+                let reason = rejection.reason;
+                self.tally
+                    .decision(&workspace, &provider, &principal, reason, 0, now);
                 if let Some(span) = span {
                     span.rejected(&rejection.evidence);
                 }
@@ -494,6 +539,7 @@ impl Driver {
                     Pending {
                         ticket,
                         principal,
+                        provider,
                         span,
                         reply,
                     },
@@ -666,6 +712,9 @@ impl Driver {
             }
             Ok(change) => {
                 let answer = change.clone();
+                if let Some(record) = &change {
+                    self.tally.profile_change(&workspace, record, now);
+                }
                 let registration = Registration {
                     workspace: workspace.clone(),
                     profile_version: version,
@@ -764,11 +813,26 @@ impl Driver {
 
     /// Delivers every resolution of `workspace`.
     fn deliver(&mut self, workspace: &str, now: Millis) {
+        self.tally.touch(workspace, now);
         while let Some(resolution) = self.registry.poll_resolution(workspace) {
             let pending = self
                 .pending
                 .get_mut(workspace)
                 .and_then(|m| m.remove(&resolution.waiter));
+            if let Some(pending) = &pending {
+                let (reason, delay) = match &resolution.outcome {
+                    Ok(lease) => (Reason::Admitted, lease.evidence.queue_delay_ms),
+                    Err(rejection) => (rejection.reason, 0),
+                };
+                self.tally.decision(
+                    workspace,
+                    &pending.provider,
+                    &pending.principal,
+                    reason,
+                    delay,
+                    now,
+                );
+            }
             match (pending, resolution.outcome) {
                 (Some(pending), Ok(lease)) => {
                     self.tickets.remove(&pending.ticket);
@@ -807,6 +871,8 @@ impl Driver {
     fn journal_transitions(&mut self) {
         let mut batch: Option<(String, Vec<BreakerTransition>)> = None;
         while let Some((workspace, transition)) = self.registry.poll_transition() {
+            self.tally
+                .transition(&workspace, &transition, transition.at_epoch_ms);
             match &mut batch {
                 Some((current, list)) if *current == workspace => list.push(transition),
                 _ => {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use turnstile_admission::{Millis, Profile, ProfileChangeRecord};
+use turnstile_admission::{LaneView, Millis, Profile, ProfileChangeRecord};
 
 use crate::command::{Acquire, AcquireCommand, AcquireReply, Command, Standing, WorkspaceSnapshot};
 use crate::error::DriverError;
@@ -189,6 +189,19 @@ impl DriverHandle {
         self.ask(|reply| Command::Standing {
             workspace: Arc::from(workspace),
             principal: Arc::from(principal),
+            reply,
+        })
+        .await
+    }
+
+    /// The live view of a workspace's provider lanes and the driver's clock reading (`None`
+    /// without a profile).
+    pub async fn lanes(
+        &self,
+        workspace: &str,
+    ) -> Result<Option<(Millis, Vec<LaneView>)>, DriverError> {
+        self.ask(|reply| Command::Lanes {
+            workspace: workspace.to_owned(),
             reply,
         })
         .await

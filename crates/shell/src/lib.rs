@@ -18,6 +18,7 @@ pub mod clock;
 pub mod command;
 pub mod driver;
 pub mod error;
+pub mod feed;
 pub mod grant;
 pub mod handle;
 pub mod journal;
@@ -31,6 +32,7 @@ pub use command::{
 };
 pub use driver::{Driver, DriverConfig, ReinstateFailure};
 pub use error::DriverError;
+pub use feed::{DecisionCount, Feed, FeedEvent, Pause, PrincipalTally};
 pub use grant::Grant;
 pub use handle::{CancelGuard, DriverHandle};
 pub use journal::{HeldLease, Journal, LeaseEvent, NoJournal, Registration};

@@ -128,7 +128,7 @@ fn leases_and_spend_survive_reopening_at_either_durability() {
         let dir = tempfile::tempdir().unwrap();
         {
             let mut store = SqliteServiceStore::open_dir(dir.path()).unwrap();
-            store.set_lease_durability(durability);
+            store.set_lease_durability(durability).unwrap();
             store
                 .apply_lease_changes(&[
                     LeaseChange::Granted(lease("a", "b", 3)),

@@ -74,6 +74,7 @@
 //! - Evidence never carries a principal or workspace ID.
 
 mod admit;
+mod lanes;
 mod pump;
 mod reinstate;
 mod snapshot;
@@ -96,6 +97,7 @@ use crate::ring::FairRing;
 use crate::scopes::Scopes;
 use crate::time::Millis;
 
+pub use lanes::{BucketLevel, LaneView};
 pub use reinstate::{Charge, LeaseCharge, ReinstateError};
 pub use snapshot::{Counts, ProviderSnapshot, Snapshot};
 

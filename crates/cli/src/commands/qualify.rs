@@ -10,7 +10,9 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use turnstile_qualification::arrivals::{generate, write_json_lines};
 use turnstile_qualification::manifest::LoadedManifest;
-use turnstile_qualification::qualify::{qualify_admission_controller, qualify_evaluator};
+use turnstile_qualification::qualify::{
+    qualify_admission_controller, qualify_admission_controller_with_report, qualify_evaluator,
+};
 use turnstile_qualification::record::{BuildProfile, LoadResultRecord, Target};
 
 #[derive(Debug, Args)]
@@ -31,6 +33,11 @@ pub struct QualifyArgs {
     /// Print the records as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also write a self-contained HTML report with charts of the admission-controller run
+    /// (arrivals, active and queued, shed by reason, admission ratio per principal class, the
+    /// bounds table and the digests).
+    #[arg(long, value_name = "FILE.html")]
+    report: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -86,12 +93,19 @@ pub fn run(args: QualifyArgs) -> anyhow::Result<()> {
         TargetChoice::Evaluator => &[Target::Evaluator],
         TargetChoice::All => &[Target::AdmissionController, Target::Evaluator],
     };
+    if args.report.is_some() && !targets.contains(&Target::AdmissionController) {
+        anyhow::bail!("--report charts the admission-controller target: use --target admission-controller or all");
+    }
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     }
     let mut records = Vec::with_capacity(targets.len());
     for &target in targets {
-        let record = run_target(&loaded, target, args.json)?;
+        let report = args
+            .report
+            .as_deref()
+            .filter(|_| target == Target::AdmissionController);
+        let record = run_target(&loaded, target, args.json, report)?;
         let path = match &args.out {
             Some(out) => {
                 let path = out.join(format!("{}.json", record.target.as_str()));
@@ -137,6 +151,7 @@ fn run_target(
     loaded: &LoadedManifest,
     target: Target,
     json: bool,
+    report: Option<&std::path::Path>,
 ) -> anyhow::Result<LoadResultRecord> {
     let duration = &loaded.manifest.duration;
     let window_ms = match target {
@@ -155,9 +170,15 @@ fn run_target(
     );
     bar.set_message(target.as_str());
     let mut progress = |now: u64| bar.set_position(now.min(window_ms));
-    let record = match target {
-        Target::AdmissionController => qualify_admission_controller(loaded, &mut progress)?,
-        Target::Evaluator => qualify_evaluator(loaded, &mut progress)?,
+    let record = match (target, report) {
+        (Target::AdmissionController, Some(path)) => {
+            let (record, html) = qualify_admission_controller_with_report(loaded, &mut progress)?;
+            std::fs::write(path, html)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            record
+        }
+        (Target::AdmissionController, None) => qualify_admission_controller(loaded, &mut progress)?,
+        (Target::Evaluator, _) => qualify_evaluator(loaded, &mut progress)?,
     };
     bar.finish_and_clear();
     Ok(record)

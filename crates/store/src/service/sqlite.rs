@@ -1,24 +1,27 @@
-//! The SQLite service store: one database file in WAL mode with `synchronous=FULL`, so a
-//! registration acknowledged to a client survives a crash.
+//! The SQLite service store: the main database file in WAL mode with `synchronous=FULL`, so a
+//! registration acknowledged to a client survives a crash of the machine.
 //!
-//! Lease batches ([`ServiceStore::apply_lease_changes`]) commit at the store's
-//! [`LeaseDurability`]: `Process` (the default) switches the connection to
-//! `synchronous=NORMAL` for the batch's transaction only (the WAL write reaches the operating
-//! system, which survives a crash of the process, without an `fsync` per batch) and back to
-//! `FULL` after it; `Machine` keeps `FULL`.
+//! Held leases and budget spend live in a second file, attached as schema `lease_log`
+//! (`service.leases.sqlite3` beside `service.sqlite3`), also in WAL mode, at the store's
+//! [`LeaseDurability`]: `Process` (the default) is `synchronous=OFF`: a committed batch has been
+//! handed to the operating system, which keeps it across a crash of the process, and neither
+//! commits nor WAL checkpoints of that file ever wait for an `fsync` (measured: with the leases
+//! in the main file at `NORMAL`, its checkpoints' `fsync`s held every reply behind them, request
+//! p50 0.3 → 3.5 ms at 3,000 pairs/s). `Machine` is `synchronous=FULL` on that file. A lease
+//! batch writes only `lease_log`, so it never shares a transaction (or a checkpoint) with the
+//! main file, and the main file's durability never depends on the lease setting.
 //!
-//! Schema (version 2, tracked with `PRAGMA user_version`; version 1 lacks the last two tables,
-//! which opening a version-1 file adds):
+//! Schema (version 2, tracked with `PRAGMA user_version` of the main file):
 //!
 //! - `api_keys(hash PRIMARY KEY, role, workspace_id, principal_id, created_at_ms)`
 //! - `profiles(seq INTEGER PRIMARY KEY AUTOINCREMENT, workspace_id, profile_version,
 //!   profile_json, registered_at_ms)`: registration order is `seq` order.
 //! - `audit(seq INTEGER PRIMARY KEY AUTOINCREMENT, workspace_id, kind, record_json,
 //!   at_epoch_ms)` with an index on `(workspace_id, kind, seq)`.
-//! - `leases(seq INTEGER PRIMARY KEY AUTOINCREMENT, token UNIQUE, workspace_id, principal_id,
+//! - in `lease_log`: `leases(seq INTEGER PRIMARY KEY, token UNIQUE, workspace_id, principal_id,
 //!   provider_id, budget_id NULL, attempts, tokens NULL, cost_usd NULL, admitted_at_ms,
 //!   expires_at_ms NULL)`: the held leases, grant order is `seq` order.
-//! - `budget_spend(workspace_id, budget_id, principal_id, provider_id, attempts, tokens,
+//! - in `lease_log`: `budget_spend(workspace_id, budget_id, principal_id, provider_id, attempts, tokens,
 //!   cost_usd)`, primary key the first four: one running total per invocation and lane.
 
 use std::path::Path;
@@ -34,6 +37,9 @@ use super::types::{
 
 /// The database file name inside the data directory.
 pub const SERVICE_DB_FILE: &str = "service.sqlite3";
+
+/// The extension of the lease file beside the main one (`service.leases.sqlite3`).
+pub const LEASES_DB_EXTENSION: &str = "leases.sqlite3";
 
 const SCHEMA_VERSION: i64 = 2;
 
@@ -60,8 +66,14 @@ CREATE TABLE IF NOT EXISTS audit (
     at_epoch_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_by_workspace ON audit(workspace_id, kind, seq);
-CREATE TABLE IF NOT EXISTS leases (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+";
+
+/// The lease tables, in the attached `lease_log` file. `seq` has no AUTOINCREMENT (one page
+/// less per grant): a new row's rowid is above every existing one, so `seq` order is grant
+/// order among the held leases.
+const LEASE_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS lease_log.leases (
+    seq INTEGER PRIMARY KEY,
     token TEXT NOT NULL UNIQUE,
     workspace_id TEXT NOT NULL,
     principal_id TEXT NOT NULL,
@@ -73,7 +85,7 @@ CREATE TABLE IF NOT EXISTS leases (
     admitted_at_ms INTEGER NOT NULL,
     expires_at_ms INTEGER
 );
-CREATE TABLE IF NOT EXISTS budget_spend (
+CREATE TABLE IF NOT EXISTS lease_log.budget_spend (
     workspace_id TEXT NOT NULL,
     budget_id TEXT NOT NULL,
     principal_id TEXT NOT NULL,
@@ -100,9 +112,12 @@ fn from_sql_time(value: i64) -> u64 {
 }
 
 impl SqliteServiceStore {
-    /// Opens (creating if needed) the database at `path`.
+    /// Opens (creating if needed) the database at `path`, and its lease file beside it (`path`
+    /// with the extension `leases.sqlite3`).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ServiceStoreError> {
-        Self::init(Connection::open(path)?)
+        let path = path.as_ref();
+        let leases = path.with_extension(LEASES_DB_EXTENSION);
+        Self::init(Connection::open(path)?, &leases.to_string_lossy())
     }
 
     /// Opens (creating the directory if needed) `dir/service.sqlite3`.
@@ -149,7 +164,8 @@ impl SqliteServiceStore {
             }
             Err(error) => return Err(error.into()),
         }
-        Self::init(conn)
+        let leases = path.with_extension(LEASES_DB_EXTENSION);
+        Self::init(conn, &leases.to_string_lossy())
     }
 
     /// Replaces every admin key by `key` and appends `record` to the audit log, in one
@@ -173,10 +189,12 @@ impl SqliteServiceStore {
 
     /// A private in-memory SQLite database (same code path as a file).
     pub fn open_in_memory() -> Result<Self, ServiceStoreError> {
-        Self::init(Connection::open_in_memory()?)
+        Self::init(Connection::open_in_memory()?, ":memory:")
     }
 
-    fn init(conn: Connection) -> Result<Self, ServiceStoreError> {
+    /// Sets up `conn` (the main file) and attaches `leases` (a path, or `:memory:`) as
+    /// `lease_log`.
+    fn init(conn: Connection, leases: &str) -> Result<Self, ServiceStoreError> {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))?;
         conn.execute_batch("PRAGMA synchronous=FULL;")?;
@@ -189,15 +207,35 @@ impl SqliteServiceStore {
         }
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(&format!("PRAGMA user_version={SCHEMA_VERSION};"))?;
-        Ok(Self {
+        conn.execute("ATTACH DATABASE ?1 AS lease_log", [leases])?;
+        let _mode: String =
+            conn.query_row("PRAGMA lease_log.journal_mode=WAL", [], |row| row.get(0))?;
+        conn.execute_batch(LEASE_SCHEMA)?;
+        let mut store = Self {
             conn,
             lease_durability: LeaseDurability::default(),
-        })
+        };
+        store.apply_lease_durability()?;
+        Ok(store)
     }
 
     /// Sets how far committed lease batches survive (default [`LeaseDurability::Process`]).
-    pub fn set_lease_durability(&mut self, durability: LeaseDurability) {
+    pub fn set_lease_durability(
+        &mut self,
+        durability: LeaseDurability,
+    ) -> Result<(), ServiceStoreError> {
         self.lease_durability = durability;
+        self.apply_lease_durability()
+    }
+
+    fn apply_lease_durability(&mut self) -> Result<(), ServiceStoreError> {
+        let level = match self.lease_durability {
+            LeaseDurability::Process => "OFF",
+            LeaseDurability::Machine => "FULL",
+        };
+        self.conn
+            .execute_batch(&format!("PRAGMA lease_log.synchronous={level};"))?;
+        Ok(())
     }
 
     fn apply_lease_batch(&mut self, changes: &[LeaseChange]) -> Result<(), ServiceStoreError> {
@@ -530,16 +568,7 @@ impl ServiceStore for SqliteServiceStore {
         if changes.is_empty() {
             return Ok(());
         }
-        if self.lease_durability == LeaseDurability::Machine {
-            return self.apply_lease_batch(changes);
-        }
-        self.conn.execute_batch("PRAGMA synchronous=NORMAL;")?;
-        let result = self.apply_lease_batch(changes);
-        // Back to FULL for registrations and keys, whatever the batch did.
-        let restored = self.conn.execute_batch("PRAGMA synchronous=FULL;");
-        result?;
-        restored?;
-        Ok(())
+        self.apply_lease_batch(changes)
     }
 
     fn held_leases(&self) -> Result<Vec<StoredLease>, ServiceStoreError> {

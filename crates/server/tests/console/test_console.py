@@ -1,0 +1,327 @@
+"""The operator's console in a real browser (headless Chromium) against a real `turnstile serve`.
+
+Each test signs in through the page like an operator would; what the page shows is compared with
+the HTTP API. Screenshots of every view at desktop and phone width go to `docs/console/`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+
+from conftest import REPO, WORKSPACE, Service
+
+SHOTS = Path(os.environ.get("TURNSTILE_CONSOLE_SHOTS", REPO / "docs" / "console"))
+VIEWS = ["lanes", "fairness", "profiles", "breakers", "keys"]
+SIZES = {"desktop": (1280, 900), "phone": (390, 844)}
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as error:  # the element may be re-rendered under us
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s (last: {last!r})")
+
+
+def script_errors(browser: webdriver.Chrome) -> list[str]:
+    """Severe console entries that are script errors (a refused request is logged as a failed
+    resource load, which is the API answering, not a script error)."""
+    return [
+        entry["message"]
+        for entry in browser.get_log("browser")
+        if entry["level"] == "SEVERE" and "Failed to load resource" not in entry["message"]
+    ]
+
+
+def sign_in(browser: webdriver.Chrome, service: Service, key: str, workspace: str = WORKSPACE) -> None:
+    fresh(browser, service)
+    browser.find_element(By.ID, "key").send_keys(key)
+    workspace_input = browser.find_element(By.ID, "workspace")
+    workspace_input.clear()
+    workspace_input.send_keys(workspace)
+    browser.find_element(By.ID, "signin").click()
+
+
+def fresh(browser: webdriver.Chrome, service: Service) -> None:
+    """The sign-in page with nothing in the tab's storage. Storage is cleared from another page
+    of the same origin, so no console script can write it back in between."""
+    browser.get(service.base + "/healthz")
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(service.base + "/ui")
+
+
+def signed_in(browser: webdriver.Chrome) -> bool:
+    return bool(browser.execute_script("return !document.getElementById('app').hidden"))
+
+
+def status_text(browser: webdriver.Chrome) -> str:
+    return str(browser.execute_script("return document.getElementById('status').textContent"))
+
+
+def lane(browser: webdriver.Chrome, provider: str, field: str) -> str | None:
+    return browser.execute_script(
+        "const c = document.querySelector(`#lanes tr[data-provider=\"${arguments[0]}\"] td[data-field=\"${arguments[1]}\"]`);"
+        "return c ? (c.dataset.value ?? c.textContent) : null;",
+        provider,
+        field,
+    )
+
+
+def tab(browser: webdriver.Chrome, view: str) -> None:
+    browser.find_element(By.ID, f"tab-{view}").click()
+
+
+def confirm(browser: webdriver.Chrome) -> None:
+    wait_for(lambda: browser.execute_script("return document.getElementById('confirm').open"))
+    browser.find_element(By.ID, "confirm-ok").click()
+
+
+class Load:
+    """Principals alice and bob keep lane `openai` over its limit: 9 clients, 6 permits (profile
+    v2), each lease held 1.5 s, so 6 are active and about 3 queued at any instant."""
+
+    def __init__(self, service: Service, clients: int = 9, hold: float = 1.5) -> None:
+        self.service = service
+        self.stop = threading.Event()
+        self.admitted = 0
+        self.threads = [
+            threading.Thread(target=self.run, args=(service.alice if i % 2 else service.bob, hold), daemon=True)
+            for i in range(clients)
+        ]
+
+    def run(self, key: str, hold: float) -> None:
+        api = self.service.api
+        while not self.stop.is_set():
+            status, body = api.call(
+                "POST", "/v1/admissions", key, {"providerId": "openai", "budgetId": f"load-{threading.get_ident()}", "estimate": {}, "deadlineMs": 10000}
+            )
+            if status != 200:
+                time.sleep(0.05)
+                continue
+            self.admitted += 1
+            self.stop.wait(hold)
+            api.call("POST", f"/v1/leases/{body['leaseId']}/release", key, {"outcome": "success"})
+
+    def __enter__(self) -> "Load":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def load(service: Service) -> Iterator[Load]:
+    with Load(service) as running:
+        yield running
+
+
+def test_the_console_is_embedded_with_a_strict_policy(service: Service) -> None:
+    import urllib.request
+
+    with urllib.request.urlopen(service.base + "/ui", timeout=10) as response:
+        policy = response.headers["Content-Security-Policy"]
+        page = response.read().decode()
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    assert "<script>" not in page and "http://" not in page and "https://" not in page
+    for asset in ("app.js", "app.css", "charts.js"):
+        with urllib.request.urlopen(f"{service.base}/ui/{asset}", timeout=10) as response:
+            assert response.status == 200
+            assert "Content-Security-Policy" in response.headers
+
+
+def test_sign_in_and_live_numbers_match_the_snapshot(browser: webdriver.Chrome, service: Service, load: Load) -> None:
+    browser.set_window_size(*SIZES["desktop"])
+    sign_in(browser, service, service.admin)
+    wait_for(lambda: signed_in(browser))
+    assert browser.execute_script("return document.body.dataset.role") == "admin"
+    wait_for(lambda: lane(browser, "openai", "active") is not None)
+    # The page updates at least once a second, from the feed.
+    first = int(browser.execute_script("return document.body.dataset.updatedAt"))
+    wait_for(lambda: int(browser.execute_script("return document.body.dataset.updatedAt")) > first, timeout=2.5)
+
+    def agree() -> bool:
+        status, snapshot = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/snapshot", service.admin)
+        assert status == 200
+        api = snapshot["providers"]["openai"]
+        shown = (int(lane(browser, "openai", "active") or -1), int(lane(browser, "openai", "queued") or -1))
+        return shown == (api["active"], api["queued"]) and api["active"] == 6 and api["queued"] > 0
+
+    wait_for(agree, timeout=20, interval=0.2)
+    # The admissions chart has drawn a line.
+    wait_for(lambda: browser.execute_script("return document.querySelectorAll('#chart-admissions polyline').length") >= 1)
+    assert script_errors(browser) == []
+
+
+def test_a_breaker_opened_by_failures_shows_open_within_two_seconds(browser: webdriver.Chrome, service: Service) -> None:
+    sign_in(browser, service, service.admin)
+    wait_for(lambda: lane(browser, "fragile", "breaker") == "closed")
+    leases = []
+    for n in range(2):
+        status, body = service.api.call(
+            "POST", "/v1/admissions", service.alice, {"providerId": "fragile", "budgetId": f"fragile-{n}", "estimate": {}, "deadlineMs": 0}
+        )
+        assert status == 200, body
+        leases.append(body["leaseId"])
+    for lease_id in leases:
+        assert service.api.call("POST", f"/v1/leases/{lease_id}/release", service.alice, {"outcome": "failure"})[0] == 200
+    opened = time.monotonic()
+    wait_for(lambda: lane(browser, "fragile", "breaker") == "open", timeout=2.0, interval=0.02)
+    assert time.monotonic() - opened <= 2.0
+    assert "probe in" in browser.execute_script(
+        "return document.querySelector('#lanes tr[data-provider=\"fragile\"] td[data-field=\"breaker\"]').textContent"
+    )
+    # The transition is in the history view, with its reason.
+    tab(browser, "breakers")
+    reason = wait_for(
+        lambda: browser.execute_script(
+            "const r = document.querySelector('#transitions tr[data-provider=\"fragile\"][data-to=\"open\"] td[data-field=\"reason\"]');"
+            "return r && r.textContent"
+        )
+    )
+    assert "2 consecutive failures" in reason
+
+
+def test_a_pause_shows_its_remaining_time(browser: webdriver.Chrome, service: Service) -> None:
+    sign_in(browser, service, service.admin)
+    wait_for(lambda: lane(browser, "anthropic", "pause") == "–")
+    status, _ = service.api.call("POST", "/v1/providers/anthropic/retry-after", service.bob, {"retryAfterMs": 90000})
+    assert status == 200
+    wait_for(lambda: (lane(browser, "anthropic", "pause") or "").endswith("left"), timeout=2.0)
+    tab(browser, "breakers")
+    wait_for(lambda: browser.execute_script("return document.querySelector('#transitions tr[data-kind=\"pause\"]') !== null"))
+
+
+def test_diff_and_rollback_from_the_console_are_audited(browser: webdriver.Chrome, service: Service) -> None:
+    sign_in(browser, service, service.admin)
+    wait_for(lambda: signed_in(browser))
+    tab(browser, "profiles")
+    wait_for(lambda: browser.find_element(By.ID, "current-revision").text == "v2")
+    browser.execute_script("document.getElementById('diff-a').value = 'v1'; document.getElementById('diff-b').value = 'v2';")
+    browser.find_element(By.CSS_SELECTOR, "#diff-form button[type=submit]").click()
+    diff = wait_for(lambda: "→" in browser.find_element(By.ID, "diff").text and browser.find_element(By.ID, "diff").text)
+    assert "providers.openai.concurrency: 4 → 6" in diff
+    assert "providers.anthropic.requestsPerMinute: 1200 → 2400" in diff
+
+    # Cancel first: nothing changes.
+    wait_for(lambda: browser.find_element(By.CSS_SELECTOR, 'button[data-rollback="v1"]')).click()
+    wait_for(lambda: browser.execute_script("return document.getElementById('confirm').open"))
+    browser.find_element(By.ID, "confirm-cancel").click()
+    _, history = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/profiles", service.admin)
+    assert history["records"][-1]["profileVersion"] == "v2"
+
+    browser.find_element(By.CSS_SELECTOR, 'button[data-rollback="v1"]').click()
+    confirm(browser)
+    wait_for(lambda: browser.find_element(By.ID, "current-revision").text == "v1")
+    _, history = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/profiles", service.admin)
+    last = history["records"][-1]
+    assert (last["kind"], last["profileVersion"], last["previousProfileVersion"]) == ("rollback", "v1", "v2")
+    # And forward again, through the API, so later tests see the profile they expect.
+    from conftest import PROFILE_V2
+
+    assert service.api.call("PUT", f"/v1/workspaces/{WORKSPACE}/profiles/v2", service.admin, PROFILE_V2)[0] == 201
+
+
+def test_keys_are_created_once_and_a_revoked_key_is_refused(browser: webdriver.Chrome, service: Service) -> None:
+    sign_in(browser, service, service.admin)
+    wait_for(lambda: signed_in(browser))
+    tab(browser, "keys")
+    browser.find_element(By.ID, "principal").send_keys("carol")
+    browser.find_element(By.CSS_SELECTOR, "#key-form button[type=submit]").click()
+    key = wait_for(lambda: browser.find_element(By.ID, "new-key-value").text.startswith("tsk_") and browser.find_element(By.ID, "new-key-value").text)
+    assert service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/snapshot", key)[0] == 200
+    _, listing = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/keys", service.admin)
+    key_id = next(k["keyId"] for k in listing["keys"] if k["principalId"] == "carol")
+    # The listing never shows the key itself.
+    assert key not in browser.find_element(By.ID, "keys").text
+
+    wait_for(lambda: browser.find_element(By.CSS_SELECTOR, f'button[data-revoke="{key_id}"]')).click()
+    confirm(browser)
+    wait_for(lambda: not browser.find_elements(By.CSS_SELECTOR, f'button[data-revoke="{key_id}"]'))
+    status, body = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/snapshot", key)
+    assert (status, body["error"]) == (401, "unauthorized")
+    # Signing in with it is refused too.
+    sign_in(browser, service, key)
+    wait_for(lambda: "refused" in status_text(browser))
+    assert not signed_in(browser)
+
+
+def test_a_principal_key_sees_only_its_own_workspace(browser: webdriver.Chrome, service: Service) -> None:
+    sign_in(browser, service, service.alice, workspace="demo")
+    wait_for(lambda: "may not read" in status_text(browser))
+    assert not signed_in(browser)
+    assert service.api.call("GET", "/v1/workspaces/demo/events?maxEvents=1", service.alice)[0] == 403
+
+    sign_in(browser, service, service.alice)
+    wait_for(lambda: signed_in(browser))
+    assert browser.execute_script("return document.body.dataset.role") == "principal"
+    assert not browser.find_element(By.ID, "tab-keys").is_displayed()
+    assert not browser.find_element(By.ID, "tab-fairness").is_displayed()
+    wait_for(lambda: lane(browser, "openai", "active") is not None)
+    assert script_errors(browser) == []
+
+
+def test_fairness_shows_each_principals_share(browser: webdriver.Chrome, service: Service, load: Load) -> None:
+    sign_in(browser, service, service.admin)
+    wait_for(lambda: signed_in(browser))
+    tab(browser, "fairness")
+    for principal in ("alice", "bob"):
+        wait_for(
+            lambda: browser.execute_script(f"return document.querySelector('#fairness tr[data-principal=\"{principal}\"]') !== null"),
+            timeout=15,
+        )
+    shares = browser.execute_script(
+        "return [...document.querySelectorAll('#fairness td[data-field=\"share\"]')].map(td => parseFloat(td.textContent))"
+    )
+    assert abs(sum(shares) - 100) < 0.5
+
+
+def test_screenshots_of_every_view(browser: webdriver.Chrome, service: Service, load: Load) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for size, (width, height) in SIZES.items():
+        browser.set_window_size(width, height)
+        fresh(browser, service)
+        browser.save_screenshot(str(SHOTS / f"signin-{size}.png"))
+        sign_in(browser, service, service.admin)
+        wait_for(lambda: signed_in(browser))
+        time.sleep(6)  # let the charts gather a few seconds of the running load
+        for view in VIEWS:
+            tab(browser, view)
+            time.sleep(0.8)
+            if view == "profiles":
+                browser.execute_script("document.getElementById('diff-a').value = 'v1'; document.getElementById('diff-b').value = 'v2';")
+                browser.find_element(By.CSS_SELECTOR, "#diff-form button[type=submit]").click()
+                wait_for(lambda: "→" in browser.find_element(By.ID, "diff").text)
+            browser.save_screenshot(str(SHOTS / f"{view}-{size}.png"))
+    assert script_errors(browser) == []
+
+
+def test_the_qualification_report_renders_its_charts(browser: webdriver.Chrome) -> None:
+    report = Path(os.environ.get("TURNSTILE_REPORT", REPO / "docs" / "evidence" / "qualification-v2-report.html"))
+    assert report.is_file(), f"{report} missing: run `turnstile qualify --report`"
+    browser.set_window_size(*SIZES["desktop"])
+    browser.get(report.resolve().as_uri())
+    charts = browser.execute_script("return document.querySelectorAll('figure.chart svg').length")
+    assert charts >= 4
+    drawn = browser.execute_script("return document.querySelectorAll('figure.chart svg polyline, figure.chart svg rect').length")
+    assert drawn > 0
+    assert browser.execute_script("return document.querySelectorAll('table.bounds tr[data-pass]').length") > 0
+    assert script_errors(browser) == []

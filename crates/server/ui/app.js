@@ -1,0 +1,563 @@
+// turnstile console. Talks only to the service's HTTP API (docs/console.md):
+// the key lives in sessionStorage (this tab) and travels only in Authorization headers.
+"use strict";
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const WINDOW_S = 300; // charts and fairness cover the last 5 minutes
+  const STORE = "turnstile.console";
+
+  const session = { key: null, workspace: null, admin: false };
+  let feedAbort = null;
+  let lanes = [];
+  let lastAt = 0; // server clock of the last update
+  let clockSkew = 0; // server - local, ms
+  const seconds = new Map(); // epoch second -> {admitted, refused: {reason: n}, principals: {id: [grants, delay]}}
+  const pauses = []; // pauses seen by this session
+  const liveTransitions = [];
+  let current = null; // current profile revision
+
+  // ---- API ----------------------------------------------------------------------------
+  async function api(method, path, body) {
+    const headers = { Authorization: "Bearer " + session.key };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), cache: "no-store" });
+    const text = await res.text();
+    let json = null;
+    try { json = text ? JSON.parse(text) : null; } catch (_) { json = null; }
+    if (!res.ok) {
+      const err = new Error((json && json.message) || res.statusText || "request failed");
+      err.status = res.status;
+      err.code = json && json.error;
+      throw err;
+    }
+    return json;
+  }
+  const wsPath = (suffix) => `/v1/workspaces/${encodeURIComponent(session.workspace)}${suffix}`;
+
+  function status(text, ok) {
+    const s = $("status");
+    s.textContent = text || "";
+    s.classList.toggle("ok", !!ok);
+  }
+
+  // ---- sign-in ------------------------------------------------------------------------
+  async function signIn(key, workspace) {
+    session.key = key;
+    session.workspace = workspace;
+    try {
+      await api("GET", wsPath("/snapshot"));
+    } catch (e) {
+      session.key = null;
+      if (e.status === 401) throw new Error("This key was refused (unknown or revoked).");
+      if (e.status === 403) throw new Error("This key may not read workspace " + workspace + ".");
+      if (e.status === 404) throw new Error("Workspace " + workspace + " has no profile yet.");
+      throw e;
+    }
+    try {
+      await api("GET", wsPath("/keys"));
+      session.admin = true;
+    } catch (e) {
+      if (e.status !== 403) throw e;
+      session.admin = false;
+    }
+    sessionStorage.setItem(STORE, JSON.stringify({ key, workspace }));
+    $("signin-view").hidden = true;
+    $("app").hidden = false;
+    $("session").hidden = false;
+    $("who").textContent = `${session.admin ? "admin" : "principal"} · ${workspace}`;
+    document.querySelectorAll("[data-admin]").forEach((n) => { n.hidden = !session.admin; });
+    document.body.dataset.role = session.admin ? "admin" : "principal";
+    status("");
+    select("lanes");
+    startFeed();
+  }
+
+  function signOut(message) {
+    if (feedAbort) feedAbort.abort();
+    feedAbort = null;
+    sessionStorage.removeItem(STORE);
+    session.key = null;
+    $("key").value = "";
+    $("app").hidden = true;
+    $("session").hidden = true;
+    $("signin-view").hidden = false;
+    status(message || "");
+  }
+
+  // ---- tabs ---------------------------------------------------------------------------
+  const VIEWS = ["lanes", "fairness", "profiles", "breakers", "keys"];
+  function select(name) {
+    for (const v of VIEWS) {
+      const on = v === name;
+      $("tab-" + v).setAttribute("aria-selected", String(on));
+      $("tab-" + v).tabIndex = on ? 0 : -1;
+      $("view-" + v).hidden = !on;
+    }
+    document.body.dataset.view = name;
+    if (name === "profiles") loadProfiles().catch(fail);
+    if (name === "breakers") loadBreakers().catch(fail);
+    if (name === "keys") loadKeys().catch(fail);
+    if (name === "fairness") renderFairness();
+  }
+
+  function fail(e) {
+    if (e && e.status === 401) { signOut("Signed out: the key was refused (revoked?)."); return; }
+    status((e && e.message) || String(e));
+  }
+
+  // ---- live feed (server-sent events over fetch, so the key stays in a header) ---------
+  async function startFeed() {
+    if (feedAbort) feedAbort.abort();
+    const abort = new AbortController();
+    feedAbort = abort;
+    const badge = $("live");
+    let retry = 500;
+    while (!abort.signal.aborted) {
+      try {
+        const res = await fetch(wsPath("/events"), { headers: { Authorization: "Bearer " + session.key }, signal: abort.signal, cache: "no-store" });
+        if (res.status === 401) { signOut("Signed out: the key was refused (revoked?)."); return; }
+        if (!res.ok) throw new Error("feed answered " + res.status);
+        badge.textContent = "live";
+        badge.className = "badge live";
+        retry = 500;
+        const reader = res.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let cut;
+          while ((cut = buffer.indexOf("\n\n")) >= 0) {
+            const frame = buffer.slice(0, cut);
+            buffer = buffer.slice(cut + 2);
+            onFrame(frame);
+          }
+        }
+      } catch (e) {
+        if (abort.signal.aborted) return;
+      }
+      badge.textContent = "reconnecting…";
+      badge.className = "badge down";
+      await new Promise((r) => setTimeout(r, retry));
+      retry = Math.min(retry * 2, 5000);
+    }
+  }
+
+  function onFrame(frame) {
+    let event = "message", data = "";
+    for (const line of frame.split("\n")) {
+      if (line.startsWith("event: ")) event = line.slice(7);
+      else if (line.startsWith("data: ")) data += line.slice(6);
+    }
+    if (event !== "update") return;
+    const update = JSON.parse(data);
+    lastAt = update.atEpochMs;
+    clockSkew = update.atEpochMs - Date.now();
+    lanes = update.lanes || [];
+    const sec = Math.floor(update.atEpochMs / 1000);
+    const bucket = secondBucket(sec);
+    for (const d of update.decisions || []) {
+      if (d.reason === "admitted") bucket.admitted += d.count;
+      else bucket.refused[d.reason] = (bucket.refused[d.reason] || 0) + d.count;
+    }
+    for (const p of update.principals || []) {
+      const cur = bucket.principals[p.principalId] || [0, 0];
+      bucket.principals[p.principalId] = [cur[0] + p.grants, cur[1] + p.queueDelayMs];
+    }
+    for (const p of update.pauses || []) pauses.push(p);
+    for (const t of update.transitions || []) liveTransitions.push(t);
+    if (pauses.length > 200) pauses.splice(0, pauses.length - 200);
+    if (liveTransitions.length > 200) liveTransitions.splice(0, liveTransitions.length - 200);
+    if ((update.transitions || []).length && document.body.dataset.view === "breakers") loadBreakers().catch(fail);
+    if (update.profileChange && document.body.dataset.view === "profiles") loadProfiles().catch(fail);
+    renderLanes();
+    renderCharts();
+    if (document.body.dataset.view === "fairness") renderFairness();
+    document.body.dataset.updatedAt = String(update.atEpochMs);
+  }
+
+  function secondBucket(sec) {
+    let b = seconds.get(sec);
+    if (!b) {
+      b = { admitted: 0, refused: {}, principals: {} };
+      seconds.set(sec, b);
+      for (const k of seconds.keys()) if (k < sec - WINDOW_S) seconds.delete(k);
+    }
+    return b;
+  }
+
+  const ms = (v) => (v == null ? "–" : v < 1000 ? `${v} ms` : `${(v / 1000).toFixed(1)} s`);
+  const remaining = (until) => (until == null ? null : Math.max(0, until - (Date.now() + clockSkew)));
+
+  function cell(row, text, field, cls) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (field) td.dataset.field = field;
+    if (cls) td.className = cls;
+    row.appendChild(td);
+    return td;
+  }
+
+  // Each cell is labelled with its column's heading (phone layout: one card per row).
+  function labelCells(table) {
+    const heads = [...table.tHead.rows[0].cells].map((c) => c.textContent);
+    for (const row of table.tBodies[0].rows) {
+      [...row.cells].forEach((c, i) => { if (c.tagName === "TD" && heads[i]) c.dataset.label = heads[i]; });
+    }
+  }
+
+  function meter(td, value, max) {
+    const m = document.createElement("span");
+    m.className = "meter";
+    const fill = document.createElement("span");
+    fill.style.width = `${max > 0 ? Math.min(100, (100 * value) / max) : 0}%`;
+    m.appendChild(fill);
+    td.appendChild(m);
+  }
+
+  function renderLanes() {
+    const body = $("lanes").tBodies[0];
+    const rows = [];
+    let active = 0, queued = 0;
+    for (const l of lanes) {
+      active += l.active; queued += l.queued;
+      const tr = document.createElement("tr");
+      tr.dataset.provider = l.providerId;
+      const th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = l.providerId;
+      tr.appendChild(th);
+      const a = cell(tr, `${l.active} / ${l.concurrency == null ? "–" : l.concurrency}`, "active", "num");
+      a.dataset.value = String(l.active);
+      meter(a, l.active, l.concurrency || 0);
+      const q = cell(tr, String(l.queued), "queued", "num");
+      q.dataset.value = String(l.queued);
+      cell(tr, ms(l.oldestWaitMs), "oldest-wait", "num");
+      for (const [name, b] of [["requests", l.requests], ["tokens", l.tokens]]) {
+        const td = cell(tr, b ? `${b.available} / ${b.capacity}` : "unlimited", name, "num");
+        if (b) meter(td, b.available, b.capacity);
+      }
+      const br = cell(tr, "", "breaker");
+      br.dataset.value = l.breakerState;
+      const state = document.createElement("span");
+      state.className = "state-" + l.breakerState;
+      state.textContent = l.breakerState;
+      br.appendChild(state);
+      const probe = remaining(l.nextProbeAt);
+      if (probe != null) br.appendChild(document.createTextNode(` · probe in ${ms(probe)}`));
+      const pause = remaining(l.pausedUntil);
+      cell(tr, pause ? `${ms(pause)} left` : "–", "pause", "num");
+      rows.push(tr);
+    }
+    body.replaceChildren(...rows);
+    labelCells($("lanes"));
+    const totals = $("totals");
+    totals.replaceChildren();
+    for (const [label, value, field] of [["active", active, "total-active"], ["queued", queued, "total-queued"], ["updated", new Date(lastAt).toLocaleTimeString(), "updated"]]) {
+      const span = document.createElement("span");
+      span.append(label + ": ");
+      const strong = document.createElement("strong");
+      strong.textContent = String(value);
+      strong.dataset.field = field;
+      span.appendChild(strong);
+      totals.appendChild(span);
+    }
+  }
+
+  function windowSeconds() {
+    const now = Math.floor(lastAt / 1000);
+    const out = [];
+    for (let s = now - WINDOW_S + 1; s <= now; s++) out.push(seconds.get(s));
+    return out;
+  }
+
+  function renderCharts() {
+    const C = window.TurnstileCharts;
+    const win = windowSeconds();
+    C.lines($("chart-admissions"), [{ name: "admitted", values: win.map((b) => (b ? b.admitted : 0)) }], { xLabel: "now" });
+    const reasons = new Set();
+    for (const b of win) if (b) Object.keys(b.refused).forEach((r) => reasons.add(r));
+    const list = [...reasons].sort();
+    const series = list.map((r, i) => ({ name: r, color: C.palette[(i + 1) % C.palette.length], values: win.map((b) => (b && b.refused[r]) || 0) }));
+    C.lines($("chart-refusals"), series.length ? series : [{ name: "none", values: win.map(() => 0) }], { xLabel: "now" });
+    const legend = $("refusal-legend");
+    legend.replaceChildren(...series.map((s) => {
+      const li = document.createElement("li");
+      const sw = document.createElement("span");
+      sw.className = "swatch";
+      sw.style.background = s.color;
+      li.append(sw, `${s.name}: ${s.values.reduce((a, b) => a + b, 0)}`);
+      return li;
+    }));
+  }
+
+  function renderFairness() {
+    const totals = new Map();
+    for (const b of windowSeconds()) {
+      if (!b) continue;
+      for (const [id, [g, d]] of Object.entries(b.principals)) {
+        const cur = totals.get(id) || [0, 0];
+        totals.set(id, [cur[0] + g, cur[1] + d]);
+      }
+    }
+    const all = [...totals.values()].reduce((a, [g]) => a + g, 0);
+    const sorted = [...totals.entries()].sort((a, b) => b[1][0] - a[1][0]);
+    const body = $("fairness").tBodies[0];
+    body.replaceChildren(...sorted.map(([id, [g, d]]) => {
+      const tr = document.createElement("tr");
+      tr.dataset.principal = id;
+      const th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = id;
+      tr.appendChild(th);
+      cell(tr, String(g), "grants", "num");
+      cell(tr, all ? `${((100 * g) / all).toFixed(1)} %` : "–", "share", "num");
+      cell(tr, g ? ms(Math.round(d / g)) : "–", "mean-delay", "num");
+      return tr;
+    }));
+    if (!sorted.length) {
+      const tr = document.createElement("tr");
+      const td = cell(tr, "No grants seen in this session yet.");
+      td.colSpan = 4;
+      body.appendChild(tr);
+    }
+    labelCells($("fairness"));
+    window.TurnstileCharts.bars($("chart-fairness"), sorted.map(([id, [g]]) => ({ label: id, value: g, text: all ? `${((100 * g) / all).toFixed(1)} %` : "" })));
+  }
+
+  // ---- profiles -----------------------------------------------------------------------
+  async function loadProfiles() {
+    const { records } = await api("GET", wsPath("/profiles"));
+    const body = $("history").tBodies[0];
+    const newest = [...records].reverse();
+    current = newest.length ? newest[0].profileVersion : null;
+    $("current-revision").textContent = current || "–";
+    $("current-digest").textContent = newest.length ? newest[0].digest : "";
+    const versions = [];
+    body.replaceChildren(...newest.map((r) => {
+      if (!versions.includes(r.profileVersion)) versions.push(r.profileVersion);
+      const tr = document.createElement("tr");
+      tr.dataset.revision = r.profileVersion;
+      cell(tr, new Date(r.atEpochMs).toLocaleString());
+      cell(tr, r.kind, "kind");
+      cell(tr, r.profileVersion, "revision");
+      cell(tr, r.previousProfileVersion || "–");
+      cell(tr, r.digest.slice(0, 19) + "…", "digest", "digest");
+      const td = cell(tr, "");
+      td.hidden = !session.admin;
+      if (session.admin && r.profileVersion !== current) {
+        const b = document.createElement("button");
+        b.type = "button";
+        b.className = "secondary";
+        b.textContent = "Roll back to " + r.profileVersion;
+        b.dataset.rollback = r.profileVersion;
+        b.addEventListener("click", () => rollback(r.profileVersion));
+        td.appendChild(b);
+      }
+      return tr;
+    }));
+    labelCells($("history"));
+    // the rollback button appears once per revision (its newest row)
+    const seen = new Set();
+    body.querySelectorAll("button[data-rollback]").forEach((b) => {
+      if (seen.has(b.dataset.rollback)) b.remove(); else seen.add(b.dataset.rollback);
+    });
+    for (const [id, pick] of [["diff-a", 1], ["diff-b", 0]]) {
+      const sel = $(id);
+      const old = sel.value;
+      sel.replaceChildren(...versions.map((v) => new Option(v, v)));
+      sel.value = versions.includes(old) ? old : versions[Math.min(pick, versions.length - 1)] || "";
+    }
+  }
+
+  function flatten(value, prefix, out) {
+    if (value && typeof value === "object" && !Array.isArray(value)) {
+      const keys = Object.keys(value).sort();
+      if (!keys.length && prefix) out.set(prefix, "{}");
+      for (const k of keys) flatten(value[k], prefix ? `${prefix}.${k}` : k, out);
+    } else {
+      out.set(prefix, JSON.stringify(value));
+    }
+    return out;
+  }
+
+  async function showDiff(a, b) {
+    const [ra, rb] = await Promise.all([a, b].map((v) => api("GET", wsPath("/profiles/" + encodeURIComponent(v)))));
+    const fa = flatten(ra.profile, "", new Map()), fb = flatten(rb.profile, "", new Map());
+    const keys = [...new Set([...fa.keys(), ...fb.keys()])].sort();
+    const pre = $("diff");
+    const lines = [];
+    const line = (cls, text) => { const s = document.createElement("span"); s.className = cls; s.textContent = text + "\n"; lines.push(s); };
+    line("", `--- ${a}  ${ra.digest}\n+++ ${b}  ${rb.digest}`);
+    let changes = 0;
+    for (const k of keys) {
+      const va = fa.get(k), vb = fb.get(k);
+      if (va === vb) continue;
+      changes++;
+      if (va === undefined) line("add", `+ ${k}: ${vb}`);
+      else if (vb === undefined) line("del", `- ${k}: ${va}`);
+      else line("chg", `~ ${k}: ${va} → ${vb}`);
+    }
+    if (!changes) line("", "(no difference in limits)");
+    pre.replaceChildren(...lines);
+  }
+
+  function confirmDialog(text) {
+    return new Promise((resolve) => {
+      const d = $("confirm");
+      $("confirm-text").textContent = text;
+      d.returnValue = "";
+      d.addEventListener("close", () => resolve(d.returnValue === "ok"), { once: true });
+      d.showModal();
+      $("confirm-cancel").focus();
+    });
+  }
+
+  async function rollback(version) {
+    if (!(await confirmDialog(`Roll workspace ${session.workspace} back to revision ${version}? New admissions use its limits at once; the change is recorded in the audit log.`))) return;
+    try {
+      const rev = await api("GET", wsPath("/profiles/" + encodeURIComponent(version)));
+      const record = await api("PUT", wsPath("/profiles/" + encodeURIComponent(version)), rev.profile);
+      status(`Rolled back to ${version} (${record && record.kind ? record.kind : "unchanged"}).`, true);
+      await loadProfiles();
+    } catch (e) { fail(e); }
+  }
+
+  // ---- breakers & pauses --------------------------------------------------------------
+  function transitionReason(t) {
+    if (t.to === "open" && t.from === "half-open") return "a probe failed: open again";
+    if (t.to === "open") return `opened after ${t.failures} consecutive failure${t.failures === 1 ? "" : "s"}`;
+    if (t.to === "half-open") return "open period elapsed: letting probes through";
+    if (t.to === "closed") return "a probe succeeded: closed";
+    return "";
+  }
+
+  async function loadBreakers() {
+    const { records } = await api("GET", wsPath("/breakers"));
+    const rows = [];
+    const seen = new Set();
+    for (const t of [...records, ...liveTransitions]) {
+      const key = `${t.providerId}|${t.atEpochMs}|${t.from}|${t.to}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      rows.push({ at: t.atEpochMs, provider: t.providerId, change: `${t.from} → ${t.to}`, reason: transitionReason(t), kind: "breaker", to: t.to });
+    }
+    for (const p of pauses) rows.push({ at: p.atEpochMs, provider: p.providerId, change: "paused", reason: `Retry-After ${ms(p.retryAfterMs)} (until ${new Date(p.untilEpochMs).toLocaleTimeString()})`, kind: "pause" });
+    // Pauses in force that began before this tab subscribed (pauses are not journaled).
+    for (const l of lanes) {
+      if (l.pausedUntil == null || pauses.some((p) => p.providerId === l.providerId && p.untilEpochMs === l.pausedUntil)) continue;
+      rows.push({ at: lastAt, provider: l.providerId, change: "paused", reason: `in force until ${new Date(l.pausedUntil).toLocaleTimeString()} (began before this session)`, kind: "pause" });
+    }
+    rows.sort((a, b) => b.at - a.at);
+    const body = $("transitions").tBodies[0];
+    body.replaceChildren(...rows.map((r) => {
+      const tr = document.createElement("tr");
+      tr.dataset.kind = r.kind;
+      tr.dataset.provider = r.provider;
+      if (r.to) tr.dataset.to = r.to;
+      cell(tr, new Date(r.at).toLocaleString());
+      cell(tr, r.provider);
+      cell(tr, r.change, "change");
+      cell(tr, r.reason, "reason");
+      return tr;
+    }));
+    labelCells($("transitions"));
+    if (!rows.length) {
+      const tr = document.createElement("tr");
+      cell(tr, "No transitions or pauses recorded.").colSpan = 4;
+      body.appendChild(tr);
+    }
+  }
+
+  // ---- keys ---------------------------------------------------------------------------
+  async function loadKeys() {
+    const listing = await api("GET", wsPath("/keys"));
+    const body = $("keys").tBodies[0];
+    body.replaceChildren(...listing.keys.map((k) => {
+      const tr = document.createElement("tr");
+      tr.dataset.keyId = k.keyId;
+      cell(tr, k.keyId, "key-id");
+      cell(tr, k.principalId, "principal");
+      cell(tr, new Date(k.createdAtEpochMs).toLocaleString());
+      const td = cell(tr, "");
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "danger";
+      b.textContent = "Revoke";
+      b.setAttribute("aria-label", `Revoke key ${k.keyId} of ${k.principalId}`);
+      b.dataset.revoke = k.keyId;
+      b.addEventListener("click", () => revoke(k));
+      td.appendChild(b);
+      return tr;
+    }));
+    labelCells($("keys"));
+    $("revocations").replaceChildren(...listing.revocations.map((r) => {
+      const li = document.createElement("li");
+      li.textContent = `${r.keyId} revoked ${new Date(r.revokedAtEpochMs).toLocaleString()}`;
+      return li;
+    }));
+  }
+
+  async function revoke(k) {
+    if (!(await confirmDialog(`Revoke key ${k.keyId} of ${k.principalId}? It stops authenticating at once.`))) return;
+    try {
+      await api("DELETE", wsPath("/keys/" + encodeURIComponent(k.keyId)));
+      status(`Revoked ${k.keyId}.`, true);
+      $("new-key").hidden = true;
+      await loadKeys();
+    } catch (e) { fail(e); }
+  }
+
+  // ---- wiring -------------------------------------------------------------------------
+  function init() {
+    $("signin-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      status("");
+      signIn($("key").value.trim(), $("workspace").value.trim()).catch((err) => status(err.message));
+    });
+    $("signout").addEventListener("click", () => signOut("Signed out."));
+    const tabs = VIEWS.map((v) => $("tab-" + v));
+    tabs.forEach((t, i) => {
+      t.addEventListener("click", () => select(VIEWS[i]));
+      t.addEventListener("keydown", (e) => {
+        const visible = tabs.filter((x) => !x.hidden);
+        const at = visible.indexOf(t);
+        let next = null;
+        if (e.key === "ArrowRight") next = visible[(at + 1) % visible.length];
+        if (e.key === "ArrowLeft") next = visible[(at - 1 + visible.length) % visible.length];
+        if (next) { e.preventDefault(); next.focus(); next.click(); }
+      });
+    });
+    $("profiles-refresh").addEventListener("click", () => loadProfiles().catch(fail));
+    $("breakers-refresh").addEventListener("click", () => loadBreakers().catch(fail));
+    $("diff-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      showDiff($("diff-a").value, $("diff-b").value).catch(fail);
+    });
+    $("key-form").addEventListener("submit", async (e) => {
+      e.preventDefault();
+      try {
+        const created = await api("POST", wsPath("/keys"), { principalId: $("principal").value.trim() });
+        $("new-key-principal").textContent = created.principalId;
+        $("new-key-value").textContent = created.key;
+        $("new-key").hidden = false;
+        $("principal").value = "";
+        await loadKeys();
+      } catch (err) { fail(err); }
+    });
+    // Countdowns (pause, probe) move every second even between updates.
+    setInterval(() => { if (!$("app").hidden && lanes.length) renderLanes(); }, 1000);
+    const saved = sessionStorage.getItem(STORE);
+    if (saved) {
+      try {
+        const { key, workspace } = JSON.parse(saved);
+        $("workspace").value = workspace;
+        signIn(key, workspace).catch((err) => signOut(err.message));
+      } catch (_) { sessionStorage.removeItem(STORE); }
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", init);
+})();
