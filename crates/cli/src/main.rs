@@ -42,6 +42,11 @@ enum Command {
     Qualify(commands::qualify::QualifyArgs),
     /// Load-test a turnstile service: acquire + release pairs with concurrent clients.
     BenchServe(commands::bench_serve::BenchServeArgs),
+    /// Benchmark proxy mode: added latency, calls/s and service CPU per call against a fake upstream.
+    BenchProxy(commands::bench_proxy::BenchProxyArgs),
+    /// A scripted fake OpenAI/Anthropic upstream for tests (see docs/proxy.md).
+    #[command(hide = true)]
+    FakeUpstream(commands::fake_upstream::FakeUpstreamArgs),
     /// Offline key recovery: mint a new admin key for a stopped service's data directory.
     #[command(subcommand)]
     AdminKey(commands::admin_key::AdminKeyCommand),
@@ -68,6 +73,8 @@ fn main() -> ExitCode {
         Command::Roster(args) => commands::roster::run(args),
         Command::Qualify(args) => commands::qualify::run(args),
         Command::BenchServe(args) => commands::bench_serve::run(args),
+        Command::BenchProxy(args) => commands::bench_proxy::run(args),
+        Command::FakeUpstream(args) => commands::fake_upstream::run(args),
         Command::AdminKey(command) => commands::admin_key::run(command),
     };
     match result {

@@ -56,6 +56,7 @@ fn help_lists_serve_first_and_documents_the_exit_statuses() {
             "roster",
             "qualify",
             "bench-serve",
+            "bench-proxy",
             "admin-key",
             "help"
         ]

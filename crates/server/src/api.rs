@@ -47,4 +47,6 @@ pub struct AppState {
     pub pending: Arc<Slots<PrincipalKey>>,
     /// The driver's event feed (the console's live view, `GET …/events`).
     pub feed: Feed,
+    /// Proxy mode (`/openai/v1/...`, `/anthropic/v1/...`).
+    pub proxy: Arc<turnstile_proxy::Proxy>,
 }

@@ -1,6 +1,7 @@
 //! Authentication: the caller's identity comes from its API key and nothing else.
 //!
-//! `Authorization: Bearer <key>` (the scheme is case-insensitive, RFC 9110 §11.1). A missing,
+//! `Authorization: Bearer <key>` (the scheme is case-insensitive, RFC 9110 §11.1), or, without an
+//! `Authorization` header, `x-api-key: <key>` (as the Anthropic SDK sends it). A missing,
 //! malformed or unknown key is 401; a valid key that may not perform the call is 403 (see
 //! the role table, [`access`], applied by [`authorize`]).
 //!
@@ -33,9 +34,19 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty() && key.len() <= 256).then_some(key)
 }
 
+/// The key of an `x-api-key` header (the Anthropic SDK's), used when there is no
+/// `Authorization` header.
+pub fn x_api_key(headers: &HeaderMap) -> Option<&str> {
+    if headers.contains_key(AUTHORIZATION) {
+        return None;
+    }
+    let key = headers.get("x-api-key")?.to_str().ok()?.trim();
+    (!key.is_empty() && key.len() <= 256).then_some(key)
+}
+
 /// The caller and its key hash, if the request carries a known key.
 fn authenticate(headers: &HeaderMap, state: &AppState) -> Option<([u8; 32], Caller)> {
-    let hash = keys::hash(bearer(headers)?);
+    let hash = keys::hash(bearer(headers).or_else(|| x_api_key(headers))?);
     state.keys.lookup_hash(&hash).map(|caller| (hash, caller))
 }
 

@@ -35,6 +35,8 @@
 //! [budgets]
 //! idle_ms = 3600000
 //! max_open_per_workspace = 100000
+//!
+//! [proxy]   # proxy mode: see turnstile_proxy::config and docs/proxy.md
 //! ```
 
 use std::net::SocketAddr;
@@ -57,6 +59,8 @@ pub struct Config {
     pub admission: AdmissionConfig,
     pub leases: LeaseConfig,
     pub budgets: BudgetsConfig,
+    /// Proxy mode: model routing, upstreams and prices (`docs/proxy.md`).
+    pub proxy: turnstile_proxy::ProxyConfig,
 }
 
 /// Bounds on budget (invocation) state, whose IDs come from clients.
@@ -169,6 +173,7 @@ impl Default for Config {
             admission: AdmissionConfig::default(),
             leases: LeaseConfig::default(),
             budgets: BudgetsConfig::default(),
+            proxy: turnstile_proxy::ProxyConfig::default(),
         }
     }
 }

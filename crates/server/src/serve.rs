@@ -73,6 +73,8 @@ pub enum ServerError {
     Thread(std::io::Error),
     #[error("the server task failed: {0}")]
     Join(String),
+    #[error("proxy configuration: {0}")]
+    Proxy(#[from] turnstile_proxy::ProxySetupError),
 }
 
 /// A started service. Dropping it without [`RunningServer::shutdown`] leaves it running until
@@ -188,6 +190,17 @@ pub async fn start_with_telemetry(
     recover::reinstate_leases(held_leases, &mut driver)?;
     let driver_task = tokio::spawn(driver.with_feed(feed.clone()).run());
 
+    let proxy = Arc::new(turnstile_proxy::Proxy::new(
+        config.proxy.clone(),
+        |name| std::env::var(name).ok(),
+        driver_handle.clone(),
+        telemetry.clone(),
+        turnstile_proxy::HostLimits {
+            body_read_timeout: Duration::from_millis(config.http.body_read_timeout_ms),
+            body_min_bytes_per_sec: config.http.body_min_bytes_per_sec,
+            max_retry_after_ms: config.admission.max_retry_after_ms,
+        },
+    )?);
     let ready = Arc::new(AtomicBool::new(false));
     let key_slots = Slots::new(config.http.max_requests_per_key);
     let pending = Slots::new(config.admission.max_pending_per_key);
@@ -204,6 +217,7 @@ pub async fn start_with_telemetry(
         ready: ready.clone(),
         telemetry,
         feed,
+        proxy,
     };
     let (shutdown_tx, shutdown_rx) = oneshot::channel();
     let task = tokio::spawn(accept_loop(

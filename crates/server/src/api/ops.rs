@@ -49,6 +49,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             let mut text = state.telemetry.prometheus_text();
             text.push_str(&state.lease_metrics.render());
             text.push_str(&state.metrics.render());
+            text.push_str(&state.proxy.metrics.render());
             text
         },
     )

@@ -1,0 +1,430 @@
+//! The `[proxy]` section of the service configuration: upstreams, the model routing table,
+//! prices and the proxy's own bounds.
+//!
+//! ```toml
+//! [proxy]
+//! default_wait_ms = 30000          # how long a call may wait for a permit (header overrides)
+//! max_wait_ms = 300000             # the largest `x-turnstile-wait-ms` accepted
+//! max_request_bytes = 8388608      # request body cap of the proxy routes (413 above)
+//! default_max_output_tokens = 4096 # output estimate when the body names no max_tokens
+//! prompt_bytes_per_token = 3.0     # prompt tokens estimated as ceil(body bytes / this)
+//!
+//! [proxy.upstreams.openai]
+//! format = "openai"                           # or "anthropic"
+//! base_url_env = "TURNSTILE_OPENAI_BASE_URL"  # or base_url = "https://api.openai.com/v1"
+//! api_key_env = "TURNSTILE_OPENAI_API_KEY"
+//!
+//! [proxy.models."gpt-5.4-mini"]
+//! upstream = "openai"
+//! provider = "openai"            # the provider lane of the caller's workspace profile
+//! input_usd_per_mtok = 0.25      # optional prices, USD per million tokens
+//! output_usd_per_mtok = 2.0
+//! ```
+//!
+//! Invariants: an upstream's API key is read from its environment variable when the service
+//! starts ([`ProxyConfig::resolve`]); it is held in memory only, never written to the config,
+//! a log line, an error message or a response. Every model names an upstream that exists; a
+//! model's upstream decides its wire format, so a model is served on one surface only.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+/// The wire format of an upstream (and of the surface its models are served on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApiFormat {
+    /// `/openai/v1/...`: chat completions, responses, embeddings, completions.
+    Openai,
+    /// `/anthropic/v1/messages`.
+    Anthropic,
+}
+
+impl ApiFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiFormat::Openai => "openai",
+            ApiFormat::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// The `[proxy]` section. Absent: the proxy routes answer 404 `model_not_found` for every model.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// How long a call waits for a permit when it sends no `x-turnstile-wait-ms`.
+    pub default_wait_ms: u64,
+    /// The largest `x-turnstile-wait-ms` accepted (400 above).
+    pub max_wait_ms: u64,
+    /// Request body cap on the proxy routes (413 above). Prompts with images are large; the
+    /// admission API keeps its own, smaller `http.max_body_bytes`.
+    pub max_request_bytes: usize,
+    /// A non-streamed upstream answer larger than this is a failure (502).
+    pub max_response_bytes: usize,
+    /// Output tokens assumed when the request names no `max_tokens` / `max_output_tokens`.
+    pub default_max_output_tokens: u64,
+    /// Prompt tokens are estimated as ceil(request body bytes / this). 1.0 is a strict upper
+    /// bound (a token is at least one byte); the default 3.0 is a conservative estimate
+    /// (English text averages about 4 bytes per token). Settlement replaces it anyway.
+    pub prompt_bytes_per_token: f64,
+    /// Connecting to an upstream may take this long (502 after).
+    pub connect_timeout_ms: u64,
+    /// The upstream's response head must arrive within this (504 after). Reasoning models may
+    /// think for minutes before the first byte.
+    pub first_byte_timeout_ms: u64,
+    /// A streamed or non-streamed upstream body that sends nothing for this long is cut.
+    pub idle_timeout_ms: u64,
+    /// Pause applied after an upstream 429 that carries no usable retry header.
+    pub fallback_retry_after_ms: u64,
+    /// Upstreams by name.
+    pub upstreams: BTreeMap<String, UpstreamConfig>,
+    /// Models by the name clients send.
+    pub models: BTreeMap<String, ModelConfig>,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            default_wait_ms: 30_000,
+            max_wait_ms: 300_000,
+            max_request_bytes: 8 * 1024 * 1024,
+            max_response_bytes: 32 * 1024 * 1024,
+            default_max_output_tokens: 4096,
+            prompt_bytes_per_token: 3.0,
+            connect_timeout_ms: 10_000,
+            first_byte_timeout_ms: 600_000,
+            idle_timeout_ms: 120_000,
+            fallback_retry_after_ms: 1_000,
+            upstreams: BTreeMap::new(),
+            models: BTreeMap::new(),
+        }
+    }
+}
+
+/// One upstream provider endpoint.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    pub format: ApiFormat,
+    /// The base URL exactly as the provider's own SDK takes it (`https://api.openai.com/v1`,
+    /// `https://api.anthropic.com`).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// An environment variable holding the base URL (wins over `base_url` when set).
+    #[serde(default)]
+    pub base_url_env: Option<String>,
+    /// The environment variable holding the upstream API key. Absent: no key is sent.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+/// One model clients may call.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The upstream (a key of `[proxy.upstreams]`).
+    pub upstream: String,
+    /// The provider lane of the caller's workspace profile that admits this model's calls.
+    pub provider: String,
+    /// The model name sent upstream (default: the name the client sent).
+    #[serde(default)]
+    pub upstream_model: Option<String>,
+    /// USD per million input (prompt) tokens. Without both prices the cost is unknown, and the
+    /// profile decides whether an unknown cost is admitted.
+    #[serde(default)]
+    pub input_usd_per_mtok: Option<f64>,
+    /// USD per million output (completion) tokens.
+    #[serde(default)]
+    pub output_usd_per_mtok: Option<f64>,
+    /// Output tokens assumed when the request names no maximum (default: the section's).
+    #[serde(default)]
+    pub default_max_output_tokens: Option<u64>,
+}
+
+/// A configuration the proxy cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProxyConfigError {
+    #[error("proxy.models.{model}: upstream {upstream} is not in [proxy.upstreams]")]
+    UnknownUpstream { model: String, upstream: String },
+    #[error("proxy.upstreams.{upstream}: needs base_url or base_url_env (with the variable set)")]
+    NoBaseUrl { upstream: String },
+    #[error("proxy.upstreams.{upstream}: the base URL must start with http:// or https://")]
+    BadBaseUrl { upstream: String },
+    #[error("proxy.upstreams.{upstream}: environment variable {variable} is not set")]
+    MissingKey { upstream: String, variable: String },
+    #[error("proxy.{field} must be {expected}")]
+    Invalid {
+        field: &'static str,
+        expected: &'static str,
+    },
+    #[error("proxy.models.{model}: prices must be finite numbers from 0 to 1e6")]
+    BadPrice { model: String },
+    #[error("proxy.models.{model}: provider must be a provider ID (1-128 of [A-Za-z0-9._:-], not starting with .)")]
+    BadProvider { model: String },
+}
+
+/// An upstream ready to call: base URL and key resolved from the environment.
+#[derive(Clone)]
+pub struct Upstream {
+    pub name: Arc<str>,
+    pub format: ApiFormat,
+    /// Without a trailing slash.
+    pub base_url: Arc<str>,
+    /// The provider key (never logged; `Debug` hides it).
+    pub api_key: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.name)
+            .field("format", &self.format)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<hidden>"))
+            .finish()
+    }
+}
+
+/// A model route ready to use.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub model: Arc<str>,
+    pub upstream: Upstream,
+    pub provider: Arc<str>,
+    pub upstream_model: Option<Arc<str>>,
+    pub prices: Option<Prices>,
+    pub default_max_output_tokens: u64,
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prices {
+    pub input_usd_per_mtok: f64,
+    pub output_usd_per_mtok: f64,
+}
+
+impl Prices {
+    /// The cost of these token counts in USD.
+    pub fn cost_usd(&self, input_tokens: u64, output_tokens: u64) -> f64 {
+        (input_tokens as f64 * self.input_usd_per_mtok
+            + output_tokens as f64 * self.output_usd_per_mtok)
+            / 1_000_000.0
+    }
+}
+
+impl ProxyConfig {
+    /// Checks bounds and resolves every upstream from the environment (`env` reads one
+    /// variable; the service passes `std::env::var`).
+    pub fn resolve(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<BTreeMap<String, Route>, ProxyConfigError> {
+        let checks: [(&'static str, bool, &'static str); 7] = [
+            ("max_wait_ms", self.max_wait_ms >= 1, "at least 1"),
+            (
+                "default_wait_ms",
+                self.default_wait_ms <= self.max_wait_ms,
+                "at most proxy.max_wait_ms",
+            ),
+            (
+                "max_request_bytes",
+                self.max_request_bytes >= 64,
+                "at least 64",
+            ),
+            (
+                "max_response_bytes",
+                self.max_response_bytes >= 64,
+                "at least 64",
+            ),
+            (
+                "prompt_bytes_per_token",
+                self.prompt_bytes_per_token.is_finite() && self.prompt_bytes_per_token >= 0.5,
+                "a number of at least 0.5",
+            ),
+            (
+                "first_byte_timeout_ms",
+                self.first_byte_timeout_ms >= 1 && self.idle_timeout_ms >= 1,
+                "at least 1 (idle_timeout_ms too)",
+            ),
+            (
+                "connect_timeout_ms",
+                self.connect_timeout_ms >= 1,
+                "at least 1",
+            ),
+        ];
+        for (field, ok, expected) in checks {
+            if !ok {
+                return Err(ProxyConfigError::Invalid { field, expected });
+            }
+        }
+        let mut upstreams = BTreeMap::new();
+        for (name, upstream) in &self.upstreams {
+            let base = upstream
+                .base_url_env
+                .as_deref()
+                .and_then(&env)
+                .filter(|v| !v.trim().is_empty())
+                .or_else(|| upstream.base_url.clone())
+                .ok_or_else(|| ProxyConfigError::NoBaseUrl {
+                    upstream: name.clone(),
+                })?;
+            let base = base.trim().trim_end_matches('/').to_owned();
+            if !(base.starts_with("http://") || base.starts_with("https://")) {
+                return Err(ProxyConfigError::BadBaseUrl {
+                    upstream: name.clone(),
+                });
+            }
+            let api_key = match &upstream.api_key_env {
+                None => None,
+                Some(variable) => Some(Arc::<str>::from(
+                    env(variable)
+                        .filter(|v| !v.is_empty())
+                        .ok_or_else(|| ProxyConfigError::MissingKey {
+                            upstream: name.clone(),
+                            variable: variable.clone(),
+                        })?
+                        .as_str(),
+                )),
+            };
+            upstreams.insert(
+                name.clone(),
+                Upstream {
+                    name: Arc::from(name.as_str()),
+                    format: upstream.format,
+                    base_url: Arc::from(base.as_str()),
+                    api_key,
+                },
+            );
+        }
+        let mut routes = BTreeMap::new();
+        for (model, entry) in &self.models {
+            let upstream = upstreams.get(&entry.upstream).cloned().ok_or_else(|| {
+                ProxyConfigError::UnknownUpstream {
+                    model: model.clone(),
+                    upstream: entry.upstream.clone(),
+                }
+            })?;
+            let id_ok = |id: &str| {
+                !id.is_empty()
+                    && id.len() <= 128
+                    && !id.starts_with('.')
+                    && id.bytes().all(|b| {
+                        b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
+                    })
+            };
+            if !id_ok(&entry.provider) {
+                return Err(ProxyConfigError::BadProvider {
+                    model: model.clone(),
+                });
+            }
+            let price_ok = |p: f64| p.is_finite() && (0.0..=1e6).contains(&p);
+            let prices = match (entry.input_usd_per_mtok, entry.output_usd_per_mtok) {
+                (None, None) => None,
+                (input, output) => {
+                    let input = input.unwrap_or(0.0);
+                    let output = output.unwrap_or(0.0);
+                    if !price_ok(input) || !price_ok(output) {
+                        return Err(ProxyConfigError::BadPrice {
+                            model: model.clone(),
+                        });
+                    }
+                    Some(Prices {
+                        input_usd_per_mtok: input,
+                        output_usd_per_mtok: output,
+                    })
+                }
+            };
+            routes.insert(
+                model.clone(),
+                Route {
+                    model: Arc::from(model.as_str()),
+                    upstream,
+                    provider: Arc::from(entry.provider.as_str()),
+                    upstream_model: entry.upstream_model.as_deref().map(Arc::from),
+                    prices,
+                    default_max_output_tokens: entry
+                        .default_max_output_tokens
+                        .unwrap_or(self.default_max_output_tokens),
+                },
+            );
+        }
+        Ok(routes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ProxyConfig {
+        let mut config = ProxyConfig::default();
+        config.upstreams.insert(
+            "openai".into(),
+            UpstreamConfig {
+                format: ApiFormat::Openai,
+                base_url: Some("http://127.0.0.1:1/v1/".into()),
+                base_url_env: Some("BASE".into()),
+                api_key_env: Some("KEY".into()),
+            },
+        );
+        config.models.insert(
+            "m".into(),
+            ModelConfig {
+                upstream: "openai".into(),
+                provider: "lane".into(),
+                upstream_model: None,
+                input_usd_per_mtok: Some(1.0),
+                output_usd_per_mtok: Some(2.0),
+                default_max_output_tokens: None,
+            },
+        );
+        config
+    }
+
+    #[test]
+    fn keys_come_from_the_environment_and_never_show_in_debug() {
+        let routes = config()
+            .resolve(|v| (v == "KEY").then(|| "sk-secret".to_owned()))
+            .unwrap();
+        let route = &routes["m"];
+        assert_eq!(&*route.upstream.base_url, "http://127.0.0.1:1/v1");
+        assert_eq!(route.upstream.api_key.as_deref(), Some("sk-secret"));
+        assert!(!format!("{route:?}").contains("sk-secret"));
+        // The variable wins over base_url.
+        let routes = config()
+            .resolve(|v| Some(if v == "BASE" { "https://x.test" } else { "k" }.to_owned()))
+            .unwrap();
+        assert_eq!(&*routes["m"].upstream.base_url, "https://x.test");
+    }
+
+    #[test]
+    fn a_missing_key_or_upstream_is_a_config_error() {
+        assert!(matches!(
+            config().resolve(|_| None),
+            Err(ProxyConfigError::MissingKey { .. })
+        ));
+        let mut bad = config();
+        bad.models.get_mut("m").unwrap().provider = "a\"b".into();
+        assert!(matches!(
+            bad.resolve(|v| (v == "KEY").then(|| "k".to_owned())),
+            Err(ProxyConfigError::BadProvider { .. })
+        ));
+        let mut bad = config();
+        bad.models.get_mut("m").unwrap().upstream = "nope".into();
+        assert!(matches!(
+            bad.resolve(|v| (v == "KEY").then(|| "k".to_owned())),
+            Err(ProxyConfigError::UnknownUpstream { .. })
+        ));
+    }
+
+    #[test]
+    fn prices_are_per_million_tokens() {
+        let prices = Prices {
+            input_usd_per_mtok: 2.5,
+            output_usd_per_mtok: 10.0,
+        };
+        assert!((prices.cost_usd(1_000_000, 100_000) - 3.5).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,365 @@
+//! One proxied call, start to end: identify, read, route, estimate, admit, forward, answer,
+//! settle.
+//!
+//! Order matters and is fixed: nothing reaches admission before the body is read, parsed and
+//! routed (an unknown model is a 404 with no admission and no upstream call), and nothing
+//! reaches the upstream before admission granted a lease. After the grant the call's
+//! [`Settlement`] owns the lease, so every path out (answer, error, client gone) releases it
+//! exactly once. Nothing is ever re-sent upstream: after a 5xx a second call could be billed
+//! twice, and after a 429 the lane is paused and the client told how long.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use turnstile_admission::Outcome;
+use turnstile_shell::{Acquire, AcquireReply, Wait};
+
+use crate::error::{retry_headers, ProxyError};
+use crate::estimate;
+use crate::metrics::CallClass;
+use crate::request::{self, Endpoint};
+use crate::retry_after;
+use crate::settle::{Charge, Settlement};
+use crate::sse::SseTap;
+use crate::tap::TappedStream;
+use crate::upstream;
+use crate::{Identity, Proxy};
+
+/// The header naming how long a call may wait for a permit, in milliseconds.
+pub const WAIT_HEADER: &str = "x-turnstile-wait-ms";
+/// The header naming the invocation budget the call is charged to.
+pub const BUDGET_HEADER: &str = "x-turnstile-budget-id";
+
+/// Serves one proxied call in the endpoint's wire format.
+pub async fn call(proxy: Arc<Proxy>, endpoint: Endpoint, request: Request) -> Response {
+    let format = endpoint.format();
+    match serve(&proxy, endpoint, request).await {
+        Ok(response) => response,
+        Err(error) => error.response(format),
+    }
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ProxyError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => value
+            .to_str()
+            .map(|v| Some(v.trim()))
+            .map_err(|_| ProxyError::invalid(None, format!("header {name} is not ASCII"))),
+    }
+}
+
+/// A budget ID as the admission API accepts it: 1–256 of `[A-Za-z0-9._:-]`, not starting with `.`.
+fn valid_budget(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 256
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+async fn serve(
+    proxy: &Arc<Proxy>,
+    endpoint: Endpoint,
+    request: Request,
+) -> Result<Response, ProxyError> {
+    let format = endpoint.format();
+    let (parts, body) = request.into_parts();
+    let (workspace, principal) = match parts.extensions.get::<Identity>() {
+        Some(Identity::Principal {
+            workspace,
+            principal,
+        }) => (workspace.clone(), principal.clone()),
+        Some(Identity::Admin) => {
+            return Err(ProxyError::forbidden(
+                "an admin key cannot make model calls: use a principal key",
+            ))
+        }
+        None => return Err(ProxyError::unauthorized()),
+    };
+    let wait_ms = match header_text(&parts.headers, WAIT_HEADER)? {
+        None => proxy.config.default_wait_ms,
+        Some(text) => match text.parse::<u64>() {
+            Ok(ms) if ms <= proxy.config.max_wait_ms => ms,
+            _ => {
+                return Err(ProxyError::invalid(
+                    None,
+                    format!(
+                        "{WAIT_HEADER} must be an integer from 0 to {} (proxy.max_wait_ms)",
+                        proxy.config.max_wait_ms
+                    ),
+                ))
+            }
+        },
+    };
+    let budget = match header_text(&parts.headers, BUDGET_HEADER)? {
+        Some(id) if valid_budget(id) => Some(id.to_owned()),
+        Some(_) => {
+            return Err(ProxyError::invalid(
+                None,
+                format!("{BUDGET_HEADER} must be 1-256 characters of [A-Za-z0-9._:-]"),
+            ))
+        }
+        None => None,
+    };
+    let body = crate::body::read(&parts.headers, body, proxy.body_limits).await?;
+    let parsed = request::parse(endpoint, &body)
+        .map_err(|error| ProxyError::invalid(error.param(), error.to_string()))?;
+    let route = match proxy.routes.get(parsed.model.as_str()) {
+        Some(route) if route.upstream.format == format => route.clone(),
+        _ => return Err(ProxyError::unknown_model(&parsed.model)),
+    };
+    let tokens = estimate::tokens(
+        endpoint,
+        &parsed,
+        &route,
+        proxy.config.prompt_bytes_per_token,
+    );
+    let admission_estimate = estimate::estimate(tokens, &route, parsed.body_bytes);
+    let upstream_body =
+        request::upstream_body(endpoint, &parsed, body, route.upstream_model.as_deref())
+            .map_err(|error| ProxyError::invalid(error.param(), error.to_string()))?;
+
+    // Admission.
+    let (budget_id, ephemeral) = match budget {
+        Some(id) => (id, false),
+        // A per-call budget, in a namespace the admission API cannot name (`~`).
+        None => (
+            format!("~proxy-{}", proxy.calls.fetch_add(1, Ordering::Relaxed)),
+            true,
+        ),
+    };
+    let span = proxy.telemetry.admission_requested(&route.provider);
+    let answer = proxy
+        .driver
+        .acquire(Acquire {
+            workspace: workspace.clone(),
+            principal: principal.clone(),
+            provider_id: route.provider.to_string(),
+            budget_id: budget_id.clone(),
+            estimate: admission_estimate,
+            wait: Wait::For(wait_ms),
+            span: Some(span),
+        })
+        .await
+        .map_err(|_| ProxyError::shutting_down())?;
+    let lane = proxy.metrics.lane(&route.provider);
+    let grant = match answer {
+        AcquireReply::Admitted(grant) => grant,
+        AcquireReply::Rejected(rejection) => {
+            lane.call(CallClass::Refused);
+            if ephemeral {
+                let _ = proxy.driver.release_budget(&workspace, &budget_id).await;
+            }
+            return Err(ProxyError::refused(&rejection));
+        }
+        AcquireReply::NoProfile => {
+            lane.call(CallClass::Refused);
+            return Err(ProxyError::forbidden(
+                "the key's workspace has no admission profile",
+            ));
+        }
+        AcquireReply::ShuttingDown | AcquireReply::Internal => {
+            return Err(ProxyError::shutting_down())
+        }
+    };
+    let heartbeat_every = grant
+        .ttl_ms
+        .map(|ttl| Duration::from_millis((ttl / 3).max(1)));
+    let mut settlement = Settlement::new(
+        grant,
+        (workspace, principal),
+        ephemeral.then_some(budget_id),
+        proxy.driver.clone(),
+        proxy.metrics.clone(),
+        route.provider.clone(),
+        route.prices,
+        tokens,
+    );
+
+    // Forward.
+    let uri = format!("{}{}", route.upstream.base_url, endpoint.upstream_path());
+    let mut builder = hyper::Request::post(uri);
+    if let Some(headers) = builder.headers_mut() {
+        *headers = upstream::request_headers(&parts.headers, &route.upstream);
+    }
+    let Ok(upstream_request) = builder.body(Full::new(upstream_body)) else {
+        settlement.settle(CallClass::UpstreamError, Outcome::None, Charge::Nothing);
+        return Err(ProxyError::upstream(
+            StatusCode::BAD_GATEWAY,
+            "upstream-error",
+            "the upstream URL is not valid",
+            false,
+        ));
+    };
+    let sent = proxy.client.request(upstream_request);
+    let head = heartbeating(
+        tokio::time::timeout(
+            Duration::from_millis(proxy.config.first_byte_timeout_ms),
+            sent,
+        ),
+        &settlement,
+        heartbeat_every,
+    )
+    .await;
+    let response = match head {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => {
+            settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
+            // A connect error means the request never left: sending it again cannot bill twice.
+            let never_sent = error.is_connect();
+            return Err(ProxyError::upstream(
+                StatusCode::BAD_GATEWAY,
+                "upstream-unreachable",
+                "the upstream could not be reached or closed the connection",
+                never_sent,
+            ));
+        }
+        Err(_) => {
+            settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
+            return Err(ProxyError::upstream(
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream-timeout",
+                "the upstream sent no answer within proxy.first_byte_timeout_ms",
+                false,
+            ));
+        }
+    };
+    let (head, upstream_body) = response.into_parts();
+    let status = head.status;
+    let mut headers = upstream::response_headers(&head.headers);
+    let is_stream = parsed.stream
+        && status.is_success()
+        && head
+            .headers
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+    if is_stream {
+        let strip = endpoint.needs_include_usage() && !parsed.client_wants_usage;
+        let body = TappedStream::new(
+            upstream_body,
+            SseTap::new(strip),
+            settlement,
+            Duration::from_millis(proxy.config.idle_timeout_ms),
+            heartbeat_every,
+        );
+        let mut response = Response::new(Body::new(body));
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        return Ok(response);
+    }
+
+    // A whole answer: read it (bounded), settle, forward.
+    let read = heartbeating(
+        read_bounded(
+            upstream_body,
+            proxy.config.max_response_bytes,
+            Duration::from_millis(proxy.config.idle_timeout_ms),
+        ),
+        &settlement,
+        heartbeat_every,
+    )
+    .await;
+    let Some(bytes) = read else {
+        settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
+        return Err(ProxyError::upstream(
+            StatusCode::BAD_GATEWAY,
+            "upstream-error",
+            "the upstream answer broke off, stalled or exceeded proxy.max_response_bytes",
+            false,
+        ));
+    };
+    let code = status.as_u16();
+    if code == 429 {
+        let ms = retry_after::parse(&head.headers, SystemTime::now(), proxy.max_retry_after_ms)
+            .unwrap_or(proxy.config.fallback_retry_after_ms)
+            .max(1);
+        settlement.settle(
+            CallClass::Upstream429,
+            Outcome::RetryAfter { retry_after_ms: ms },
+            Charge::Nothing,
+        );
+        retry_headers(&mut headers, ms);
+    } else if status.is_success() {
+        let usage = crate::usage::Usage::from_body(&bytes);
+        settlement.settle(
+            CallClass::Upstream2xx,
+            Outcome::Success,
+            Charge::seen(usage),
+        );
+    } else if status.is_server_error() {
+        settlement.settle(CallClass::Upstream5xx, Outcome::Failure, Charge::Estimate);
+        // The request reached the provider: an SDK resend could be billed twice.
+        if !headers.contains_key("x-should-retry") {
+            headers.insert("x-should-retry", HeaderValue::from_static("false"));
+        }
+    } else {
+        settlement.settle(CallClass::of_status(code), Outcome::None, Charge::Nothing);
+    }
+    if let Ok(length) = HeaderValue::from_str(&bytes.len().to_string()) {
+        headers.insert(axum::http::header::CONTENT_LENGTH, length);
+    }
+    let mut response = Response::new(Body::from(bytes));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    Ok(response)
+}
+
+/// Runs `future`, heartbeating the lease every `every` meanwhile.
+async fn heartbeating<T>(
+    future: impl std::future::Future<Output = T>,
+    settlement: &Settlement,
+    every: Option<Duration>,
+) -> T {
+    let Some(every) = every else {
+        return future.await;
+    };
+    tokio::pin!(future);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            out = &mut future => return out,
+            _ = ticker.tick() => settlement.heartbeat(),
+        }
+    }
+}
+
+/// The whole upstream body, or `None` when it broke, stalled for `idle`, or passed `max`.
+async fn read_bounded(mut body: Incoming, max: usize, idle: Duration) -> Option<Bytes> {
+    // The common case is one frame: kept without a copy.
+    let mut first: Option<Bytes> = None;
+    let mut buf = BytesMut::new();
+    loop {
+        let frame = tokio::time::timeout(idle, body.frame()).await.ok()?;
+        let Some(frame) = frame else {
+            return Some(match first {
+                Some(first) if buf.is_empty() => first,
+                _ => buf.freeze(),
+            });
+        };
+        if let Ok(data) = frame.ok()?.into_data() {
+            let held = first.as_ref().map_or(0, Bytes::len) + buf.len();
+            if held + data.len() > max {
+                return None;
+            }
+            match first.take() {
+                None if buf.is_empty() => first = Some(data),
+                Some(earlier) => {
+                    buf.extend_from_slice(&earlier);
+                    buf.extend_from_slice(&data);
+                }
+                None => buf.extend_from_slice(&data),
+            }
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! turnstile-proxy: OpenAI- and Anthropic-compatible routes in front of the providers. Every
+//! call that passes through is admitted by the same core and driver as `POST /v1/admissions`,
+//! fairly across principals, and settled with what the provider actually reported.
+//!
+//! # Surface
+//!
+//! | method and path | upstream |
+//! |---|---|
+//! | `POST /openai/v1/chat/completions`, `/responses`, `/embeddings`, `/completions` | OpenAI-format upstream, same path under its base URL |
+//! | `GET /openai/v1/models` | the OpenAI-format models of the routing table (no upstream call) |
+//! | `POST /anthropic/v1/messages` | Anthropic-format upstream, `/v1/messages` under its base URL |
+//!
+//! The host (`turnstile-server`) mounts [`router`] on its own listener, behind its own
+//! authentication, connection caps and deadlines, and tells the proxy who is calling by
+//! inserting an [`Identity`] into the request's extensions.
+//!
+//! # Invariants
+//!
+//! - Admission before upstream: no upstream request is made without a granted lease, and an
+//!   unknown model is refused (404) before admission.
+//! - Every granted lease is released exactly once ([`settle::Settlement`]), with the provider's
+//!   reported usage when there is some.
+//! - Nothing is re-sent upstream by the proxy.
+//! - The upstream key never leaves the process except toward its upstream; the client's
+//!   turnstile key never goes upstream.
+//! - No workspace, principal or budget ID reaches a metric label, span attribute or log line.
+#![forbid(unsafe_code)]
+
+pub mod body;
+pub mod config;
+pub mod error;
+pub mod estimate;
+pub mod fake;
+pub mod handler;
+pub mod metrics;
+pub mod request;
+pub mod retry_after;
+pub mod settle;
+pub mod sse;
+pub mod tap;
+pub mod upstream;
+pub mod usage;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::json;
+use turnstile_shell::{DriverHandle, Telemetry};
+
+pub use body::BodyLimits;
+pub use config::{ApiFormat, ProxyConfig, ProxyConfigError, Route};
+pub use metrics::ProxyMetrics;
+pub use request::Endpoint;
+
+/// Who is calling, as the host authenticated it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    Principal {
+        workspace: Arc<str>,
+        principal: Arc<str>,
+    },
+    /// An admin key: it may not make model calls (403).
+    Admin,
+}
+
+/// The proxy's state, shared by every call.
+pub struct Proxy {
+    pub config: ProxyConfig,
+    pub routes: HashMap<String, Route>,
+    pub client: upstream::HttpClient,
+    pub driver: DriverHandle,
+    pub telemetry: Telemetry,
+    pub metrics: Arc<ProxyMetrics>,
+    pub body_limits: BodyLimits,
+    /// The longest lane pause an upstream 429 may cause.
+    pub max_retry_after_ms: u64,
+    /// Numbers per-call budgets.
+    calls: AtomicU64,
+}
+
+/// A proxy that could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxySetupError {
+    #[error(transparent)]
+    Config(#[from] ProxyConfigError),
+    #[error(transparent)]
+    Client(#[from] upstream::ClientError),
+}
+
+/// How the host's limits apply to the proxy.
+#[derive(Debug, Clone, Copy)]
+pub struct HostLimits {
+    pub body_read_timeout: Duration,
+    pub body_min_bytes_per_sec: u64,
+    pub max_retry_after_ms: u64,
+}
+
+impl Proxy {
+    /// Resolves the configuration (upstream keys from the environment) and builds the client.
+    pub fn new(
+        config: ProxyConfig,
+        env: impl Fn(&str) -> Option<String>,
+        driver: DriverHandle,
+        telemetry: Telemetry,
+        host: HostLimits,
+    ) -> Result<Self, ProxySetupError> {
+        let routes: HashMap<String, Route> = config.resolve(env)?.into_iter().collect();
+        let metrics = Arc::new(ProxyMetrics::new(
+            routes.values().map(|route| &*route.provider),
+        ));
+        let client = upstream::client(Duration::from_millis(config.connect_timeout_ms))?;
+        Ok(Proxy {
+            body_limits: BodyLimits {
+                max_bytes: config.max_request_bytes,
+                read_timeout: host.body_read_timeout,
+                min_bytes_per_sec: host.body_min_bytes_per_sec,
+            },
+            max_retry_after_ms: host.max_retry_after_ms,
+            config,
+            routes,
+            client,
+            driver,
+            telemetry,
+            metrics,
+            calls: AtomicU64::new(0),
+        })
+    }
+}
+
+/// Every proxy route, as (method, path).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/openai/v1/chat/completions"),
+    ("post", "/openai/v1/responses"),
+    ("post", "/openai/v1/embeddings"),
+    ("post", "/openai/v1/completions"),
+    ("get", "/openai/v1/models"),
+    ("post", "/anthropic/v1/messages"),
+];
+
+/// The proxy's routes, for any host state `S`.
+pub fn router<S: Clone + Send + Sync + 'static>(proxy: Arc<Proxy>) -> Router<S> {
+    fn endpoint(endpoint: Endpoint) -> axum::routing::MethodRouter<Arc<Proxy>> {
+        post(move |State(proxy): State<Arc<Proxy>>, request: Request| {
+            handler::call(proxy, endpoint, request)
+        })
+    }
+    Router::new()
+        .route(
+            "/openai/v1/chat/completions",
+            endpoint(Endpoint::ChatCompletions),
+        )
+        .route("/openai/v1/responses", endpoint(Endpoint::Responses))
+        .route("/openai/v1/embeddings", endpoint(Endpoint::Embeddings))
+        .route("/openai/v1/completions", endpoint(Endpoint::Completions))
+        .route("/openai/v1/models", get(models))
+        .route("/anthropic/v1/messages", endpoint(Endpoint::Messages))
+        .with_state(proxy)
+}
+
+/// `GET /openai/v1/models`: the OpenAI-format models of the routing table.
+async fn models(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
+    if !matches!(
+        request.extensions().get::<Identity>(),
+        Some(Identity::Principal { .. })
+    ) {
+        let error = match request.extensions().get::<Identity>() {
+            Some(Identity::Admin) => error::ProxyError::forbidden(
+                "an admin key cannot make model calls: use a principal key",
+            ),
+            _ => error::ProxyError::unauthorized(),
+        };
+        return error.response(ApiFormat::Openai);
+    }
+    let mut names: Vec<&str> = proxy
+        .routes
+        .values()
+        .filter(|route| route.upstream.format == ApiFormat::Openai)
+        .map(|route| &*route.model)
+        .collect();
+    names.sort_unstable();
+    let data: Vec<_> = names
+        .into_iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "turnstile"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}

@@ -1,0 +1,250 @@
+//! The proxy's `/metrics` series, per provider lane.
+//!
+//! Labels are the lane (a provider ID from the routing table: a bounded set fixed at start, not a
+//! tenant), the upstream status class, the usage kind and the settlement basis. Never a
+//! workspace, principal, budget or model ID. Counters saturate, never wrap.
+//!
+//! | series | labels |
+//! |---|---|
+//! | `turnstile_proxy_calls_total` | `lane`, `class` ([`CallClass`]) |
+//! | `turnstile_proxy_usage_tokens_total` | `lane`, `kind` (`input` / `output`), as settled |
+//! | `turnstile_proxy_settled_cost_micro_usd_total` | `lane` |
+//! | `turnstile_proxy_settlements_total` | `lane`, `basis` (`reported` / `estimate`) |
+//! | `turnstile_proxy_upstream_pauses_total` | `lane` (upstream 429s turned into lane pauses) |
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How a proxied call ended, as counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallClass {
+    /// Refused by admission: no upstream call.
+    Refused,
+    Upstream2xx,
+    Upstream429,
+    /// Another 4xx of the upstream.
+    Upstream4xx,
+    Upstream5xx,
+    /// Connect error, timeout or a body broken mid-way.
+    UpstreamError,
+    /// The client left before the answer was complete.
+    ClientGone,
+}
+
+impl CallClass {
+    pub const ALL: [CallClass; 7] = [
+        CallClass::Refused,
+        CallClass::Upstream2xx,
+        CallClass::Upstream429,
+        CallClass::Upstream4xx,
+        CallClass::Upstream5xx,
+        CallClass::UpstreamError,
+        CallClass::ClientGone,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallClass::Refused => "refused",
+            CallClass::Upstream2xx => "2xx",
+            CallClass::Upstream429 => "429",
+            CallClass::Upstream4xx => "4xx",
+            CallClass::Upstream5xx => "5xx",
+            CallClass::UpstreamError => "error",
+            CallClass::ClientGone => "client-gone",
+        }
+    }
+
+    /// The class of an upstream status.
+    pub fn of_status(status: u16) -> CallClass {
+        match status {
+            429 => CallClass::Upstream429,
+            200..=399 => CallClass::Upstream2xx,
+            400..=499 => CallClass::Upstream4xx,
+            _ => CallClass::Upstream5xx,
+        }
+    }
+}
+
+/// What a settlement was based on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// The provider reported usage.
+    Reported,
+    /// No usage was reported: the estimate stays charged.
+    Estimate,
+}
+
+/// One lane's counters.
+#[derive(Debug, Default)]
+pub struct LaneCounters {
+    calls: [AtomicU64; 7],
+    input_tokens: AtomicU64,
+    output_tokens: AtomicU64,
+    cost_micro_usd: AtomicU64,
+    reported: AtomicU64,
+    estimated: AtomicU64,
+    pauses: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, value: u64) {
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(v.saturating_add(value))
+    });
+}
+
+impl LaneCounters {
+    pub fn call(&self, class: CallClass) {
+        let index = CallClass::ALL.iter().position(|c| *c == class).unwrap_or(0);
+        add(&self.calls[index], 1);
+    }
+
+    pub fn calls(&self, class: CallClass) -> u64 {
+        let index = CallClass::ALL.iter().position(|c| *c == class).unwrap_or(0);
+        self.calls[index].load(Ordering::Relaxed)
+    }
+
+    pub fn settled(&self, basis: Basis, input: u64, output: u64, cost_usd: Option<f64>) {
+        add(&self.input_tokens, input);
+        add(&self.output_tokens, output);
+        if let Some(cost) = cost_usd {
+            let micro = (cost * 1_000_000.0).round().clamp(0.0, u64::MAX as f64) as u64;
+            add(&self.cost_micro_usd, micro);
+        }
+        match basis {
+            Basis::Reported => add(&self.reported, 1),
+            Basis::Estimate => add(&self.estimated, 1),
+        }
+    }
+
+    pub fn paused(&self) {
+        add(&self.pauses, 1);
+    }
+}
+
+/// Every lane's counters (lanes fixed when the proxy starts).
+#[derive(Debug, Default)]
+pub struct ProxyMetrics {
+    lanes: BTreeMap<String, LaneCounters>,
+    /// Calls whose lane is not known (an unknown model never reaches a lane; kept for safety).
+    other: LaneCounters,
+}
+
+impl ProxyMetrics {
+    pub fn new<'a>(lanes: impl IntoIterator<Item = &'a str>) -> Self {
+        ProxyMetrics {
+            lanes: lanes
+                .into_iter()
+                .map(|l| (l.to_owned(), LaneCounters::default()))
+                .collect(),
+            other: LaneCounters::default(),
+        }
+    }
+
+    pub fn lane(&self, lane: &str) -> &LaneCounters {
+        self.lanes.get(lane).unwrap_or(&self.other)
+    }
+
+    /// Prometheus text of every series.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(2048);
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let family = |out: &mut String, name: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+        };
+        family(
+            &mut out,
+            "turnstile_proxy_calls_total",
+            "Proxied calls by provider lane and how they ended (upstream status class).",
+        );
+        for (lane, c) in &self.lanes {
+            for (i, class) in CallClass::ALL.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "turnstile_proxy_calls_total{{lane=\"{lane}\",class=\"{}\"}} {}",
+                    class.as_str(),
+                    get(&c.calls[i])
+                );
+            }
+        }
+        family(
+            &mut out,
+            "turnstile_proxy_usage_tokens_total",
+            "Tokens settled on proxied calls (provider-reported, or the estimate when none was).",
+        );
+        for (lane, c) in &self.lanes {
+            let _ = writeln!(
+                out,
+                "turnstile_proxy_usage_tokens_total{{lane=\"{lane}\",kind=\"input\"}} {}",
+                get(&c.input_tokens)
+            );
+            let _ = writeln!(
+                out,
+                "turnstile_proxy_usage_tokens_total{{lane=\"{lane}\",kind=\"output\"}} {}",
+                get(&c.output_tokens)
+            );
+        }
+        family(
+            &mut out,
+            "turnstile_proxy_settled_cost_micro_usd_total",
+            "Cost settled on proxied calls, in micro-USD.",
+        );
+        for (lane, c) in &self.lanes {
+            let _ = writeln!(
+                out,
+                "turnstile_proxy_settled_cost_micro_usd_total{{lane=\"{lane}\"}} {}",
+                get(&c.cost_micro_usd)
+            );
+        }
+        family(
+            &mut out,
+            "turnstile_proxy_settlements_total",
+            "Leases settled after an upstream answer, by basis (estimate: no usage reported).",
+        );
+        for (lane, c) in &self.lanes {
+            let _ = writeln!(
+                out,
+                "turnstile_proxy_settlements_total{{lane=\"{lane}\",basis=\"reported\"}} {}",
+                get(&c.reported)
+            );
+            let _ = writeln!(
+                out,
+                "turnstile_proxy_settlements_total{{lane=\"{lane}\",basis=\"estimate\"}} {}",
+                get(&c.estimated)
+            );
+        }
+        family(
+            &mut out,
+            "turnstile_proxy_upstream_pauses_total",
+            "Upstream 429s that paused the provider lane.",
+        );
+        for (lane, c) in &self.lanes {
+            let _ = writeln!(
+                out,
+                "turnstile_proxy_upstream_pauses_total{{lane=\"{lane}\"}} {}",
+                get(&c.pauses)
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_are_per_lane_and_carry_no_tenant() {
+        let metrics = ProxyMetrics::new(["openai"]);
+        let lane = metrics.lane("openai");
+        lane.call(CallClass::Upstream2xx);
+        lane.settled(Basis::Reported, 10, 5, Some(0.0123));
+        let text = metrics.render();
+        assert!(text.contains("turnstile_proxy_calls_total{lane=\"openai\",class=\"2xx\"} 1"));
+        assert!(
+            text.contains("turnstile_proxy_settled_cost_micro_usd_total{lane=\"openai\"} 12300")
+        );
+        assert!(text.contains("basis=\"reported\"} 1"));
+    }
+}

@@ -1,0 +1,154 @@
+//! How long an upstream 429 asks us to wait.
+//!
+//! Read in order: `retry-after-ms` (milliseconds, OpenAI's SDKs' own header), `retry-after` as
+//! delay-seconds (fractions allowed), `retry-after` as an HTTP-date (relative to `now`). A
+//! value that is absent, unparsable, negative or in the past gives `None`, and the caller
+//! applies its fallback. Results are capped at `max_ms`.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::http::HeaderMap;
+
+/// The wait an upstream answer asks for, in milliseconds.
+pub fn parse(headers: &HeaderMap, now: SystemTime, max_ms: u64) -> Option<u64> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some((ms.ceil() as u64).min(max_ms));
+        }
+    }
+    let value = text("retry-after")?;
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0)
+            .then(|| ((seconds * 1000.0).ceil() as u64).min(max_ms));
+    }
+    let at = parse_http_date(value)?;
+    let wait = at.duration_since(now).ok()?;
+    Some((wait.as_millis().min(u128::from(max_ms))) as u64)
+}
+
+/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form RFC 9110 requires senders to use.
+pub fn parse_http_date(text: &str) -> Option<SystemTime> {
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let [_, day, month, year, time, "GMT"] = parts.as_slice() else {
+        return None;
+    };
+    let day: u64 = day.parse().ok()?;
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| m == month)? as u64
+        + 1;
+    let year: u64 = year.parse().ok()?;
+    let mut hms = time.split(':').map(|p| p.parse::<u64>().ok());
+    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
+    if !(1..=31).contains(&day) || year < 1970 || h > 23 || m > 59 || s > 60 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3600 + m * 60 + s))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Formats `at` as an IMF-fixdate (for the fake upstream and tests).
+pub fn format_http_date(at: SystemTime) -> String {
+    let secs = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil from days (inverse of the above).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
+    let month_name = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][(month - 1) as usize];
+    format!(
+        "{weekday}, {day:02} {month_name} {year} {:02}:{:02}:{:02} GMT",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn every_retry_after_form_is_read() {
+        let now = UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(
+            parse(&headers(&[("retry-after-ms", "1500")]), now, 60_000),
+            Some(1500)
+        );
+        assert_eq!(
+            parse(
+                &headers(&[("retry-after-ms", "250"), ("retry-after", "9")]),
+                now,
+                60_000
+            ),
+            Some(250)
+        );
+        assert_eq!(
+            parse(&headers(&[("retry-after", "2")]), now, 60_000),
+            Some(2000)
+        );
+        assert_eq!(
+            parse(&headers(&[("retry-after", "0.5")]), now, 60_000),
+            Some(500)
+        );
+        let date = "Sun, 06 Nov 1994 08:49:40 GMT";
+        assert_eq!(
+            parse(&headers(&[("retry-after", date)]), now, 60_000),
+            Some(3000)
+        );
+        assert_eq!(
+            parse(&headers(&[("retry-after", "9999")]), now, 60_000),
+            Some(60_000)
+        );
+        assert_eq!(
+            parse(&headers(&[("retry-after", "soon")]), now, 60_000),
+            None
+        );
+        assert_eq!(parse(&headers(&[("retry-after", "-1")]), now, 60_000), None);
+        assert_eq!(parse(&headers(&[]), now, 60_000), None);
+    }
+
+    #[test]
+    fn http_dates_round_trip() {
+        let at = UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(format_http_date(at), "Sun, 06 Nov 1994 08:49:37 GMT");
+        let now = UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+        assert_eq!(parse_http_date(&format_http_date(now)), Some(now));
+    }
+}
