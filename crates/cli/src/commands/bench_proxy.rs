@@ -16,6 +16,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::bench_serve::{percentile_ms, register_bench_principal};
 use anyhow::{bail, Context};
 use bytes::Bytes;
 use clap::Args;
@@ -405,40 +406,7 @@ fn service_cpu() -> Option<Duration> {
     Some(Duration::from_secs_f64(total as f64 / ticks_per_sec))
 }
 
-fn percentile_ms(sorted_us: &[u64], p: f64) -> f64 {
-    if sorted_us.is_empty() {
-        return 0.0;
-    }
-    let index = ((p * sorted_us.len() as f64).ceil() as usize).clamp(1, sorted_us.len()) - 1;
-    sorted_us[index] as f64 / 1000.0
-}
-
 /// Registers the bench profile and creates the bench principal's key.
 async fn setup(base: &str, admin: &str) -> anyhow::Result<String> {
-    let client = reqwest::Client::new();
-    let profile: serde_json::Value = serde_json::from_str(PROFILE)?;
-    let response = client
-        .put(format!("{base}/v1/workspaces/bench/profiles/bench-v1"))
-        .bearer_auth(admin)
-        .json(&profile)
-        .send()
-        .await?;
-    if !response.status().is_success() {
-        bail!(
-            "registering the bench profile failed: {}",
-            response.status()
-        );
-    }
-    let body: serde_json::Value = client
-        .post(format!("{base}/v1/workspaces/bench/keys"))
-        .bearer_auth(admin)
-        .json(&json!({"principalId": "bench"}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    Ok(body["key"]
-        .as_str()
-        .context("the key response carries a key")?
-        .to_owned())
+    register_bench_principal(&reqwest::Client::new(), base, admin, PROFILE).await
 }

@@ -437,7 +437,23 @@ fn process_cpu() -> Option<Duration> {
 
 /// Registers the bench profile and creates the bench principal's key.
 async fn setup(client: &reqwest::Client, base: &str, admin: &str) -> anyhow::Result<Target> {
-    let profile: serde_json::Value = serde_json::from_str(BENCH_PROFILE)?;
+    let key = register_bench_principal(client, base, admin, BENCH_PROFILE).await?;
+    Ok(Target {
+        base: base.to_owned(),
+        key,
+        provider: "bench-provider".to_owned(),
+    })
+}
+
+/// Registers `profile` (JSON) as revision `bench-v1` of workspace `bench` and returns a new key
+/// of principal `bench` (shared with `bench-proxy`).
+pub(crate) async fn register_bench_principal(
+    client: &reqwest::Client,
+    base: &str,
+    admin: &str,
+    profile: &str,
+) -> anyhow::Result<String> {
+    let profile: serde_json::Value = serde_json::from_str(profile)?;
     let response = client
         .put(format!("{base}/v1/workspaces/bench/profiles/bench-v1"))
         .bearer_auth(admin)
@@ -457,19 +473,14 @@ async fn setup(client: &reqwest::Client, base: &str, admin: &str) -> anyhow::Res
         .send()
         .await?;
     let body: serde_json::Value = response.json().await?;
-    let key = body["key"]
+    Ok(body["key"]
         .as_str()
         .context("the key response carries a key")?
-        .to_owned();
-    Ok(Target {
-        base: base.to_owned(),
-        key,
-        provider: "bench-provider".to_owned(),
-    })
+        .to_owned())
 }
 
 /// The `p` quantile of sorted microsecond samples, in ms (0 when there are none).
-fn percentile_ms(sorted_us: &[u64], p: f64) -> f64 {
+pub(crate) fn percentile_ms(sorted_us: &[u64], p: f64) -> f64 {
     if sorted_us.is_empty() {
         return 0.0;
     }
