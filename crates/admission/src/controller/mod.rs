@@ -638,11 +638,6 @@ impl Controller {
         self.budgets.take_evicted()
     }
 
-    /// Budgets (invocations) forgotten for idleness, over the controller's life.
-    pub fn budgets_evicted(&self) -> u64 {
-        self.budgets.evicted_total()
-    }
-
     /// Transitions dropped unpolled because the outbox was full ([`TRANSITION_OUTBOX_LIMIT`]).
     pub fn transitions_dropped(&self) -> u64 {
         self.transitions_dropped
