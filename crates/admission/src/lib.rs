@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub(crate) mod breaker;
-pub(crate) mod bucket;
+pub mod bucket;
 pub(crate) mod budget;
 pub mod controller;
 pub mod digest;

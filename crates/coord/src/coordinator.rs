@@ -1,0 +1,500 @@
+//! [`Coordinator`]: what a replica's admission path calls. It owns the Redis client, this
+//! replica's shared leases, its health, and the degraded share.
+//!
+//! # Protocol
+//!
+//! - `acquire` (after the local core granted): healthy, one `ts_acquire_v1`; degraded, the
+//!   declared share alone (no Redis call). A failed or timed-out call makes the replica
+//!   degraded at once and the same admission is decided by the share, so no admission waits
+//!   on Redis for longer than the command timeout.
+//! - `release` / `forget`: one `ts_release_v1` when healthy; degraded, nothing (Redis drops
+//!   the lease when its liveness runs out).
+//! - The background task ([`Coordinator::run`]) probes every `probe_every` (an idle replica
+//!   notices a hung Redis within probe + timeout), renews this replica's leases every
+//!   `renew_every` in one pipelined call (client heartbeats cost no Redis call), and on
+//!   recovery registers every live lease again and merges the pauses it saw while degraded.
+//!
+//! # Invariants
+//!
+//! - Every lease this replica holds is in `leases` with a member unique to this replica; a
+//!   lease leaves it exactly once (`release` or `forget`), and only then is it released in
+//!   Redis, so a renewal (`ZADD XX`) never brings a released lease back.
+//! - A dead replica's leases expire in Redis `liveness_ms` after its last renewal, whatever the
+//!   client-facing lease TTL.
+//! - No tenant ID reaches Redis (hashed keys), a log or a metric label.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use turnstile_admission::bucket::{TokenBucket, MINUTE_MS, SECOND_MS};
+use turnstile_admission::{Millis, Reason};
+
+use crate::error::CoordError;
+use crate::health::{Health, HealthCell};
+use crate::keys::WorkspaceKeys;
+use crate::share::DegradedShare;
+use crate::spec::LaneSpec;
+use crate::store::{RedisStore, ReleaseCall, RenewBatch, RenewMode};
+use crate::verdict::Verdict;
+
+/// How a replica coordinates.
+#[derive(Debug, Clone)]
+pub struct CoordConfig {
+    pub redis_url: String,
+    /// Longest wait for one Redis call.
+    pub timeout: Duration,
+    /// A lease's liveness in Redis after each renewal.
+    pub liveness_ms: Millis,
+    /// How often the replica renews all its leases (one call).
+    pub renew_every: Duration,
+    /// How often the replica probes Redis.
+    pub probe_every: Duration,
+    /// What the replica admits alone while degraded.
+    pub degraded_share: DegradedShare,
+}
+
+impl CoordConfig {
+    /// The defaults: 100 ms timeout, 10 s liveness renewed every 2 s, probe every 100 ms.
+    pub fn new(redis_url: &str, degraded_share: DegradedShare) -> Self {
+        CoordConfig {
+            redis_url: redis_url.to_owned(),
+            timeout: Duration::from_millis(100),
+            liveness_ms: 10_000,
+            renew_every: Duration::from_secs(2),
+            probe_every: Duration::from_millis(100),
+            degraded_share,
+        }
+    }
+}
+
+/// How an admission was coordinated (the evidence's `coordination` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Shared,
+    Degraded,
+}
+
+/// The shared limits' answer for one admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Admitted; the lease is held until `release` or `forget`.
+    Granted(Mode),
+    /// Full now; may change `after_ms` from now (unknown: `None`).
+    Wait {
+        reason: Reason,
+        after_ms: Option<Millis>,
+        mode: Mode,
+    },
+    /// The provider is paused for `remaining_ms`.
+    Paused { remaining_ms: Millis },
+    /// Never fits (a shared budget).
+    Rejected(Reason),
+    /// Degraded and this lane fails closed (`closed` share, or a money or token budget).
+    Unavailable,
+}
+
+/// Counters for `/metrics` (no labels but the state).
+#[derive(Debug, Default)]
+pub struct CoordMetrics {
+    pub errors: AtomicU64,
+    pub degraded_admissions: AtomicU64,
+    pub reconciliations: AtomicU64,
+    pub shared_admissions: AtomicU64,
+}
+
+struct HeldShared {
+    member: String,
+    workspace: WorkspaceKeys,
+    lease_keys: Vec<String>,
+    pause_key: String,
+    budget_key: String,
+    budget_scopes: Vec<String>,
+    charged_tokens: u64,
+    charged_micro: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    leases: HashMap<String, HeldShared>,
+    /// This replica's leases per lease zset (what the degraded share counts).
+    in_flight: HashMap<String, u64>,
+    /// Degraded-mode buckets by bucket key (created full at first use).
+    buckets: HashMap<String, TokenBucket>,
+    /// Pauses seen while degraded: pause key → (workspace, provider hash key, local until).
+    pauses: HashMap<String, (WorkspaceKeys, String, Millis)>,
+}
+
+/// A replica's coordination through Redis.
+pub struct Coordinator {
+    store: RedisStore,
+    config: CoordConfig,
+    replica: String,
+    next: AtomicU64,
+    health: HealthCell,
+    inner: Mutex<Inner>,
+    /// Notified when this replica releases a lease (its waiters try again at once).
+    released: Notify,
+    pub metrics: CoordMetrics,
+}
+
+fn random_replica_id() -> String {
+    let mut bytes = [0u8; 8];
+    // Without OS randomness, fall back to the process ID and time: uniqueness is what matters.
+    if getrandom::fill(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = (nanos ^ u64::from(std::process::id())).to_le_bytes();
+    }
+    hex::encode(bytes)
+}
+
+impl Coordinator {
+    pub fn new(config: CoordConfig) -> Result<Arc<Self>, CoordError> {
+        let store = RedisStore::new(&config.redis_url, config.timeout)?;
+        Ok(Arc::new(Coordinator {
+            store,
+            config,
+            replica: random_replica_id(),
+            next: AtomicU64::new(0),
+            health: HealthCell::new(),
+            inner: Mutex::new(Inner::default()),
+            released: Notify::new(),
+            metrics: CoordMetrics::default(),
+        }))
+    }
+
+    pub fn health(&self) -> Health {
+        self.health.get()
+    }
+
+    pub fn config(&self) -> &CoordConfig {
+        &self.config
+    }
+
+    /// Leases this replica holds (shared or degraded).
+    pub fn held(&self) -> usize {
+        self.lock().leases.len()
+    }
+
+    /// Waits until this replica releases a lease.
+    pub async fn released(&self) {
+        self.released.notified().await;
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn failed(&self, _error: &CoordError) {
+        self.metrics.errors.fetch_add(1, Ordering::Relaxed);
+        self.health.set(Health::Degraded);
+    }
+
+    fn member(&self) -> String {
+        format!("{}-{}", self.replica, self.next.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn held_for(spec: &LaneSpec, member: String) -> HeldShared {
+        let keys = WorkspaceKeys::new(&spec.workspace);
+        HeldShared {
+            lease_keys: spec.scopes.iter().map(|s| keys.leases(&s.name)).collect(),
+            pause_key: keys.pause(&spec.provider),
+            budget_key: keys.budget(&spec.budget_id),
+            budget_scopes: spec
+                .scopes
+                .iter()
+                .filter(|s| s.has_budget())
+                .map(|s| s.name.0.clone())
+                .collect(),
+            charged_tokens: spec.tokens.unwrap_or(0),
+            charged_micro: spec.micro_usd.unwrap_or(0),
+            member,
+            workspace: keys,
+        }
+    }
+
+    fn hold(&self, token: &str, held: HeldShared) {
+        let mut inner = self.lock();
+        for key in &held.lease_keys {
+            *inner.in_flight.entry(key.clone()).or_insert(0) += 1;
+        }
+        inner.leases.insert(token.to_owned(), held);
+    }
+
+    fn unhold(&self, token: &str) -> Option<HeldShared> {
+        let mut inner = self.lock();
+        let held = inner.leases.remove(token)?;
+        for key in &held.lease_keys {
+            if let Some(count) = inner.in_flight.get_mut(key) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    inner.in_flight.remove(key);
+                }
+            }
+        }
+        Some(held)
+    }
+
+    /// Admits the lease `token` (already granted by the local core) against the shared
+    /// limits; `now` is the replica's clock (used only by the degraded share's buckets).
+    pub async fn acquire(&self, spec: &LaneSpec, token: &str, now: Millis) -> Admission {
+        if self.health.get() != Health::Healthy {
+            return self.acquire_degraded(spec, token, now);
+        }
+        let member = self.member();
+        match self.store.acquire(spec, &member, self.config.liveness_ms).await {
+            Ok(Verdict::Granted { .. }) => {
+                self.hold(token, Self::held_for(spec, member));
+                self.metrics.shared_admissions.fetch_add(1, Ordering::Relaxed);
+                Admission::Granted(Mode::Shared)
+            }
+            Ok(Verdict::Defer { reason, wake, now }) => Admission::Wait {
+                reason,
+                after_ms: wake.map(|w| w.saturating_sub(now)),
+                mode: Mode::Shared,
+            },
+            Ok(Verdict::Paused { until, now }) => Admission::Paused {
+                remaining_ms: until.saturating_sub(now),
+            },
+            Ok(Verdict::Reject { reason, .. }) => Admission::Rejected(reason),
+            Err(error) => {
+                // The call may have run: the member expires in Redis after its liveness.
+                self.failed(&error);
+                self.acquire_degraded(spec, token, now)
+            }
+        }
+    }
+
+    fn acquire_degraded(&self, spec: &LaneSpec, token: &str, now: Millis) -> Admission {
+        let share = self.config.degraded_share;
+        if share == DegradedShare::Closed || spec.scopes.iter().any(|s| s.has_usage_budget()) {
+            return Admission::Unavailable;
+        }
+        let keys = WorkspaceKeys::new(&spec.workspace);
+        let mut inner = self.lock();
+        for scope in &spec.scopes {
+            if let Some(limit) = scope.concurrency {
+                let held = inner.in_flight.get(&keys.leases(&scope.name)).copied();
+                if held.unwrap_or(0) >= share.of(u64::from(limit)) {
+                    return Admission::Wait {
+                        reason: Reason::Concurrency,
+                        after_ms: None,
+                        mode: Mode::Degraded,
+                    };
+                }
+            }
+        }
+        let tokens = spec.tokens.unwrap_or(0);
+        let mut takes = Vec::new();
+        for scope in &spec.scopes {
+            let buckets = [
+                (scope.requests, keys.requests(&scope.name), MINUTE_MS, 1, Reason::RequestsPerMinute),
+                (scope.tokens, keys.tokens(&scope.name), SECOND_MS, tokens, Reason::TokensPerSecond),
+            ];
+            for (spec_bucket, key, period, units, reason) in buckets {
+                let Some(b) = spec_bucket else { continue };
+                let bucket = inner.buckets.entry(key.clone()).or_insert_with(|| {
+                    TokenBucket::full_with_capacity(share.of(b.rate), share.of(b.capacity), period, now)
+                });
+                bucket.refill(now);
+                if !bucket.has(units) {
+                    return match bucket.wait_for(units) {
+                        Some(after) => Admission::Wait {
+                            reason,
+                            after_ms: Some(after),
+                            mode: Mode::Degraded,
+                        },
+                        None => Admission::Unavailable,
+                    };
+                }
+                takes.push((key, units));
+            }
+        }
+        for (key, units) in takes {
+            if let Some(bucket) = inner.buckets.get_mut(&key) {
+                bucket.take(units);
+            }
+        }
+        drop(inner);
+        self.hold(token, Self::held_for(spec, self.member()));
+        self.metrics.degraded_admissions.fetch_add(1, Ordering::Relaxed);
+        Admission::Granted(Mode::Degraded)
+    }
+
+    /// Releases `token` with what it used and an optional provider pause (`retry-after`).
+    /// One Redis call when healthy; answers whether this replica held the lease.
+    pub async fn release(
+        &self,
+        token: &str,
+        pause_ms: Millis,
+        actual_tokens: Option<u64>,
+        actual_micro: Option<u64>,
+        now: Millis,
+    ) -> bool {
+        let Some(held) = self.unhold(token) else {
+            return false;
+        };
+        self.released.notify_waiters();
+        if self.health.get() != Health::Healthy {
+            if pause_ms > 0 {
+                self.note_pause(&held.workspace, &held.pause_key, now.saturating_add(pause_ms));
+            }
+            return true;
+        }
+        let call = ReleaseCall {
+            member: held.member,
+            lease_keys: held.lease_keys,
+            pause_key: held.pause_key.clone(),
+            budget_key: held.budget_key,
+            budget_scopes: held.budget_scopes,
+            pause_ms,
+            charged_tokens: held.charged_tokens,
+            actual_tokens,
+            charged_micro: held.charged_micro,
+            actual_micro,
+        };
+        if let Err(error) = self.store.release(&call).await {
+            self.failed(&error);
+            if pause_ms > 0 {
+                self.note_pause(&held.workspace, &held.pause_key, now.saturating_add(pause_ms));
+            }
+        }
+        true
+    }
+
+    /// A lease that left the replica without a release call (TTL reclaim, an undelivered
+    /// grant): released in Redis with no usage and no pause.
+    pub async fn forget(&self, token: &str, now: Millis) -> bool {
+        self.release(token, 0, None, None, now).await
+    }
+
+    /// A provider pause (`POST …/retry-after`): shared when healthy, kept for the merge when
+    /// degraded. Answers the pause's remaining ms as Redis sees it (healthy) or as given.
+    pub async fn pause(&self, workspace: &str, provider: &str, pause_ms: Millis, now: Millis) -> Millis {
+        let keys = WorkspaceKeys::new(workspace);
+        if self.health.get() == Health::Healthy {
+            match self.store.pause(workspace, provider, pause_ms).await {
+                Ok((until, server_now)) => return until.saturating_sub(server_now),
+                Err(error) => self.failed(&error),
+            }
+        }
+        let pause_key = keys.pause(provider);
+        self.note_pause(&keys, &pause_key, now.saturating_add(pause_ms));
+        pause_ms
+    }
+
+    fn note_pause(&self, keys: &WorkspaceKeys, pause_key: &str, until: Millis) {
+        let mut inner = self.lock();
+        let entry = inner
+            .pauses
+            .entry(pause_key.to_owned())
+            .or_insert_with(|| (keys.clone(), pause_key.to_owned(), until));
+        entry.2 = entry.2.max(until);
+    }
+
+    /// Deletes an invocation's shared budget lines (best effort: degraded, they expire).
+    pub async fn release_budget(&self, workspace: &str, budget_id: &str) {
+        if self.health.get() == Health::Healthy {
+            if let Err(error) = self.store.release_budget(workspace, budget_id).await {
+                self.failed(&error);
+            }
+        }
+    }
+
+    fn renew_batches(&self) -> Vec<RenewBatch> {
+        let inner = self.lock();
+        let mut by_workspace: HashMap<&str, RenewBatch> = HashMap::new();
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for held in inner.leases.values() {
+            let batch = by_workspace
+                .entry(held.workspace.prefix())
+                .or_insert_with(|| RenewBatch {
+                    keys: Vec::new(),
+                    members: Vec::new(),
+                });
+            for key in &held.lease_keys {
+                let i = *index.entry(key.as_str()).or_insert_with(|| {
+                    batch.keys.push(key.clone());
+                    batch.keys.len() - 1
+                });
+                batch.members.push((i, held.member.clone()));
+            }
+        }
+        by_workspace.into_values().collect()
+    }
+
+    /// Registers every live lease again and merges the pauses seen while degraded.
+    async fn reconcile(&self, now: Millis) -> Result<(), CoordError> {
+        let batches = self.renew_batches();
+        self.store
+            .renew(&batches, self.config.liveness_ms, RenewMode::Register)
+            .await?;
+        let pauses: Vec<(WorkspaceKeys, String, Millis)> =
+            self.lock().pauses.drain().map(|(_, v)| v).collect();
+        for (keys, pause_key, until) in pauses {
+            let remaining = until.saturating_sub(now);
+            if remaining == 0 {
+                continue;
+            }
+            if let Err(error) = self.store.pause_key(&keys, &pause_key, remaining).await {
+                self.note_pause(&keys, &pause_key, until);
+                return Err(error);
+            }
+        }
+        self.lock().buckets.clear();
+        self.metrics.reconciliations.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// One tick of the background task: probe, and renew or reconcile as due. `renew_due`
+    /// says whether this tick renews the leases.
+    pub async fn tick(&self, now: Millis, renew_due: bool) {
+        match self.store.time().await {
+            Err(error) => self.failed(&error),
+            Ok((_, library_loaded)) => {
+                let health = self.health.get();
+                if health != Health::Healthy || library_loaded {
+                    self.health.set(Health::Reconciling);
+                    match self.reconcile(now).await {
+                        Ok(()) => {
+                            self.health.transition(Health::Reconciling, Health::Healthy);
+                        }
+                        Err(error) => self.failed(&error),
+                    }
+                } else if renew_due {
+                    let batches = self.renew_batches();
+                    if let Err(error) = self
+                        .store
+                        .renew(&batches, self.config.liveness_ms, RenewMode::Existing)
+                        .await
+                    {
+                        self.failed(&error);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The background task: probes every `probe_every`, renews every `renew_every`. `clock`
+    /// reads the replica's clock (epoch ms). Ends when the last other reference is gone.
+    pub async fn run(self: Arc<Self>, clock: impl Fn() -> Millis + Send + 'static) {
+        let mut interval = tokio::time::interval(self.config.probe_every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let per_renew = (self.config.renew_every.as_millis()
+            / self.config.probe_every.as_millis().max(1))
+        .max(1);
+        let mut ticks: u128 = 0;
+        loop {
+            interval.tick().await;
+            if Arc::strong_count(&self) == 1 {
+                return;
+            }
+            ticks += 1;
+            self.tick(clock(), ticks % per_renew == 0).await;
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! Errors of the coordination client, one variant per failure.
+
+/// Why a call to the shared store did not give an answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoordError {
+    /// The Redis URL does not parse.
+    #[error("invalid Redis URL: {0}")]
+    InvalidUrl(String),
+    /// No answer within the command timeout (a hung or stopped Redis).
+    #[error("Redis did not answer within {0} ms")]
+    Timeout(u64),
+    /// The connection failed or Redis answered with an error.
+    #[error("Redis call failed: {0}")]
+    Redis(String),
+    /// Redis answered something the scripts never return.
+    #[error("unexpected answer from Redis: {0}")]
+    Protocol(String),
+    /// A limit whose fixed-point arithmetic would not be exact in Lua's doubles (capacity x
+    /// period above 2^53).
+    #[error("a bucket limit is too large to be shared exactly (capacity x period above 2^53)")]
+    Inexact,
+    /// Coordination is degraded: the call was not tried.
+    #[error("coordination is degraded")]
+    Degraded,
+}

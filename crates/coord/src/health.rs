@@ -1,0 +1,82 @@
+//! The breaker on Redis: whether this replica coordinates through Redis or enforces its
+//! declared share alone.
+//!
+//! `Healthy` → `Degraded` on the first failed or timed-out call (a call never waits longer
+//! than the command timeout, 100 ms by default, and an idle replica probes every 100 ms, so a
+//! hung Redis is noticed within about 200 ms). `Degraded` → `Reconciling` when a probe answers;
+//! `Reconciling` → `Healthy` once the replica's live leases are registered again and its local
+//! pauses merged (the next probe tick), or back to `Degraded` if that fails.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The coordination state of this replica (a closed vocabulary: the `/metrics` gauge's label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// Every admission goes through Redis.
+    Healthy,
+    /// Redis is unreachable or hung: the declared per-replica share applies.
+    Degraded,
+    /// Redis answers again; leases and pauses are being merged (still the local share).
+    Reconciling,
+}
+
+impl Health {
+    pub const ALL: [Health; 3] = [Health::Healthy, Health::Degraded, Health::Reconciling];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Degraded => "degraded",
+            Health::Reconciling => "reconciling",
+        }
+    }
+
+    fn from_u8(value: u8) -> Self {
+        match value {
+            0 => Health::Healthy,
+            2 => Health::Reconciling,
+            _ => Health::Degraded,
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            Health::Healthy => 0,
+            Health::Degraded => 1,
+            Health::Reconciling => 2,
+        }
+    }
+}
+
+/// The shared, lock-free health cell.
+#[derive(Debug)]
+pub struct HealthCell(AtomicU8);
+
+impl HealthCell {
+    /// Starts degraded: nothing is shared until a probe has answered and leases are registered.
+    pub fn new() -> Self {
+        HealthCell(AtomicU8::new(Health::Degraded.to_u8()))
+    }
+
+    pub fn get(&self) -> Health {
+        Health::from_u8(self.0.load(Ordering::Acquire))
+    }
+
+    /// Sets `to`; answers the previous state.
+    pub fn set(&self, to: Health) -> Health {
+        Health::from_u8(self.0.swap(to.to_u8(), Ordering::AcqRel))
+    }
+
+    /// Moves `from` → `to` only if the state is still `from`.
+    pub fn transition(&self, from: Health, to: Health) -> bool {
+        self.0
+            .compare_exchange(from.to_u8(), to.to_u8(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+impl Default for HealthCell {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,104 @@
+//! Key names in Redis: every key of a workspace under one hash tag.
+//!
+//! `ts:{W}:…` with W the first 16 hex digits (64 bits) of sha256(workspace ID). A call touches
+//! one cluster slot, and no tenant ID ever appears in a key, `MONITOR` or the slowlog: scope
+//! and budget names are hashed the same way (principal `u<h>`, workspace `w`, provider `p<h>`).
+//!
+//! Invariant: every key a function call names comes from one [`WorkspaceKeys`], so all keys of
+//! one call share a slot.
+
+use sha2::{Digest, Sha256};
+
+/// 16 hex digits of sha256(`text`).
+pub fn short_hash(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    hex::encode(&digest[..8])
+}
+
+/// The keys of one workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceKeys {
+    prefix: String,
+}
+
+impl WorkspaceKeys {
+    pub fn new(workspace: &str) -> Self {
+        WorkspaceKeys {
+            prefix: format!("ts:{{{}}}:", short_hash(workspace)),
+        }
+    }
+
+    /// The hash-tagged prefix `ts:{W}:` (also the renew batch's grouping key).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A scope's lease zset.
+    pub fn leases(&self, scope: &ScopeName) -> String {
+        format!("{}lease:{}", self.prefix, scope.0)
+    }
+
+    /// A scope's request bucket.
+    pub fn requests(&self, scope: &ScopeName) -> String {
+        format!("{}bkt:{}:rpm", self.prefix, scope.0)
+    }
+
+    /// A scope's token bucket.
+    pub fn tokens(&self, scope: &ScopeName) -> String {
+        format!("{}bkt:{}:tps", self.prefix, scope.0)
+    }
+
+    /// A provider's pause.
+    pub fn pause(&self, provider: &str) -> String {
+        format!("{}pause:{}", self.prefix, short_hash(provider))
+    }
+
+    /// An invocation's budget lines.
+    pub fn budget(&self, budget_id: &str) -> String {
+        format!("{}bud:{}", self.prefix, short_hash(budget_id))
+    }
+}
+
+/// A scope's name inside its workspace's keys (hashed: never an ID).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ScopeName(pub String);
+
+impl ScopeName {
+    pub fn principal(principal: &str) -> Self {
+        ScopeName(format!("u{}", short_hash(principal)))
+    }
+
+    pub fn workspace() -> Self {
+        ScopeName("w".to_owned())
+    }
+
+    pub fn provider(provider: &str) -> Self {
+        ScopeName(format!("p{}", short_hash(provider)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_workspace_shares_one_hash_tag_and_names_no_id() {
+        let keys = WorkspaceKeys::new("acme-corp");
+        let scope = ScopeName::principal("alice");
+        let names = [
+            keys.leases(&scope),
+            keys.requests(&ScopeName::workspace()),
+            keys.tokens(&ScopeName::provider("openai")),
+            keys.pause("openai"),
+            keys.budget("run-1"),
+        ];
+        let tag = format!("{{{}}}", short_hash("acme-corp"));
+        for name in &names {
+            assert!(name.starts_with(&format!("ts:{tag}:")), "{name}");
+            for id in ["acme", "alice", "openai", "run-1"] {
+                assert!(!name.contains(id), "{name} names {id}");
+            }
+        }
+        assert_ne!(WorkspaceKeys::new("a"), WorkspaceKeys::new("b"));
+    }
+}

@@ -1,0 +1,37 @@
+//! turnstile-coord: limits shared across `turnstile serve` replicas through Redis.
+//!
+//! A provider's limits are per account, not per process. Each replica's core admits locally
+//! as before; the [`Coordinator`] then admits the same lease against the shared limits in one
+//! Redis Function call (`ts_acquire_v1`): concurrency as leases with a liveness expiry, the
+//! core's fixed-point request and token buckets, the provider pause, and integer micro-dollar
+//! budgets, for the principal, workspace and provider scopes of the lane. `docs/replicas.md`
+//! has the data model, each function, the failure modes and their costs.
+//!
+//! # Invariants
+//!
+//! - Server time only: every function reads Redis `TIME`; no replica clock enters Redis.
+//! - All keys of a workspace share one hash tag; no tenant ID appears in any key.
+//! - One round trip per admission and per release; a replica renews all its leases in one
+//!   pipelined call; client heartbeats cost none.
+//! - When Redis fails or hangs, no call waits longer than the timeout, the replica is degraded
+//!   ([`Health`]) and enforces its declared [`DegradedShare`]; money and token budgets fail
+//!   closed.
+#![forbid(unsafe_code)]
+
+pub mod coordinator;
+pub mod error;
+pub mod health;
+pub mod keys;
+pub mod share;
+pub mod spec;
+pub mod store;
+pub mod testing;
+pub mod verdict;
+
+pub use coordinator::{Admission, CoordConfig, CoordMetrics, Coordinator, Mode};
+pub use error::CoordError;
+pub use health::Health;
+pub use share::{DegradedShare, InvalidShare};
+pub use spec::{BucketSpec, LaneSpec, ScopeLimits};
+pub use store::RedisStore;
+pub use verdict::Verdict;

@@ -1,0 +1,307 @@
+#!lua name=turnstile_v1
+-- turnstile's shared limits (crates/coord, docs/replicas.md). Library and function names carry
+-- a version: a changed contract gets new names, so replicas of two releases never call each
+-- other's functions during a rolling deploy.
+--
+-- Every function reads the server clock (TIME) once; no replica's clock is ever used. Numbers
+-- are Lua doubles: every integer stays below 2^53 (the client refuses limits that could not),
+-- and every number written to Redis goes through fmt() (%.0f), never Lua's %.14g.
+--
+-- Keys (all under one hash tag {W}, W = truncated sha256 of the workspace ID):
+--   ts:{W}:lease:<scope>      zset  member = lease, score = liveness expiry (server ms)
+--   ts:{W}:bkt:<scope>:rpm|tps hash l = level (units x period_ms), t = refilled at (ms)
+--   ts:{W}:pause:<provider>   string paused-until (server ms), PX = remaining pause
+--   ts:{W}:bud:<budget>       hash  <scope>:a attempts, <scope>:m micro-dollars, <scope>:t tokens
+
+local function fmt(x)
+  return string.format('%.0f', x)
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The core's TokenBucket (crates/admission/src/bucket.rs): level scaled by period, lazy
+-- refill only when now is later than the last refill, capped at capacity x period. A missing
+-- key is a full bucket refilled now (the core's buckets start full).
+local function bucket_load(key, rate, cap, period, now)
+  local v = redis.call('HMGET', key, 'l', 't')
+  local full = cap * period
+  local level, at
+  if v[1] then
+    level = math.min(tonumber(v[1]), full)
+    at = tonumber(v[2])
+  else
+    level = full
+    at = now
+  end
+  if now > at then
+    level = math.min(level + (now - at) * rate, full)
+    at = now
+  end
+  return level, at
+end
+
+-- Milliseconds until `need` scaled units are there; -1 if never.
+local function bucket_wait(level, need, rate, cap, period)
+  if need > cap * period or rate == 0 then
+    return -1
+  end
+  local deficit = need - level
+  if deficit <= 0 then
+    return 0
+  end
+  return math.ceil(deficit / rate)
+end
+
+-- One admission's look at a bucket: the core's refill, then has(units). Answers
+-- (admitted, level after taking, refilled at, wait ms if not admitted: -1 never).
+local function bucket_try(key, rate, cap, period, units, now)
+  local level, at = bucket_load(key, rate, cap, period, now)
+  local need = units * period
+  if level >= need then
+    return true, level - need, at, 0
+  end
+  return false, level, at, bucket_wait(level, need, rate, cap, period)
+end
+
+-- Writes a bucket; it expires when it would be full again (a missing bucket is full).
+local function bucket_store(key, level, at, rate, cap, period)
+  redis.call('HSET', key, 'l', fmt(level), 't', fmt(at))
+  if rate > 0 then
+    local ttl = math.ceil((cap * period - level) / rate) + 1000
+    redis.call('PEXPIRE', key, fmt(ttl))
+  end
+end
+
+-- ts_acquire_v1
+-- KEYS: pause, budget, then per scope: lease zset, rpm bucket, tps bucket.
+-- ARGV: member, liveness_ms, nscopes, tokens (-1 none), micro (-1 none), attempts,
+--       then per scope 9 values: name, concurrency (-1 none), rpm_rate, rpm_cap
+--       (rate -1 none), tps_rate, tps_cap (rate -1 none), max_attempts, max_micro,
+--       max_tokens (-1 none).
+-- Returns {verdict, reason, scope index, instant, now}:
+--   granted  '' 0 0 now
+--   defer    concurrency|requests-per-minute|tokens-per-second  i  wake_at (0 unknown)  now
+--   paused   retry-after 0 paused_until now
+--   reject   attempts|cost|tokens|tokens-per-second  i 0 now
+-- Check order as the core's tryAdmit: concurrency, pause, budgets, buckets; all or nothing.
+local function acquire(keys, args)
+  local member = args[1]
+  local liveness = tonumber(args[2])
+  local n = tonumber(args[3])
+  local tokens = tonumber(args[4])
+  local micro = tonumber(args[5])
+  local attempts = tonumber(args[6])
+  local now = now_ms()
+  -- A retried call whose first try did run: granted, charged once.
+  if n > 0 and redis.call('ZSCORE', keys[3], member) then
+    return {'granted', '', 0, 0, now}
+  end
+  for i = 1, n do
+    local a = 6 + (i - 1) * 9
+    local conc = tonumber(args[a + 2])
+    if conc >= 0 then
+      local lk = keys[3 + (i - 1) * 3]
+      redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+      if redis.call('ZCARD', lk) >= conc then
+        local first = redis.call('ZRANGE', lk, 0, 0, 'WITHSCORES')
+        local wake = 0
+        if first[2] then wake = tonumber(first[2]) end
+        return {'defer', 'concurrency', i, wake, now}
+      end
+    end
+  end
+  local paused = tonumber(redis.call('GET', keys[1]) or '0')
+  if paused > now then
+    return {'paused', 'retry-after', 0, paused, now}
+  end
+  local bk = keys[2]
+  for i = 1, n do
+    local a = 6 + (i - 1) * 9
+    local name = args[a + 1]
+    local max_a = tonumber(args[a + 7])
+    local max_m = tonumber(args[a + 8])
+    local max_t = tonumber(args[a + 9])
+    if max_a >= 0 then
+      local spent = tonumber(redis.call('HGET', bk, name .. ':a') or '0')
+      if spent + attempts > max_a then return {'reject', 'attempts', i, 0, now} end
+    end
+    if max_m >= 0 and micro >= 0 then
+      local spent = tonumber(redis.call('HGET', bk, name .. ':m') or '0')
+      if spent + micro > max_m then return {'reject', 'cost', i, 0, now} end
+    end
+    if max_t >= 0 and tokens >= 0 then
+      local spent = tonumber(redis.call('HGET', bk, name .. ':t') or '0')
+      if spent + tokens > max_t then return {'reject', 'tokens', i, 0, now} end
+    end
+  end
+  local units = math.max(tokens, 0)
+  local pending = {}
+  for i = 1, n do
+    local a = 6 + (i - 1) * 9
+    local rk = keys[4 + (i - 1) * 3]
+    local tk = keys[5 + (i - 1) * 3]
+    local r_rate = tonumber(args[a + 3])
+    if r_rate >= 0 then
+      local r_cap = tonumber(args[a + 4])
+      local ok, level, at, wait = bucket_try(rk, r_rate, r_cap, 60000, 1, now)
+      if not ok then
+        local wake = 0
+        if wait >= 0 then wake = now + wait end
+        return {'defer', 'requests-per-minute', i, wake, now}
+      end
+      pending[#pending + 1] = {rk, level, at, r_rate, r_cap, 60000}
+    end
+    local t_rate = tonumber(args[a + 5])
+    if t_rate >= 0 then
+      local t_cap = tonumber(args[a + 6])
+      local ok, level, at, wait = bucket_try(tk, t_rate, t_cap, 1000, units, now)
+      if not ok then
+        if wait < 0 then return {'reject', 'tokens-per-second', i, 0, now} end
+        return {'defer', 'tokens-per-second', i, now + wait, now}
+      end
+      pending[#pending + 1] = {tk, level, at, t_rate, t_cap, 1000}
+    end
+  end
+  -- Commit.
+  for i = 1, n do
+    local a = 6 + (i - 1) * 9
+    if tonumber(args[a + 2]) >= 0 then
+      redis.call('ZADD', keys[3 + (i - 1) * 3], fmt(now + liveness), member)
+    end
+    local name = args[a + 1]
+    local budgeted = false
+    if tonumber(args[a + 7]) >= 0 then
+      redis.call('HINCRBY', bk, name .. ':a', fmt(attempts)); budgeted = true
+    end
+    if tonumber(args[a + 8]) >= 0 and micro > 0 then
+      redis.call('HINCRBY', bk, name .. ':m', fmt(micro)); budgeted = true
+    end
+    if tonumber(args[a + 9]) >= 0 and tokens > 0 then
+      redis.call('HINCRBY', bk, name .. ':t', fmt(tokens)); budgeted = true
+    end
+    if budgeted then redis.call('PEXPIRE', bk, 86400000) end
+  end
+  for _, p in ipairs(pending) do
+    bucket_store(p[1], p[2], p[3], p[4], p[5], p[6])
+  end
+  return {'granted', '', 0, 0, now}
+end
+
+-- ts_release_v1
+-- KEYS: pause, budget, then the lease zsets of the scopes.
+-- ARGV: member, nscopes, pause_ms (0 none), charged_tokens, actual_tokens (-1 none),
+--       charged_micro, actual_micro (-1 none), then the names of the scopes whose budgets
+--       were charged.
+-- Returns {now, paused_until (0 none)}.
+local function release(keys, args)
+  local member = args[1]
+  local n = tonumber(args[2])
+  local pause_ms = tonumber(args[3])
+  local ct, at_, cm, am = tonumber(args[4]), tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
+  local now = now_ms()
+  for i = 1, n do
+    redis.call('ZREM', keys[2 + i], member)
+  end
+  local bk = keys[2]
+  if at_ >= 0 or am >= 0 then
+    for j = 8, #args do
+      local name = args[j]
+      if at_ >= 0 and redis.call('HEXISTS', bk, name .. ':t') == 1 then
+        local t = tonumber(redis.call('HGET', bk, name .. ':t'))
+        redis.call('HSET', bk, name .. ':t', fmt(math.max(t - ct, 0) + at_))
+      end
+      if am >= 0 and redis.call('HEXISTS', bk, name .. ':m') == 1 then
+        local m = tonumber(redis.call('HGET', bk, name .. ':m'))
+        redis.call('HSET', bk, name .. ':m', fmt(math.max(m - cm, 0) + am))
+      end
+    end
+  end
+  local until_ = 0
+  if pause_ms > 0 then
+    until_ = now + pause_ms
+    local cur = tonumber(redis.call('GET', keys[1]) or '0')
+    if cur >= until_ then
+      until_ = cur
+    else
+      redis.call('SET', keys[1], fmt(until_), 'PX', fmt(pause_ms))
+    end
+  end
+  return {now, until_}
+end
+
+-- ts_pause_v1: KEYS pause; ARGV pause_ms. Monotonic: a shorter pause never shortens a longer
+-- one. Returns {now, paused_until}.
+local function pause(keys, args)
+  local ms = tonumber(args[1])
+  local now = now_ms()
+  local until_ = now + ms
+  local cur = tonumber(redis.call('GET', keys[1]) or '0')
+  if cur >= until_ then
+    return {now, cur}
+  end
+  if ms > 0 then
+    redis.call('SET', keys[1], fmt(until_), 'PX', fmt(ms))
+  end
+  return {now, until_}
+end
+
+-- ts_renew_v1: KEYS the lease zsets; ARGV liveness_ms, mode ('xx' renew only what is there,
+-- 'add' re-register after a loss), then pairs (key index, member). One call per workspace
+-- renews all of this replica's leases in it. Returns {now, members written}.
+local function renew(keys, args)
+  local liveness = tonumber(args[1])
+  local mode = args[2]
+  local now = now_ms()
+  local score = fmt(now + liveness)
+  local written = 0
+  for j = 3, #args, 2 do
+    local key = keys[tonumber(args[j])]
+    if mode == 'xx' then
+      written = written + redis.call('ZADD', key, 'XX', 'CH', score, args[j + 1])
+    else
+      redis.call('ZADD', key, score, args[j + 1])
+      written = written + 1
+    end
+  end
+  return {now, written}
+end
+
+-- ts_bucket_run_v1: the conformance hook of the bucket arithmetic (crates/coord/tests). Runs
+-- bucket_try / bucket_store, exactly as ts_acquire_v1 does, over a sequence of (now, units)
+-- steps with an injected clock, on KEYS[1], which it deletes afterwards.
+-- ARGV: rate, capacity, period, then pairs (now, units). Returns per step {admitted (1/0),
+-- wait ms (-1 never; 0 when admitted), level in whole units after the step}.
+local function bucket_run(keys, args)
+  local rate, cap, period = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
+  local out = {}
+  for j = 4, #args, 2 do
+    local now, units = tonumber(args[j]), tonumber(args[j + 1])
+    local ok, level, at, wait = bucket_try(keys[1], rate, cap, period, units, now)
+    if ok then
+      bucket_store(keys[1], level, at, rate, cap, period)
+      out[#out + 1] = 1
+      out[#out + 1] = 0
+    else
+      out[#out + 1] = 0
+      out[#out + 1] = wait
+    end
+    out[#out + 1] = (level - math.fmod(level, period)) / period
+  end
+  redis.call('DEL', keys[1])
+  return out
+end
+
+-- ts_time_v1: the server clock (the replicas' health probe).
+local function time(keys, args)
+  return now_ms()
+end
+
+redis.register_function('ts_acquire_v1', acquire)
+redis.register_function('ts_release_v1', release)
+redis.register_function('ts_pause_v1', pause)
+redis.register_function('ts_renew_v1', renew)
+redis.register_function('ts_bucket_run_v1', bucket_run)
+redis.register_function{function_name = 'ts_time_v1', callback = time, flags = {'no-writes'}}

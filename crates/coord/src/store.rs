@@ -1,0 +1,384 @@
+//! The Redis client: one multiplexed connection (redis-rs `ConnectionManager`, reconnecting in
+//! the background), the `turnstile_v1` function library, and a hard timeout on every call.
+//!
+//! Invariants:
+//! - No call waits longer than the command timeout ([`RedisStore::timeout`], 100 ms by
+//!   default): a stopped Redis (SIGSTOP) costs one timeout, never a hang.
+//! - The library is loaded with `FUNCTION LOAD REPLACE` at start and again whenever a call finds
+//!   it missing (a restarted Redis with empty state, a failover to a replica without it); the
+//!   call is then retried once.
+//! - One admission is one `FCALL`, one release is one `FCALL`; renewals of all of a replica's
+//!   leases are one pipeline.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, Value};
+use turnstile_admission::Millis;
+
+use crate::error::CoordError;
+use crate::keys::WorkspaceKeys;
+use crate::spec::LaneSpec;
+use crate::verdict::Verdict;
+
+/// The function library (Lua), versioned by name.
+pub const LIBRARY: &str = include_str!("lua/turnstile_v1.lua");
+
+/// One batch of lease renewals: the leases of one workspace (one hash tag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenewBatch {
+    /// The lease zsets named by `members`.
+    pub keys: Vec<String>,
+    /// (index into `keys`, lease member).
+    pub members: Vec<(usize, String)>,
+}
+
+/// How a renewal writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewMode {
+    /// Only leases Redis still has (`ZADD XX`): a lease released meanwhile is not brought back.
+    Existing,
+    /// Every lease (`ZADD`): re-registers leases after Redis lost them (reconcile).
+    Register,
+}
+
+/// What a release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    pub now: Millis,
+    /// The provider pause after this release (server ms), if it set or met one.
+    pub paused_until: Option<Millis>,
+}
+
+/// A release: the lease, its scopes' zsets, budget corrections and an optional pause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseCall {
+    pub member: String,
+    pub lease_keys: Vec<String>,
+    pub pause_key: String,
+    pub budget_key: String,
+    /// Scope names whose budget lines were charged.
+    pub budget_scopes: Vec<String>,
+    pub pause_ms: Millis,
+    pub charged_tokens: u64,
+    pub actual_tokens: Option<u64>,
+    pub charged_micro: u64,
+    pub actual_micro: Option<u64>,
+}
+
+/// The Redis side of coordination.
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: ConnectionManager,
+    timeout: Duration,
+}
+
+fn redis_error(error: &redis::RedisError) -> CoordError {
+    CoordError::Redis(error.to_string())
+}
+
+fn is_missing_function(error: &redis::RedisError) -> bool {
+    error.to_string().contains("Function not found")
+}
+
+fn int(value: &Value) -> Result<i64, CoordError> {
+    match value {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| CoordError::Protocol("not an integer".into())),
+        other => Err(CoordError::Protocol(format!("{other:?}"))),
+    }
+}
+
+fn text(value: &Value) -> Result<String, CoordError> {
+    match value {
+        Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        other => Err(CoordError::Protocol(format!("{other:?}"))),
+    }
+}
+
+fn array(value: Value) -> Result<Vec<Value>, CoordError> {
+    match value {
+        Value::Array(items) => Ok(items),
+        other => Err(CoordError::Protocol(format!("{other:?}"))),
+    }
+}
+
+impl RedisStore {
+    /// A client for `url` (`redis://host:port`, `unix:///path`); connects lazily, so a Redis
+    /// that is down at start makes the replica degraded, not unable to start.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, CoordError> {
+        let client = redis::Client::open(url).map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(timeout))
+            .set_connection_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(100));
+        let connection = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
+        Ok(RedisStore {
+            connection,
+            timeout,
+        })
+    }
+
+    /// The command timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn run(&self, cmd: &Cmd) -> Result<Value, redis::RedisError> {
+        let mut connection = self.connection.clone();
+        match tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut connection)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "timeout",
+                format!("no answer within {} ms", self.timeout.as_millis()),
+            ))),
+        }
+    }
+
+    fn classify(&self, error: &redis::RedisError) -> CoordError {
+        if error.is_timeout() || error.detail().is_some_and(|d| d.starts_with("no answer within")) {
+            CoordError::Timeout(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))
+        } else {
+            redis_error(error)
+        }
+    }
+
+    /// Loads (or replaces) the function library.
+    pub async fn load_library(&self) -> Result<(), CoordError> {
+        let mut cmd = redis::cmd("FUNCTION");
+        cmd.arg("LOAD").arg("REPLACE").arg(LIBRARY);
+        self.run(&cmd).await.map(|_| ()).map_err(|e| self.classify(&e))
+    }
+
+    /// Runs an `FCALL`, loading the library and retrying once if Redis does not have it.
+    /// Answers whether the library had to be loaded (Redis lost its state).
+    async fn fcall(&self, cmd: &Cmd) -> Result<(Value, bool), CoordError> {
+        match self.run(cmd).await {
+            Ok(value) => Ok((value, false)),
+            Err(error) if is_missing_function(&error) => {
+                self.load_library().await?;
+                let value = self.run(cmd).await.map_err(|e| self.classify(&e))?;
+                Ok((value, true))
+            }
+            Err(error) => Err(self.classify(&error)),
+        }
+    }
+
+    /// The server clock; the health probe. Answers whether the library had to be loaded.
+    pub async fn time(&self) -> Result<(Millis, bool), CoordError> {
+        let mut cmd = redis::cmd("FCALL_RO");
+        cmd.arg("ts_time_v1").arg(0);
+        let (value, loaded) = self.fcall(&cmd).await?;
+        let now = u64::try_from(int(&value)?).map_err(|_| CoordError::Protocol("time".into()))?;
+        Ok((now, loaded))
+    }
+
+    /// `ts_acquire_v1` for `spec`, registering `member` with a liveness of `liveness_ms`.
+    pub async fn acquire(
+        &self,
+        spec: &LaneSpec,
+        member: &str,
+        liveness_ms: Millis,
+    ) -> Result<Verdict, CoordError> {
+        let keys = WorkspaceKeys::new(&spec.workspace);
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg("ts_acquire_v1").arg(2 + 3 * spec.scopes.len());
+        cmd.arg(keys.pause(&spec.provider)).arg(keys.budget(&spec.budget_id));
+        for scope in &spec.scopes {
+            cmd.arg(keys.leases(&scope.name))
+                .arg(keys.requests(&scope.name))
+                .arg(keys.tokens(&scope.name));
+        }
+        let opt = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
+        cmd.arg(member)
+            .arg(liveness_ms)
+            .arg(spec.scopes.len())
+            .arg(opt(spec.tokens))
+            .arg(opt(spec.micro_usd))
+            .arg(1);
+        for scope in &spec.scopes {
+            cmd.arg(&scope.name.0)
+                .arg(scope.concurrency.map_or(-1, i64::from))
+                .arg(opt(scope.requests.map(|b| b.rate)))
+                .arg(opt(scope.requests.map(|b| b.capacity)))
+                .arg(opt(scope.tokens.map(|b| b.rate)))
+                .arg(opt(scope.tokens.map(|b| b.capacity)))
+                .arg(opt(scope.max_attempts))
+                .arg(opt(scope.max_micro_usd))
+                .arg(opt(scope.max_tokens));
+        }
+        let (value, _) = self.fcall(&cmd).await?;
+        let items = array(value)?;
+        let [verdict, reason, _scope, instant, now] = items.as_slice() else {
+            return Err(CoordError::Protocol("acquire answer".into()));
+        };
+        Verdict::decode(&text(verdict)?, &text(reason)?, int(instant)?, int(now)?)
+    }
+
+    /// `ts_release_v1`.
+    pub async fn release(&self, call: &ReleaseCall) -> Result<Released, CoordError> {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg("ts_release_v1").arg(2 + call.lease_keys.len());
+        cmd.arg(&call.pause_key).arg(&call.budget_key);
+        for key in &call.lease_keys {
+            cmd.arg(key);
+        }
+        let opt = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
+        cmd.arg(&call.member)
+            .arg(call.lease_keys.len())
+            .arg(call.pause_ms)
+            .arg(call.charged_tokens)
+            .arg(opt(call.actual_tokens))
+            .arg(call.charged_micro)
+            .arg(opt(call.actual_micro));
+        for name in &call.budget_scopes {
+            cmd.arg(name);
+        }
+        let (value, _) = self.fcall(&cmd).await?;
+        let items = array(value)?;
+        let [now, until] = items.as_slice() else {
+            return Err(CoordError::Protocol("release answer".into()));
+        };
+        let until = int(until)?;
+        Ok(Released {
+            now: u64::try_from(int(now)?).unwrap_or(0),
+            paused_until: (until > 0).then(|| u64::try_from(until).unwrap_or(0)),
+        })
+    }
+
+    /// `ts_pause_v1`: answers the pause's end (server ms) and the server's now.
+    pub async fn pause(
+        &self,
+        workspace: &str,
+        provider: &str,
+        pause_ms: Millis,
+    ) -> Result<(Millis, Millis), CoordError> {
+        let keys = WorkspaceKeys::new(workspace);
+        self.pause_key(&keys, &keys.pause(provider), pause_ms).await
+    }
+
+    /// `ts_pause_v1` on a pause key of `keys`' workspace.
+    pub async fn pause_key(
+        &self,
+        _keys: &WorkspaceKeys,
+        pause_key: &str,
+        pause_ms: Millis,
+    ) -> Result<(Millis, Millis), CoordError> {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg("ts_pause_v1").arg(1).arg(pause_key).arg(pause_ms);
+        let (value, _) = self.fcall(&cmd).await?;
+        let items = array(value)?;
+        let [now, until] = items.as_slice() else {
+            return Err(CoordError::Protocol("pause answer".into()));
+        };
+        Ok((
+            u64::try_from(int(until)?).unwrap_or(0),
+            u64::try_from(int(now)?).unwrap_or(0),
+        ))
+    }
+
+    /// `ts_renew_v1` for every batch, in one pipeline (one round trip).
+    pub async fn renew(
+        &self,
+        batches: &[RenewBatch],
+        liveness_ms: Millis,
+        mode: RenewMode,
+    ) -> Result<(), CoordError> {
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for batch in batches {
+            let cmd = pipe.cmd("FCALL").arg("ts_renew_v1").arg(batch.keys.len());
+            for key in &batch.keys {
+                cmd.arg(key);
+            }
+            cmd.arg(liveness_ms).arg(match mode {
+                RenewMode::Existing => "xx",
+                RenewMode::Register => "add",
+            });
+            for (index, member) in &batch.members {
+                cmd.arg(index + 1).arg(member);
+            }
+        }
+        let mut connection = self.connection.clone();
+        let answer = tokio::time::timeout(
+            self.timeout,
+            pipe.query_async::<Vec<Value>>(&mut connection),
+        )
+        .await;
+        match answer {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) if is_missing_function(&error) => {
+                self.load_library().await?;
+                Err(CoordError::Redis("the function library was missing".into()))
+            }
+            Ok(Err(error)) => Err(self.classify(&error)),
+            Err(_) => Err(CoordError::Timeout(
+                u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+            )),
+        }
+    }
+
+    /// `ts_bucket_run_v1`: the script's bucket arithmetic over `steps` of (now, units) with an
+    /// injected clock; per step (admitted, wait ms or -1 for never, level in whole units). The
+    /// conformance hook that tests the script against `bucket.rs`; pipelined over `runs`.
+    pub async fn bucket_runs(
+        &self,
+        key: &str,
+        runs: &[(u64, u64, u64, Vec<(u64, u64)>)],
+    ) -> Result<Vec<Vec<(bool, i64, u64)>>, CoordError> {
+        let mut pipe = redis::pipe();
+        for (rate, capacity, period, steps) in runs {
+            let cmd = pipe
+                .cmd("FCALL")
+                .arg("ts_bucket_run_v1")
+                .arg(1)
+                .arg(key)
+                .arg(*rate)
+                .arg(*capacity)
+                .arg(*period);
+            for (now, units) in steps {
+                cmd.arg(*now).arg(*units);
+            }
+        }
+        let mut connection = self.connection.clone();
+        let answers = pipe
+            .query_async::<Vec<Value>>(&mut connection)
+            .await
+            .map_err(|e| redis_error(&e))?;
+        answers
+            .into_iter()
+            .map(|answer| {
+                let items = array(answer)?;
+                items
+                    .chunks(3)
+                    .map(|step| match step {
+                        [ok, wait, level] => Ok((
+                            int(ok)? == 1,
+                            int(wait)?,
+                            u64::try_from(int(level)?).unwrap_or(0),
+                        )),
+                        _ => Err(CoordError::Protocol("bucket step".into())),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Deletes an invocation's budget lines (`POST /v1/budgets/{id}/release`).
+    pub async fn release_budget(&self, workspace: &str, budget_id: &str) -> Result<(), CoordError> {
+        let keys = WorkspaceKeys::new(workspace);
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(keys.budget(budget_id));
+        self.run(&cmd).await.map(|_| ()).map_err(|e| self.classify(&e))
+    }
+}

@@ -1,0 +1,57 @@
+//! The answer of the shared acquire script, as a closed vocabulary.
+
+use turnstile_admission::{Millis, Reason};
+
+use crate::error::CoordError;
+
+/// What the shared limits say about one admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every shared scope admitted it; the lease is registered.
+    Granted { now: Millis },
+    /// A shared scope is full; it may change at `wake` (server ms, when known).
+    Defer {
+        reason: Reason,
+        wake: Option<Millis>,
+        now: Millis,
+    },
+    /// The provider is paused until `until` (server ms).
+    Paused { until: Millis, now: Millis },
+    /// A shared budget (or a bucket's capacity) can never fit it: waiting cannot help.
+    Reject { reason: Reason, now: Millis },
+}
+
+impl Verdict {
+    /// Decodes `{verdict, reason, scope, instant, now}` from `ts_acquire_v1`.
+    pub fn decode(verdict: &str, reason: &str, instant: i64, now: i64) -> Result<Self, CoordError> {
+        let now = u64::try_from(now).map_err(|_| CoordError::Protocol("negative time".into()))?;
+        let instant = u64::try_from(instant).unwrap_or(0);
+        let reason_of = |text: &str| match text {
+            "concurrency" => Ok(Reason::Concurrency),
+            "requests-per-minute" => Ok(Reason::RequestsPerMinute),
+            "tokens-per-second" => Ok(Reason::TokensPerSecond),
+            "attempts" => Ok(Reason::Attempts),
+            "cost" => Ok(Reason::Cost),
+            "tokens" => Ok(Reason::Tokens),
+            "retry-after" => Ok(Reason::RetryAfter),
+            other => Err(CoordError::Protocol(format!("reason {other}"))),
+        };
+        match verdict {
+            "granted" => Ok(Verdict::Granted { now }),
+            "defer" => Ok(Verdict::Defer {
+                reason: reason_of(reason)?,
+                wake: (instant > 0).then_some(instant),
+                now,
+            }),
+            "paused" => Ok(Verdict::Paused {
+                until: instant,
+                now,
+            }),
+            "reject" => Ok(Verdict::Reject {
+                reason: reason_of(reason)?,
+                now,
+            }),
+            other => Err(CoordError::Protocol(format!("verdict {other}"))),
+        }
+    }
+}
