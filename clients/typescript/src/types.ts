@@ -32,6 +32,7 @@ export const REASONS = [
   "circuit-open",
   "unconfigured-provider",
   "too-many-budgets",
+  "coordination-unavailable",
 ] as const;
 export type Reason = (typeof REASONS)[number];
 

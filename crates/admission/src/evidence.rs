@@ -38,6 +38,20 @@ pub struct Evidence {
     /// `budgetId` or the first after it was released or forgotten for idleness. Absent otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub budget_opened: bool,
+    /// Replicated deployments only: whether the replica decided with the shared limits or
+    /// alone on its declared share (the core never sets it; the host that coordinates does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordination: Option<Coordination>,
+}
+
+/// How a replica coordinated a decision with the others (`docs/replicas.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Coordination {
+    /// Through the shared store: the limits are the deployment's.
+    Shared,
+    /// The store was unreachable: the replica enforced its declared share alone.
+    Degraded,
 }
 
 impl Evidence {
@@ -58,6 +72,7 @@ impl Evidence {
             retry_after_ms: None,
             breaker_transitions: Vec::new(),
             budget_opened: false,
+            coordination: None,
         }
     }
 }

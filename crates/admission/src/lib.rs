@@ -34,7 +34,7 @@ pub use controller::{
     ProviderSnapshot, ReinstateError, Released, Resolution, Snapshot, UnknownProvider,
 };
 pub use estimate::{CheckedEstimate, Estimate, InvalidEstimate};
-pub use evidence::{Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
+pub use evidence::{Coordination, Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
 pub use limits::{CircuitBreakerConfig, Limits, LimitsError, ScopeKind};
 pub use profile::{Profile, ProfileError};
 pub use reason::{BreakerState, Decision, Reason};

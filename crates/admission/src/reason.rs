@@ -59,11 +59,15 @@ pub enum Reason {
     /// The workspace holds as many open budgets (invocations) as its bound allows; this request
     /// would open one more. Not in the reference vocabulary: a bound of this implementation.
     TooManyBudgets,
+    /// Replicas share this lane's limits through a store that is unreachable, and the lane
+    /// fails closed while it is (a money or token budget, or a `closed` degraded share). Not in
+    /// the reference vocabulary: a condition of replicated deployments (`docs/replicas.md`).
+    CoordinationUnavailable,
 }
 
 impl Reason {
     /// Every reason, in the specification's order.
-    pub const ALL: [Reason; 24] = [
+    pub const ALL: [Reason; 25] = [
         Reason::Admitted,
         Reason::Disabled,
         Reason::Cancelled,
@@ -88,6 +92,7 @@ impl Reason {
         Reason::CircuitOpen,
         Reason::UnconfiguredProvider,
         Reason::TooManyBudgets,
+        Reason::CoordinationUnavailable,
     ];
 
     /// The spec's kebab-case name.
@@ -117,6 +122,7 @@ impl Reason {
             Reason::CircuitOpen => "circuit-open",
             Reason::UnconfiguredProvider => "unconfigured-provider",
             Reason::TooManyBudgets => "too-many-budgets",
+            Reason::CoordinationUnavailable => "coordination-unavailable",
         }
     }
 
@@ -133,6 +139,7 @@ impl Reason {
                 | Reason::RetryAfter
                 | Reason::CircuitOpen
                 | Reason::TooManyBudgets
+                | Reason::CoordinationUnavailable
         )
     }
 }

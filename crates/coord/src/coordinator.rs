@@ -105,7 +105,8 @@ pub struct CoordMetrics {
     pub shared_admissions: AtomicU64,
 }
 
-struct HeldShared {
+/// A lease this replica holds in the shared limits (opaque to hosts).
+pub struct HeldShared {
     member: String,
     workspace: WorkspaceKeys,
     lease_keys: Vec<String>,
@@ -325,25 +326,37 @@ impl Coordinator {
         Admission::Granted(Mode::Degraded)
     }
 
-    /// Releases `token` with what it used and an optional provider pause (`retry-after`).
-    /// One Redis call when healthy; answers whether this replica held the lease.
-    pub async fn release(
+    /// Takes `token`'s shared lease out of this replica's books (no Redis call): from now on
+    /// it is neither renewed nor counted by the degraded share. `None` if not held here.
+    /// Follow with [`finish`](Self::finish), or [`restore`](Self::restore) if the local release
+    /// did not happen.
+    pub fn claim(&self, token: &str) -> Option<HeldShared> {
+        let held = self.unhold(token)?;
+        self.released.notify_waiters();
+        Some(held)
+    }
+
+    /// Puts back a lease [`claim`](Self::claim)ed for a release that did not happen.
+    pub fn restore(&self, token: &str, held: HeldShared) {
+        self.hold(token, held);
+    }
+
+    /// Releases a claimed lease in Redis with what it used and an optional provider pause
+    /// (`retry-after`): one call when healthy; degraded, nothing (its liveness runs out) but the
+    /// pause is kept for the merge on recovery.
+    pub async fn finish(
         &self,
-        token: &str,
+        held: HeldShared,
         pause_ms: Millis,
         actual_tokens: Option<u64>,
         actual_micro: Option<u64>,
         now: Millis,
-    ) -> bool {
-        let Some(held) = self.unhold(token) else {
-            return false;
-        };
-        self.released.notify_waiters();
+    ) {
         if self.health.get() != Health::Healthy {
             if pause_ms > 0 {
                 self.note_pause(&held.workspace, &held.pause_key, now.saturating_add(pause_ms));
             }
-            return true;
+            return;
         }
         let call = ReleaseCall {
             member: held.member,
@@ -363,13 +376,23 @@ impl Coordinator {
                 self.note_pause(&held.workspace, &held.pause_key, now.saturating_add(pause_ms));
             }
         }
-        true
     }
 
-    /// A lease that left the replica without a release call (TTL reclaim, an undelivered
-    /// grant): released in Redis with no usage and no pause.
-    pub async fn forget(&self, token: &str, now: Millis) -> bool {
-        self.release(token, 0, None, None, now).await
+    /// [`claim`](Self::claim) then [`finish`](Self::finish); answers whether this replica
+    /// held the lease.
+    pub async fn release(
+        &self,
+        token: &str,
+        pause_ms: Millis,
+        actual_tokens: Option<u64>,
+        actual_micro: Option<u64>,
+        now: Millis,
+    ) -> bool {
+        let Some(held) = self.claim(token) else {
+            return false;
+        };
+        self.finish(held, pause_ms, actual_tokens, actual_micro, now).await;
+        true
     }
 
     /// A provider pause (`POST …/retry-after`): shared when healthy, kept for the merge when
@@ -394,6 +417,35 @@ impl Coordinator {
             .entry(pause_key.to_owned())
             .or_insert_with(|| (keys.clone(), pause_key.to_owned(), until));
         entry.2 = entry.2.max(until);
+    }
+
+    /// The `/metrics` lines of coordination: the state gauge (one series per state, 1 for the
+    /// current one) and the counters. No tenant ID in any label.
+    pub fn render_metrics(&self) -> String {
+        let mut text = String::from(
+            "# HELP turnstile_coordination_state Whether this replica shares limits through Redis (healthy), enforces its declared share alone (degraded), or is merging back (reconciling).\n# TYPE turnstile_coordination_state gauge\n",
+        );
+        let current = self.health.get();
+        for state in Health::ALL {
+            text.push_str(&format!(
+                "turnstile_coordination_state{{state=\"{}\"}} {}\n",
+                state.as_str(),
+                u8::from(state == current)
+            ));
+        }
+        let counters = [
+            ("turnstile_coordination_errors_total", "Redis calls that failed or timed out.", &self.metrics.errors),
+            ("turnstile_coordination_shared_admissions_total", "Admissions granted through the shared limits.", &self.metrics.shared_admissions),
+            ("turnstile_coordination_degraded_admissions_total", "Admissions granted on the declared share while degraded.", &self.metrics.degraded_admissions),
+            ("turnstile_coordination_reconciliations_total", "Recoveries: live leases registered again and pauses merged.", &self.metrics.reconciliations),
+        ];
+        for (name, help, counter) in counters {
+            text.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
+                counter.load(Ordering::Relaxed)
+            ));
+        }
+        text
     }
 
     /// Deletes an invocation's shared budget lines (best effort: degraded, they expire).

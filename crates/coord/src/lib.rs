@@ -28,7 +28,7 @@ pub mod store;
 pub mod testing;
 pub mod verdict;
 
-pub use coordinator::{Admission, CoordConfig, CoordMetrics, Coordinator, Mode};
+pub use coordinator::{Admission, CoordConfig, CoordMetrics, Coordinator, HeldShared, Mode};
 pub use error::CoordError;
 pub use health::Health;
 pub use share::{DegradedShare, InvalidShare};

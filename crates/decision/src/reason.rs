@@ -155,6 +155,7 @@ pub fn map_admission_reason(reason: Reason) -> (Status, AttemptReason) {
         | Reason::RetainedWork
         | Reason::UnknownRetainedWork
         | Reason::CircuitOpen
+        | Reason::CoordinationUnavailable
         | Reason::UnconfiguredProvider => (Status::Error, AttemptReason::Overloaded),
     }
 }

@@ -49,4 +49,6 @@ pub struct AppState {
     pub feed: Feed,
     /// Proxy mode (`/openai/v1/...`, `/anthropic/v1/...`).
     pub proxy: Arc<turnstile_proxy::Proxy>,
+    /// Replicas: the limits shared through Redis (`None` on a single process).
+    pub coord: Option<Arc<turnstile_coord::Coordinator>>,
 }

@@ -37,10 +37,19 @@
 //! max_open_per_workspace = 100000
 //!
 //! [proxy]   # proxy mode: see turnstile_proxy::config and docs/proxy.md
+//!
+//! [coordination]   # replicas sharing limits through Redis: docs/replicas.md
+//! redis_url = "redis://127.0.0.1:6379"   # absent: one process, nothing shared
+//! degraded_share = "closed"              # or a fraction in (0, 1], e.g. "0.33"
+//! timeout_ms = 100
+//! lease_liveness_ms = 10000
+//! renew_every_ms = 2000
+//! probe_every_ms = 100
 //! ```
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -61,6 +70,80 @@ pub struct Config {
     pub budgets: BudgetsConfig,
     /// Proxy mode: model routing, upstreams and prices (`docs/proxy.md`).
     pub proxy: turnstile_proxy::ProxyConfig,
+    /// Replicas: limits shared through Redis (`docs/replicas.md`).
+    pub coordination: CoordinationConfig,
+}
+
+/// Limits shared across replicas through Redis; without `redis_url`, nothing is shared.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CoordinationConfig {
+    /// `redis://host:port` (or `unix:///path`); also `--redis-url` / `TURNSTILE_REDIS_URL`.
+    pub redis_url: Option<String>,
+    /// What this replica admits alone while Redis is unreachable: `closed`, or a fraction in
+    /// (0, 1] of every concurrency and bucket limit (money and token budgets always fail
+    /// closed).
+    pub degraded_share: String,
+    /// Longest wait for one Redis call.
+    pub timeout_ms: u64,
+    /// A lease's liveness in Redis after each renewal: a dead replica's leases are back this
+    /// long after its last renewal at the latest (plus `renew_every_ms`).
+    pub lease_liveness_ms: u64,
+    /// How often a replica renews all its leases (one pipelined call).
+    pub renew_every_ms: u64,
+    /// How often a replica probes Redis.
+    pub probe_every_ms: u64,
+}
+
+impl Default for CoordinationConfig {
+    fn default() -> Self {
+        CoordinationConfig {
+            redis_url: None,
+            degraded_share: "closed".to_owned(),
+            timeout_ms: 100,
+            lease_liveness_ms: 10_000,
+            renew_every_ms: 2_000,
+            probe_every_ms: 100,
+        }
+    }
+}
+
+impl CoordinationConfig {
+    /// The coordinator's settings, or `None` without a Redis URL.
+    pub fn coord(&self) -> Result<Option<turnstile_coord::CoordConfig>, ConfigError> {
+        let Some(url) = &self.redis_url else {
+            return Ok(None);
+        };
+        let share = self
+            .degraded_share
+            .parse()
+            .map_err(|_| ConfigError::Invalid {
+                field: "coordination.degraded_share",
+                expected: "\"closed\" or a fraction in (0, 1]",
+            })?;
+        let positive = |value: u64, field: &'static str| {
+            if value == 0 {
+                Err(ConfigError::Invalid {
+                    field,
+                    expected: "at least 1",
+                })
+            } else {
+                Ok(Duration::from_millis(value))
+            }
+        };
+        let mut config = turnstile_coord::CoordConfig::new(url, share);
+        config.timeout = positive(self.timeout_ms, "coordination.timeout_ms")?;
+        config.renew_every = positive(self.renew_every_ms, "coordination.renew_every_ms")?;
+        config.probe_every = positive(self.probe_every_ms, "coordination.probe_every_ms")?;
+        if self.lease_liveness_ms <= self.renew_every_ms {
+            return Err(ConfigError::Invalid {
+                field: "coordination.lease_liveness_ms",
+                expected: "greater than coordination.renew_every_ms",
+            });
+        }
+        config.liveness_ms = self.lease_liveness_ms;
+        Ok(Some(config))
+    }
 }
 
 /// Bounds on budget (invocation) state, whose IDs come from clients.
@@ -174,6 +257,7 @@ impl Default for Config {
             leases: LeaseConfig::default(),
             budgets: BudgetsConfig::default(),
             proxy: turnstile_proxy::ProxyConfig::default(),
+            coordination: CoordinationConfig::default(),
         }
     }
 }
@@ -341,6 +425,7 @@ impl Config {
                 return Err(ConfigError::Invalid { field, expected });
             }
         }
+        self.coordination.coord()?;
         Ok(())
     }
 }

@@ -25,11 +25,25 @@ use crate::persist::{StoreHandle, StoreOp};
 pub struct StoreJournal {
     store: StoreHandle,
     metrics: Arc<Metrics>,
+    /// Replicas: a lease that leaves the driver's table without a release by its holder (TTL
+    /// reclaim, an undelivered grant) is released in the shared limits too.
+    coord: Option<Arc<turnstile_coord::Coordinator>>,
 }
 
 impl StoreJournal {
     pub fn new(store: StoreHandle, metrics: Arc<Metrics>) -> Self {
-        StoreJournal { store, metrics }
+        StoreJournal {
+            store,
+            metrics,
+            coord: None,
+        }
+    }
+
+    /// Releases the shared lease of every lease the driver lets go of (the release route
+    /// claims its lease first, so this finds only reclaims).
+    pub fn with_coordination(mut self, coord: Option<Arc<turnstile_coord::Coordinator>>) -> Self {
+        self.coord = coord;
+        self
     }
 }
 
@@ -78,6 +92,16 @@ impl Journal for StoreJournal {
     }
 
     fn lease_events(&mut self, events: Vec<LeaseEvent>, done: Done) {
+        if let Some(coord) = &self.coord {
+            for event in &events {
+                if let LeaseEvent::Released { token, .. } = event {
+                    if let Some(held) = coord.claim(&token.to_string()) {
+                        let coord = coord.clone();
+                        tokio::spawn(async move { coord.finish(held, 0, None, None, 0).await });
+                    }
+                }
+            }
+        }
         let changes = events.into_iter().map(lease_change).collect();
         // A store thread that is gone drops `done`: the held replies are dropped, and their
         // callers hear the service is stopping (a dropped grant gives its lease back).

@@ -42,6 +42,7 @@ pub mod persist;
 pub mod recover;
 pub mod routes;
 pub mod serve;
+pub mod shared;
 pub mod slots;
 pub mod status;
 pub mod ui;

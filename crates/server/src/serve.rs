@@ -44,6 +44,7 @@ use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, Feed, LeaseMetr
 
 use crate::data_lock::{DataDirLock, DataLockError};
 use crate::journal::StoreJournal;
+use turnstile_coord::Coordinator;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
 use crate::persist::StoreHandle;
@@ -75,6 +76,8 @@ pub enum ServerError {
     Join(String),
     #[error("proxy configuration: {0}")]
     Proxy(#[from] turnstile_proxy::ProxySetupError),
+    #[error("coordination: {0}")]
+    Coordination(turnstile_coord::CoordError),
 }
 
 /// A started service. Dropping it without [`RunningServer::shutdown`] leaves it running until
@@ -178,13 +181,25 @@ pub async fn start_with_telemetry(
         StoreHandle::spawn(boxed, metrics.clone()).map_err(ServerError::Thread)?;
     let lease_metrics = Arc::new(LeaseMetrics::default());
     let feed = Feed::new();
+    // Replicas: one probe before the first answer, so a reachable Redis is shared from the
+    // first admission; then the background task probes and renews.
+    let coord = match config.coordination.coord()? {
+        Some(coord_config) => {
+            let coord = Coordinator::new(coord_config).map_err(ServerError::Coordination)?;
+            coord.tick(clock.now_ms(), false).await;
+            let task_clock = clock.clone();
+            tokio::spawn(coord.clone().run(move || task_clock.now_ms()));
+            Some(coord)
+        }
+        None => None,
+    };
     let (mut driver, driver_handle) = Driver::new(
         registry,
         clock,
         DriverConfig {
             lease_ttl_ms: Some(config.leases.ttl_ms),
         },
-        Box::new(StoreJournal::new(store.clone(), metrics.clone())),
+        Box::new(StoreJournal::new(store.clone(), metrics.clone()).with_coordination(coord.clone())),
         lease_metrics.clone(),
     );
     recover::reinstate_leases(held_leases, &mut driver)?;
@@ -218,6 +233,7 @@ pub async fn start_with_telemetry(
         telemetry,
         feed,
         proxy,
+        coord,
     };
     let (shutdown_tx, shutdown_rx) = oneshot::channel();
     let task = tokio::spawn(accept_loop(

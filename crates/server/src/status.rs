@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `admitted` | 200 |
 //! | `queue-full`, `queue-timeout`, `deadline-exceeded`, `too-many-budgets` | 429 + `Retry-After` |
-//! | `retry-after`, `circuit-open` | 503 + `Retry-After` |
+//! | `retry-after`, `circuit-open`, `coordination-unavailable` | 503 + `Retry-After` |
 //! | `disabled` | 403 |
 //! | `cancelled` | 409 (only a client that already left can cause it) |
 //! | `concurrency`, `requests-per-minute`, `tokens-per-second` | 422: as a *rejection* these mean the request can never fit (zero ceiling, estimate above a bucket's capacity); a rate limit that binds now defers, and a deferral that runs out of time ends as `queue-timeout` or `deadline-exceeded` (429). A *retryable* one is a `deadlineMs: 0` request that was not free now: 429 + `Retry-After` ([`status_for_rejection`]) |
@@ -28,7 +28,9 @@ pub fn status_for(reason: Reason) -> StatusCode {
         | Reason::QueueTimeout
         | Reason::DeadlineExceeded
         | Reason::TooManyBudgets => StatusCode::TOO_MANY_REQUESTS,
-        Reason::RetryAfter | Reason::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
+        Reason::RetryAfter | Reason::CircuitOpen | Reason::CoordinationUnavailable => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         Reason::Disabled => StatusCode::FORBIDDEN,
         Reason::Cancelled => StatusCode::CONFLICT,
         Reason::Concurrency

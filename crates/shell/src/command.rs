@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::oneshot;
 use turnstile_admission::{
-    ActualUsage, BreakerTransition, Estimate, LaneView, Millis, Outcome, Profile,
+    ActualUsage, BreakerTransition, Estimate, LaneView, Limits, Millis, Outcome, Profile,
     ProfileChangeRecord, Rejection, Snapshot,
 };
 
@@ -110,6 +110,14 @@ pub enum Command {
         principal: Arc<str>,
         reply: oneshot::Sender<Standing>,
     },
+    /// The current limits of one lane's three scopes (`None` without a profile, or when the
+    /// profile names neither the principal nor the provider): what a replica shares.
+    LaneLimits {
+        workspace: Arc<str>,
+        principal: Arc<str>,
+        provider: String,
+        reply: oneshot::Sender<Option<LaneLimits>>,
+    },
     /// The live view of a workspace's provider lanes, with the driver's clock reading (`None`
     /// without a profile).
     Lanes {
@@ -126,6 +134,14 @@ pub enum Command {
     },
     /// Ends the driver task.
     Stop,
+}
+
+/// The limits of a lane's principal, workspace and provider scopes under the current profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneLimits {
+    pub principal: Limits,
+    pub workspace: Limits,
+    pub provider: Limits,
 }
 
 /// A principal's standing under its workspace's current profile.

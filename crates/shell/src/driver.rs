@@ -58,7 +58,7 @@ use turnstile_admission::{
 
 use crate::clock::Clock;
 use crate::command::{
-    Acquire, AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot,
+    Acquire, AcquireCommand, AcquireReply, Command, LaneLimits, Standing, Wait, WorkspaceSnapshot,
 };
 use crate::error::DriverError;
 use crate::feed::{Feed, Pause, Tally};
@@ -409,6 +409,21 @@ impl Driver {
                     Some(_) => Standing::NotNamed,
                 };
                 let _ = reply.send(standing);
+            }
+            Command::LaneLimits {
+                workspace,
+                principal,
+                provider,
+                reply,
+            } => {
+                let limits = self.registry.profile(&workspace).and_then(|profile| {
+                    Some(LaneLimits {
+                        principal: profile.principals.get(&*principal)?.clone(),
+                        workspace: profile.workspace.clone(),
+                        provider: profile.providers.get(&provider)?.clone(),
+                    })
+                });
+                let _ = reply.send(limits);
             }
             Command::Lanes { workspace, reply } => {
                 let _ = reply.send(

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use turnstile_admission::{LaneView, Millis, Profile, ProfileChangeRecord};
 
-use crate::command::{Acquire, AcquireCommand, AcquireReply, Command, Standing, WorkspaceSnapshot};
+use crate::command::{
+    Acquire, AcquireCommand, AcquireReply, Command, LaneLimits, Standing, WorkspaceSnapshot,
+};
 use crate::error::DriverError;
 
 /// Cancels a queued admission when the code waiting on it is dropped.
@@ -189,6 +191,22 @@ impl DriverHandle {
         self.ask(|reply| Command::Standing {
             workspace: Arc::from(workspace),
             principal: Arc::from(principal),
+            reply,
+        })
+        .await
+    }
+
+    /// The current limits of the lane (`principal`, `provider`) of `workspace`.
+    pub async fn lane_limits(
+        &self,
+        workspace: Arc<str>,
+        principal: Arc<str>,
+        provider: &str,
+    ) -> Result<Option<LaneLimits>, DriverError> {
+        self.ask(|reply| Command::LaneLimits {
+            workspace,
+            principal,
+            provider: provider.to_owned(),
             reply,
         })
         .await

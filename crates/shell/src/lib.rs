@@ -28,7 +28,7 @@ pub mod telemetry;
 
 pub use clock::Clock;
 pub use command::{
-    Acquire, AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot,
+    Acquire, AcquireCommand, AcquireReply, Command, LaneLimits, Standing, Wait, WorkspaceSnapshot,
 };
 pub use driver::{Driver, DriverConfig, ReinstateFailure};
 pub use error::DriverError;

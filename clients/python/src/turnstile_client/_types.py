@@ -36,6 +36,7 @@ Reason = Literal[
     "circuit-open",
     "unconfigured-provider",
     "too-many-budgets",
+    "coordination-unavailable",
 ]
 Outcome = Literal["success", "failure", "retry-after", "none"]
 Decision = Literal["admit", "defer", "reject"]

@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// Export spans and metrics over OTLP/HTTP to this collector (e.g. http://localhost:4318).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+    /// Share each provider's limits with other replicas through Redis (redis://HOST:PORT;
+    /// overrides `[coordination] redis_url`; see docs/replicas.md).
+    #[arg(long, env = "TURNSTILE_REDIS_URL")]
+    pub redis_url: Option<String>,
 }
 
 /// The effective configuration: file (or defaults), then command-line overrides.
@@ -46,6 +50,9 @@ pub fn config(args: &ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(data) = &args.data {
         config.data_dir = data.clone();
+    }
+    if let Some(url) = &args.redis_url {
+        config.coordination.redis_url = Some(url.clone());
     }
     Ok(config)
 }

@@ -18,6 +18,7 @@ use crate::body;
 use crate::error::ApiError;
 use crate::keys::Caller;
 use crate::metrics::Cut;
+use crate::shared;
 use crate::status::{carries_retry_after, retry_after_seconds, status_for_rejection};
 use turnstile_shell::{Acquire, AcquireReply, Wait};
 
@@ -74,6 +75,15 @@ pub async fn acquire(
     }
 
     let span = state.telemetry.admission_requested(&request.provider_id);
+    let deadline = state.clock.now_ms().saturating_add(wait_ms);
+    let shared_lane = state.coord.as_ref().map(|_| {
+        (
+            workspace.clone(),
+            principal.clone(),
+            request.provider_id.clone(),
+            request.budget_id.clone(),
+        )
+    });
     // A client that disconnects while queued drops this future: the request is cancelled.
     let answer = state
         .driver
@@ -90,6 +100,24 @@ pub async fn acquire(
         .await;
     match answer? {
         AcquireReply::Admitted(mut grant) => {
+            // Replicas: the deployment's shared limits admit the local lease too. A refusal
+            // drops the grant, which gives the local lease back.
+            if let (Some(coord), Some((workspace, principal, provider, budget))) =
+                (state.coord.as_ref(), shared_lane)
+            {
+                let lane = shared::Lane {
+                    workspace,
+                    principal,
+                    provider: &provider,
+                    budget_id: &budget,
+                    deadline,
+                    no_wait: wait_ms == 0,
+                };
+                match shared::admit(&state, coord, &grant, lane).await? {
+                    shared::Shared::Admitted(mode) => grant.evidence.coordination = Some(mode),
+                    shared::Shared::Refused(rejection) => return Ok(rejection_response(rejection)),
+                }
+            }
             grant.accept();
             let ttl_ms = state.config.leases.ttl_ms;
             let body = LeaseBody {

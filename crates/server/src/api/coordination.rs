@@ -32,6 +32,10 @@ pub async fn release_budget(
     authorize(&state, &caller, Operation::ReleaseBudget, None).await?;
     let (workspace, _) = require_principal(&caller)?;
     validate::budget_id("budgetId", &budget_id)?;
+    let shared = state
+        .coord
+        .as_ref()
+        .map(|coord| (coord.clone(), workspace.clone(), budget_id.clone()));
     let released = state
         .driver
         .ask(|reply| Command::ReleaseBudget {
@@ -40,6 +44,10 @@ pub async fn release_budget(
             reply,
         })
         .await??;
+    // Replicas: the invocation's shared budget lines go too.
+    if let Some((coord, workspace, budget_id)) = shared {
+        coord.release_budget(&workspace, &budget_id).await;
+    }
     Ok(Json(BudgetReleased { released }))
 }
 
@@ -73,7 +81,9 @@ pub async fn retry_after(
             format!("retryAfterMs must be at most {max} (admission.max_retry_after_ms)"),
         ));
     }
-    let until = state
+    let shared_workspace = workspace.clone();
+    let shared_provider = provider_id.clone();
+    let mut until = state
         .driver
         .ask(|reply| Command::RetryAfter {
             workspace,
@@ -82,6 +92,14 @@ pub async fn retry_after(
             reply,
         })
         .await??;
+    // Replicas: the pause is shared (monotonic max in Redis); the answer is the later end.
+    if let Some(coord) = &state.coord {
+        let now = state.clock.now_ms();
+        let remaining = coord
+            .pause(&shared_workspace, &shared_provider, request.retry_after_ms, now)
+            .await;
+        until = until.max(now.saturating_add(remaining));
+    }
     Ok(Json(Paused {
         paused_until_epoch_ms: until,
     }))

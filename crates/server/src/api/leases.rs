@@ -164,7 +164,13 @@ pub async fn release(
     let outcome = outcome(&request, state.config.admission.max_retry_after_ms)?;
     let usage = actual_usage(request.actual_usage.as_ref())?;
     let token = token(&lease_id)?;
-    let transitions = state
+    // Replicas: out of the shared books before the local release (so the journal's reclaim
+    // path finds nothing to release), back in if the local release is refused.
+    let shared = state
+        .coord
+        .as_ref()
+        .and_then(|coord| Some((coord, coord.claim(&lease_id)?)));
+    let answer = state
         .driver
         .ask(|reply| Command::Release {
             token,
@@ -174,7 +180,27 @@ pub async fn release(
             usage,
             reply,
         })
-        .await??;
+        .await
+        .and_then(|result| result);
+    let transitions = match (answer, shared) {
+        (Ok(transitions), Some((coord, held))) => {
+            let pause_ms = match outcome {
+                Outcome::RetryAfter { retry_after_ms } => retry_after_ms,
+                _ => 0,
+            };
+            let micro = usage.cost_usd().map(turnstile_coord::spec::micro_ceil);
+            coord
+                .finish(held, pause_ms, usage.tokens, micro, state.clock.now_ms())
+                .await;
+            transitions
+        }
+        (Ok(transitions), None) => transitions,
+        (Err(error), Some((coord, held))) => {
+            coord.restore(&lease_id, held);
+            return Err(error.into());
+        }
+        (Err(error), None) => return Err(error.into()),
+    };
     if let Some(tokens) = usage.tokens {
         saturating_add(&state.metrics.actual_tokens, tokens);
     }

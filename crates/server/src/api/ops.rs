@@ -22,20 +22,37 @@ pub async fn healthz() -> impl IntoResponse {
     )
 }
 
+/// Ready: 200 once start-up finished, 503 while starting or shutting down. A replica says
+/// how it coordinates (`"coordination": "healthy" | "degraded" | "reconciling"`); one that is
+/// degraded with a `closed` share admits nothing, so it answers 503 (a load balancer drains it).
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.ready.load(Ordering::Relaxed) {
+    let coordination = state.coord.as_ref().map(|coord| {
         (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            "{\"status\":\"ready\"}",
+            coord.health(),
+            coord.config().degraded_share == turnstile_coord::DegradedShare::Closed,
         )
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::CONTENT_TYPE, "application/json")],
-            "{\"status\":\"not-ready\"}",
-        )
-    }
+    });
+    let ready = state.ready.load(Ordering::Relaxed);
+    let (status, body) = match (ready, coordination) {
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "{\"status\":\"not-ready\"}".to_owned()),
+        (true, None) => (StatusCode::OK, "{\"status\":\"ready\"}".to_owned()),
+        (true, Some((health, closed))) => {
+            let status = if health != turnstile_coord::Health::Healthy && closed {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::OK
+            };
+            let word = if status == StatusCode::OK { "ready" } else { "not-ready" };
+            (
+                status,
+                format!(
+                    "{{\"status\":\"{word}\",\"coordination\":\"{}\"}}",
+                    health.as_str()
+                ),
+            )
+        }
+    };
+    (status, [(header::CONTENT_TYPE, "application/json")], body)
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
@@ -50,6 +67,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             text.push_str(&state.lease_metrics.render());
             text.push_str(&state.metrics.render());
             text.push_str(&state.proxy.metrics.render());
+            if let Some(coord) = &state.coord {
+                text.push_str(&coord.render_metrics());
+            }
             text
         },
     )

@@ -1,0 +1,272 @@
+//! The shared limits against a real `redis-server`, with several [`Coordinator`]s (replicas)
+//! on one Redis: concurrency never above the limit under random acquire / release / kill
+//! sequences and none left after the releases, a killed replica's leases back within the
+//! liveness bound, monotonic pauses, integer micro-dollar budgets with actual-usage
+//! corrections, and degraded mode on a stopped (SIGSTOP) and a killed Redis, with
+//! reconciliation after a restart with empty state.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use turnstile_admission::{Limits, Reason};
+use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
+use turnstile_coord::testing::RedisServer;
+use turnstile_coord::{Admission, CoordConfig, Coordinator, DegradedShare, Health, LaneSpec, Mode};
+
+fn limits(concurrency: u32) -> Limits {
+    Limits {
+        concurrency,
+        ..Limits::default()
+    }
+}
+
+fn spec(workspace: &str, principal: &str, provider: Limits, budget: &str) -> LaneSpec {
+    LaneSpec::new(
+        (workspace, "openai", principal),
+        budget,
+        (&limits(1000), &limits(1000), &provider),
+        Some(100),
+        Some(0.25),
+    )
+    .unwrap()
+}
+
+fn config(server: &RedisServer, share: DegradedShare) -> CoordConfig {
+    let mut config = CoordConfig::new(&server.url(), share);
+    config.liveness_ms = 1_000;
+    config.renew_every = Duration::from_millis(200);
+    config.probe_every = Duration::from_millis(50);
+    config
+}
+
+async fn replica(server: &RedisServer, share: DegradedShare) -> Arc<Coordinator> {
+    replica_with(config(server, share)).await
+}
+
+async fn replica_with(config: CoordConfig) -> Arc<Coordinator> {
+    let coord = Coordinator::new(config).unwrap();
+    coord.tick(0, false).await;
+    assert_eq!(coord.health(), Health::Healthy);
+    coord
+}
+
+fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (package redis-tools, installed with redis-server)");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn provider_leases(server: &RedisServer, workspace: &str) -> u64 {
+    let key = WorkspaceKeys::new(workspace).leases(&ScopeName::provider("openai"));
+    // Count only live members (an expired one is removed by the next acquire).
+    redis_cli(server, &["ZCOUNT", &key, "(0", "+inf"])
+        .parse()
+        .unwrap_or(0)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire(usize),
+    Release(usize, usize),
+    Renew(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0usize..3).prop_map(Op::Acquire),
+        2 => (0usize..3, 0usize..8).prop_map(|(r, i)| Op::Release(r, i)),
+        1 => (0usize..3).prop_map(Op::Renew),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Three replicas, one Redis, random acquire / release / renew: never more leases than
+    /// the limit in Redis or granted in total, and none left after every release.
+    #[test]
+    fn three_replicas_never_hold_more_than_the_limit(ops in proptest::collection::vec(op(), 1..80), limit in 1u32..5) {
+        let rt = runtime();
+        let server = RedisServer::start().unwrap();
+        rt.block_on(async {
+            // Liveness far beyond the run: only releases free slots here.
+            let long = || CoordConfig { liveness_ms: 600_000, ..config(&server, DegradedShare::Closed) };
+            let replicas = [
+                replica_with(long()).await,
+                replica_with(long()).await,
+                replica_with(long()).await,
+            ];
+            let lane = spec("ws-prop", "alice", limits(limit), "b");
+            let mut held: [Vec<String>; 3] = Default::default();
+            let mut next = 0u64;
+            for op in ops {
+                match op {
+                    Op::Acquire(r) => {
+                        next += 1;
+                        let token = format!("t{next}");
+                        match replicas[r].acquire(&lane, &token, 0).await {
+                            Admission::Granted(Mode::Shared) => held[r].push(token),
+                            Admission::Wait { reason: Reason::Concurrency, .. } => {}
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                    Op::Release(r, i) => {
+                        if !held[r].is_empty() {
+                            let token = held[r].remove(i % held[r].len());
+                            assert!(replicas[r].release(&token, 0, None, None, 0).await);
+                        }
+                    }
+                    Op::Renew(r) => replicas[r].tick(0, true).await,
+                }
+                let total: usize = held.iter().map(Vec::len).sum();
+                assert!(total <= limit as usize, "{total} granted with limit {limit}");
+                assert_eq!(provider_leases(&server, "ws-prop"), total as u64);
+            }
+            for (r, tokens) in held.iter_mut().enumerate() {
+                for token in tokens.drain(..) {
+                    assert!(replicas[r].release(&token, 0, None, None, 0).await);
+                }
+            }
+            assert_eq!(provider_leases(&server, "ws-prop"), 0);
+        });
+    }
+}
+
+#[test]
+fn a_killed_replicas_leases_come_back_within_the_liveness_bound() {
+    let rt = runtime();
+    let server = RedisServer::start().unwrap();
+    rt.block_on(async {
+        let lane = spec("ws-kill", "alice", limits(2), "b");
+        let survivor = replica(&server, DegradedShare::Closed).await;
+        let doomed = replica(&server, DegradedShare::Closed).await;
+        let renewing = tokio::spawn(doomed.clone().run(|| 0));
+        assert_eq!(doomed.acquire(&lane, "d1", 0).await, Admission::Granted(Mode::Shared));
+        assert_eq!(doomed.acquire(&lane, "d2", 0).await, Admission::Granted(Mode::Shared));
+        // Renewed past the liveness: still held.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert!(matches!(survivor.acquire(&lane, "s0", 0).await, Admission::Wait { .. }));
+        // The replica dies (no release, no renewal).
+        renewing.abort();
+        drop(doomed);
+        let killed = Instant::now();
+        loop {
+            if survivor.acquire(&lane, "s1", 0).await == Admission::Granted(Mode::Shared) {
+                break;
+            }
+            assert!(killed.elapsed() < Duration::from_millis(1_000 + 200 + 300), "not back in time");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let back = killed.elapsed();
+        assert!(back >= Duration::from_millis(600), "back after {back:?}: earlier than the last renewal allows");
+    });
+}
+
+#[test]
+fn pauses_are_monotonic_and_budgets_are_integer_micro_dollars() {
+    let rt = runtime();
+    let server = RedisServer::start().unwrap();
+    rt.block_on(async {
+        let a = replica(&server, DegradedShare::Closed).await;
+        let b = replica(&server, DegradedShare::Closed).await;
+        let long = a.pause("ws-p", "openai", 5_000, 0).await;
+        let short = b.pause("ws-p", "openai", 100, 0).await;
+        assert!(long > 4_900 && short > 4_800, "{long} {short}: a shorter pause never shortens");
+        let lane = spec("ws-p", "alice", limits(10), "b");
+        assert!(matches!(b.acquire(&lane, "x", 0).await, Admission::Paused { remaining_ms } if remaining_ms > 4_000));
+
+        // 0.1 + 0.1 + 0.1 fits a 0.3 budget exactly (no f64 drift); a fourth does not.
+        let provider = Limits {
+            concurrency: 10,
+            max_cost_usd: Some(0.3),
+            ..Limits::default()
+        };
+        let lane = LaneSpec::new(("ws-b", "openai", "alice"), "run-1", (&limits(10), &limits(10), &provider), None, Some(0.1)).unwrap();
+        for (i, coord) in [&a, &b, &a].into_iter().enumerate() {
+            assert_eq!(coord.acquire(&lane, &format!("c{i}"), 0).await, Admission::Granted(Mode::Shared));
+        }
+        assert_eq!(b.acquire(&lane, "c3", 0).await, Admission::Rejected(Reason::Cost));
+        // An actual usage below the estimate gives money back: 0.1 charged, 0.05 used.
+        assert!(a.release("c0", 0, None, Some(50_000), 0).await);
+        assert_eq!(b.acquire(&lane, "c4", 0).await, Admission::Rejected(Reason::Cost));
+        let small = LaneSpec { micro_usd: Some(50_000), ..lane.clone() };
+        assert_eq!(b.acquire(&small, "c5", 0).await, Admission::Granted(Mode::Shared));
+    });
+}
+
+/// SIGSTOP (a hang) and SIGKILL of Redis: noticed within 250 ms; no call waits more than the
+/// timeout; the declared share applies (money fails closed); on recovery the live leases are
+/// registered again and pauses merged, also after a restart with empty state.
+#[test]
+fn a_stopped_or_killed_redis_degrades_to_the_declared_share_and_reconciles() {
+    let rt = runtime();
+    let mut server = RedisServer::start().unwrap();
+    rt.block_on(async {
+        let coord = Coordinator::new(config(&server, "0.5".parse().unwrap())).unwrap();
+        coord.tick(0, false).await;
+        let clock_start = Instant::now();
+        let task = tokio::spawn(coord.clone().run(move || clock_start.elapsed().as_millis() as u64));
+        let lane = spec("ws-deg", "alice", limits(4), "b");
+        assert_eq!(coord.acquire(&lane, "h1", 0).await, Admission::Granted(Mode::Shared));
+
+        server.signal("STOP");
+        let stopped = Instant::now();
+        while coord.health() == Health::Healthy {
+            assert!(stopped.elapsed() < Duration::from_millis(250), "not degraded within 250 ms");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let noticed = stopped.elapsed();
+        // Share 0.5 of 4 = 2, counting the lease granted before: one more, then full.
+        let started = Instant::now();
+        assert_eq!(coord.acquire(&lane, "d1", 0).await, Admission::Granted(Mode::Degraded));
+        assert!(started.elapsed() < Duration::from_millis(5), "degraded admissions do not touch Redis");
+        assert!(matches!(coord.acquire(&lane, "d2", 0).await, Admission::Wait { mode: Mode::Degraded, .. }));
+        // A money budget fails closed.
+        let money = Limits { concurrency: 4, max_cost_usd: Some(1.0), ..Limits::default() };
+        let paid = LaneSpec::new(("ws-deg", "openai", "alice"), "b", (&limits(9), &limits(9), &money), None, Some(0.1)).unwrap();
+        assert_eq!(coord.acquire(&paid, "m1", 0).await, Admission::Unavailable);
+        // A pause seen while degraded is merged on recovery.
+        coord.pause("ws-deg", "openai", 60_000, clock_start.elapsed().as_millis() as u64).await;
+
+        server.signal("CONT");
+        let resumed = Instant::now();
+        while coord.health() != Health::Healthy {
+            assert!(resumed.elapsed() < Duration::from_secs(2), "not healthy within 2 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(provider_leases(&server, "ws-deg"), 2, "h1 and d1 registered");
+        let pause_key = WorkspaceKeys::new("ws-deg").pause("openai");
+        let pttl: i64 = redis_cli(&server, &["PTTL", &pause_key]).parse().unwrap();
+        assert!(pttl > 50_000, "the degraded pause was merged: {pttl}");
+        assert!(coord.release("d1", 0, None, None, 0).await);
+
+        // SIGKILL and a restart with empty state.
+        server.kill();
+        let killed = Instant::now();
+        while coord.health() == Health::Healthy {
+            assert!(killed.elapsed() < Duration::from_millis(250), "not degraded within 250 ms");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        server.restart_empty().unwrap();
+        let restarted = Instant::now();
+        while coord.health() != Health::Healthy {
+            assert!(restarted.elapsed() < Duration::from_secs(2), "not healthy within 2 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(provider_leases(&server, "ws-deg"), 1, "h1 registered again in the empty Redis");
+        eprintln!("SIGSTOP noticed after {noticed:?}; SIGKILL after {:?}", killed.elapsed());
+        task.abort();
+    });
+}

@@ -1,0 +1,154 @@
+//! The shared-limits step of `POST /v1/admissions` on a replica (`[coordination] redis_url`).
+//!
+//! The local core admits first, exactly as on a single process (its queue, fairness and
+//! limits are this replica's); the granted lease is then admitted against the deployment's
+//! shared limits ([`turnstile_coord::Coordinator`]): one Redis call when they have room. When a
+//! shared scope is full, the handler keeps its local lease and tries again when this replica
+//! releases a lease, when the shared answer says the blockage ends, or every
+//! [`SHARED_POLL_MS`] at the latest, until its deadline. A request the shared limits refuse
+//! gives its local lease back (dropping the grant).
+//!
+//! Invariants: the local lease is accepted (handed to the client) only after the shared limits
+//! granted it; the evidence says how (`coordination`: `shared` or `degraded`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use turnstile_admission::{Coordination, Decision, Millis, Reason, Rejection};
+use turnstile_coord::{Admission, Coordinator, LaneSpec, Mode};
+use turnstile_shell::Grant;
+
+use crate::api::AppState;
+use crate::error::ApiError;
+
+/// Longest pause between two tries of a lease waiting for a full shared scope (releases on
+/// other replicas are seen by polling; this replica's own releases wake waiters at once).
+pub const SHARED_POLL_MS: Millis = 10;
+
+/// The shared limits' answer for one locally granted lease.
+pub enum Shared {
+    Admitted(Coordination),
+    Refused(Rejection),
+}
+
+fn coordination(mode: Mode) -> Coordination {
+    match mode {
+        Mode::Shared => Coordination::Shared,
+        Mode::Degraded => Coordination::Degraded,
+    }
+}
+
+fn refusal(grant: &Grant, reason: Reason, retryable: bool, hint: Option<Millis>, mode: Option<Mode>) -> Rejection {
+    let mut evidence = grant.evidence.clone();
+    evidence.decision = Decision::Reject;
+    evidence.reason = reason;
+    evidence.retry_after_ms = hint;
+    evidence.breaker_transitions.clear();
+    evidence.budget_opened = false;
+    evidence.coordination = mode.map(coordination);
+    Rejection {
+        reason,
+        retryable,
+        evidence,
+    }
+}
+
+/// One lane of one request, as the handler knows it.
+pub struct Lane<'a> {
+    pub workspace: Arc<str>,
+    pub principal: Arc<str>,
+    pub provider: &'a str,
+    pub budget_id: &'a str,
+    /// When the caller stops waiting (the service's clock, epoch ms).
+    pub deadline: Millis,
+    /// Whether the caller asked for "only if free now" (`deadlineMs: 0`).
+    pub no_wait: bool,
+}
+
+/// Admits `grant` (granted by the local core) against the shared limits.
+pub async fn admit(
+    state: &AppState,
+    coord: &Coordinator,
+    grant: &Grant,
+    lane: Lane<'_>,
+) -> Result<Shared, ApiError> {
+    let Some(limits) = state
+        .driver
+        .lane_limits(lane.workspace.clone(), lane.principal.clone(), lane.provider)
+        .await?
+    else {
+        return Err(ApiError::no_profile());
+    };
+    let spec = match LaneSpec::new(
+        (&lane.workspace, lane.provider, &lane.principal),
+        lane.budget_id,
+        (&limits.principal, &limits.workspace, &limits.provider),
+        grant.evidence.estimated_tokens,
+        grant.evidence.estimated_cost_usd,
+    ) {
+        Ok(spec) => spec,
+        Err(_) => {
+            return Ok(Shared::Refused(refusal(
+                grant,
+                Reason::CoordinationUnavailable,
+                false,
+                None,
+                None,
+            )))
+        }
+    };
+    let token = grant.token.to_string();
+    loop {
+        let now = state.clock.now_ms();
+        match coord.acquire(&spec, &token, now).await {
+            Admission::Granted(mode) => return Ok(Shared::Admitted(coordination(mode))),
+            Admission::Rejected(reason) => {
+                return Ok(Shared::Refused(refusal(grant, reason, false, None, Some(Mode::Shared))))
+            }
+            Admission::Unavailable => {
+                let hint = u64::try_from(coord.config().probe_every.as_millis()).unwrap_or(100);
+                return Ok(Shared::Refused(refusal(
+                    grant,
+                    Reason::CoordinationUnavailable,
+                    true,
+                    Some(hint),
+                    Some(Mode::Degraded),
+                )));
+            }
+            Admission::Paused { remaining_ms } => {
+                if now.saturating_add(remaining_ms) >= lane.deadline {
+                    return Ok(Shared::Refused(refusal(
+                        grant,
+                        Reason::RetryAfter,
+                        true,
+                        Some(remaining_ms),
+                        Some(Mode::Shared),
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(remaining_ms)).await;
+            }
+            Admission::Wait {
+                reason,
+                after_ms,
+                mode,
+            } => {
+                if now >= lane.deadline {
+                    let (reason, retryable) = if lane.no_wait {
+                        (reason, true)
+                    } else {
+                        (Reason::DeadlineExceeded, false)
+                    };
+                    return Ok(Shared::Refused(refusal(grant, reason, retryable, after_ms, Some(mode))));
+                }
+                let pause = after_ms
+                    .unwrap_or(SHARED_POLL_MS)
+                    .clamp(1, SHARED_POLL_MS)
+                    .min(lane.deadline - now);
+                tokio::select! {
+                    () = coord.released() => {}
+                    () = tokio::time::sleep(Duration::from_millis(pause)) => {}
+                }
+            }
+        }
+    }
+}
