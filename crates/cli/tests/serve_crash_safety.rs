@@ -9,59 +9,19 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod common;
+use common::{http, start, Service};
+
 /// The provider's concurrency in the test profile.
 const PROVIDER_CONCURRENCY: usize = 4;
 
 // ----- the service -------------------------------------------------------------------------
-
-struct Service {
-    child: Child,
-    addr: String,
-    /// The admin key (first start only).
-    admin_key: Option<String>,
-}
-
-fn start(data: &Path, config: &Path, first: bool) -> Service {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data)
-        .arg("--config")
-        .arg(config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut addr = None;
-    let mut admin_key = None;
-    // The banner: the address, then (first start only) the admin key.
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(rest) = line.strip_prefix("turnstile serve: listening on http://") {
-            addr = Some(rest.trim().to_owned());
-            if !first {
-                break;
-            }
-        } else if let Some(rest) = line.trim().strip_prefix("admin key:") {
-            admin_key = Some(rest.trim().to_owned());
-            break;
-        }
-    }
-    // Keep reading stdout so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Service {
-        child,
-        addr: addr.expect("the service listens"),
-        admin_key,
-    }
-}
 
 fn config_file(dir: &Path, ttl_ms: u64) -> std::path::PathBuf {
     let path = dir.join("turnstile.toml");
@@ -71,34 +31,6 @@ fn config_file(dir: &Path, ttl_ms: u64) -> std::path::PathBuf {
     )
     .unwrap();
     path
-}
-
-/// One HTTP/1.1 request on a fresh connection; `None` when the service cannot be reached or
-/// the connection fails before an answer (it was killed).
-fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    key: &str,
-    body: Option<&Value>,
-) -> Option<(u16, Value)> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .ok()?;
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).ok()?;
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
 }
 
 /// Registers the test profile and returns a key of principal `client`.

@@ -244,7 +244,7 @@ impl Coordinator {
     /// limits; `now` is the replica's clock (used only by the degraded share's buckets).
     pub async fn acquire(&self, spec: &LaneSpec, token: &str, now: Millis) -> Admission {
         if self.health.get() != Health::Healthy {
-            return self.acquire_degraded(spec, token, now);
+            return self.acquire_degraded(spec, token, now, None);
         }
         let member = self.member();
         match self.store.acquire(spec, &member, self.config.liveness_ms).await {
@@ -263,14 +263,22 @@ impl Coordinator {
             },
             Ok(Verdict::Reject { reason, .. }) => Admission::Rejected(reason),
             Err(error) => {
-                // The call may have run: the member expires in Redis after its liveness.
+                // The call may have run (or may still run, after a hang): a lease admitted now
+                // keeps its member, so Redis never counts it twice; one that is not admitted
+                // expires in Redis after its liveness.
                 self.failed(&error);
-                self.acquire_degraded(spec, token, now)
+                self.acquire_degraded(spec, token, now, Some(member))
             }
         }
     }
 
-    fn acquire_degraded(&self, spec: &LaneSpec, token: &str, now: Millis) -> Admission {
+    fn acquire_degraded(
+        &self,
+        spec: &LaneSpec,
+        token: &str,
+        now: Millis,
+        member: Option<String>,
+    ) -> Admission {
         let share = self.config.degraded_share;
         if share == DegradedShare::Closed || spec.scopes.iter().any(|s| s.has_usage_budget()) {
             return Admission::Unavailable;
@@ -321,7 +329,8 @@ impl Coordinator {
             }
         }
         drop(inner);
-        self.hold(token, Self::held_for(spec, self.member()));
+        let member = member.unwrap_or_else(|| self.member());
+        self.hold(token, Self::held_for(spec, member));
         self.metrics.degraded_admissions.fetch_add(1, Ordering::Relaxed);
         Admission::Granted(Mode::Degraded)
     }

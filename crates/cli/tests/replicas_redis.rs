@@ -1,0 +1,369 @@
+//! Replicas sharing limits through Redis (issue 13), with real processes: one `redis-server`
+//! (started here on a free port, stopped by PID), three `turnstile serve --redis-url` on their
+//! own data directories, and `turnstile fake-upstream`, which records its maximum in-flight
+//! count. Needs `redis-server` (`.ci/run` installs it; a missing one fails, never skips).
+//!
+//! - End to end: clients of all three replicas acquire, heartbeat, call the upstream and
+//!   release at random: the upstream never serves more calls than the provider's concurrency,
+//!   and no lease is left in Redis after the releases.
+//! - A replica SIGKILLed holding every slot: the slots come back within the liveness bound
+//!   (1.5 s here, far below the 30 s client lease TTL); the other replicas answer throughout.
+//! - Redis SIGSTOPped, then SIGKILLed and restarted empty: every replica reports `degraded`
+//!   within 250 ms, admits only its declared share (evidence `coordination: degraded`), fails
+//!   money budgets closed, and is healthy again within 2 s with its live leases registered.
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
+use turnstile_coord::testing::RedisServer;
+
+mod common;
+use common::{http, start_with, Service};
+
+const WORKSPACE: &str = "replicas";
+/// The provider's concurrency, shared by the three replicas.
+const LIMIT: u64 = 3;
+
+struct Replica {
+    service: Service,
+    key: String,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.service.child.kill();
+        let _ = self.service.child.wait();
+    }
+}
+
+fn config_file(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("turnstile.toml");
+    std::fs::write(
+        &path,
+        "demo = false\n\n[leases]\nttl_ms = 30000\n\n[coordination]\ndegraded_share = \"0.34\"\n\
+         lease_liveness_ms = 1500\nrenew_every_ms = 300\nprobe_every_ms = 50\n",
+    )
+    .unwrap();
+    path
+}
+
+/// Starts a replica on `redis` and registers the same profile on it (keys and profiles are
+/// per replica for now: docs/replicas.md).
+fn replica(redis: &RedisServer) -> Replica {
+    let data = tempfile::tempdir().unwrap();
+    let config = config_file(data.path());
+    let url = redis.url();
+    let service = start_with(data.path(), &config, true, &["--redis-url", &url]);
+    let admin = service.admin_key.clone().expect("first start");
+    let profile = json!({
+        "workspace": {"concurrency": 64},
+        "providers": {
+            "upstream": {"concurrency": LIMIT, "maxQueueLength": 64},
+            "paid": {"concurrency": LIMIT, "maxCostUsd": 100.0},
+        },
+        "principals": {"client": {"concurrency": 64, "maxQueueLength": 64}},
+    });
+    let (status, answer) = http(
+        &service.addr,
+        "PUT",
+        &format!("/v1/workspaces/{WORKSPACE}/profiles/v1"),
+        &admin,
+        Some(&profile),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = http(
+        &service.addr,
+        "POST",
+        &format!("/v1/workspaces/{WORKSPACE}/keys"),
+        &admin,
+        Some(&json!({"principalId": "client"})),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{answer}");
+    Replica {
+        key: answer["key"].as_str().unwrap().to_owned(),
+        service,
+        _data: data,
+    }
+}
+
+fn acquire(replica: &Replica, provider: &str, deadline_ms: u64) -> (u16, Value) {
+    http(
+        &replica.service.addr,
+        "POST",
+        "/v1/admissions",
+        &replica.key,
+        Some(&json!({
+            "providerId": provider,
+            "budgetId": "run",
+            "estimate": {"tokens": 1, "costUsd": 0.01},
+            "deadlineMs": deadline_ms,
+        })),
+    )
+    .expect("the replica answers")
+}
+
+fn release(replica: &Replica, lease: &str) {
+    let (status, answer) = http(
+        &replica.service.addr,
+        "POST",
+        &format!("/v1/leases/{lease}/release"),
+        &replica.key,
+        Some(&json!({"outcome": "success"})),
+    )
+    .expect("the replica answers");
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// The replica's coordination state, from `/readyz`.
+fn coordination(replica: &Replica) -> String {
+    let (_, answer) = http(&replica.service.addr, "GET", "/readyz", "", None).unwrap_or_default();
+    answer["coordination"].as_str().unwrap_or("").to_owned()
+}
+
+fn live_leases(redis: &RedisServer, provider: &str) -> u64 {
+    let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider(provider));
+    let out = Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string(), "ZCOUNT", &key, "(0", "+inf"])
+        .output()
+        .expect("redis-cli (installed with redis-server)");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(u64::MAX)
+}
+
+fn wait_for_all(replicas: &[Replica], state: &str, within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        if replicas.iter().all(|r| coordination(r) == state) {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < within, "not all {state} within {within:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+struct FakeUpstream {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for FakeUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn fake_upstream() -> FakeUpstream {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .arg("fake-upstream")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next().unwrap().unwrap();
+    let addr = line
+        .strip_prefix("fake-upstream listening on http://")
+        .unwrap()
+        .trim()
+        .to_owned();
+    std::thread::spawn(move || for _ in lines {});
+    FakeUpstream { child, addr }
+}
+
+fn call_upstream(addr: &str) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: up\r\nContent-Type: application/json\r\n\
+         x-fake-script: first-byte-ms=15\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+}
+
+/// A small xorshift: the clients' random choices, seeded per client.
+fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+#[test]
+fn three_replicas_never_let_the_upstream_exceed_the_shared_concurrency() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let replicas: Arc<Vec<Replica>> = Arc::new((0..3).map(|_| replica(&redis)).collect());
+    let up = fake_upstream();
+    let stop = Arc::new(AtomicBool::new(false));
+    let granted = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..9u64)
+        .map(|i| {
+            let (replicas, stop, granted) = (replicas.clone(), stop.clone(), granted.clone());
+            let up = up.addr.clone();
+            std::thread::spawn(move || {
+                let mut seed = 0x9e37_79b9_7f4a_7c15 ^ (i + 1);
+                while !stop.load(Ordering::SeqCst) {
+                    let replica = &replicas[(next(&mut seed) % 3) as usize];
+                    let (status, lease) = acquire(replica, "upstream", 10_000);
+                    assert_eq!(status, 200, "{lease}");
+                    assert_eq!(lease["evidence"]["coordination"], "shared", "{lease}");
+                    granted.fetch_add(1, Ordering::SeqCst);
+                    let id = lease["leaseId"].as_str().unwrap();
+                    if next(&mut seed) % 3 == 0 {
+                        let (status, _) = http(
+                            &replica.service.addr,
+                            "POST",
+                            &format!("/v1/leases/{id}/heartbeat"),
+                            &replica.key,
+                            None,
+                        )
+                        .unwrap();
+                        assert_eq!(status, 200);
+                    }
+                    call_upstream(&up);
+                    release(replica, id);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, Ordering::SeqCst);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let (_, stats) = http(&up.addr, "GET", "/_stats", "", None).unwrap();
+    let max = stats["max_in_flight"].as_u64().unwrap();
+    let total = granted.load(Ordering::SeqCst);
+    eprintln!("{total} calls through 3 replicas, upstream max in flight {max}");
+    assert!(max <= LIMIT, "the upstream served {max} at once (limit {LIMIT})");
+    assert_eq!(max, LIMIT, "the clients saturated the shared limit");
+    assert!(total >= 30, "only {total} calls");
+    assert_eq!(live_leases(&redis, "upstream"), 0, "no lease left after the releases");
+}
+
+#[test]
+fn a_replica_killed_holding_leases_gives_its_slots_back_within_the_liveness_bound() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let mut replicas: Vec<Replica> = (0..3).map(|_| replica(&redis)).collect();
+    for _ in 0..LIMIT {
+        let (status, answer) = acquire(&replicas[0], "upstream", 0);
+        assert_eq!(status, 200, "{answer}");
+    }
+    let (status, answer) = acquire(&replicas[1], "upstream", 0);
+    assert_eq!(status, 429, "{answer}");
+    assert_eq!(answer["reason"], "concurrency");
+    assert_eq!(live_leases(&redis, "upstream"), LIMIT);
+
+    let mut doomed = replicas.remove(0);
+    doomed.service.child.kill().unwrap();
+    doomed.service.child.wait().unwrap();
+    let killed = Instant::now();
+    let mut granted = 0;
+    while granted == 0 {
+        // The other replicas answer throughout, and never beyond the limit.
+        for replica in &replicas {
+            let (status, answer) = acquire(replica, "upstream", 0);
+            assert!(status == 200 || status == 429, "{status} {answer}");
+            granted += usize::from(status == 200);
+        }
+        assert!(
+            killed.elapsed() < Duration::from_millis(1_500 + 300 + 700),
+            "slots not back within the liveness bound"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    for _ in granted..LIMIT as usize {
+        let (status, answer) = acquire(&replicas[0], "upstream", 0);
+        assert_eq!(status, 200, "all the dead replica's slots are back: {answer}");
+    }
+    let (status, answer) = acquire(&replicas[1], "upstream", 0);
+    assert_eq!(status, 429, "{answer}");
+    eprintln!("slots back {:?} after the SIGKILL (liveness 1.5 s, client TTL 30 s)", killed.elapsed());
+}
+
+#[test]
+fn a_stopped_or_killed_redis_makes_every_replica_degraded_within_250_ms() {
+    let mut redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let replicas: Vec<Replica> = (0..3).map(|_| replica(&redis)).collect();
+    wait_for_all(&replicas, "healthy", Duration::from_secs(2));
+
+    redis.signal("STOP");
+    let stopped = Instant::now();
+    // An admission during the hang waits on Redis for one timeout at most.
+    let (status, answer) = acquire(&replicas[0], "upstream", 0);
+    let first = stopped.elapsed();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["evidence"]["coordination"], "degraded", "{answer}");
+    let within = Duration::from_millis(250).saturating_sub(stopped.elapsed());
+    wait_for_all(&replicas, "degraded", within);
+    eprintln!(
+        "SIGSTOP: first admission answered in {first:?}; all degraded within {:?}",
+        stopped.elapsed()
+    );
+    assert!(first < Duration::from_millis(250), "an admission waited {first:?}");
+    // The declared share: floor(3 x 0.34) = 1 per replica.
+    let (status, answer) = acquire(&replicas[0], "upstream", 0);
+    assert_eq!(status, 429, "{answer}");
+    let mut held = Vec::new();
+    for replica in &replicas[1..] {
+        let (status, answer) = acquire(replica, "upstream", 0);
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["evidence"]["coordination"], "degraded");
+        held.push(answer["leaseId"].as_str().unwrap().to_owned());
+    }
+    // Money fails closed.
+    let (status, answer) = acquire(&replicas[1], "paid", 0);
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["reason"], "coordination-unavailable");
+    let metrics = metrics(&replicas[2]);
+    assert!(metrics.contains("turnstile_coordination_state{state=\"degraded\"} 1"), "{metrics}");
+
+    redis.signal("CONT");
+    let resumed = Instant::now();
+    wait_for_all(&replicas, "healthy", Duration::from_secs(2));
+    eprintln!("SIGCONT: all healthy after {:?}", resumed.elapsed());
+    assert_eq!(live_leases(&redis, "upstream"), 3, "the degraded leases were registered");
+    release(&replicas[1], &held[0]);
+    assert_eq!(live_leases(&redis, "upstream"), 2);
+
+    redis.kill();
+    let killed = Instant::now();
+    wait_for_all(&replicas, "degraded", Duration::from_millis(250));
+    eprintln!("SIGKILL: all degraded after {:?}", killed.elapsed());
+    redis.restart_empty().unwrap();
+    let restarted = Instant::now();
+    wait_for_all(&replicas, "healthy", Duration::from_secs(2));
+    eprintln!("restart (empty): all healthy after {:?}", restarted.elapsed());
+    assert_eq!(live_leases(&redis, "upstream"), 2, "live leases registered in the empty Redis");
+    // Shared again: two held, one free in the whole deployment.
+    let (status, answer) = acquire(&replicas[0], "upstream", 0);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["evidence"]["coordination"], "shared");
+    for replica in &replicas[1..] {
+        let (status, answer) = acquire(replica, "upstream", 0);
+        assert_eq!(status, 429, "{answer}");
+    }
+}
+
+fn metrics(replica: &Replica) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(&replica.service.addr).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
