@@ -133,10 +133,20 @@ fn coordination(replica: &Replica) -> String {
 fn live_leases(redis: &RedisServer, provider: &str) -> u64 {
     let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider(provider));
     let out = Command::new("redis-cli")
-        .args(["-p", &redis.port().to_string(), "ZCOUNT", &key, "(0", "+inf"])
+        .args([
+            "-p",
+            &redis.port().to_string(),
+            "ZCOUNT",
+            &key,
+            "(0",
+            "+inf",
+        ])
         .output()
         .expect("redis-cli (installed with redis-server)");
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(u64::MAX)
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(u64::MAX)
 }
 
 fn wait_for_all(replicas: &[Replica], state: &str, within: Duration) -> Duration {
@@ -145,7 +155,10 @@ fn wait_for_all(replicas: &[Replica], state: &str, within: Duration) -> Duration
         if replicas.iter().all(|r| coordination(r) == state) {
             return start.elapsed();
         }
-        assert!(start.elapsed() < within, "not all {state} within {within:?}");
+        assert!(
+            start.elapsed() < within,
+            "not all {state} within {within:?}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -192,7 +205,11 @@ fn call_upstream(addr: &str) {
     .unwrap();
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).unwrap();
-    assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
 }
 
 /// A small xorshift: the clients' random choices, seeded per client.
@@ -223,7 +240,7 @@ fn three_replicas_never_let_the_upstream_exceed_the_shared_concurrency() {
                     assert_eq!(lease["evidence"]["coordination"], "shared", "{lease}");
                     granted.fetch_add(1, Ordering::SeqCst);
                     let id = lease["leaseId"].as_str().unwrap();
-                    if next(&mut seed) % 3 == 0 {
+                    if next(&mut seed).is_multiple_of(3) {
                         let (status, _) = http(
                             &replica.service.addr,
                             "POST",
@@ -249,10 +266,17 @@ fn three_replicas_never_let_the_upstream_exceed_the_shared_concurrency() {
     let max = stats["max_in_flight"].as_u64().unwrap();
     let total = granted.load(Ordering::SeqCst);
     eprintln!("{total} calls through 3 replicas, upstream max in flight {max}");
-    assert!(max <= LIMIT, "the upstream served {max} at once (limit {LIMIT})");
+    assert!(
+        max <= LIMIT,
+        "the upstream served {max} at once (limit {LIMIT})"
+    );
     assert_eq!(max, LIMIT, "the clients saturated the shared limit");
     assert!(total >= 30, "only {total} calls");
-    assert_eq!(live_leases(&redis, "upstream"), 0, "no lease left after the releases");
+    assert_eq!(
+        live_leases(&redis, "upstream"),
+        0,
+        "no lease left after the releases"
+    );
 }
 
 #[test]
@@ -288,11 +312,17 @@ fn a_replica_killed_holding_leases_gives_its_slots_back_within_the_liveness_boun
     }
     for _ in granted..LIMIT as usize {
         let (status, answer) = acquire(&replicas[0], "upstream", 0);
-        assert_eq!(status, 200, "all the dead replica's slots are back: {answer}");
+        assert_eq!(
+            status, 200,
+            "all the dead replica's slots are back: {answer}"
+        );
     }
     let (status, answer) = acquire(&replicas[1], "upstream", 0);
     assert_eq!(status, 429, "{answer}");
-    eprintln!("slots back {:?} after the SIGKILL (liveness 1.5 s, client TTL 30 s)", killed.elapsed());
+    eprintln!(
+        "slots back {:?} after the SIGKILL (liveness 1.5 s, client TTL 30 s)",
+        killed.elapsed()
+    );
 }
 
 #[test]
@@ -314,7 +344,10 @@ fn a_stopped_or_killed_redis_makes_every_replica_degraded_within_250_ms() {
         "SIGSTOP: first admission answered in {first:?}; all degraded within {:?}",
         stopped.elapsed()
     );
-    assert!(first < Duration::from_millis(250), "an admission waited {first:?}");
+    assert!(
+        first < Duration::from_millis(250),
+        "an admission waited {first:?}"
+    );
     // The declared share: floor(3 x 0.34) = 1 per replica.
     let (status, answer) = acquire(&replicas[0], "upstream", 0);
     assert_eq!(status, 429, "{answer}");
@@ -330,13 +363,20 @@ fn a_stopped_or_killed_redis_makes_every_replica_degraded_within_250_ms() {
     assert_eq!(status, 503, "{answer}");
     assert_eq!(answer["reason"], "coordination-unavailable");
     let metrics = metrics(&replicas[2]);
-    assert!(metrics.contains("turnstile_coordination_state{state=\"degraded\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("turnstile_coordination_state{state=\"degraded\"} 1"),
+        "{metrics}"
+    );
 
     redis.signal("CONT");
     let resumed = Instant::now();
     wait_for_all(&replicas, "healthy", Duration::from_secs(2));
     eprintln!("SIGCONT: all healthy after {:?}", resumed.elapsed());
-    assert_eq!(live_leases(&redis, "upstream"), 3, "the degraded leases were registered");
+    assert_eq!(
+        live_leases(&redis, "upstream"),
+        3,
+        "the degraded leases were registered"
+    );
     release(&replicas[1], &held[0]);
     assert_eq!(live_leases(&redis, "upstream"), 2);
 
@@ -347,8 +387,15 @@ fn a_stopped_or_killed_redis_makes_every_replica_degraded_within_250_ms() {
     redis.restart_empty().unwrap();
     let restarted = Instant::now();
     wait_for_all(&replicas, "healthy", Duration::from_secs(2));
-    eprintln!("restart (empty): all healthy after {:?}", restarted.elapsed());
-    assert_eq!(live_leases(&redis, "upstream"), 2, "live leases registered in the empty Redis");
+    eprintln!(
+        "restart (empty): all healthy after {:?}",
+        restarted.elapsed()
+    );
+    assert_eq!(
+        live_leases(&redis, "upstream"),
+        2,
+        "live leases registered in the empty Redis"
+    );
     // Shared again: two held, one free in the whole deployment.
     let (status, answer) = acquire(&replicas[0], "upstream", 0);
     assert_eq!(status, 200, "{answer}");
@@ -362,7 +409,11 @@ fn a_stopped_or_killed_redis_makes_every_replica_degraded_within_250_ms() {
 fn metrics(replica: &Replica) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(&replica.service.addr).unwrap();
-    write!(stream, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut text = String::new();
     stream.read_to_string(&mut text).unwrap();
     text

@@ -187,7 +187,9 @@ impl Coordinator {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn failed(&self, _error: &CoordError) {
@@ -196,7 +198,11 @@ impl Coordinator {
     }
 
     fn member(&self) -> String {
-        format!("{}-{}", self.replica, self.next.fetch_add(1, Ordering::Relaxed))
+        format!(
+            "{}-{}",
+            self.replica,
+            self.next.fetch_add(1, Ordering::Relaxed)
+        )
     }
 
     fn held_for(spec: &LaneSpec, member: String) -> HeldShared {
@@ -247,10 +253,16 @@ impl Coordinator {
             return self.acquire_degraded(spec, token, now, None);
         }
         let member = self.member();
-        match self.store.acquire(spec, &member, self.config.liveness_ms).await {
+        match self
+            .store
+            .acquire(spec, &member, self.config.liveness_ms)
+            .await
+        {
             Ok(Verdict::Granted { .. }) => {
                 self.hold(token, Self::held_for(spec, member));
-                self.metrics.shared_admissions.fetch_add(1, Ordering::Relaxed);
+                self.metrics
+                    .shared_admissions
+                    .fetch_add(1, Ordering::Relaxed);
                 Admission::Granted(Mode::Shared)
             }
             Ok(Verdict::Defer { reason, wake, now }) => Admission::Wait {
@@ -301,13 +313,30 @@ impl Coordinator {
         let mut takes = Vec::new();
         for scope in &spec.scopes {
             let buckets = [
-                (scope.requests, keys.requests(&scope.name), MINUTE_MS, 1, Reason::RequestsPerMinute),
-                (scope.tokens, keys.tokens(&scope.name), SECOND_MS, tokens, Reason::TokensPerSecond),
+                (
+                    scope.requests,
+                    keys.requests(&scope.name),
+                    MINUTE_MS,
+                    1,
+                    Reason::RequestsPerMinute,
+                ),
+                (
+                    scope.tokens,
+                    keys.tokens(&scope.name),
+                    SECOND_MS,
+                    tokens,
+                    Reason::TokensPerSecond,
+                ),
             ];
             for (spec_bucket, key, period, units, reason) in buckets {
                 let Some(b) = spec_bucket else { continue };
                 let bucket = inner.buckets.entry(key.clone()).or_insert_with(|| {
-                    TokenBucket::full_with_capacity(share.of(b.rate), share.of(b.capacity), period, now)
+                    TokenBucket::full_with_capacity(
+                        share.of(b.rate),
+                        share.of(b.capacity),
+                        period,
+                        now,
+                    )
                 });
                 bucket.refill(now);
                 if !bucket.has(units) {
@@ -331,7 +360,9 @@ impl Coordinator {
         drop(inner);
         let member = member.unwrap_or_else(|| self.member());
         self.hold(token, Self::held_for(spec, member));
-        self.metrics.degraded_admissions.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .degraded_admissions
+            .fetch_add(1, Ordering::Relaxed);
         Admission::Granted(Mode::Degraded)
     }
 
@@ -363,7 +394,11 @@ impl Coordinator {
     ) {
         if self.health.get() != Health::Healthy {
             if pause_ms > 0 {
-                self.note_pause(&held.workspace, &held.pause_key, now.saturating_add(pause_ms));
+                self.note_pause(
+                    &held.workspace,
+                    &held.pause_key,
+                    now.saturating_add(pause_ms),
+                );
             }
             return;
         }
@@ -382,7 +417,11 @@ impl Coordinator {
         if let Err(error) = self.store.release(&call).await {
             self.failed(&error);
             if pause_ms > 0 {
-                self.note_pause(&held.workspace, &held.pause_key, now.saturating_add(pause_ms));
+                self.note_pause(
+                    &held.workspace,
+                    &held.pause_key,
+                    now.saturating_add(pause_ms),
+                );
             }
         }
     }
@@ -400,13 +439,20 @@ impl Coordinator {
         let Some(held) = self.claim(token) else {
             return false;
         };
-        self.finish(held, pause_ms, actual_tokens, actual_micro, now).await;
+        self.finish(held, pause_ms, actual_tokens, actual_micro, now)
+            .await;
         true
     }
 
     /// A provider pause (`POST …/retry-after`): shared when healthy, kept for the merge when
     /// degraded. Answers the pause's remaining ms as Redis sees it (healthy) or as given.
-    pub async fn pause(&self, workspace: &str, provider: &str, pause_ms: Millis, now: Millis) -> Millis {
+    pub async fn pause(
+        &self,
+        workspace: &str,
+        provider: &str,
+        pause_ms: Millis,
+        now: Millis,
+    ) -> Millis {
         let keys = WorkspaceKeys::new(workspace);
         if self.health.get() == Health::Healthy {
             match self.store.pause(workspace, provider, pause_ms).await {
@@ -443,10 +489,26 @@ impl Coordinator {
             ));
         }
         let counters = [
-            ("turnstile_coordination_errors_total", "Redis calls that failed or timed out.", &self.metrics.errors),
-            ("turnstile_coordination_shared_admissions_total", "Admissions granted through the shared limits.", &self.metrics.shared_admissions),
-            ("turnstile_coordination_degraded_admissions_total", "Admissions granted on the declared share while degraded.", &self.metrics.degraded_admissions),
-            ("turnstile_coordination_reconciliations_total", "Recoveries: live leases registered again and pauses merged.", &self.metrics.reconciliations),
+            (
+                "turnstile_coordination_errors_total",
+                "Redis calls that failed or timed out.",
+                &self.metrics.errors,
+            ),
+            (
+                "turnstile_coordination_shared_admissions_total",
+                "Admissions granted through the shared limits.",
+                &self.metrics.shared_admissions,
+            ),
+            (
+                "turnstile_coordination_degraded_admissions_total",
+                "Admissions granted on the declared share while degraded.",
+                &self.metrics.degraded_admissions,
+            ),
+            (
+                "turnstile_coordination_reconciliations_total",
+                "Recoveries: live leases registered again and pauses merged.",
+                &self.metrics.reconciliations,
+            ),
         ];
         for (name, help, counter) in counters {
             text.push_str(&format!(
@@ -555,7 +617,7 @@ impl Coordinator {
                 return;
             }
             ticks += 1;
-            self.tick(clock(), ticks % per_renew == 0).await;
+            self.tick(clock(), ticks.is_multiple_of(per_renew)).await;
         }
     }
 }

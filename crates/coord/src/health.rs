@@ -70,7 +70,12 @@ impl HealthCell {
     /// Moves `from` → `to` only if the state is still `from`.
     pub fn transition(&self, from: Health, to: Health) -> bool {
         self.0
-            .compare_exchange(from.to_u8(), to.to_u8(), Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                from.to_u8(),
+                to.to_u8(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_ok()
     }
 }

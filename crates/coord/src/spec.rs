@@ -33,21 +33,32 @@ pub struct ScopeLimits {
 
 /// Micro-dollars in `usd`, rounded down (a limit).
 pub fn micro_floor(usd: f64) -> u64 {
-    (usd * 1_000_000.0).floor().clamp(0.0, MAX_SAFE_INTEGER as f64) as u64
+    (usd * 1_000_000.0)
+        .floor()
+        .clamp(0.0, MAX_SAFE_INTEGER as f64) as u64
 }
 
 /// Micro-dollars in `usd`, rounded up (an estimate or a charge).
 pub fn micro_ceil(usd: f64) -> u64 {
-    (usd * 1_000_000.0).ceil().clamp(0.0, MAX_SAFE_INTEGER as f64) as u64
+    (usd * 1_000_000.0)
+        .ceil()
+        .clamp(0.0, MAX_SAFE_INTEGER as f64) as u64
 }
 
-fn bucket(rate: Option<u64>, burst: Option<u64>, period_ms: u64) -> Result<Option<BucketSpec>, CoordError> {
+fn bucket(
+    rate: Option<u64>,
+    burst: Option<u64>,
+    period_ms: u64,
+) -> Result<Option<BucketSpec>, CoordError> {
     let Some(rate) = rate else {
         return Ok(None);
     };
     let capacity = burst.unwrap_or(rate);
     // level <= capacity * period and one refill step adds elapsed * rate: both exact in f64.
-    if capacity.checked_mul(period_ms).is_none_or(|v| v > MAX_SAFE_INTEGER) {
+    if capacity
+        .checked_mul(period_ms)
+        .is_none_or(|v| v > MAX_SAFE_INTEGER)
+    {
         return Err(CoordError::Inexact);
     }
     Ok(Some(BucketSpec { rate, capacity }))
@@ -152,6 +163,12 @@ mod tests {
             ..Limits::default()
         };
         let scope = ScopeLimits::from_limits(ScopeName::workspace(), &limits).unwrap();
-        assert_eq!(scope.requests, Some(BucketSpec { rate: 600, capacity: 10 }));
+        assert_eq!(
+            scope.requests,
+            Some(BucketSpec {
+                rate: 600,
+                capacity: 10
+            })
+        );
     }
 }

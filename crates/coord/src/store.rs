@@ -24,6 +24,12 @@ use crate::verdict::Verdict;
 /// The function library (Lua), versioned by name.
 pub const LIBRARY: &str = include_str!("lua/turnstile_v1.lua");
 
+/// A conformance run: (rate, capacity, period ms, steps of (now, units)).
+pub type BucketRun = (u64, u64, u64, Vec<(u64, u64)>);
+
+/// One step's answer: (admitted, wait ms or -1 for never, level in whole units).
+pub type BucketStep = (bool, i64, u64);
+
 /// One batch of lease renewals: the leases of one workspace (one hash tag).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenewBatch {
@@ -144,7 +150,11 @@ impl RedisStore {
     }
 
     fn classify(&self, error: &redis::RedisError) -> CoordError {
-        if error.is_timeout() || error.detail().is_some_and(|d| d.starts_with("no answer within")) {
+        if error.is_timeout()
+            || error
+                .detail()
+                .is_some_and(|d| d.starts_with("no answer within"))
+        {
             CoordError::Timeout(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))
         } else {
             redis_error(error)
@@ -155,7 +165,10 @@ impl RedisStore {
     pub async fn load_library(&self) -> Result<(), CoordError> {
         let mut cmd = redis::cmd("FUNCTION");
         cmd.arg("LOAD").arg("REPLACE").arg(LIBRARY);
-        self.run(&cmd).await.map(|_| ()).map_err(|e| self.classify(&e))
+        self.run(&cmd)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.classify(&e))
     }
 
     /// Runs an `FCALL`, loading the library and retrying once if Redis does not have it.
@@ -191,7 +204,8 @@ impl RedisStore {
         let keys = WorkspaceKeys::new(&spec.workspace);
         let mut cmd = redis::cmd("FCALL");
         cmd.arg("ts_acquire_v1").arg(2 + 3 * spec.scopes.len());
-        cmd.arg(keys.pause(&spec.provider)).arg(keys.budget(&spec.budget_id));
+        cmd.arg(keys.pause(&spec.provider))
+            .arg(keys.budget(&spec.budget_id));
         for scope in &spec.scopes {
             cmd.arg(keys.leases(&scope.name))
                 .arg(keys.requests(&scope.name))
@@ -334,8 +348,8 @@ impl RedisStore {
     pub async fn bucket_runs(
         &self,
         key: &str,
-        runs: &[(u64, u64, u64, Vec<(u64, u64)>)],
-    ) -> Result<Vec<Vec<(bool, i64, u64)>>, CoordError> {
+        runs: &[BucketRun],
+    ) -> Result<Vec<Vec<BucketStep>>, CoordError> {
         let mut pipe = redis::pipe();
         for (rate, capacity, period, steps) in runs {
             let cmd = pipe
@@ -379,6 +393,9 @@ impl RedisStore {
         let keys = WorkspaceKeys::new(workspace);
         let mut cmd = redis::cmd("DEL");
         cmd.arg(keys.budget(budget_id));
-        self.run(&cmd).await.map(|_| ()).map_err(|e| self.classify(&e))
+        self.run(&cmd)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.classify(&e))
     }
 }

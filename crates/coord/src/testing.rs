@@ -16,7 +16,9 @@ pub struct RedisServer {
 /// Why a test Redis could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum RedisServerError {
-    #[error("redis-server could not be started (is it installed? `apt-get install redis-server`): {0}")]
+    #[error(
+        "redis-server could not be started (is it installed? `apt-get install redis-server`): {0}"
+    )]
     Spawn(std::io::Error),
     #[error("redis-server did not accept connections within 5 s")]
     NotReady,

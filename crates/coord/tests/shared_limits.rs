@@ -153,11 +153,20 @@ fn a_killed_replicas_leases_come_back_within_the_liveness_bound() {
         let survivor = replica(&server, DegradedShare::Closed).await;
         let doomed = replica(&server, DegradedShare::Closed).await;
         let renewing = tokio::spawn(doomed.clone().run(|| 0));
-        assert_eq!(doomed.acquire(&lane, "d1", 0).await, Admission::Granted(Mode::Shared));
-        assert_eq!(doomed.acquire(&lane, "d2", 0).await, Admission::Granted(Mode::Shared));
+        assert_eq!(
+            doomed.acquire(&lane, "d1", 0).await,
+            Admission::Granted(Mode::Shared)
+        );
+        assert_eq!(
+            doomed.acquire(&lane, "d2", 0).await,
+            Admission::Granted(Mode::Shared)
+        );
         // Renewed past the liveness: still held.
         tokio::time::sleep(Duration::from_millis(1_500)).await;
-        assert!(matches!(survivor.acquire(&lane, "s0", 0).await, Admission::Wait { .. }));
+        assert!(matches!(
+            survivor.acquire(&lane, "s0", 0).await,
+            Admission::Wait { .. }
+        ));
         // The replica dies (no release, no renewal).
         renewing.abort();
         drop(doomed);
@@ -166,11 +175,17 @@ fn a_killed_replicas_leases_come_back_within_the_liveness_bound() {
             if survivor.acquire(&lane, "s1", 0).await == Admission::Granted(Mode::Shared) {
                 break;
             }
-            assert!(killed.elapsed() < Duration::from_millis(1_000 + 200 + 300), "not back in time");
+            assert!(
+                killed.elapsed() < Duration::from_millis(1_000 + 200 + 300),
+                "not back in time"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let back = killed.elapsed();
-        assert!(back >= Duration::from_millis(600), "back after {back:?}: earlier than the last renewal allows");
+        assert!(
+            back >= Duration::from_millis(600),
+            "back after {back:?}: earlier than the last renewal allows"
+        );
     });
 }
 
@@ -217,36 +232,83 @@ fn a_stopped_or_killed_redis_degrades_to_the_declared_share_and_reconciles() {
         let coord = Coordinator::new(config(&server, "0.5".parse().unwrap())).unwrap();
         coord.tick(0, false).await;
         let clock_start = Instant::now();
-        let task = tokio::spawn(coord.clone().run(move || clock_start.elapsed().as_millis() as u64));
+        let task = tokio::spawn(
+            coord
+                .clone()
+                .run(move || clock_start.elapsed().as_millis() as u64),
+        );
         let lane = spec("ws-deg", "alice", limits(4), "b");
-        assert_eq!(coord.acquire(&lane, "h1", 0).await, Admission::Granted(Mode::Shared));
+        assert_eq!(
+            coord.acquire(&lane, "h1", 0).await,
+            Admission::Granted(Mode::Shared)
+        );
 
         server.signal("STOP");
         let stopped = Instant::now();
         while coord.health() == Health::Healthy {
-            assert!(stopped.elapsed() < Duration::from_millis(250), "not degraded within 250 ms");
+            assert!(
+                stopped.elapsed() < Duration::from_millis(250),
+                "not degraded within 250 ms"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let noticed = stopped.elapsed();
         // Share 0.5 of 4 = 2, counting the lease granted before: one more, then full.
         let started = Instant::now();
-        assert_eq!(coord.acquire(&lane, "d1", 0).await, Admission::Granted(Mode::Degraded));
-        assert!(started.elapsed() < Duration::from_millis(5), "degraded admissions do not touch Redis");
-        assert!(matches!(coord.acquire(&lane, "d2", 0).await, Admission::Wait { mode: Mode::Degraded, .. }));
+        assert_eq!(
+            coord.acquire(&lane, "d1", 0).await,
+            Admission::Granted(Mode::Degraded)
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(5),
+            "degraded admissions do not touch Redis"
+        );
+        assert!(matches!(
+            coord.acquire(&lane, "d2", 0).await,
+            Admission::Wait {
+                mode: Mode::Degraded,
+                ..
+            }
+        ));
         // A money budget fails closed.
-        let money = Limits { concurrency: 4, max_cost_usd: Some(1.0), ..Limits::default() };
-        let paid = LaneSpec::new(("ws-deg", "openai", "alice"), "b", (&limits(9), &limits(9), &money), None, Some(0.1)).unwrap();
+        let money = Limits {
+            concurrency: 4,
+            max_cost_usd: Some(1.0),
+            ..Limits::default()
+        };
+        let paid = LaneSpec::new(
+            ("ws-deg", "openai", "alice"),
+            "b",
+            (&limits(9), &limits(9), &money),
+            None,
+            Some(0.1),
+        )
+        .unwrap();
         assert_eq!(coord.acquire(&paid, "m1", 0).await, Admission::Unavailable);
         // A pause seen while degraded is merged on recovery.
-        coord.pause("ws-deg", "openai", 60_000, clock_start.elapsed().as_millis() as u64).await;
+        coord
+            .pause(
+                "ws-deg",
+                "openai",
+                60_000,
+                clock_start.elapsed().as_millis() as u64,
+            )
+            .await;
 
         server.signal("CONT");
         let resumed = Instant::now();
         while coord.health() != Health::Healthy {
-            assert!(resumed.elapsed() < Duration::from_secs(2), "not healthy within 2 s");
+            assert!(
+                resumed.elapsed() < Duration::from_secs(2),
+                "not healthy within 2 s"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(provider_leases(&server, "ws-deg"), 2, "h1 and d1 registered");
+        assert_eq!(
+            provider_leases(&server, "ws-deg"),
+            2,
+            "h1 and d1 registered"
+        );
         let pause_key = WorkspaceKeys::new("ws-deg").pause("openai");
         let pttl: i64 = redis_cli(&server, &["PTTL", &pause_key]).parse().unwrap();
         assert!(pttl > 50_000, "the degraded pause was merged: {pttl}");
@@ -256,17 +318,30 @@ fn a_stopped_or_killed_redis_degrades_to_the_declared_share_and_reconciles() {
         server.kill();
         let killed = Instant::now();
         while coord.health() == Health::Healthy {
-            assert!(killed.elapsed() < Duration::from_millis(250), "not degraded within 250 ms");
+            assert!(
+                killed.elapsed() < Duration::from_millis(250),
+                "not degraded within 250 ms"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         server.restart_empty().unwrap();
         let restarted = Instant::now();
         while coord.health() != Health::Healthy {
-            assert!(restarted.elapsed() < Duration::from_secs(2), "not healthy within 2 s");
+            assert!(
+                restarted.elapsed() < Duration::from_secs(2),
+                "not healthy within 2 s"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(provider_leases(&server, "ws-deg"), 1, "h1 registered again in the empty Redis");
-        eprintln!("SIGSTOP noticed after {noticed:?}; SIGKILL after {:?}", killed.elapsed());
+        assert_eq!(
+            provider_leases(&server, "ws-deg"),
+            1,
+            "h1 registered again in the empty Redis"
+        );
+        eprintln!(
+            "SIGSTOP noticed after {noticed:?}; SIGKILL after {:?}",
+            killed.elapsed()
+        );
         task.abort();
     });
 }

@@ -44,13 +44,13 @@ use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, Feed, LeaseMetr
 
 use crate::data_lock::{DataDirLock, DataLockError};
 use crate::journal::StoreJournal;
-use turnstile_coord::Coordinator;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
 use crate::persist::StoreHandle;
 use crate::recover::{self, RecoverError};
 use crate::routes::router;
 use crate::slots::Slots;
+use turnstile_coord::Coordinator;
 
 /// A failure to start or run the service.
 #[derive(Debug, thiserror::Error)]
@@ -187,7 +187,7 @@ pub async fn start_with_telemetry(
         Some(coord_config) => {
             let coord = Coordinator::new(coord_config).map_err(ServerError::Coordination)?;
             coord.tick(clock.now_ms(), false).await;
-            let task_clock = clock.clone();
+            let task_clock = clock;
             tokio::spawn(coord.clone().run(move || task_clock.now_ms()));
             Some(coord)
         }
@@ -199,7 +199,9 @@ pub async fn start_with_telemetry(
         DriverConfig {
             lease_ttl_ms: Some(config.leases.ttl_ms),
         },
-        Box::new(StoreJournal::new(store.clone(), metrics.clone()).with_coordination(coord.clone())),
+        Box::new(
+            StoreJournal::new(store.clone(), metrics.clone()).with_coordination(coord.clone()),
+        ),
         lease_metrics.clone(),
     );
     recover::reinstate_leases(held_leases, &mut driver)?;

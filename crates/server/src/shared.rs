@@ -38,7 +38,13 @@ fn coordination(mode: Mode) -> Coordination {
     }
 }
 
-fn refusal(grant: &Grant, reason: Reason, retryable: bool, hint: Option<Millis>, mode: Option<Mode>) -> Rejection {
+fn refusal(
+    grant: &Grant,
+    reason: Reason,
+    retryable: bool,
+    hint: Option<Millis>,
+    mode: Option<Mode>,
+) -> Rejection {
     let mut evidence = grant.evidence.clone();
     evidence.decision = Decision::Reject;
     evidence.reason = reason;
@@ -74,7 +80,11 @@ pub async fn admit(
 ) -> Result<Shared, ApiError> {
     let Some(limits) = state
         .driver
-        .lane_limits(lane.workspace.clone(), lane.principal.clone(), lane.provider)
+        .lane_limits(
+            lane.workspace.clone(),
+            lane.principal.clone(),
+            lane.provider,
+        )
         .await?
     else {
         return Err(ApiError::no_profile());
@@ -103,7 +113,13 @@ pub async fn admit(
         match coord.acquire(&spec, &token, now).await {
             Admission::Granted(mode) => return Ok(Shared::Admitted(coordination(mode))),
             Admission::Rejected(reason) => {
-                return Ok(Shared::Refused(refusal(grant, reason, false, None, Some(Mode::Shared))))
+                return Ok(Shared::Refused(refusal(
+                    grant,
+                    reason,
+                    false,
+                    None,
+                    Some(Mode::Shared),
+                )))
             }
             Admission::Unavailable => {
                 let hint = u64::try_from(coord.config().probe_every.as_millis()).unwrap_or(100);
@@ -138,7 +154,13 @@ pub async fn admit(
                     } else {
                         (Reason::DeadlineExceeded, false)
                     };
-                    return Ok(Shared::Refused(refusal(grant, reason, retryable, after_ms, Some(mode))));
+                    return Ok(Shared::Refused(refusal(
+                        grant,
+                        reason,
+                        retryable,
+                        after_ms,
+                        Some(mode),
+                    )));
                 }
                 let pause = after_ms
                     .unwrap_or(SHARED_POLL_MS)

@@ -85,4 +85,3 @@ pub fn http(
     let status = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
 }
-

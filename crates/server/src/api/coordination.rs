@@ -96,7 +96,12 @@ pub async fn retry_after(
     if let Some(coord) = &state.coord {
         let now = state.clock.now_ms();
         let remaining = coord
-            .pause(&shared_workspace, &shared_provider, request.retry_after_ms, now)
+            .pause(
+                &shared_workspace,
+                &shared_provider,
+                request.retry_after_ms,
+                now,
+            )
             .await;
         until = until.max(now.saturating_add(remaining));
     }

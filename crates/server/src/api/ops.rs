@@ -34,7 +34,10 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     });
     let ready = state.ready.load(Ordering::Relaxed);
     let (status, body) = match (ready, coordination) {
-        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "{\"status\":\"not-ready\"}".to_owned()),
+        (false, _) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{\"status\":\"not-ready\"}".to_owned(),
+        ),
         (true, None) => (StatusCode::OK, "{\"status\":\"ready\"}".to_owned()),
         (true, Some((health, closed))) => {
             let status = if health != turnstile_coord::Health::Healthy && closed {
@@ -42,7 +45,11 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
             } else {
                 StatusCode::OK
             };
-            let word = if status == StatusCode::OK { "ready" } else { "not-ready" };
+            let word = if status == StatusCode::OK {
+                "ready"
+            } else {
+                "not-ready"
+            };
             (
                 status,
                 format!(
