@@ -130,21 +130,22 @@ fn coordination(replica: &Replica) -> String {
     answer["coordination"].as_str().unwrap_or("").to_owned()
 }
 
-fn live_leases(redis: &RedisServer, provider: &str) -> u64 {
-    let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider(provider));
+fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
-        .args([
-            "-p",
-            &redis.port().to_string(),
-            "ZCOUNT",
-            &key,
-            "(0",
-            "+inf",
-        ])
+        .args(["-p", &redis.port().to_string()])
+        .args(args)
         .output()
         .expect("redis-cli (installed with redis-server)");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Leases whose liveness has not run out by Redis's clock.
+fn live_leases(redis: &RedisServer, provider: &str) -> u64 {
+    let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider(provider));
+    let time = redis_cli(redis, &["TIME"]);
+    let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
+    let now_ms = parts.next().unwrap() * 1000 + parts.next().unwrap() / 1000;
+    redis_cli(redis, &["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
         .parse()
         .unwrap_or(u64::MAX)
 }
@@ -417,4 +418,31 @@ fn metrics(replica: &Replica) -> String {
     let mut text = String::new();
     stream.read_to_string(&mut text).unwrap();
     text
+}
+
+#[test]
+fn a_restarted_replica_registers_its_reinstated_leases_again() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let mut replicas: Vec<Replica> = (0..2).map(|_| replica(&redis)).collect();
+    for _ in 0..2 {
+        let (status, answer) = acquire(&replicas[0], "upstream", 0);
+        assert_eq!(status, 200, "{answer}");
+    }
+    // SIGKILL and restart on the same data directory: the core reinstates both leases.
+    let restarted = &mut replicas[0];
+    restarted.service.child.kill().unwrap();
+    restarted.service.child.wait().unwrap();
+    let data = restarted._data.path().to_path_buf();
+    let config = data.join("turnstile.toml");
+    let url = redis.url();
+    let service = start_with(&data, &config, false, &["--redis-url", &url]);
+    restarted.service = service;
+    // The members of the dead process expire after their liveness (1.5 s); the reinstated
+    // leases were registered again under new members and are renewed.
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert_eq!(live_leases(&redis, "upstream"), 2);
+    let (status, answer) = acquire(&replicas[1], "upstream", 0);
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = acquire(&replicas[1], "upstream", 0);
+    assert_eq!(status, 429, "the reinstated leases count: {answer}");
 }

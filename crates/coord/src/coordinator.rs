@@ -246,6 +246,15 @@ impl Coordinator {
         Some(held)
     }
 
+    /// Takes over a lease this replica held before a restart (reinstated by the local core):
+    /// it is counted by the degraded share and registered in Redis by the next reconciliation
+    /// (a replica starts degraded and reconciles on its first probe), without charging its
+    /// budgets again.
+    pub fn adopt(&self, token: &str, spec: &LaneSpec) {
+        let held = Self::held_for(spec, self.member());
+        self.hold(token, held);
+    }
+
     /// Admits the lease `token` (already granted by the local core) against the shared
     /// limits; `now` is the replica's clock (used only by the degraded share's buckets).
     pub async fn acquire(&self, spec: &LaneSpec, token: &str, now: Millis) -> Admission {

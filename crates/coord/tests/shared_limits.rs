@@ -62,8 +62,11 @@ fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
 
 fn provider_leases(server: &RedisServer, workspace: &str) -> u64 {
     let key = WorkspaceKeys::new(workspace).leases(&ScopeName::provider("openai"));
-    // Count only live members (an expired one is removed by the next acquire).
-    redis_cli(server, &["ZCOUNT", &key, "(0", "+inf"])
+    // Only live members by Redis's clock (an expired one is removed by the next acquire).
+    let time = redis_cli(server, &["TIME"]);
+    let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
+    let now_ms = parts.next().unwrap() * 1000 + parts.next().unwrap() / 1000;
+    redis_cli(server, &["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
         .parse()
         .unwrap_or(0)
 }

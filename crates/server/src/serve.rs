@@ -186,6 +186,7 @@ pub async fn start_with_telemetry(
     let coord = match config.coordination.coord()? {
         Some(coord_config) => {
             let coord = Coordinator::new(coord_config).map_err(ServerError::Coordination)?;
+            crate::shared::adopt_reinstated(&coord, &registry, &held_leases);
             coord.tick(clock.now_ms(), false).await;
             let task_clock = clock;
             tokio::spawn(coord.clone().run(move || task_clock.now_ms()));

@@ -59,6 +59,36 @@ fn refusal(
     }
 }
 
+/// Hands the leases reinstated after a restart to the coordinator (before its first probe),
+/// so they count in the shared limits again. A lease whose lane the profile no longer names,
+/// or whose limits cannot be shared exactly, is left local.
+pub fn adopt_reinstated(
+    coord: &Coordinator,
+    registry: &turnstile_admission::Registry,
+    leases: &[turnstile_store::service::StoredLease],
+) {
+    for lease in leases {
+        let Some(profile) = registry.profile(&lease.workspace_id) else {
+            continue;
+        };
+        let (Some(principal), Some(provider)) = (
+            profile.principals.get(&lease.principal_id),
+            profile.providers.get(&lease.provider_id),
+        ) else {
+            continue;
+        };
+        if let Ok(spec) = LaneSpec::new(
+            (&lease.workspace_id, &lease.provider_id, &lease.principal_id),
+            lease.budget_id.as_deref().unwrap_or(""),
+            (principal, &profile.workspace, provider),
+            lease.tokens,
+            lease.cost_usd,
+        ) {
+            coord.adopt(&lease.token, &spec);
+        }
+    }
+}
+
 /// One lane of one request, as the handler knows it.
 pub struct Lane<'a> {
     pub workspace: Arc<str>,

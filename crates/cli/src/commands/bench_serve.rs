@@ -53,6 +53,11 @@ pub struct BenchServeArgs {
     /// benchmark measures the saturation throughput.
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<f64>,
+    /// In-process only: share the limits through this Redis (`redis://HOST:PORT`), as a
+    /// replica does (`docs/replicas.md`); the difference to a run without it is the added
+    /// latency and cost of coordination.
+    #[arg(long)]
+    pub redis_url: Option<String>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -105,12 +110,13 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
                     .map_or(0, |d| d.as_nanos());
                 let dir = std::env::temp_dir()
                     .join(format!("turnstile-bench-{}-{stamp}", std::process::id(),));
-                let config = turnstile_server::Config {
+                let mut config = turnstile_server::Config {
                     listen: "127.0.0.1:0".parse()?,
                     data_dir: dir.clone(),
                     demo: false,
                     ..turnstile_server::Config::default()
                 };
+                config.coordination.redis_url = args.redis_url.clone();
                 let running = turnstile_server::start(config).await?;
                 let base = format!("http://{}", running.local_addr());
                 let admin = running

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Three `turnstile serve` replicas on one redis-server, each loaded by its own `bench-serve`
+# (closed loop), all on this machine; prints each replica's report and the Redis CPU per
+# acquire + release pair from INFO (commandstats and used_cpu_*). Figures: docs/performance.md.
+#
+#   crates/coord/bench/three-replicas.sh [path/to/turnstile] [seconds] [clients per replica]
+set -euo pipefail
+bin="${1:-target/release/turnstile}"
+seconds="${2:-10}"
+clients="${3:-32}"
+work="$(mktemp -d)"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
+redis_pid=$!
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  kill "$redis_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+profile='{"workspace":{"concurrency":4096,"maxQueueLength":100000},"providers":{"bench-provider":{"concurrency":4096}},"principals":{"bench":{"concurrency":4096}}}'
+urls=(); keys=()
+for i in 1 2 3; do
+  mkdir -p "$work/r$i"
+  printf 'demo = false\n' > "$work/r$i/turnstile.toml"
+  "$bin" serve --listen 127.0.0.1:0 --data "$work/r$i" --config "$work/r$i/turnstile.toml" \
+    --redis-url "redis://127.0.0.1:$port" > "$work/r$i/out" 2>&1 &
+  pids+=($!)
+  until grep -q "admin key:" "$work/r$i/out" 2>/dev/null; do sleep 0.05; done
+  url="http://$(sed -n 's/^turnstile serve: listening on http:\/\///p' "$work/r$i/out" | head -1)"
+  admin="$(sed -n 's/^ *admin key: *//p' "$work/r$i/out" | head -1)"
+  curl -sf -X PUT "$url/v1/workspaces/bench/profiles/bench-v1" -H "Authorization: Bearer $admin" \
+    -H 'Content-Type: application/json' -d "$profile" >/dev/null
+  key="$(curl -sf -X POST "$url/v1/workspaces/bench/keys" -H "Authorization: Bearer $admin" \
+    -H 'Content-Type: application/json' -d '{"principalId":"bench"}' | jq -r .key)"
+  urls+=("$url"); keys+=("$key")
+done
+redis-cli -p "$port" CONFIG RESETSTAT >/dev/null
+cpu() { redis-cli -p "$port" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
+cpu_before=$(cpu)
+for i in 0 1 2; do
+  "$bin" bench-serve --url "${urls[$i]}" --key "${keys[$i]}" --provider bench-provider \
+    --clients "$clients" --seconds "$seconds" --json > "$work/bench$i.json" &
+  bench_pids[$i]=$!
+done
+for i in 0 1 2; do wait "${bench_pids[$i]}"; done
+cpu_after=$(cpu)
+total=0
+for i in 0 1 2; do
+  jq -c '{pairs, pairs_per_second, failures, request_p50: .request_latency.p50_ms, request_p99: .request_latency.p99_ms, pair_p99: .pair_latency.p99_ms}' "$work/bench$i.json"
+  total=$((total + $(jq .pairs "$work/bench$i.json")))
+done
+echo "pairs measured (3 replicas): $total in ${seconds} s (warm-up excluded): $((total / seconds)) pairs/s"
+redis-cli -p "$port" INFO commandstats | tr -d '\r' | grep -E 'cmdstat_(fcall|fcall_ro):' || true
+fcall_usec=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=[0-9]*,usec=\([0-9]*\),.*/\1/p')
+echo "Redis CPU (used_cpu_user+sys) during warm-up + run: $(echo "$cpu_after - $cpu_before" | bc -l) s"
+echo "FCALL usec per measured pair (incl. warm-up calls, an upper bound): $(echo "$fcall_usec / $total" | bc -l)"
