@@ -33,7 +33,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use turnstile_admission::{BudgetBounds, Registry};
-use turnstile_store::service::{ServiceStore, SqliteServiceStore};
+use turnstile_store::service::{LeaseLog, ServiceStore, SqliteServiceStore};
 
 use crate::api::AppState;
 use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
@@ -63,6 +63,8 @@ pub enum ServerError {
     Bootstrap(#[from] BootstrapError),
     #[error("start-up failed: {0}")]
     Recover(#[from] RecoverError),
+    #[error("cannot open the lease log: {0}")]
+    LeaseLog(#[from] turnstile_store::service::LeaseLogError),
     #[error(transparent)]
     DataLock(#[from] DataLockError),
     #[error("cannot listen on {addr}: {source}")]
@@ -149,7 +151,11 @@ pub async fn start_with_telemetry(
     // Before anything reads or writes the directory: one process per data directory.
     let data_lock = DataDirLock::acquire(&config.data_dir)?;
     let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
-    store.set_lease_durability(config.leases.durability.store())?;
+    let (lease_log, recovered) = LeaseLog::open(
+        &config.data_dir,
+        config.leases.durability.store(),
+        config.leases.segment_bytes,
+    )?;
     let clock = Clock::system();
     let mut registry = Registry::new();
     registry.set_budget_bounds(BudgetBounds {
@@ -160,7 +166,7 @@ pub async fn start_with_telemetry(
     let bootstrap_keys =
         bootstrap::first_start(&mut store, &mut registry, config.demo, clock.now_ms())?;
     // What the previous process charged and granted counts again before anything is answered.
-    recover::restore_spend(&store, &mut registry, clock.now_ms())?;
+    recover::restore_spend(&recovered.spend, &mut registry, clock.now_ms())?;
     let keys = Arc::new(KeyRing::from_stored(&store.keys()?));
 
     let listener = TcpListener::bind(config.listen)
@@ -174,7 +180,6 @@ pub async fn start_with_telemetry(
         source,
     })?;
 
-    let held_leases = store.held_leases()?;
     let metrics = Arc::new(Metrics::default());
     let boxed: Box<dyn ServiceStore> = Box::new(store);
     let (store, store_thread) =
@@ -186,7 +191,7 @@ pub async fn start_with_telemetry(
     let coord = match config.coordination.coord()? {
         Some(coord_config) => {
             let coord = Coordinator::new(coord_config).map_err(ServerError::Coordination)?;
-            crate::shared::adopt_reinstated(&coord, &registry, &held_leases);
+            crate::shared::adopt_reinstated(&coord, &registry, &recovered.leases);
             coord.tick(clock.now_ms(), false).await;
             let task_clock = clock;
             tokio::spawn(coord.clone().run(move || task_clock.now_ms()));
@@ -201,11 +206,12 @@ pub async fn start_with_telemetry(
             lease_ttl_ms: Some(config.leases.ttl_ms),
         },
         Box::new(
-            StoreJournal::new(store.clone(), metrics.clone()).with_coordination(coord.clone()),
+            StoreJournal::new(store.clone(), lease_log, metrics.clone())
+                .with_coordination(coord.clone()),
         ),
         lease_metrics.clone(),
     );
-    recover::reinstate_leases(held_leases, &mut driver)?;
+    recover::reinstate_leases(recovered.leases, &mut driver)?;
     let driver_task = tokio::spawn(driver.with_feed(feed.clone()).run());
 
     let proxy = Arc::new(turnstile_proxy::Proxy::new(
