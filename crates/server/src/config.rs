@@ -465,4 +465,41 @@ mod tests {
             })
         ));
     }
+
+    #[test]
+    fn coordination_is_off_without_a_url_and_its_share_is_validated() {
+        assert_eq!(
+            Config::default().coordination.coord().unwrap().map(|_| ()),
+            None
+        );
+        let config: Config = toml::from_str(
+            "[coordination]\nredis_url = \"redis://127.0.0.1:6379\"\ndegraded_share = \"0.5\"\n",
+        )
+        .unwrap();
+        let coord = config.coordination.coord().unwrap().unwrap();
+        assert_eq!(
+            coord.degraded_share,
+            turnstile_coord::DegradedShare::Slice(0.5)
+        );
+        assert_eq!(coord.timeout, Duration::from_millis(100));
+        assert_eq!(coord.liveness_ms, 10_000);
+        let mut config = config;
+        config.coordination.degraded_share = "half".to_owned();
+        assert!(matches!(
+            config.validate(),
+            Err(ConfigError::Invalid {
+                field: "coordination.degraded_share",
+                ..
+            })
+        ));
+        config.coordination.degraded_share = "closed".to_owned();
+        config.coordination.lease_liveness_ms = 1_000;
+        assert!(matches!(
+            config.validate(),
+            Err(ConfigError::Invalid {
+                field: "coordination.lease_liveness_ms",
+                ..
+            })
+        ));
+    }
 }
