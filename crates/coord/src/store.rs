@@ -51,6 +51,7 @@ pub enum RenewMode {
 /// What a release did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Released {
+    /// The server clock, read only when the release set a pause (0 otherwise).
     pub now: Millis,
     /// The provider pause after this release (server ms), if it set or met one.
     pub paused_until: Option<Millis>,

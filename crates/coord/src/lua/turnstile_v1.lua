@@ -104,7 +104,11 @@ local function acquire(keys, args)
     local conc = tonumber(args[a + 2])
     if conc >= 0 then
       local lk = keys[3 + (i - 1) * 3]
-      redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+      -- Expired leases matter only at the limit: drop them then (a set below its limit holds
+      -- fewer members than the limit, expired or not).
+      if redis.call('ZCARD', lk) >= conc then
+        redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+      end
       if redis.call('ZCARD', lk) >= conc then
         local first = redis.call('ZRANGE', lk, 0, 0, 'WITHSCORES')
         local wake = 0
@@ -195,13 +199,15 @@ end
 -- ARGV: member, nscopes, pause_ms (0 none), charged_tokens, actual_tokens (-1 none),
 --       charged_micro, actual_micro (-1 none), then the names of the scopes whose budgets
 --       were charged.
--- Returns {now, paused_until (0 none)}.
+-- Returns {now (0 when no pause was given), paused_until (0 none)}.
 local function release(keys, args)
   local member = args[1]
   local n = tonumber(args[2])
   local pause_ms = tonumber(args[3])
   local ct, at_, cm, am = tonumber(args[4]), tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
-  local now = now_ms()
+  -- The clock is read only for a pause (a release without one answers now = 0).
+  local now = 0
+  if pause_ms > 0 then now = now_ms() end
   for i = 1, n do
     redis.call('ZREM', keys[2 + i], member)
   end
