@@ -7,24 +7,6 @@ mod common;
 use common::{test_profile, TestServer};
 use serde_json::{json, Value};
 
-fn key_id_of(server: &TestServer, workspace: &str, principal: &str) -> String {
-    let keys: Value = server
-        .get(&format!("/v1/workspaces/{workspace}/keys"), &server.admin())
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    keys["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["principalId"] == principal)
-        .unwrap()["keyId"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 fn records(server: &TestServer, key: &str, path: &str) -> Vec<Value> {
     let response = server.get(path, key).send().unwrap();
     assert_eq!(response.status(), 200, "{path}");
