@@ -44,8 +44,7 @@ pub struct Records {
 }
 
 /// A profile-change record as the API answers it: the core's record and who made the change.
-fn with_actor(record: serde_json::Value, actor_key_id: Option<&str>) -> serde_json::Value {
-    let mut record = record;
+fn with_actor(mut record: serde_json::Value, actor_key_id: Option<&str>) -> serde_json::Value {
     if let Some(object) = record.as_object_mut() {
         object.insert("actorKeyId".into(), serde_json::json!(actor_key_id));
     }
