@@ -378,6 +378,7 @@ impl Driver {
                 retry_after_ms,
                 reply,
             } => {
+                let before = self.pause_end(&workspace, &provider, now);
                 let result = self
                     .registry
                     .coordinate_retry_after(&workspace, &provider, retry_after_ms, now)
@@ -390,7 +391,7 @@ impl Driver {
                         at_epoch_ms: now,
                         cause: PauseCause::RetryAfterCall,
                     };
-                    self.paused(&workspace, pause, now);
+                    self.paused(&workspace, pause, before, now);
                 }
                 self.deliver(&workspace, now);
                 let _ = reply.send(result);
@@ -694,7 +695,10 @@ impl Driver {
             Outcome::RetryAfter { retry_after_ms } => self
                 .registry
                 .lease_charge(workspace, entry.lease)
-                .map(|charge| (charge.provider_id, retry_after_ms)),
+                .map(|charge| {
+                    let before = self.pause_end(workspace, &charge.provider_id, now);
+                    (charge.provider_id, retry_after_ms, before)
+                }),
             _ => None,
         };
         let released = self
@@ -702,8 +706,8 @@ impl Driver {
             .release_with_usage(workspace, entry.lease, outcome, usage, now)
             .ok()
             .flatten();
-        if let Some((provider_id, retry_after_ms)) = paused_provider {
-            self.release_paused(workspace, provider_id, retry_after_ms, now);
+        if let Some((provider_id, retry_after_ms, before)) = paused_provider {
+            self.release_paused(workspace, provider_id, retry_after_ms, before, now);
         }
         let transitions = released.map(|r| r.breaker_transitions).unwrap_or_default();
         if let Some(span) = entry.span {
@@ -713,9 +717,26 @@ impl Driver {
         Ok(transitions)
     }
 
-    /// Reports a pause the core applied: to the feed and the journal.
-    fn paused(&mut self, workspace: &str, pause: Pause, now: Millis) {
-        self.journal.provider_paused(workspace, &pause);
+    /// When the pause of a provider lane ends, if one is in force at `now`.
+    fn pause_end(&self, workspace: &str, provider_id: &str, now: Millis) -> Option<Millis> {
+        self.registry
+            .lane_views(workspace, now)?
+            .into_iter()
+            .find(|lane| lane.provider_id == provider_id)?
+            .paused_until
+            .filter(|&until| until > now)
+    }
+
+    /// Reports a pause the core applied to the feed, and to the journal when it starts a pause
+    /// or moves the end of the one in force (`before`) by at least
+    /// [`JOURNAL_EXTENSION_MS`](crate::pause::JOURNAL_EXTENSION_MS).
+    fn paused(&mut self, workspace: &str, pause: Pause, before: Option<Millis>, now: Millis) {
+        let journaled = before.is_none_or(|end| {
+            pause.until_epoch_ms >= end.saturating_add(crate::pause::JOURNAL_EXTENSION_MS)
+        });
+        if journaled {
+            self.journal.provider_paused(workspace, &pause);
+        }
         self.tally.pause(workspace, pause, now);
     }
 
@@ -726,16 +747,11 @@ impl Driver {
         workspace: &str,
         provider_id: String,
         retry_after_ms: Millis,
+        before: Option<Millis>,
         now: Millis,
     ) {
-        let until = self.registry.lane_views(workspace, now).and_then(|lanes| {
-            lanes
-                .into_iter()
-                .find(|lane| lane.provider_id == provider_id)
-                .and_then(|lane| lane.paused_until)
-        });
         // No pause in the lane view: the core applied none (a zero Retry-After).
-        let Some(until) = until else {
+        let Some(until) = self.pause_end(workspace, &provider_id, now) else {
             return;
         };
         let pause = Pause {
@@ -745,7 +761,7 @@ impl Driver {
             at_epoch_ms: now,
             cause: PauseCause::ReleaseOutcome,
         };
-        self.paused(workspace, pause, now);
+        self.paused(workspace, pause, before, now);
     }
 
     fn heartbeat(
