@@ -45,6 +45,10 @@ export type Decision = (typeof DECISIONS)[number];
 export const BREAKER_STATES = ["closed", "open", "half-open"] as const;
 export type BreakerState = (typeof BREAKER_STATES)[number];
 
+/** How a replica coordinated a decision (replicas sharing limits through Redis only). */
+export const COORDINATIONS = ["shared", "degraded"] as const;
+export type Coordination = (typeof COORDINATIONS)[number];
+
 export const CHANGE_KINDS = ["initial", "change", "rollback"] as const;
 export type ChangeKind = (typeof CHANGE_KINDS)[number];
 export const PAUSE_CAUSES = ["retry-after-call", "release-outcome"] as const;
@@ -95,6 +99,7 @@ export interface Evidence {
   retryAfterMs?: number;
   breakerTransitions?: BreakerTransition[];
   budgetOpened?: boolean;
+  coordination?: Coordination;
 }
 
 export interface LeaseBody {
@@ -345,6 +350,7 @@ export const SHAPES = {
     retryAfterMs: "scalar",
     breakerTransitions: "BreakerTransition[]",
     budgetOpened: "scalar",
+    coordination: "enum:Coordination",
   },
   LeaseBody: { leaseId: "scalar", expiresAtEpochMs: "scalar", ttlMs: "scalar", evidence: "Evidence" },
   Rejection: { reason: "enum:Reason", retryable: "scalar", evidence: "Evidence" },
@@ -454,6 +460,7 @@ export const ENUMS: Record<string, readonly string[]> = {
   Outcome: OUTCOMES,
   Decision: DECISIONS,
   BreakerState: BREAKER_STATES,
+  Coordination: COORDINATIONS,
   ChangeKind: CHANGE_KINDS,
   PauseCause: PAUSE_CAUSES,
   KeyRevocationSchema: KEY_REVOCATION_SCHEMAS,

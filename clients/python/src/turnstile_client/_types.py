@@ -43,6 +43,7 @@ Decision = Literal["admit", "defer", "reject"]
 BreakerState = Literal["closed", "open", "half-open"]
 ChangeKind = Literal["initial", "change", "rollback"]
 PauseCause = Literal["retry-after-call", "release-outcome"]
+Coordination = Literal["shared", "degraded"]
 
 # Estimate values: the service also accepts numeric strings; malformed values are answered
 # `invalid-estimate` (422).
@@ -120,6 +121,7 @@ class Evidence(TypedDict, total=False):
     retryAfterMs: int
     breakerTransitions: list[BreakerTransition]
     budgetOpened: bool
+    coordination: Coordination
 
 
 class LeaseBody(TypedDict, total=False):
