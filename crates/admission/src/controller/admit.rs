@@ -31,8 +31,8 @@
 use crate::breaker::{BreakerGate, BreakerTransition};
 use crate::budget::ScopeKey;
 use crate::estimate::CheckedEstimate;
-use crate::evidence::WaiterId;
-use crate::lane::LaneKey;
+use crate::lane::{LaneKey, LaneSlot};
+use crate::queue::{WaiterQueue, WaiterSlot};
 use crate::limits::Limits;
 use crate::reason::Reason;
 use crate::scope::TokenHolder;
@@ -194,7 +194,7 @@ impl Controller {
         {
             return true;
         }
-        let lane_queued = self.lanes.get(&lane).map_or(0, |l| l.live);
+        let lane_queued = self.lanes.by_key(lane).map_or(0, |l| l.live);
         workspace_limits
             .queued_share_cap()
             .is_some_and(|cap| principal_state.scope.queued >= cap)
@@ -272,15 +272,13 @@ impl Controller {
     /// `waiter` is the head.
     pub(super) fn wait_behind(
         &self,
-        lane: LaneKey,
-        waiter: WaiterId,
+        lane: LaneSlot,
+        waiter: WaiterSlot,
     ) -> Option<(Reason, Option<Millis>)> {
-        let lane = self.lanes.get(&lane)?;
-        let (head_id, head) = lane
-            .queue
-            .iter()
-            .find_map(|&id| self.queue.get(id).map(|w| (id, w)))?;
-        (head_id != waiter).then(|| {
+        let lane = self.lanes.get(lane)?;
+        let head_slot = WaiterQueue::head(&lane.fifo)?;
+        let head = self.queue.get(head_slot)?;
+        (head_slot != waiter).then(|| {
             (
                 head.last_reason.unwrap_or(Reason::Concurrency),
                 head.last_wake,
@@ -339,14 +337,14 @@ impl Controller {
     /// half-open) and the token-bucket holders; everything else is committed by the caller.
     pub(super) fn try_admit(
         &mut self,
-        waiter_id: WaiterId,
+        slot: WaiterSlot,
         now: Millis,
         transitions: &mut Vec<BreakerTransition>,
     ) -> Attempt {
-        let Some(waiter) = self.queue.get(waiter_id) else {
+        let Some(waiter) = self.queue.get(slot) else {
             return Attempt::Reject(Reason::Cancelled);
         };
-        let lane_key = waiter.lane;
+        let (lane_key, lane_slot, waiter_id) = (waiter.lane, waiter.lane_slot, waiter.id);
         let (provider, principal) = lane_key;
         let estimate = waiter.estimate;
         let (Some(principal_limits), Some(provider_limits)) = (
@@ -359,7 +357,7 @@ impl Controller {
         let workspace_active = self.scopes.workspace.active;
         let principal_active = self.scopes.principals[principal].scope.active;
         let provider_active = self.scopes.providers[provider].scope.active;
-        let lane_active = self.lanes.get(&lane_key).map_or(0, |l| l.active);
+        let lane_active = self.lanes.get(lane_slot).map_or(0, |l| l.active);
         let defer = |reason, wake, blocked| Attempt::Defer {
             reason,
             wake,
@@ -404,7 +402,7 @@ impl Controller {
             provider_limits.concurrency,
             provider_active,
             lane_active,
-            |other| self.lanes.get(&(provider, other)).map_or(0, |l| l.active),
+            |other| self.lanes.by_key((provider, other)).map_or(0, |l| l.active),
         ) {
             return defer(Reason::Concurrency, None, Blocked::Head);
         }
@@ -433,7 +431,7 @@ impl Controller {
         // 6. Budgets and buckets: permanent conditions of every scope first, then deferrals.
         let budget_id = self
             .queue
-            .get(waiter_id)
+            .get(slot)
             .map_or("", |w| w.budget_id.as_str());
         if let Some(reason) = self
             .never_fits(lane_key, budget_id, &estimate)

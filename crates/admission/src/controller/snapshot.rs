@@ -131,7 +131,7 @@ impl Controller {
 
     /// Number of lanes with state (waiters or leases); for leak checks.
     pub fn lane_count(&self) -> usize {
-        self.lanes.values().filter(|lane| !lane.is_idle()).count()
+        self.lanes.iter().filter(|lane| !lane.is_idle()).count()
     }
 
     /// Number of providers and principals the controller keeps state for (the profile's, and
