@@ -60,6 +60,7 @@ impl TokenBucket {
     }
 
     /// Whether `units` could ever fit (the bucket's capacity is at least `units`).
+    #[cfg(test)]
     pub fn can_ever_hold(&self, units: u64) -> bool {
         self.scaled(units) <= self.capacity()
     }
@@ -78,6 +79,12 @@ impl TokenBucket {
         let deficit = need.saturating_sub(self.level);
         let rate = u128::from(self.rate);
         Some(u64::try_from(deficit.div_ceil(rate)).unwrap_or(u64::MAX))
+    }
+
+    /// Whether the bucket is full (as of the last refill): it then behaves exactly as a bucket
+    /// created full at the instant of that refill or later.
+    pub fn is_full(&self) -> bool {
+        self.level >= self.capacity()
     }
 
     /// Consumes `units`; the caller checked [`has`](Self::has).

@@ -17,7 +17,7 @@ pub struct TokenHolder {
     pub tokens: u64,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ScopeState {
     pub active: u32,
     pub queued: u64,
@@ -55,6 +55,35 @@ impl ScopeState {
         if let Some(bucket) = &mut self.tokens {
             bucket.refill(now);
         }
+    }
+
+    /// The state of a scope nobody has used under `limits`: zero counters, full buckets.
+    pub fn fresh(limits: &Limits, now: Millis) -> Self {
+        let mut state = ScopeState::default();
+        state.sync_limits(limits, now);
+        state
+    }
+
+    /// Whether no lease and no waiter counts in this scope.
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        self.active == 0 && self.queued == 0 && self.token_holder.is_none()
+    }
+
+    /// When this idle state becomes indistinguishable from [`ScopeState::fresh`]: `now` or
+    /// earlier if its buckets are full at `now` (they are refilled to `now`, which changes no
+    /// later decision), else the instant the slowest one is full again (`None`: never, a bucket
+    /// that does not refill).
+    pub fn pristine_at(&mut self, now: Millis) -> Option<Millis> {
+        self.refill(now);
+        let mut at = now;
+        for bucket in [&self.requests, &self.tokens].into_iter().flatten() {
+            if !bucket.is_full() {
+                let wait = bucket.wait_for(bucket.capacity_units())?;
+                at = at.max(now.saturating_add(wait));
+            }
+        }
+        Some(at)
     }
 
     /// Drops the token reservation if `waiter` holds it.

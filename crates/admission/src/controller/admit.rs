@@ -147,26 +147,28 @@ impl Controller {
         estimate: &CheckedEstimate,
     ) -> Option<Reason> {
         let (provider, principal) = lane;
-        let principals = &self.scopes.principals;
-        let providers = &self.scopes.providers;
         let scopes = [
-            (principals.limits(principal)?, &principals[principal].scope),
-            (&self.profile.workspace, &self.scopes.workspace),
-            (providers.limits(provider)?, &providers[provider].scope),
+            self.scopes.principals.limits(principal)?,
+            &self.profile.workspace,
+            self.scopes.providers.limits(provider)?,
         ];
         let keys = Self::scope_keys(lane);
-        for ((limits, state), key) in scopes.into_iter().zip(keys) {
+        for (limits, key) in scopes.into_iter().zip(keys) {
             if limits.concurrency == 0 {
                 return Some(Reason::Concurrency);
             }
-            if let Some(reason) = self.budgets.usage(budget_id, key).check(limits, estimate) {
-                return Some(reason);
+            // Without a budget limit the check passes whatever was spent: skip the lookup.
+            if limits.has_budget() {
+                if let Some(reason) = self.budgets.usage(budget_id, key).check(limits, estimate) {
+                    return Some(reason);
+                }
             }
             if limits.requests_per_minute == Some(0) {
                 return Some(Reason::RequestsPerMinute);
             }
-            if let (Some(bucket), Some(tokens)) = (&state.tokens, estimate.tokens) {
-                if !bucket.can_ever_hold(tokens) {
+            // A scope's token bucket always has the capacity its limits give it.
+            if let (Some(capacity), Some(tokens)) = (limits.token_capacity(), estimate.tokens) {
+                if tokens > capacity {
                     return Some(Reason::TokensPerSecond);
                 }
             }
@@ -188,16 +190,16 @@ impl Controller {
         let workspace_limits = &self.profile.workspace;
         let over =
             |limits: &Limits, queued: u64| limits.max_queue_length.is_some_and(|m| queued >= m);
-        if over(principal_limits, principal_state.scope.queued)
+        if over(principal_limits, principal_state.scope().queued)
             || over(workspace_limits, self.scopes.workspace.queued)
-            || over(provider_limits, provider_state.scope.queued)
+            || over(provider_limits, provider_state.scope().queued)
         {
             return true;
         }
         let lane_queued = self.lanes.by_key(lane).map_or(0, |l| l.live);
         workspace_limits
             .queued_share_cap()
-            .is_some_and(|cap| principal_state.scope.queued >= cap)
+            .is_some_and(|cap| principal_state.scope().queued >= cap)
             || provider_limits
                 .queued_share_cap()
                 .is_some_and(|cap| lane_queued >= cap)
@@ -355,8 +357,8 @@ impl Controller {
         };
         let workspace_limits = &self.profile.workspace;
         let workspace_active = self.scopes.workspace.active;
-        let principal_active = self.scopes.principals[principal].scope.active;
-        let provider_active = self.scopes.providers[provider].scope.active;
+        let principal_active = self.scopes.principals[principal].scope().active;
+        let provider_active = self.scopes.providers[provider].scope().active;
         let lane_active = self.lanes.get(lane_slot).map_or(0, |l| l.active);
         let defer = |reason, wake, blocked| Attempt::Defer {
             reason,
@@ -393,7 +395,7 @@ impl Controller {
             workspace_limits.concurrency,
             workspace_active,
             principal_active,
-            |other| self.scopes.principals[other].scope.active,
+            |other| self.scopes.principals[other].scope().active,
         ) {
             return defer(Reason::Concurrency, None, Blocked::Principal);
         }
@@ -440,7 +442,7 @@ impl Controller {
             return Attempt::Reject(reason);
         }
         let tokens = estimate.tokens.unwrap_or(0);
-        let [principal_scope, workspace_scope, provider_scope] = self.scopes.of_lane_mut(lane_key);
+        let [principal_scope, workspace_scope, provider_scope] = self.scopes.of_lane_mut(lane_key, now);
         for (scope, blocked) in [
             (principal_scope, Blocked::Principal),
             (workspace_scope, Blocked::Workspace),

@@ -91,12 +91,12 @@ impl Controller {
                 let breaker = limits.and_then(|l| l.circuit_breaker.as_ref());
                 LaneView {
                     provider_id: entry.extra.id.clone(),
-                    active: u64::from(entry.scope.active),
+                    active: u64::from(entry.scope().active),
                     concurrency: limits.map(|l| l.concurrency),
-                    queued: entry.scope.queued,
+                    queued: entry.scope().queued,
                     oldest_wait_ms: oldest.map(|at| now.saturating_sub(at)),
-                    requests: level(entry.scope.requests.as_ref(), now),
-                    tokens: level(entry.scope.tokens.as_ref(), now),
+                    requests: level(entry.scope().requests.as_ref(), now),
+                    tokens: level(entry.scope().tokens.as_ref(), now),
                     breaker_state: entry.extra.breaker.state(),
                     next_probe_at: entry.extra.breaker.open_until(breaker, now),
                     paused_until: (entry.extra.paused_until > now)

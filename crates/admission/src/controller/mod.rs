@@ -95,6 +95,7 @@ use crate::queue::{Waiter, WaiterQueue};
 use crate::reason::{Decision, Reason};
 use crate::ring::FairRing;
 use crate::scopes::Scopes;
+pub use crate::scopes::IDLE_PRINCIPALS_KEPT;
 use crate::time::Millis;
 
 pub use lanes::{BucketLevel, LaneView};
@@ -231,6 +232,8 @@ pub struct Controller {
     lanes_visited: u64,
     /// High-water marks of the workspace totals.
     peak: Counts,
+    /// Idle principal states kept beyond those not yet pristine ([`IDLE_PRINCIPALS_KEPT`]).
+    idle_principals_kept: usize,
 }
 
 impl Controller {
@@ -258,6 +261,7 @@ impl Controller {
             pass: 0,
             lanes_visited: 0,
             peak: Counts::default(),
+            idle_principals_kept: IDLE_PRINCIPALS_KEPT,
         };
         controller.install_profile(profile);
         Ok(controller)
@@ -486,10 +490,11 @@ impl Controller {
             &usage,
             now,
         );
-        for scope in self.scopes.of_lane_mut(record.lane) {
+        for scope in self.scopes.of_lane_mut(record.lane, now) {
             scope.active -= 1;
         }
-        let (provider, _) = record.lane;
+        let (provider, principal) = record.lane;
+        self.scopes.principals.list_if_idle(principal);
         let provider_state = &mut self.scopes.providers[provider];
         let breaker_config = provider_state
             .limits
@@ -637,6 +642,14 @@ impl Controller {
         self.transition_outbox.pop_front()
     }
 
+    /// How many idle principal states are kept beyond those not yet pristine (default
+    /// [`IDLE_PRINCIPALS_KEPT`]). Only tests and benchmarks change it: eviction never changes a
+    /// decision, so the bound only trades memory for re-creating state.
+    #[doc(hidden)]
+    pub fn set_idle_principals_kept(&mut self, kept: usize) {
+        self.idle_principals_kept = kept;
+    }
+
     /// Bounds the budget ledger (idle eviction, cap on open budgets); see [`crate::budget`].
     pub fn set_budget_bounds(&mut self, bounds: BudgetBounds) {
         self.budgets.set_bounds(bounds);
@@ -653,7 +666,7 @@ impl Controller {
     }
 
     fn principal_active(&self, principal: u32) -> u64 {
-        u64::from(self.scopes.principals[principal].scope.active)
+        u64::from(self.scopes.principals[principal].scope().active)
     }
 
     /// Keeps an idle lane (so a busy principal does not rebuild it on every request) but at most

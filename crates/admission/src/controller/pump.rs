@@ -57,7 +57,7 @@ impl Controller {
     }
 
     fn count_queued(&mut self, lane: LaneKey, up: bool) {
-        for scope in self.scopes.of_lane_mut(lane) {
+        for scope in self.scopes.of_lane_mut(lane, self.now) {
             if up {
                 scope.queued += 1;
             } else {
@@ -79,9 +79,11 @@ impl Controller {
             now_idle = lane.is_idle();
         }
         self.count_queued(waiter.lane, false);
-        for scope in self.scopes.of_lane_mut(waiter.lane) {
+        for scope in self.scopes.of_lane_mut(waiter.lane, self.now) {
             scope.forget_holder(waiter.id);
         }
+        let (_, principal) = waiter.lane;
+        self.scopes.principals.list_if_idle(principal);
         if now_idle {
             self.lane_went_idle(lane_slot);
         }
@@ -150,6 +152,9 @@ impl Controller {
     /// Rejects every waiter whose deadline or dwell bound has come.
     pub(super) fn expire(&mut self, now: Millis) {
         self.budgets.evict_idle(now);
+        self.scopes
+            .principals
+            .evict_idle(now, self.idle_principals_kept);
         while let Some(slot) = self.queue.first_due(now) {
             let deadline_passed = self
                 .queue
@@ -174,7 +179,7 @@ impl Controller {
         }
         let mut waiter = self.remove_waiter(slot)?;
         let tokens = waiter.estimate.tokens.unwrap_or(0);
-        for scope in self.scopes.of_lane_mut(lane_key) {
+        for scope in self.scopes.of_lane_mut(lane_key, now) {
             if let Some(bucket) = &mut scope.requests {
                 bucket.take(1);
             }
@@ -353,7 +358,7 @@ impl Controller {
                         Blocked::Workspace => break,
                         Blocked::Provider => {
                             self.scopes.providers.mark_blocked(provider, pass);
-                            blocked_queued += self.scopes.providers[provider].scope.queued;
+                            blocked_queued += self.scopes.providers[provider].scope().queued;
                         }
                         Blocked::Principal => {
                             self.scopes.principals.mark_blocked(principal, pass);

@@ -170,7 +170,7 @@ impl Controller {
         if let Some(lane) = self.lanes.get_mut(lane_slot) {
             lane.active += 1;
         }
-        for scope in self.scopes.of_lane_mut(lane) {
+        for scope in self.scopes.of_lane_mut(lane, now) {
             if let Some(bucket) = &mut scope.requests {
                 bucket.take(1);
             }
