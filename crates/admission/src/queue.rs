@@ -36,7 +36,7 @@ use rustc_hash::FxHashMap;
 use slab::Slab;
 
 use crate::breaker::BreakerTransition;
-use crate::estimate::CheckedEstimate;
+use crate::estimate::{CheckedEstimate, PackedEstimate};
 use crate::evidence::WaiterId;
 use crate::lane::{LaneFifo, LaneKey, LaneSlot, NO_SLOT};
 use crate::reason::Reason;
@@ -55,8 +55,9 @@ pub(crate) struct Waiter {
     /// Neighbours in the lane's FIFO ([`NO_SLOT`] at the ends); set by the queue only.
     prev: WaiterSlot,
     next: WaiterSlot,
-    pub(crate) budget_id: String,
-    pub(crate) estimate: CheckedEstimate,
+    pub(crate) budget_id: Box<str>,
+    /// The checked estimate, packed ([`Waiter::estimate`] unpacks it).
+    estimate: PackedEstimate,
     pub(crate) deadline: Option<Millis>,
     pub(crate) enqueued_at: Millis,
     /// Set by the queue only (it files the instant in its ordered set).
@@ -65,8 +66,8 @@ pub(crate) struct Waiter {
     pub(crate) last_reason: Option<Reason>,
     /// When that blocking condition can change, if known.
     pub(crate) last_wake: Option<Millis>,
-    /// Breaker transitions seen while this waiter was considered.
-    pub(crate) transitions: Vec<BreakerTransition>,
+    /// Breaker transitions seen while this waiter was considered (rare: boxed when present).
+    transitions: Option<Box<Vec<BreakerTransition>>>,
 }
 
 impl Waiter {
@@ -86,15 +87,41 @@ impl Waiter {
             lane_slot,
             prev: NO_SLOT,
             next: NO_SLOT,
-            budget_id,
-            estimate,
+            budget_id: budget_id.into_boxed_str(),
+            estimate: PackedEstimate::pack(&estimate),
             deadline,
             enqueued_at,
             expires_at,
             last_reason: None,
             last_wake: None,
-            transitions: Vec::new(),
+            transitions: None,
         }
+    }
+
+    /// The checked estimate the waiter was queued with.
+    #[inline]
+    pub(crate) fn estimate(&self) -> CheckedEstimate {
+        self.estimate.unpack()
+    }
+
+    /// Records breaker transitions seen while this waiter was considered.
+    pub(crate) fn add_transitions(&mut self, transitions: Vec<BreakerTransition>) {
+        if transitions.is_empty() {
+            return;
+        }
+        self.transitions
+            .get_or_insert_with(Box::default)
+            .extend(transitions);
+    }
+
+    /// The transitions recorded so far.
+    pub(crate) fn transitions(&self) -> Vec<BreakerTransition> {
+        self.transitions.as_deref().cloned().unwrap_or_default()
+    }
+
+    /// Takes the transitions recorded so far.
+    pub(crate) fn take_transitions(&mut self) -> Vec<BreakerTransition> {
+        self.transitions.take().map(|t| *t).unwrap_or_default()
     }
 
     /// The instant at which the waiter expires (deadline or dwell bound), if any.

@@ -190,16 +190,16 @@ impl Controller {
         let workspace_limits = &self.profile.workspace;
         let over =
             |limits: &Limits, queued: u64| limits.max_queue_length.is_some_and(|m| queued >= m);
-        if over(principal_limits, principal_state.scope().queued)
-            || over(workspace_limits, self.scopes.workspace.queued)
-            || over(provider_limits, provider_state.scope().queued)
+        if over(principal_limits, u64::from(principal_state.scope().queued))
+            || over(workspace_limits, u64::from(self.scopes.workspace.queued))
+            || over(provider_limits, u64::from(provider_state.scope().queued))
         {
             return true;
         }
         let lane_queued = self.lanes.by_key(lane).map_or(0, |l| l.live);
         workspace_limits
             .queued_share_cap()
-            .is_some_and(|cap| principal_state.scope().queued >= cap)
+            .is_some_and(|cap| u64::from(principal_state.scope().queued) >= cap)
             || provider_limits
                 .queued_share_cap()
                 .is_some_and(|cap| lane_queued >= cap)
@@ -212,7 +212,7 @@ impl Controller {
         let concurrency = u64::from(self.profile.workspace.concurrency.max(1));
         let drain = self
             .mean_hold_ms
-            .map(|mean| (mean.saturating_mul(self.scopes.workspace.queued)).div_ceil(concurrency));
+            .map(|mean| (mean.saturating_mul(u64::from(self.scopes.workspace.queued))).div_ceil(concurrency));
         let hint = match (expiry, drain) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b).unwrap_or(1),
@@ -348,7 +348,7 @@ impl Controller {
         };
         let (lane_key, lane_slot, waiter_id) = (waiter.lane, waiter.lane_slot, waiter.id);
         let (provider, principal) = lane_key;
-        let estimate = waiter.estimate;
+        let estimate = waiter.estimate();
         let (Some(principal_limits), Some(provider_limits)) = (
             self.scopes.principals[principal].limits.clone(),
             self.scopes.providers[provider].limits.clone(),
@@ -434,7 +434,7 @@ impl Controller {
         let budget_id = self
             .queue
             .get(slot)
-            .map_or("", |w| w.budget_id.as_str());
+            .map_or("", |w| &*w.budget_id);
         if let Some(reason) = self
             .never_fits(lane_key, budget_id, &estimate)
             .or_else(|| self.budgets.check_open(budget_id))

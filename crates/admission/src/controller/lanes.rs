@@ -93,7 +93,7 @@ impl Controller {
                     provider_id: entry.extra.id.clone(),
                     active: u64::from(entry.scope().active),
                     concurrency: limits.map(|l| l.concurrency),
-                    queued: entry.scope().queued,
+                    queued: u64::from(entry.scope().queued),
                     oldest_wait_ms: oldest.map(|at| now.saturating_sub(at)),
                     requests: level(entry.scope().requests.as_ref(), now),
                     tokens: level(entry.scope().tokens.as_ref(), now),

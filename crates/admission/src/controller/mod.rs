@@ -595,7 +595,7 @@ impl Controller {
             let (lane, deadline, estimate, enqueued_at) = (
                 waiter.lane,
                 waiter.deadline,
-                waiter.estimate,
+                waiter.estimate(),
                 waiter.enqueued_at,
             );
             let verdict = self

@@ -103,13 +103,14 @@ impl Controller {
         now: Millis,
     ) -> Option<Rejection> {
         let waiter = self.remove_waiter(slot)?;
+        let mut waiter = waiter;
         let mut evidence = self.evidence(
             waiter.lane,
             self.lane_live(waiter.lane_slot),
             Decision::Reject,
             reason,
             now.saturating_sub(waiter.enqueued_at),
-            Some(&waiter.estimate),
+            Some(&waiter.estimate()),
             false,
         );
         if reason == Reason::QueueTimeout {
@@ -118,7 +119,7 @@ impl Controller {
         // A zero dwell bound can never be met: that queue-timeout is permanent.
         let retryable = reason.is_retryable_rejection()
             && !(reason == Reason::QueueTimeout && waiter.expires_at() == Some(waiter.enqueued_at));
-        evidence.breaker_transitions = waiter.transitions;
+        evidence.breaker_transitions = waiter.take_transitions();
         Some(Rejection {
             reason,
             retryable,
@@ -178,7 +179,8 @@ impl Controller {
             lane.active += 1;
         }
         let mut waiter = self.remove_waiter(slot)?;
-        let tokens = waiter.estimate.tokens.unwrap_or(0);
+        let estimate = waiter.estimate();
+        let tokens = estimate.tokens.unwrap_or(0);
         for scope in self.scopes.of_lane_mut(lane_key, now) {
             if let Some(bucket) = &mut scope.requests {
                 bucket.take(1);
@@ -191,7 +193,7 @@ impl Controller {
         let (budget_epoch, budget_opened) = self.budgets.charge(
             &waiter.budget_id,
             Self::scope_keys(lane_key),
-            &waiter.estimate,
+            &estimate,
             now,
         );
         if probe {
@@ -206,9 +208,9 @@ impl Controller {
                 lane_slot,
                 probe,
                 admitted_at: now,
-                budget_id: std::mem::take(&mut waiter.budget_id),
+                budget_id: String::from(std::mem::take(&mut waiter.budget_id)),
                 budget_epoch,
-                charged: waiter.estimate,
+                charged: estimate,
             },
         );
         let mut evidence = self.evidence(
@@ -217,10 +219,10 @@ impl Controller {
             Decision::Admit,
             Reason::Admitted,
             now.saturating_sub(waiter.enqueued_at),
-            Some(&waiter.estimate),
+            Some(&estimate),
             false,
         );
-        evidence.breaker_transitions = std::mem::take(&mut waiter.transitions);
+        evidence.breaker_transitions = waiter.take_transitions();
         evidence.budget_opened = budget_opened;
         Some(Lease {
             id: lease_id,
@@ -251,7 +253,7 @@ impl Controller {
         let mut blocked_queued = 0u64;
         while since_admission < self.ring.len() {
             let workspace = &self.scopes.workspace;
-            if workspace.queued == blocked_queued
+            if u64::from(workspace.queued) == blocked_queued
                 || workspace.active >= self.profile.workspace.concurrency
             {
                 // Nothing unblocked is queued, or the workspace ceiling holds everyone back:
@@ -294,7 +296,7 @@ impl Controller {
             let mut transitions = Vec::new();
             let attempt = match self.queue.get(head) {
                 Some(waiter) => {
-                    let (deadline, estimate) = (waiter.deadline, waiter.estimate);
+                    let (deadline, estimate) = (waiter.deadline, waiter.estimate());
                     let horizon = deadline_bound(deadline, waiter.expires_at());
                     match self.preflight(lane_key, deadline, Some(estimate), now) {
                         Err(reason) => Attempt::Reject(reason),
@@ -310,7 +312,7 @@ impl Controller {
             if !transitions.is_empty() {
                 self.record_transitions(&transitions);
                 if let Some(waiter) = self.queue.get_mut(head) {
-                    waiter.transitions.extend(transitions);
+                    waiter.add_transitions(transitions);
                 }
             }
             match attempt {
@@ -358,7 +360,7 @@ impl Controller {
                         Blocked::Workspace => break,
                         Blocked::Provider => {
                             self.scopes.providers.mark_blocked(provider, pass);
-                            blocked_queued += self.scopes.providers[provider].scope().queued;
+                            blocked_queued += u64::from(self.scopes.providers[provider].scope().queued);
                         }
                         Blocked::Principal => {
                             self.scopes.principals.mark_blocked(principal, pass);
@@ -397,7 +399,7 @@ impl Controller {
                 let attempt = self.try_admit(waiter_id, now, &mut transitions);
                 self.record_transitions(&transitions);
                 if let Some(waiter) = self.queue.get_mut(waiter_id) {
-                    waiter.transitions.extend(transitions);
+                    waiter.add_transitions(transitions);
                 }
                 match attempt {
                     Attempt::Admit { probe } => {
@@ -477,12 +479,12 @@ impl Controller {
                 .and_then(|w| w.last_reason)
                 .unwrap_or(Reason::Concurrency),
             0,
-            waiter.map(|w| &w.estimate),
+            waiter.map(Waiter::estimate).as_ref(),
             true,
         );
         if let Some(waiter) = waiter {
             evidence.retry_after_ms = waiter.last_wake.map(|at| at.saturating_sub(now).max(1));
-            evidence.breaker_transitions = waiter.transitions.clone();
+            evidence.breaker_transitions = waiter.transitions();
         }
         evidence
     }

@@ -75,7 +75,7 @@ impl Controller {
                         p.extra.id.clone(),
                         ProviderSnapshot {
                             active: u64::from(p.scope().active),
-                            queued: p.scope().queued,
+                            queued: u64::from(p.scope().queued),
                             breaker_state: p.extra.breaker.state(),
                             paused_until: (p.extra.paused_until > self.now)
                                 .then_some(p.extra.paused_until),
@@ -91,7 +91,7 @@ impl Controller {
         let workspace = &self.scopes.workspace;
         Counts {
             active: u64::from(workspace.active),
-            queued: workspace.queued,
+            queued: u64::from(workspace.queued),
         }
     }
 
@@ -116,7 +116,7 @@ impl Controller {
                 let scope = self.scopes.principals[i].scope();
                 Counts {
                     active: u64::from(scope.active),
-                    queued: scope.queued,
+                    queued: u64::from(scope.queued),
                 }
             })
             .unwrap_or_default()
