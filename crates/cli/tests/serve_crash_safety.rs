@@ -63,11 +63,15 @@ fn start(data: &Path, config: &Path, first: bool) -> Service {
     }
 }
 
+/// The smallest lease log segments (4 KiB): under load the log rotates every few dozen
+/// grants, so the SIGKILL lands among rotations and background compactions.
 fn config_file(dir: &Path, ttl_ms: u64) -> std::path::PathBuf {
     let path = dir.join("turnstile.toml");
     std::fs::write(
         &path,
-        format!("demo = false\n\n[leases]\nttl_ms = {ttl_ms}\ndurability = \"process\"\n"),
+        format!(
+            "demo = false\n\n[leases]\nttl_ms = {ttl_ms}\ndurability = \"process\"\nsegment_bytes = 4096\n"
+        ),
     )
     .unwrap();
     path

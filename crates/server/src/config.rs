@@ -140,16 +140,18 @@ pub struct LeaseConfig {
     /// How far a granted or released lease survives once answered (`docs/server.md`,
     /// "Durability").
     pub durability: LeaseDurability,
+    /// The size at which a lease log segment is closed and folded into the snapshot.
+    pub segment_bytes: u64,
 }
 
 /// How far an answered grant or release survives a crash.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LeaseDurability {
-    /// A crash of the process (SQLite WAL, `synchronous=NORMAL`).
+    /// A crash of the process (the lease log is written before the answer).
     #[default]
     Process,
-    /// A crash of the machine too (`synchronous=FULL`: one `fsync` per group commit).
+    /// A crash of the machine too (one `fdatasync` of the lease log per group of batches).
     Machine,
 }
 
@@ -212,6 +214,7 @@ impl Default for LeaseConfig {
         LeaseConfig {
             ttl_ms: 30_000,
             durability: LeaseDurability::Process,
+            segment_bytes: turnstile_store::service::DEFAULT_SEGMENT_BYTES,
         }
     }
 }
@@ -257,8 +260,13 @@ impl Config {
     /// Refuses values that would disable a protection.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let http = &self.http;
-        let checks: [(&'static str, bool, &'static str); 17] = [
+        let checks: [(&'static str, bool, &'static str); 18] = [
             ("budgets.idle_ms", self.budgets.idle_ms >= 1, "at least 1"),
+            (
+                "leases.segment_bytes",
+                self.leases.segment_bytes >= 4096,
+                "at least 4096",
+            ),
             (
                 "budgets.max_open_per_workspace",
                 self.budgets.max_open_per_workspace >= 1,

@@ -6,9 +6,10 @@
 //! completion runs on the store thread). Breaker transitions are written under the workspace
 //! the core tagged them with.
 //!
-//! Lease events (grants, releases, budget releases) go as one store operation per driver
-//! batch; the store thread group-commits them and the completion sends the batch's held-back
-//! replies, so a grant is answered only once it is durable (`docs/server.md`, "Durability").
+//! Lease events (grants, releases, budget releases) do not go to the store thread: one driver
+//! batch is one append to the [`LeaseLog`], written from the driver task itself (a `write(2)`
+//! of a few hundred bytes), and the batch's held-back replies go out once the log says the
+//! batch is durable, so a grant is answered only once it is (`docs/server.md`, "Durability").
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,20 +17,30 @@ use std::sync::Arc;
 use turnstile_admission::BreakerTransition;
 use turnstile_shell::journal::Done;
 use turnstile_shell::{HeldLease, Journal, LeaseEvent, Registration};
-use turnstile_store::service::{AuditKind, AuditRecord, LeaseChange, StoredLease, StoredProfile};
+use turnstile_store::service::{
+    AuditKind, AuditRecord, LeaseChange, LeaseLog, StoredLease, StoredProfile,
+};
 
 use crate::metrics::Metrics;
 use crate::persist::{StoreHandle, StoreOp};
 
-/// Journals into the SQLite store thread.
+/// Journals registrations and transitions into the SQLite store thread, leases into the
+/// lease log.
 pub struct StoreJournal {
     store: StoreHandle,
+    leases: LeaseLog,
+    changes: Vec<LeaseChange>,
     metrics: Arc<Metrics>,
 }
 
 impl StoreJournal {
-    pub fn new(store: StoreHandle, metrics: Arc<Metrics>) -> Self {
-        StoreJournal { store, metrics }
+    pub fn new(store: StoreHandle, leases: LeaseLog, metrics: Arc<Metrics>) -> Self {
+        StoreJournal {
+            store,
+            leases,
+            changes: Vec::new(),
+            metrics,
+        }
     }
 }
 
@@ -78,12 +89,9 @@ impl Journal for StoreJournal {
     }
 
     fn lease_events(&mut self, events: Vec<LeaseEvent>, done: Done) {
-        let changes = events.into_iter().map(lease_change).collect();
-        // A store thread that is gone drops `done`: the held replies are dropped, and their
-        // callers hear the service is stopping (a dropped grant gives its lease back).
-        if !self.store.send(StoreOp::Leases { changes, done }) {
-            self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
-        }
+        self.changes.clear();
+        self.changes.extend(events.into_iter().map(lease_change));
+        self.leases.append(&self.changes, done);
     }
 }
 

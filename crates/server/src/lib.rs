@@ -14,9 +14,9 @@
 //!   header read timeout really fires, under a connection cap, with graceful shutdown.
 //! - Durable state (keys as hashes, profile registrations, audit records) lives in SQLite
 //!   through `turnstile_store::service`, written by one store thread in command order
-//!   ([`persist`]). Held leases and budget spend are journaled there too, group-committed
-//!   before their replies ([`journal`]), and put back at start ([`recover`]), so a crash of the
-//!   process frees no slot.
+//!   ([`persist`]). Held leases and budget spend are appended to the lease log by the
+//!   driver's journal before their replies ([`journal`]), and put back at start
+//!   ([`recover`]), so a crash of the process frees no slot.
 //!
 //! # Invariants
 //!

@@ -6,14 +6,10 @@
 //! driver never blocks on disk. A registration is acknowledged to its client only after its
 //! transaction committed (the completion callback runs on this thread).
 //!
-//! Lease events come as one [`StoreOp::Leases`] per driver batch. The thread commits every
-//! `Leases` operation waiting back to back in its channel in **one** transaction (group
-//! commit), then runs their completions, which send the batch's held-back replies: under load
-//! the batches grow and the commits per second stay few, so the cost of a commit (an `fsync`
-//! at `leases.durability = "machine"`) is shared by many grants.
+//! Lease events do not come here: the driver's journal appends them to the lease log itself
+//! (`journal.rs`).
 //!
-//! Invariant: operations are applied strictly in send order (a group of `Leases` operations is
-//! applied in order too, and never across another operation); the thread ends when every
+//! Invariant: operations are applied strictly in send order; the thread ends when every
 //! handle is dropped.
 
 use std::sync::atomic::Ordering;
@@ -23,7 +19,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
 use turnstile_store::service::{
-    AuditKind, AuditRecord, LeaseChange, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
+    AuditKind, AuditRecord, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
 };
 
 use crate::error::ApiError;
@@ -31,10 +27,6 @@ use crate::metrics::Metrics;
 
 /// Runs on the store thread once a registration has been written (or failed to be).
 pub type Completion = Box<dyn FnOnce(Result<(), ServiceStoreError>) + Send>;
-
-/// Runs on the store thread once a group of lease batches committed (`Err`: the message of
-/// the failure, shared by every batch of the group).
-pub type LeaseCompletion = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 /// One operation for the store thread.
 pub enum StoreOp {
@@ -61,11 +53,6 @@ pub enum StoreOp {
     Profiles {
         reply: oneshot::Sender<Result<Vec<StoredProfile>, ServiceStoreError>>,
     },
-    /// One driver batch of lease changes; `done` runs once they committed (or failed to).
-    Leases {
-        changes: Vec<LeaseChange>,
-        done: LeaseCompletion,
-    },
     Audit {
         workspace: String,
         kind: AuditKind,
@@ -84,42 +71,6 @@ fn answer<T>(
     failed
 }
 
-/// Commits `changes` and every `Leases` operation queued right behind it in one transaction,
-/// then runs their completions in order. Returns whether the commit failed, and the first
-/// operation of another kind it took from the channel (to be applied next).
-fn commit_lease_group(
-    store: &mut dyn ServiceStore,
-    rx: &mpsc::Receiver<StoreOp>,
-    mut changes: Vec<LeaseChange>,
-    done: LeaseCompletion,
-) -> (bool, Option<StoreOp>) {
-    let mut completions = vec![done];
-    let mut after = None;
-    while let Ok(op) = rx.try_recv() {
-        match op {
-            StoreOp::Leases {
-                changes: more,
-                done,
-            } => {
-                changes.extend(more);
-                completions.push(done);
-            }
-            other => {
-                after = Some(other);
-                break;
-            }
-        }
-    }
-    let result = store
-        .apply_lease_changes(&changes)
-        .map_err(|e| e.to_string());
-    let failed = result.is_err();
-    for done in completions {
-        done(result.clone());
-    }
-    (failed, after)
-}
-
 /// A handle to the store thread.
 #[derive(Clone)]
 pub struct StoreHandle {
@@ -136,23 +87,7 @@ impl StoreHandle {
         let thread = std::thread::Builder::new()
             .name("turnstile-store".into())
             .spawn(move || {
-                let mut next = rx.recv().ok();
-                while let Some(op) = next.take() {
-                    let op = match op {
-                        StoreOp::Leases { changes, done } => {
-                            let (failed, after) =
-                                commit_lease_group(&mut *store, &rx, changes, done);
-                            if failed {
-                                metrics.store_errors.fetch_add(1, Ordering::Relaxed);
-                            }
-                            next = match after {
-                                Some(op) => Some(op),
-                                None => rx.recv().ok(),
-                            };
-                            continue;
-                        }
-                        op => op,
-                    };
+                while let Ok(op) = rx.recv() {
                     let failed = match op {
                         StoreOp::InsertKey { key, reply } => answer(reply, store.insert_key(&key)),
                         StoreOp::AppendProfile {
@@ -183,18 +118,10 @@ impl StoreHandle {
                             let _ = reply.send(store.audit(&workspace, kind, limit));
                             false
                         }
-                        // Taken by the group commit above.
-                        StoreOp::Leases { changes, done } => {
-                            let result = store.apply_lease_changes(&changes);
-                            let failed = result.is_err();
-                            done(result.map_err(|e| e.to_string()));
-                            failed
-                        }
                     };
                     if failed {
                         metrics.store_errors.fetch_add(1, Ordering::Relaxed);
                     }
-                    next = rx.recv().ok();
                 }
             })?;
         Ok((StoreHandle { tx }, thread))

@@ -1,5 +1,6 @@
 //! Start-up, after the registrations were replayed: the budget spend and the held leases a
-//! previous process journaled are put back before the service answers anything (issue 14).
+//! previous process journaled in the lease log are put back before the service answers
+//! anything (issue 14).
 //!
 //! Order matters: spend first ([`restore_spend`] into the registry), then the leases
 //! ([`reinstate_leases`] into the driver, before it runs), so a reinstated lease finds its
@@ -13,13 +14,11 @@
 
 use turnstile_admission::{Charge, LeaseCharge, Millis, Registry};
 use turnstile_shell::{Driver, HeldLease, LeaseToken, ReinstateFailure};
-use turnstile_store::service::{ServiceStore, ServiceStoreError, StoredLease};
+use turnstile_store::service::{StoredLease, StoredSpend};
 
 /// A journaled lease or spend line that cannot be put back.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoverError {
-    #[error(transparent)]
-    Store(#[from] ServiceStoreError),
     /// A spend line names a lane its workspace's profiles never named.
     #[error("stored budget spend #{index} cannot be restored: {reason}")]
     Spend { index: usize, reason: String },
@@ -30,11 +29,10 @@ pub enum RecoverError {
 
 /// Puts every stored spend line back into the registry; returns how many there were.
 pub fn restore_spend(
-    store: &dyn ServiceStore,
+    lines: &[StoredSpend],
     registry: &mut Registry,
     now: Millis,
 ) -> Result<usize, RecoverError> {
-    let lines = store.budget_spend()?;
     for (index, line) in lines.iter().enumerate() {
         let spent = Charge {
             attempts: line.attempts,
@@ -79,8 +77,8 @@ fn held_lease(stored: StoredLease) -> Option<HeldLease> {
     })
 }
 
-/// Reinstates every stored lease ([`ServiceStore::held_leases`]) in `driver`, before it runs;
-/// returns how many.
+/// Reinstates every stored lease (the lease log's held leases, oldest first) in `driver`,
+/// before it runs; returns how many.
 pub fn reinstate_leases(
     leases: Vec<StoredLease>,
     driver: &mut Driver,

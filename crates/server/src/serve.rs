@@ -33,7 +33,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use turnstile_admission::{BudgetBounds, Registry};
-use turnstile_store::service::{ServiceStore, SqliteServiceStore};
+use turnstile_store::service::{LeaseLog, ServiceStore, SqliteServiceStore};
 
 use crate::api::AppState;
 use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
@@ -62,6 +62,8 @@ pub enum ServerError {
     Bootstrap(#[from] BootstrapError),
     #[error("start-up failed: {0}")]
     Recover(#[from] RecoverError),
+    #[error("cannot open the lease log: {0}")]
+    LeaseLog(#[from] turnstile_store::service::LeaseLogError),
     #[error(transparent)]
     DataLock(#[from] DataLockError),
     #[error("cannot listen on {addr}: {source}")]
@@ -146,7 +148,11 @@ pub async fn start_with_telemetry(
     // Before anything reads or writes the directory: one process per data directory.
     let data_lock = DataDirLock::acquire(&config.data_dir)?;
     let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
-    store.set_lease_durability(config.leases.durability.store())?;
+    let (lease_log, recovered) = LeaseLog::open(
+        &config.data_dir,
+        config.leases.durability.store(),
+        config.leases.segment_bytes,
+    )?;
     let clock = Clock::system();
     let mut registry = Registry::new();
     registry.set_budget_bounds(BudgetBounds {
@@ -157,7 +163,7 @@ pub async fn start_with_telemetry(
     let bootstrap_keys =
         bootstrap::first_start(&mut store, &mut registry, config.demo, clock.now_ms())?;
     // What the previous process charged and granted counts again before anything is answered.
-    recover::restore_spend(&store, &mut registry, clock.now_ms())?;
+    recover::restore_spend(&recovered.spend, &mut registry, clock.now_ms())?;
     let keys = Arc::new(KeyRing::from_stored(&store.keys()?));
 
     let listener = TcpListener::bind(config.listen)
@@ -171,7 +177,6 @@ pub async fn start_with_telemetry(
         source,
     })?;
 
-    let held_leases = store.held_leases()?;
     let metrics = Arc::new(Metrics::default());
     let boxed: Box<dyn ServiceStore> = Box::new(store);
     let (store, store_thread) =
@@ -184,10 +189,10 @@ pub async fn start_with_telemetry(
         DriverConfig {
             lease_ttl_ms: Some(config.leases.ttl_ms),
         },
-        Box::new(StoreJournal::new(store.clone(), metrics.clone())),
+        Box::new(StoreJournal::new(store.clone(), lease_log, metrics.clone())),
         lease_metrics.clone(),
     );
-    recover::reinstate_leases(held_leases, &mut driver)?;
+    recover::reinstate_leases(recovered.leases, &mut driver)?;
     let driver_task = tokio::spawn(driver.with_feed(feed.clone()).run());
 
     let proxy = Arc::new(turnstile_proxy::Proxy::new(

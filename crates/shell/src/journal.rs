@@ -3,7 +3,8 @@
 //! registry applied them.
 //!
 //! The driver calls the journal synchronously from its task, so the journal sees changes in
-//! registry order; a journal must not block (the server's sends to its store thread). A
+//! registry order; a journal must not block for long (the server sends registrations to its
+//! store thread, and appends lease events to its lease log with one `write(2)` per batch). A
 //! registration is acknowledged to its caller only when the journal calls `done`.
 //!
 //! # Leases (group commit)

@@ -12,17 +12,23 @@
 //!   the audit log never misses a change that the profiles table holds, nor the reverse.
 //! - **The audit log is append-only** and read back per workspace and kind, oldest first.
 //! - **Held leases and budget spend follow their changes exactly** ([`LeaseChange`], rules in
-//!   `leases.rs`); one batch of changes commits whole or not at all.
+//!   `leases.rs`); they live in the [`LeaseLog`], an append-only file beside the database, not
+//!   in it (`lease_log/mod.rs` says why).
 //!
 //! The store is deliberately ignorant of the admission types: profiles and records travel as
 //! the JSON documents the service produced, so this crate stays below `turnstile-admission`'s
 //! vocabulary changes.
 
+mod lease_log;
 mod leases;
 mod memory;
 mod sqlite;
 mod types;
 
+pub use lease_log::{
+    Done as LeaseLogDone, LeaseLog, LeaseLogError, LeaseLogStats, LeaseState, Recovered,
+    DEFAULT_SEGMENT_BYTES, LEASE_LOG_DIR,
+};
 pub use leases::{LeaseChange, LeaseDurability, StoredLease, StoredSpend};
 pub use memory::MemoryServiceStore;
 pub use sqlite::{SqliteServiceStore, SERVICE_DB_FILE};

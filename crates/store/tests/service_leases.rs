@@ -1,9 +1,14 @@
-//! The service store's held leases and budget spend (issue 14): SQLite and memory follow the
-//! same rules, batches are all or nothing, and the state survives reopening the file.
+//! The lease log (issue 14: leases survive a crash of the process): the rules of held leases
+//! and spend, replay after reopening at either durability, torn tails, compaction across
+//! segments, corruption, and the one-time import of the interim SQLite lease file.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::mpsc;
 
 use turnstile_store::service::{
-    LeaseChange, LeaseDurability, MemoryServiceStore, ServiceStore, SqliteServiceStore,
-    StoredLease, StoredSpend,
+    LeaseChange, LeaseDurability, LeaseLog, LeaseState, Recovered, StoredLease, StoredSpend,
+    DEFAULT_SEGMENT_BYTES, LEASE_LOG_DIR,
 };
 
 fn lease(token: &str, budget: &str, tokens: u64) -> StoredLease {
@@ -29,97 +34,73 @@ fn released(token: &str, tokens: Option<u64>) -> LeaseChange {
     }
 }
 
-fn spend(store: &dyn ServiceStore, budget: &str) -> Option<StoredSpend> {
-    store
-        .budget_spend()
-        .unwrap()
-        .into_iter()
-        .find(|s| s.budget_id == budget)
+fn spend<'a>(state: &'a LeaseState, budget: &str) -> Option<&'a StoredSpend> {
+    state.spend().into_iter().find(|s| s.budget_id == budget)
 }
 
-fn rules(store: &mut dyn ServiceStore) {
-    store
-        .apply_lease_changes(&[
-            LeaseChange::Granted(lease("a", "b1", 100)),
-            LeaseChange::Granted(lease("b", "b1", 50)),
-            LeaseChange::Granted(lease("c", "b2", 7)),
-        ])
-        .unwrap();
-    let tokens: Vec<String> = store
-        .held_leases()
-        .unwrap()
-        .into_iter()
-        .map(|l| l.token)
-        .collect();
-    assert_eq!(tokens, ["a", "b", "c"], "grant order");
-    assert_eq!(store.held_leases().unwrap()[0], lease("a", "b1", 100));
-    let b1 = spend(store, "b1").unwrap();
+fn tokens(state: &LeaseState) -> Vec<String> {
+    state.held_leases().map(|l| l.token.clone()).collect()
+}
+
+#[test]
+fn held_leases_and_spend_follow_the_rules() {
+    let mut state = LeaseState::default();
+    for change in [
+        LeaseChange::Granted(lease("a", "b1", 100)),
+        LeaseChange::Granted(lease("b", "b1", 50)),
+        LeaseChange::Granted(lease("c", "b2", 7)),
+    ] {
+        state.apply(change);
+    }
+    assert_eq!(tokens(&state), ["a", "b", "c"], "grant order");
+    assert_eq!(state.held_leases().next(), Some(&lease("a", "b1", 100)));
+    let b1 = spend(&state, "b1").unwrap();
     assert_eq!((b1.attempts, b1.tokens), (2, 150));
     assert!((b1.cost_usd - 1.0).abs() < 1e-9);
 
     // A release with actual usage corrects the spend line: 150 − 100 + 30.
-    store
-        .apply_lease_changes(&[released("a", Some(30)), released("unknown", Some(1))])
-        .unwrap();
-    let b1 = spend(store, "b1").unwrap();
+    state.apply(released("a", Some(30)));
+    state.apply(released("unknown", Some(1)));
+    let b1 = spend(&state, "b1").unwrap();
     assert_eq!(
         (b1.attempts, b1.tokens),
         (2, 80),
         "attempts are never corrected"
     );
-    assert_eq!(store.held_leases().unwrap().len(), 2);
+    assert_eq!(state.lease_count(), 2);
 
     // Releasing the budget forgets its spend and detaches its held lease.
-    store
-        .apply_lease_changes(&[LeaseChange::BudgetReleased {
-            workspace_id: "w".into(),
-            budget_id: "b1".into(),
-        }])
-        .unwrap();
-    assert!(spend(store, "b1").is_none());
-    let held = store.held_leases().unwrap();
-    assert_eq!(held[0].token, "b");
-    assert_eq!(held[0].budget_id, None);
+    state.apply(LeaseChange::BudgetReleased {
+        workspace_id: "w".into(),
+        budget_id: "b1".into(),
+    });
+    assert!(spend(&state, "b1").is_none());
+    let first = state.held_leases().next().unwrap();
+    assert_eq!((first.token.as_str(), first.budget_id.clone()), ("b", None));
     // A reopened b1 is never corrected by the older lease.
-    store
-        .apply_lease_changes(&[
-            LeaseChange::Granted(lease("d", "b1", 5)),
-            released("b", Some(0)),
-        ])
-        .unwrap();
-    assert_eq!(spend(store, "b1").unwrap().tokens, 5);
+    state.apply(LeaseChange::Granted(lease("d", "b1", 5)));
+    state.apply(released("b", Some(0)));
+    assert_eq!(spend(&state, "b1").unwrap().tokens, 5);
     // A release without usage keeps the estimate charged.
-    store.apply_lease_changes(&[released("c", None)]).unwrap();
-    assert_eq!(spend(store, "b2").unwrap().tokens, 7);
-    let tokens: Vec<String> = store
-        .held_leases()
-        .unwrap()
-        .into_iter()
-        .map(|l| l.token)
-        .collect();
-    assert_eq!(tokens, ["d"]);
+    state.apply(released("c", None));
+    assert_eq!(spend(&state, "b2").unwrap().tokens, 7);
+    assert_eq!(tokens(&state), ["d"]);
 }
 
-#[test]
-fn sqlite_and_memory_follow_the_same_rules() {
-    rules(&mut SqliteServiceStore::open_in_memory().unwrap());
-    rules(&mut MemoryServiceStore::new());
+/// Appends one batch and waits until it is durable.
+fn append(log: &mut LeaseLog, changes: &[LeaseChange]) {
+    let (tx, rx) = mpsc::channel();
+    log.append(
+        changes,
+        Box::new(move |result| {
+            tx.send(result).unwrap();
+        }),
+    );
+    rx.recv().unwrap().unwrap();
 }
 
-#[test]
-fn a_failed_batch_changes_nothing() {
-    let mut store = SqliteServiceStore::open_in_memory().unwrap();
-    store
-        .apply_lease_changes(&[LeaseChange::Granted(lease("a", "b", 1))])
-        .unwrap();
-    // The second grant reuses a token: the whole batch is refused.
-    let result = store.apply_lease_changes(&[
-        LeaseChange::Granted(lease("x", "b", 1)),
-        LeaseChange::Granted(lease("a", "b", 1)),
-    ]);
-    assert!(result.is_err());
-    assert_eq!(store.held_leases().unwrap().len(), 1);
-    assert_eq!(spend(&store, "b").unwrap().tokens, 1);
+fn open(dir: &Path, durability: LeaseDurability, segment_bytes: u64) -> (LeaseLog, Recovered) {
+    LeaseLog::open(dir, durability, segment_bytes).unwrap()
 }
 
 #[test]
@@ -127,23 +108,150 @@ fn leases_and_spend_survive_reopening_at_either_durability() {
     for durability in [LeaseDurability::Process, LeaseDurability::Machine] {
         let dir = tempfile::tempdir().unwrap();
         {
-            let mut store = SqliteServiceStore::open_dir(dir.path()).unwrap();
-            store.set_lease_durability(durability).unwrap();
-            store
-                .apply_lease_changes(&[
+            let (mut log, recovered) = open(dir.path(), durability, DEFAULT_SEGMENT_BYTES);
+            assert_eq!(recovered, Recovered::default());
+            append(
+                &mut log,
+                &[
                     LeaseChange::Granted(lease("a", "b", 3)),
                     LeaseChange::Granted(lease("b", "b", 4)),
-                    released("a", None),
-                ])
-                .unwrap();
+                ],
+            );
+            append(&mut log, &[released("a", None)]);
+            // Dropped without any shutdown step, as a killed process leaves it.
         }
-        let store = SqliteServiceStore::open_dir(dir.path()).unwrap();
-        assert_eq!(store.held_leases().unwrap(), vec![lease("b", "b", 4)]);
-        assert_eq!(
-            spend(&store, "b").unwrap().tokens,
-            7,
-            "{}",
-            durability.as_str()
-        );
+        let (_log, recovered) = open(dir.path(), durability, DEFAULT_SEGMENT_BYTES);
+        assert_eq!(recovered.leases, vec![lease("b", "b", 4)]);
+        assert_eq!(recovered.spend.len(), 1);
+        assert_eq!(recovered.spend[0].tokens, 7, "{}", durability.as_str());
+        assert_eq!(recovered.spend[0].attempts, 2);
     }
+}
+
+#[test]
+fn many_segments_compact_into_the_snapshot_without_losing_a_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = LeaseState::default();
+    {
+        // Tiny segments: nearly every batch rotates and asks for a compaction.
+        let (mut log, _) = open(dir.path(), LeaseDurability::Process, 512);
+        for i in 0..400u64 {
+            let mut batch = vec![LeaseChange::Granted(lease(
+                &format!("t{i}"),
+                &format!("b{}", i % 7),
+                i,
+            ))];
+            if i % 3 == 0 && i > 0 {
+                batch.push(released(&format!("t{}", i - 1), Some(i % 5)));
+            }
+            if i % 50 == 49 {
+                batch.push(LeaseChange::BudgetReleased {
+                    workspace_id: "w".into(),
+                    budget_id: "b3".into(),
+                });
+            }
+            for change in &batch {
+                model.apply(change.clone());
+            }
+            append(&mut log, &batch);
+        }
+        assert!(log.current_segment() > 50, "rotated");
+        log.wait_for_compaction();
+        let stats = log.stats();
+        assert!(stats.compactions.load(std::sync::atomic::Ordering::Relaxed) > 0);
+        assert_eq!(
+            stats
+                .compaction_failures
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        let files = std::fs::read_dir(dir.path().join(LEASE_LOG_DIR))
+            .unwrap()
+            .count();
+        assert!(files <= 3, "compacted segments are deleted: {files} files");
+    }
+    let (_log, recovered) = open(dir.path(), LeaseDurability::Process, 512);
+    let expected: Vec<StoredLease> = model.held_leases().cloned().collect();
+    assert_eq!(recovered.leases, expected);
+    let expected: Vec<StoredSpend> = model.spend().into_iter().cloned().collect();
+    assert_eq!(recovered.spend, expected);
+}
+
+fn only_segment(dir: &Path) -> std::path::PathBuf {
+    let mut segments: Vec<_> = std::fs::read_dir(dir.join(LEASE_LOG_DIR))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("segment-")
+        })
+        .collect();
+    segments.sort();
+    segments.pop().unwrap()
+}
+
+#[test]
+fn a_torn_last_line_is_ignored_and_a_corrupt_line_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut log, _) = open(dir.path(), LeaseDurability::Process, DEFAULT_SEGMENT_BYTES);
+        append(&mut log, &[LeaseChange::Granted(lease("a", "b", 1))]);
+    }
+    // A crash in the middle of a write: half a line, never acknowledged.
+    let segment = only_segment(dir.path());
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&segment)
+        .unwrap();
+    file.write_all(br#"{"granted":{"token":"x","work"#).unwrap();
+    drop(file);
+    let (_log, recovered) = open(dir.path(), LeaseDurability::Process, DEFAULT_SEGMENT_BYTES);
+    assert_eq!(recovered.leases, vec![lease("a", "b", 1)]);
+    drop(_log);
+
+    // A complete line that does not parse is corruption, named with its file and line.
+    let segment = only_segment(dir.path());
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&segment)
+        .unwrap();
+    file.write_all(b"{\"granted\":{\"nonsense\":1}}\n").unwrap();
+    drop(file);
+    let error = LeaseLog::open(dir.path(), LeaseDurability::Process, DEFAULT_SEGMENT_BYTES)
+        .err()
+        .expect("corrupt log refused");
+    let message = error.to_string();
+    assert!(message.contains("line 2"), "{message}");
+    assert!(message.contains("segment-"), "{message}");
+}
+
+#[test]
+fn the_interim_sqlite_lease_file_is_imported_once_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let legacy = dir.path().join("service.leases.sqlite3");
+    {
+        let conn = rusqlite::Connection::open(&legacy).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE leases (seq INTEGER PRIMARY KEY, token TEXT NOT NULL UNIQUE,
+               workspace_id TEXT NOT NULL, principal_id TEXT NOT NULL, provider_id TEXT NOT NULL,
+               budget_id TEXT, attempts INTEGER NOT NULL, tokens INTEGER, cost_usd REAL,
+               admitted_at_ms INTEGER NOT NULL, expires_at_ms INTEGER);
+             CREATE TABLE budget_spend (workspace_id TEXT NOT NULL, budget_id TEXT NOT NULL,
+               principal_id TEXT NOT NULL, provider_id TEXT NOT NULL, attempts INTEGER NOT NULL,
+               tokens INTEGER NOT NULL, cost_usd REAL NOT NULL,
+               PRIMARY KEY (workspace_id, budget_id, principal_id, provider_id));
+             INSERT INTO leases VALUES (1, 'a', 'w', 'p', 'jev', 'b', 1, 3, 0.5, 10, 30010);
+             INSERT INTO budget_spend VALUES ('w', 'b', 'p', 'jev', 1, 3, 0.5);",
+        )
+        .unwrap();
+    }
+    let (log, recovered) = open(dir.path(), LeaseDurability::Process, DEFAULT_SEGMENT_BYTES);
+    assert_eq!(recovered.leases, vec![lease("a", "b", 3)]);
+    assert_eq!(recovered.spend[0].tokens, 3);
+    assert!(!legacy.exists(), "imported, then removed");
+    drop(log);
+    let (_log, again) = open(dir.path(), LeaseDurability::Process, DEFAULT_SEGMENT_BYTES);
+    assert_eq!(again, recovered, "the snapshot holds what was imported");
 }

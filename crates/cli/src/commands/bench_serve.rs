@@ -53,9 +53,20 @@ pub struct BenchServeArgs {
     /// benchmark measures the saturation throughput.
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<f64>,
+    /// In-process only: how far the lease log makes a grant survive (`process` or `machine`,
+    /// `docs/server.md`, "Durability").
+    #[arg(long, value_enum, default_value_t = Durability::Process)]
+    pub durability: Durability,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `[leases] durability` of the in-process service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Durability {
+    Process,
+    Machine,
 }
 
 const BENCH_PROFILE: &str = r#"{
@@ -109,6 +120,17 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
                     listen: "127.0.0.1:0".parse()?,
                     data_dir: dir.clone(),
                     demo: false,
+                    leases: turnstile_server::config::LeaseConfig {
+                        durability: match args.durability {
+                            Durability::Process => {
+                                turnstile_server::config::LeaseDurability::Process
+                            }
+                            Durability::Machine => {
+                                turnstile_server::config::LeaseDurability::Machine
+                            }
+                        },
+                        ..turnstile_server::config::LeaseConfig::default()
+                    },
                     ..turnstile_server::Config::default()
                 };
                 let running = turnstile_server::start(config).await?;

@@ -2,9 +2,8 @@
 //! process), and the rules a [`ServiceStore`](super::ServiceStore) applies to them.
 //!
 //! The service journals every grant, release and budget release as a [`LeaseChange`], in the
-//! order its driver applied them, in batches: one batch is one transaction
-//! ([`ServiceStore::apply_lease_changes`](super::ServiceStore::apply_lease_changes)), and the
-//! replies of that batch go out only after it committed. On start the service reads the held
+//! order its driver applied them, in batches, into the lease log ([`super::LeaseLog`]); the
+//! replies of a batch go out only after it was written. On start the service reads the held
 //! leases and the spend back and reinstates them in the admission core.
 //!
 //! # Rules
@@ -21,15 +20,17 @@
 //!
 //! The store keeps plain numbers and IDs, never admission types, like the rest of this module.
 
+use serde::{Deserialize, Serialize};
+
 /// How far an acknowledged grant or release survives.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum LeaseDurability {
-    /// A crash of the process (SIGKILL, panic, OOM kill): SQLite WAL with
-    /// `synchronous=NORMAL`; the commit reaches the operating system, not the disk.
+    /// A crash of the process (SIGKILL, panic, OOM kill): a batch is acknowledged once it was
+    /// written to the log file (it is in the kernel's page cache, not yet on the disk).
     #[default]
     Process,
-    /// A crash of the machine (power loss, kernel panic) too: `synchronous=FULL`, one `fsync`
-    /// of the WAL per committed batch.
+    /// A crash of the machine (power loss, kernel panic) too: a batch is acknowledged once a
+    /// `fdatasync` of the log that started after its write returned (one per group of batches).
     Machine,
 }
 
@@ -44,7 +45,8 @@ impl LeaseDurability {
 }
 
 /// One held lease as stored.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StoredLease {
     /// The lease ID its holder knows (32 hex digits).
     pub token: String,
@@ -64,7 +66,8 @@ pub struct StoredLease {
 
 /// What one invocation has spent on one lane (live leases' estimates and released leases'
 /// corrected usage).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StoredSpend {
     pub workspace_id: String,
     pub budget_id: String,
@@ -76,7 +79,12 @@ pub struct StoredSpend {
 }
 
 /// One change to the held leases or the spend, as the service's driver made it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
 pub enum LeaseChange {
     Granted(StoredLease),
     /// Released by its holder, reclaimed, or expired; with what the call actually used, when

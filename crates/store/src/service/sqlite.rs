@@ -1,15 +1,8 @@
 //! The SQLite service store: the main database file in WAL mode with `synchronous=FULL`, so a
 //! registration acknowledged to a client survives a crash of the machine.
 //!
-//! Held leases and budget spend live in a second file, attached as schema `lease_log`
-//! (`service.leases.sqlite3` beside `service.sqlite3`), also in WAL mode, at the store's
-//! [`LeaseDurability`]: `Process` (the default) is `synchronous=OFF`: a committed batch has been
-//! handed to the operating system, which keeps it across a crash of the process, and neither
-//! commits nor WAL checkpoints of that file ever wait for an `fsync` (measured: with the leases
-//! in the main file at `NORMAL`, its checkpoints' `fsync`s held every reply behind them, request
-//! p50 0.3 → 3.5 ms at 3,000 pairs/s). `Machine` is `synchronous=FULL` on that file. A lease
-//! batch writes only `lease_log`, so it never shares a transaction (or a checkpoint) with the
-//! main file, and the main file's durability never depends on the lease setting.
+//! Held leases and budget spend are not here: they live in the lease log (`lease_log/`), an
+//! append-only file the driver writes without a transaction (`lease_log/mod.rs` says why).
 //!
 //! Schema (version 2, tracked with `PRAGMA user_version` of the main file):
 //!
@@ -18,28 +11,17 @@
 //!   profile_json, registered_at_ms)`: registration order is `seq` order.
 //! - `audit(seq INTEGER PRIMARY KEY AUTOINCREMENT, workspace_id, kind, record_json,
 //!   at_epoch_ms)` with an index on `(workspace_id, kind, seq)`.
-//! - in `lease_log`: `leases(seq INTEGER PRIMARY KEY, token UNIQUE, workspace_id, principal_id,
-//!   provider_id, budget_id NULL, attempts, tokens NULL, cost_usd NULL, admitted_at_ms,
-//!   expires_at_ms NULL)`: the held leases, grant order is `seq` order.
-//! - in `lease_log`: `budget_spend(workspace_id, budget_id, principal_id, provider_id, attempts, tokens,
-//!   cost_usd)`, primary key the first four: one running total per invocation and lane.
 
 use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::leases::{
-    corrected_cost, corrected_tokens, LeaseChange, LeaseDurability, StoredLease, StoredSpend,
-};
 use super::types::{
     AuditKind, AuditRecord, KeyRole, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
 };
 
 /// The database file name inside the data directory.
 pub const SERVICE_DB_FILE: &str = "service.sqlite3";
-
-/// The extension of the lease file beside the main one (`service.leases.sqlite3`).
-pub const LEASES_DB_EXTENSION: &str = "leases.sqlite3";
 
 const SCHEMA_VERSION: i64 = 2;
 
@@ -68,39 +50,9 @@ CREATE TABLE IF NOT EXISTS audit (
 CREATE INDEX IF NOT EXISTS audit_by_workspace ON audit(workspace_id, kind, seq);
 ";
 
-/// The lease tables, in the attached `lease_log` file. `seq` has no AUTOINCREMENT (one page
-/// less per grant): a new row's rowid is above every existing one, so `seq` order is grant
-/// order among the held leases.
-const LEASE_SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS lease_log.leases (
-    seq INTEGER PRIMARY KEY,
-    token TEXT NOT NULL UNIQUE,
-    workspace_id TEXT NOT NULL,
-    principal_id TEXT NOT NULL,
-    provider_id TEXT NOT NULL,
-    budget_id TEXT,
-    attempts INTEGER NOT NULL,
-    tokens INTEGER,
-    cost_usd REAL,
-    admitted_at_ms INTEGER NOT NULL,
-    expires_at_ms INTEGER
-);
-CREATE TABLE IF NOT EXISTS lease_log.budget_spend (
-    workspace_id TEXT NOT NULL,
-    budget_id TEXT NOT NULL,
-    principal_id TEXT NOT NULL,
-    provider_id TEXT NOT NULL,
-    attempts INTEGER NOT NULL,
-    tokens INTEGER NOT NULL,
-    cost_usd REAL NOT NULL,
-    PRIMARY KEY (workspace_id, budget_id, principal_id, provider_id)
-);
-";
-
 /// A [`ServiceStore`] in one SQLite file.
 pub struct SqliteServiceStore {
     conn: Connection,
-    lease_durability: LeaseDurability,
 }
 
 fn to_sql_time(value: u64) -> i64 {
@@ -112,12 +64,9 @@ fn from_sql_time(value: i64) -> u64 {
 }
 
 impl SqliteServiceStore {
-    /// Opens (creating if needed) the database at `path`, and its lease file beside it (`path`
-    /// with the extension `leases.sqlite3`).
+    /// Opens (creating if needed) the database at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, ServiceStoreError> {
-        let path = path.as_ref();
-        let leases = path.with_extension(LEASES_DB_EXTENSION);
-        Self::init(Connection::open(path)?, &leases.to_string_lossy())
+        Self::init(Connection::open(path.as_ref())?)
     }
 
     /// Opens (creating the directory if needed) `dir/service.sqlite3`.
@@ -164,8 +113,7 @@ impl SqliteServiceStore {
             }
             Err(error) => return Err(error.into()),
         }
-        let leases = path.with_extension(LEASES_DB_EXTENSION);
-        Self::init(conn, &leases.to_string_lossy())
+        Self::init(conn)
     }
 
     /// Replaces every admin key by `key` and appends `record` to the audit log, in one
@@ -189,12 +137,11 @@ impl SqliteServiceStore {
 
     /// A private in-memory SQLite database (same code path as a file).
     pub fn open_in_memory() -> Result<Self, ServiceStoreError> {
-        Self::init(Connection::open_in_memory()?, ":memory:")
+        Self::init(Connection::open_in_memory()?)
     }
 
-    /// Sets up `conn` (the main file) and attaches `leases` (a path, or `:memory:`) as
-    /// `lease_log`.
-    fn init(conn: Connection, leases: &str) -> Result<Self, ServiceStoreError> {
+    /// Sets up `conn`: WAL, `synchronous=FULL`, the schema.
+    fn init(conn: Connection) -> Result<Self, ServiceStoreError> {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))?;
         conn.execute_batch("PRAGMA synchronous=FULL;")?;
@@ -207,189 +154,8 @@ impl SqliteServiceStore {
         }
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(&format!("PRAGMA user_version={SCHEMA_VERSION};"))?;
-        conn.execute("ATTACH DATABASE ?1 AS lease_log", [leases])?;
-        // Small pages: a lease batch touches a few rows of two tables, and WAL frames are whole
-        // pages (takes effect when the file is created).
-        conn.execute_batch("PRAGMA lease_log.page_size=1024;")?;
-        let _mode: String =
-            conn.query_row("PRAGMA lease_log.journal_mode=WAL", [], |row| row.get(0))?;
-        conn.execute_batch(LEASE_SCHEMA)?;
-        let mut store = Self {
-            conn,
-            lease_durability: LeaseDurability::default(),
-        };
-        store.apply_lease_durability()?;
-        Ok(store)
+        Ok(Self { conn })
     }
-
-    /// Sets how far committed lease batches survive (default [`LeaseDurability::Process`]).
-    pub fn set_lease_durability(
-        &mut self,
-        durability: LeaseDurability,
-    ) -> Result<(), ServiceStoreError> {
-        self.lease_durability = durability;
-        self.apply_lease_durability()
-    }
-
-    fn apply_lease_durability(&mut self) -> Result<(), ServiceStoreError> {
-        let level = match self.lease_durability {
-            LeaseDurability::Process => "OFF",
-            LeaseDurability::Machine => "FULL",
-        };
-        self.conn
-            .execute_batch(&format!("PRAGMA lease_log.synchronous={level};"))?;
-        Ok(())
-    }
-
-    fn apply_lease_batch(&mut self, changes: &[LeaseChange]) -> Result<(), ServiceStoreError> {
-        let tx = self.conn.transaction()?;
-        for change in changes {
-            apply_lease_change(&tx, change)?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-}
-
-fn opt_count(value: Option<u64>) -> Option<i64> {
-    value.map(to_sql_time)
-}
-
-fn apply_lease_change(conn: &Connection, change: &LeaseChange) -> Result<(), ServiceStoreError> {
-    match change {
-        LeaseChange::Granted(lease) => {
-            conn.prepare_cached(
-                "INSERT INTO leases (token, workspace_id, principal_id, provider_id, budget_id,
-                 attempts, tokens, cost_usd, admitted_at_ms, expires_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?
-            .execute(params![
-                lease.token,
-                lease.workspace_id,
-                lease.principal_id,
-                lease.provider_id,
-                lease.budget_id,
-                to_sql_time(lease.attempts),
-                opt_count(lease.tokens),
-                lease.cost_usd,
-                to_sql_time(lease.admitted_at_ms),
-                opt_count(lease.expires_at_ms),
-            ])?;
-            if let Some(budget_id) = &lease.budget_id {
-                conn.prepare_cached(
-                    "INSERT INTO budget_spend (workspace_id, budget_id, principal_id,
-                     provider_id, attempts, tokens, cost_usd) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                     ON CONFLICT (workspace_id, budget_id, principal_id, provider_id) DO UPDATE
-                     SET attempts = attempts + excluded.attempts,
-                         tokens = tokens + excluded.tokens,
-                         cost_usd = cost_usd + excluded.cost_usd",
-                )?
-                .execute(params![
-                    lease.workspace_id,
-                    budget_id,
-                    lease.principal_id,
-                    lease.provider_id,
-                    to_sql_time(lease.attempts),
-                    to_sql_time(lease.tokens.unwrap_or(0)),
-                    lease.cost_usd.unwrap_or(0.0),
-                ])?;
-            }
-        }
-        LeaseChange::Released {
-            token,
-            actual_tokens,
-            actual_cost_usd,
-        } => {
-            if actual_tokens.is_some() || actual_cost_usd.is_some() {
-                correct_spend(conn, token, *actual_tokens, *actual_cost_usd)?;
-            }
-            conn.prepare_cached("DELETE FROM leases WHERE token = ?1")?
-                .execute(params![token])?;
-        }
-        LeaseChange::BudgetReleased {
-            workspace_id,
-            budget_id,
-        } => {
-            conn.prepare_cached(
-                "DELETE FROM budget_spend WHERE workspace_id = ?1 AND budget_id = ?2",
-            )?
-            .execute(params![workspace_id, budget_id])?;
-            conn.prepare_cached(
-                "UPDATE leases SET budget_id = NULL WHERE workspace_id = ?1 AND budget_id = ?2",
-            )?
-            .execute(params![workspace_id, budget_id])?;
-        }
-    }
-    Ok(())
-}
-
-/// Replaces a released lease's charge by its actual usage in its spend line.
-fn correct_spend(
-    conn: &Connection,
-    token: &str,
-    actual_tokens: Option<u64>,
-    actual_cost_usd: Option<f64>,
-) -> Result<(), ServiceStoreError> {
-    type Row = (
-        String,
-        Option<String>,
-        String,
-        String,
-        Option<i64>,
-        Option<f64>,
-    );
-    let row: Option<Row> = conn
-        .prepare_cached(
-            "SELECT workspace_id, budget_id, principal_id, provider_id, tokens, cost_usd
-             FROM leases WHERE token = ?1",
-        )?
-        .query_row(params![token], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-                row.get(5)?,
-            ))
-        })
-        .optional()?;
-    let Some((workspace, Some(budget), principal, provider, charged_tokens, charged_cost)) = row
-    else {
-        return Ok(());
-    };
-    let key = params![workspace, budget, principal, provider];
-    let line: Option<(i64, f64)> = conn
-        .prepare_cached(
-            "SELECT tokens, cost_usd FROM budget_spend WHERE workspace_id = ?1
-             AND budget_id = ?2 AND principal_id = ?3 AND provider_id = ?4",
-        )?
-        .query_row(key, |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    let Some((tokens, cost)) = line else {
-        return Ok(());
-    };
-    let mut tokens = from_sql_time(tokens);
-    let mut cost = cost;
-    if let Some(actual) = actual_tokens {
-        tokens = corrected_tokens(tokens, charged_tokens.map(from_sql_time), actual);
-    }
-    if let Some(actual) = actual_cost_usd {
-        cost = corrected_cost(cost, charged_cost, actual);
-    }
-    conn.prepare_cached(
-        "UPDATE budget_spend SET tokens = ?5, cost_usd = ?6 WHERE workspace_id = ?1
-         AND budget_id = ?2 AND principal_id = ?3 AND provider_id = ?4",
-    )?
-    .execute(params![
-        workspace,
-        budget,
-        principal,
-        provider,
-        to_sql_time(tokens),
-        cost
-    ])?;
-    Ok(())
 }
 
 fn insert_audit(conn: &Connection, record: &AuditRecord) -> Result<(), ServiceStoreError> {
@@ -566,53 +332,6 @@ impl ServiceStore for SqliteServiceStore {
         let mut records = rows.collect::<Result<Vec<_>, _>>()?;
         records.reverse();
         Ok(records)
-    }
-    fn apply_lease_changes(&mut self, changes: &[LeaseChange]) -> Result<(), ServiceStoreError> {
-        if changes.is_empty() {
-            return Ok(());
-        }
-        self.apply_lease_batch(changes)
-    }
-
-    fn held_leases(&self) -> Result<Vec<StoredLease>, ServiceStoreError> {
-        let mut statement = self.conn.prepare(
-            "SELECT token, workspace_id, principal_id, provider_id, budget_id, attempts, tokens,
-             cost_usd, admitted_at_ms, expires_at_ms FROM leases ORDER BY seq",
-        )?;
-        let rows = statement.query_map([], |row| {
-            Ok(StoredLease {
-                token: row.get(0)?,
-                workspace_id: row.get(1)?,
-                principal_id: row.get(2)?,
-                provider_id: row.get(3)?,
-                budget_id: row.get(4)?,
-                attempts: from_sql_time(row.get(5)?),
-                tokens: row.get::<_, Option<i64>>(6)?.map(from_sql_time),
-                cost_usd: row.get(7)?,
-                admitted_at_ms: from_sql_time(row.get(8)?),
-                expires_at_ms: row.get::<_, Option<i64>>(9)?.map(from_sql_time),
-            })
-        })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
-    }
-
-    fn budget_spend(&self) -> Result<Vec<StoredSpend>, ServiceStoreError> {
-        let mut statement = self.conn.prepare(
-            "SELECT workspace_id, budget_id, principal_id, provider_id, attempts, tokens, cost_usd
-             FROM budget_spend ORDER BY workspace_id, budget_id, principal_id, provider_id",
-        )?;
-        let rows = statement.query_map([], |row| {
-            Ok(StoredSpend {
-                workspace_id: row.get(0)?,
-                budget_id: row.get(1)?,
-                principal_id: row.get(2)?,
-                provider_id: row.get(3)?,
-                attempts: from_sql_time(row.get(4)?),
-                tokens: from_sql_time(row.get(5)?),
-                cost_usd: row.get(6)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 }
 

@@ -1,7 +1,5 @@
 //! The durable shapes of the admission service and the [`ServiceStore`] trait.
 
-use super::leases::{LeaseChange, StoredLease, StoredSpend};
-
 /// What an API key may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KeyRole {
@@ -157,11 +155,4 @@ pub trait ServiceStore: Send {
         kind: AuditKind,
         limit: usize,
     ) -> Result<Vec<AuditRecord>, ServiceStoreError>;
-    /// Applies a batch of lease changes in order, in one transaction (all or nothing); see
-    /// `leases.rs` for the rules.
-    fn apply_lease_changes(&mut self, changes: &[LeaseChange]) -> Result<(), ServiceStoreError>;
-    /// Every held lease, oldest grant first.
-    fn held_leases(&self) -> Result<Vec<StoredLease>, ServiceStoreError>;
-    /// Every spend line of every open invocation.
-    fn budget_spend(&self) -> Result<Vec<StoredSpend>, ServiceStoreError>;
 }

@@ -1,0 +1,427 @@
+//! The lease log: where the service journals every grant, release and budget release before
+//! it answers (issue 14: leases survive a crash of the process), as an append-only file the
+//! driver writes itself.
+//!
+//! Why not SQLite: a grant and a release are each one tiny record that must reach the operating
+//! system before the reply goes out. Through the store thread and a SQLite transaction that
+//! cost a thread hop and a B-tree update per driver batch (measured: saturation 6,700 pairs/s
+//! against 9,000–10,000 without a journal, request p50 0.3 → 0.65 ms at 3,000 pairs/s). One
+//! `write(2)` of the batch's lines from the driver task costs a few microseconds, and the bytes
+//! are in the page cache, which a crash of the process does not lose.
+//!
+//! # Files (in `leases/` of the data directory, format in `record.rs`)
+//!
+//! - `segment-N.jsonl`: the changes in driver order. Exactly one segment is open for writing,
+//!   the highest; at `segment_bytes` the writer opens segment N+1 and asks the compaction
+//!   thread to fold segments ≤ N into the snapshot.
+//! - `snapshot.jsonl`: the state (held leases, spend lines) through segment S, written to a
+//!   temporary file and renamed, so it is always whole. Segments ≤ S are deleted after the
+//!   rename; a crash in between leaves them, and they are skipped.
+//!
+//! Opening replays the snapshot and every later segment (a torn last line is ignored: it was
+//! never acknowledged), writes a fresh snapshot through the last segment, deletes the rest and
+//! starts a new segment, so each process starts from one snapshot and writes one new segment.
+//!
+//! # Durability ([`LeaseDurability`])
+//!
+//! - `Process`: a batch is acknowledged once `write(2)` returned. A crash of the process keeps
+//!   it (the page cache belongs to the kernel); a crash of the machine may lose the last
+//!   seconds of grants.
+//! - `Machine`: a batch is acknowledged once a `fdatasync` of its segment returned. The sync
+//!   thread syncs once for every batch written meanwhile (group commit), new files and renames
+//!   are followed by a sync of the directory.
+//!
+//! Invariants: records reach the file in the order `append` was called; `done` of a batch runs
+//! only after its bytes are written (and synced at `Machine`), or with `Err`; after a failed
+//! write the log refuses every later batch (a partial line in the middle of a segment would
+//! otherwise hide the records behind it), so the driver fails grants closed.
+
+mod compact;
+mod legacy;
+mod record;
+mod state;
+mod sync;
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub use state::LeaseState;
+
+use self::compact::Compactor;
+use self::record::{encode_line, read_file, FileKind, Header, SnapshotRecord, FORMAT_VERSION};
+use self::sync::Syncer;
+use super::leases::{LeaseChange, LeaseDurability, StoredLease, StoredSpend};
+
+/// The lease log's directory inside the data directory.
+pub const LEASE_LOG_DIR: &str = "leases";
+/// The default size at which a segment is closed and folded into the snapshot.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+
+const SNAPSHOT_FILE: &str = "snapshot.jsonl";
+const SNAPSHOT_TMP: &str = "snapshot.jsonl.tmp";
+
+/// Why the lease log cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseLogError {
+    #[error("lease log {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("lease log {path}, line {line}: {reason}")]
+    Corrupt {
+        path: String,
+        line: usize,
+        reason: String,
+    },
+    #[error("a lease log record cannot be encoded: {0}")]
+    Encode(#[source] serde_json::Error),
+    #[error("lease file of an earlier version {path}: {source}")]
+    Legacy {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("the lease log refuses writes after an earlier write failed")]
+    Broken,
+    #[error("the lease log's sync thread is gone")]
+    SyncGone,
+    #[error("the lease log's thread cannot start: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+impl LeaseLogError {
+    fn io(path: &Path, source: std::io::Error) -> Self {
+        LeaseLogError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// Called once a batch is durable (`Ok`) or cannot be made durable (`Err`, its message).
+pub type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// What the log held when it was opened: put it back before serving.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Recovered {
+    /// Held leases, oldest grant first.
+    pub leases: Vec<StoredLease>,
+    /// Spend lines of open invocations.
+    pub spend: Vec<StoredSpend>,
+}
+
+/// Counters of the log's background work (for `/metrics`).
+#[derive(Debug, Default)]
+pub struct LeaseLogStats {
+    /// Bytes appended since the process started.
+    pub bytes_written: AtomicU64,
+    /// Segments folded into the snapshot.
+    pub compactions: AtomicU64,
+    /// Compactions that failed (the segments stay; a later one or the next start retries).
+    pub compaction_failures: AtomicU64,
+}
+
+/// The writer of the lease log (owned by the driver's journal).
+pub struct LeaseLog {
+    dir: PathBuf,
+    durability: LeaseDurability,
+    file: Arc<File>,
+    segment: u64,
+    written: u64,
+    segment_bytes: u64,
+    buf: Vec<u8>,
+    broken: bool,
+    compactor: Compactor,
+    syncer: Option<Syncer>,
+    stats: Arc<LeaseLogStats>,
+}
+
+fn segment_name(segment: u64) -> String {
+    format!("segment-{segment:020}.jsonl")
+}
+
+/// The segment number of a file name, when it is a segment.
+fn segment_number(name: &str) -> Option<u64> {
+    name.strip_prefix("segment-")?
+        .strip_suffix(".jsonl")?
+        .parse()
+        .ok()
+}
+
+/// Every segment file in `dir`, by number.
+fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, LeaseLogError> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| LeaseLogError::io(dir, e))? {
+        let entry = entry.map_err(|e| LeaseLogError::io(dir, e))?;
+        if let Some(n) = entry.file_name().to_str().and_then(segment_number) {
+            found.push((n, entry.path()));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Makes a directory's entries (new files, renames) durable.
+fn sync_dir(dir: &Path) -> Result<(), LeaseLogError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| LeaseLogError::io(dir, e))
+}
+
+/// The snapshot's state and the last segment it covers (0: none).
+fn read_snapshot(dir: &Path, state: &mut LeaseState) -> Result<u64, LeaseLogError> {
+    let path = dir.join(SNAPSHOT_FILE);
+    if !path.exists() {
+        return Ok(0);
+    }
+    let header = read_file(&path, FileKind::Snapshot, |record| match record {
+        SnapshotRecord::Held(lease) => state.restore_lease(lease),
+        SnapshotRecord::Spend(line) => state.restore_spend(line),
+    })?;
+    header
+        .map(|h| h.segment)
+        .ok_or_else(|| LeaseLogError::Corrupt {
+            path: path.display().to_string(),
+            line: 1,
+            reason: "a snapshot without a header".into(),
+        })
+}
+
+/// Applies segment `n` at `path` to `state`.
+fn replay_segment(path: &Path, n: u64, state: &mut LeaseState) -> Result<(), LeaseLogError> {
+    let header = read_file(path, FileKind::Segment, |change: LeaseChange| {
+        state.apply(change)
+    })?;
+    match header {
+        Some(h) if h.segment != n => Err(LeaseLogError::Corrupt {
+            path: path.display().to_string(),
+            line: 1,
+            reason: format!("the header names segment {}", h.segment),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `state` as the snapshot through `segment` (temporary file, then rename), then deletes
+/// the segments it covers.
+fn write_snapshot(
+    dir: &Path,
+    state: &LeaseState,
+    segment: u64,
+    durability: LeaseDurability,
+) -> Result<(), LeaseLogError> {
+    let tmp = dir.join(SNAPSHOT_TMP);
+    let mut out = std::io::BufWriter::with_capacity(
+        1 << 16,
+        File::create(&tmp).map_err(|e| LeaseLogError::io(&tmp, e))?,
+    );
+    let mut buf = Vec::with_capacity(512);
+    let header = Header {
+        lease_log: FORMAT_VERSION,
+        kind: FileKind::Snapshot,
+        segment,
+    };
+    encode_line(&mut buf, &header)?;
+    for lease in state.held_leases() {
+        encode_line(&mut buf, &SnapshotRecord::Held(lease.clone()))?;
+        if buf.len() >= 1 << 15 {
+            out.write_all(&buf)
+                .map_err(|e| LeaseLogError::io(&tmp, e))?;
+            buf.clear();
+        }
+    }
+    for line in state.spend() {
+        encode_line(&mut buf, &SnapshotRecord::Spend(line.clone()))?;
+        if buf.len() >= 1 << 15 {
+            out.write_all(&buf)
+                .map_err(|e| LeaseLogError::io(&tmp, e))?;
+            buf.clear();
+        }
+    }
+    out.write_all(&buf)
+        .map_err(|e| LeaseLogError::io(&tmp, e))?;
+    let file = out
+        .into_inner()
+        .map_err(|e| LeaseLogError::io(&tmp, e.into_error()))?;
+    if durability == LeaseDurability::Machine {
+        file.sync_data().map_err(|e| LeaseLogError::io(&tmp, e))?;
+    }
+    drop(file);
+    let path = dir.join(SNAPSHOT_FILE);
+    std::fs::rename(&tmp, &path).map_err(|e| LeaseLogError::io(&path, e))?;
+    if durability == LeaseDurability::Machine {
+        sync_dir(dir)?;
+    }
+    for (n, path) in segments(dir)? {
+        if n <= segment {
+            std::fs::remove_file(&path).map_err(|e| LeaseLogError::io(&path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates segment `n` with its header.
+fn create_segment(
+    dir: &Path,
+    n: u64,
+    durability: LeaseDurability,
+) -> Result<(File, u64), LeaseLogError> {
+    let path = dir.join(segment_name(n));
+    let mut file = std::fs::OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| LeaseLogError::io(&path, e))?;
+    let mut buf = Vec::with_capacity(80);
+    encode_line(
+        &mut buf,
+        &Header {
+            lease_log: FORMAT_VERSION,
+            kind: FileKind::Segment,
+            segment: n,
+        },
+    )?;
+    file.write_all(&buf)
+        .map_err(|e| LeaseLogError::io(&path, e))?;
+    if durability == LeaseDurability::Machine {
+        file.sync_data().map_err(|e| LeaseLogError::io(&path, e))?;
+        sync_dir(dir)?;
+    }
+    Ok((file, buf.len() as u64))
+}
+
+impl LeaseLog {
+    /// Opens the log in `data_dir/leases` (creating it), replays it, compacts it into one
+    /// snapshot and starts a new segment. A data directory written by the interim SQLite lease
+    /// file (`service.leases.sqlite3`) is imported once and that file removed.
+    pub fn open(
+        data_dir: &Path,
+        durability: LeaseDurability,
+        segment_bytes: u64,
+    ) -> Result<(LeaseLog, Recovered), LeaseLogError> {
+        let dir = data_dir.join(LEASE_LOG_DIR);
+        std::fs::create_dir_all(&dir).map_err(|e| LeaseLogError::io(&dir, e))?;
+        let mut state = LeaseState::default();
+        let through = read_snapshot(&dir, &mut state)?;
+        let imported = if through == 0 && !dir.join(SNAPSHOT_FILE).exists() {
+            legacy::import(data_dir, &mut state)?
+        } else {
+            None
+        };
+        let mut last = through;
+        for (n, path) in segments(&dir)? {
+            if n > through {
+                replay_segment(&path, n, &mut state)?;
+            }
+            last = last.max(n);
+        }
+        write_snapshot(&dir, &state, last, durability)?;
+        if let Some(legacy) = imported {
+            legacy.remove()?;
+        }
+        let recovered = Recovered {
+            leases: state.held_leases().cloned().collect(),
+            spend: state.spend().into_iter().cloned().collect(),
+        };
+        drop(state);
+        let segment = last + 1;
+        let (file, written) = create_segment(&dir, segment, durability)?;
+        let stats = Arc::new(LeaseLogStats::default());
+        let compactor = Compactor::spawn(dir.clone(), durability, stats.clone())?;
+        let syncer = match durability {
+            LeaseDurability::Process => None,
+            LeaseDurability::Machine => Some(Syncer::spawn()?),
+        };
+        let log = LeaseLog {
+            dir,
+            durability,
+            file: Arc::new(file),
+            segment,
+            written,
+            segment_bytes: segment_bytes.max(1),
+            buf: Vec::with_capacity(4096),
+            broken: false,
+            compactor,
+            syncer,
+            stats,
+        };
+        Ok((log, recovered))
+    }
+
+    /// Appends one batch of changes, in order; `done` runs once they are durable (at once for
+    /// `Process`, on the sync thread for `Machine`) or failed.
+    pub fn append(&mut self, changes: &[LeaseChange], done: Done) {
+        match self.write_batch(changes) {
+            Err(error) => done(Err(error.to_string())),
+            Ok(()) => match &self.syncer {
+                None => done(Ok(())),
+                Some(syncer) => syncer.sync(self.file.clone(), done),
+            },
+        }
+        if self.written >= self.segment_bytes && !self.broken {
+            self.rotate();
+        }
+    }
+
+    fn write_batch(&mut self, changes: &[LeaseChange]) -> Result<(), LeaseLogError> {
+        if self.broken {
+            return Err(LeaseLogError::Broken);
+        }
+        self.buf.clear();
+        for change in changes {
+            encode_line(&mut self.buf, change)?;
+        }
+        if let Err(source) = (&*self.file).write_all(&self.buf) {
+            self.broken = true;
+            return Err(LeaseLogError::io(
+                &self.dir.join(segment_name(self.segment)),
+                source,
+            ));
+        }
+        self.written += self.buf.len() as u64;
+        self.stats
+            .bytes_written
+            .fetch_add(self.buf.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Starts the next segment and hands the closed ones to the compaction thread. A segment
+    /// that cannot be created leaves the current one open (it only grows; retried after another
+    /// `segment_bytes`).
+    fn rotate(&mut self) {
+        match create_segment(&self.dir, self.segment + 1, self.durability) {
+            Ok((file, written)) => {
+                self.file = Arc::new(file);
+                self.compactor.compact_through(self.segment);
+                self.segment += 1;
+                self.written = written;
+            }
+            Err(_) => {
+                self.stats
+                    .compaction_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                self.written = 0;
+            }
+        }
+    }
+
+    /// The log's counters.
+    pub fn stats(&self) -> Arc<LeaseLogStats> {
+        self.stats.clone()
+    }
+
+    /// The segment being written (tests and diagnostics).
+    pub fn current_segment(&self) -> u64 {
+        self.segment
+    }
+
+    /// Waits until every compaction asked for so far has run (tests).
+    pub fn wait_for_compaction(&self) {
+        self.compactor.wait_idle();
+    }
+}

@@ -1,0 +1,166 @@
+//! The held leases and budget spend that a lease log describes: the log's records applied in
+//! order, indexed so that replaying a long log costs O(1) per record.
+//!
+//! The rules are those of `leases.rs` (a grant adds its charge to its spend line; a release
+//! with actual usage replaces the lease's charge by it; a budget release forgets its spend and
+//! detaches its held leases; an unknown token changes nothing).
+//!
+//! Invariants: `leases` is in grant order; `by_budget[(w, b)]` holds exactly the tokens of the
+//! held leases whose `budget_id` is `b` in workspace `w`; `spend` holds only lines of budgets
+//! that were charged since their last release.
+
+use std::collections::{HashMap, HashSet};
+
+use hashlink::LinkedHashMap;
+
+use crate::service::leases::{
+    corrected_cost, corrected_tokens, LeaseChange, StoredLease, StoredSpend,
+};
+
+/// (workspace, budget)
+type BudgetKey = (String, String);
+/// (principal, provider): one spend line of a budget.
+type LaneKey = (String, String);
+
+/// Held leases and spend lines, as the records applied so far leave them.
+#[derive(Debug, Default)]
+pub struct LeaseState {
+    leases: LinkedHashMap<String, StoredLease>,
+    by_budget: HashMap<BudgetKey, HashSet<String>>,
+    spend: HashMap<BudgetKey, HashMap<LaneKey, StoredSpend>>,
+}
+
+impl LeaseState {
+    /// Applies one change (the rules of `leases.rs`).
+    pub fn apply(&mut self, change: LeaseChange) {
+        match change {
+            LeaseChange::Granted(lease) => self.grant(lease),
+            LeaseChange::Released {
+                token,
+                actual_tokens,
+                actual_cost_usd,
+            } => self.release(&token, actual_tokens, actual_cost_usd),
+            LeaseChange::BudgetReleased {
+                workspace_id,
+                budget_id,
+            } => self.release_budget(workspace_id, budget_id),
+        }
+    }
+
+    /// Puts back one spend line as a snapshot recorded it.
+    pub fn restore_spend(&mut self, line: StoredSpend) {
+        let budget = (line.workspace_id.clone(), line.budget_id.clone());
+        let lane = (line.principal_id.clone(), line.provider_id.clone());
+        self.spend.entry(budget).or_default().insert(lane, line);
+    }
+
+    /// Puts back one held lease as a snapshot recorded it (its charge is already in the spend).
+    pub fn restore_lease(&mut self, lease: StoredLease) {
+        self.index(&lease);
+        self.leases.insert(lease.token.clone(), lease);
+    }
+
+    fn index(&mut self, lease: &StoredLease) {
+        if let Some(budget) = &lease.budget_id {
+            self.by_budget
+                .entry((lease.workspace_id.clone(), budget.clone()))
+                .or_default()
+                .insert(lease.token.clone());
+        }
+    }
+
+    fn grant(&mut self, lease: StoredLease) {
+        if let Some(budget_id) = &lease.budget_id {
+            let line = self.spend_line(&lease, budget_id);
+            line.attempts = line.attempts.saturating_add(lease.attempts);
+            line.tokens = line.tokens.saturating_add(lease.tokens.unwrap_or(0));
+            line.cost_usd += lease.cost_usd.unwrap_or(0.0);
+        }
+        self.restore_lease(lease);
+    }
+
+    fn release(&mut self, token: &str, actual_tokens: Option<u64>, actual_cost: Option<f64>) {
+        let Some(lease) = self.leases.remove(token) else {
+            return;
+        };
+        let Some(budget_id) = &lease.budget_id else {
+            return;
+        };
+        let budget = (lease.workspace_id.clone(), budget_id.clone());
+        if let Some(tokens) = self.by_budget.get_mut(&budget) {
+            tokens.remove(token);
+            if tokens.is_empty() {
+                self.by_budget.remove(&budget);
+            }
+        }
+        if actual_tokens.is_none() && actual_cost.is_none() {
+            return;
+        }
+        let line = self.spend_line(&lease, budget_id);
+        if let Some(actual) = actual_tokens {
+            line.tokens = corrected_tokens(line.tokens, lease.tokens, actual);
+        }
+        if let Some(actual) = actual_cost {
+            line.cost_usd = corrected_cost(line.cost_usd, lease.cost_usd, actual);
+        }
+    }
+
+    fn release_budget(&mut self, workspace_id: String, budget_id: String) {
+        let budget = (workspace_id, budget_id);
+        self.spend.remove(&budget);
+        for token in self.by_budget.remove(&budget).unwrap_or_default() {
+            if let Some(lease) = self.leases.get_mut(&token) {
+                lease.budget_id = None;
+            }
+        }
+    }
+
+    fn spend_line(&mut self, lease: &StoredLease, budget_id: &str) -> &mut StoredSpend {
+        let budget = (lease.workspace_id.clone(), budget_id.to_owned());
+        let lane = (lease.principal_id.clone(), lease.provider_id.clone());
+        self.spend
+            .entry(budget)
+            .or_default()
+            .entry(lane)
+            .or_insert_with(|| StoredSpend {
+                workspace_id: lease.workspace_id.clone(),
+                budget_id: budget_id.to_owned(),
+                principal_id: lease.principal_id.clone(),
+                provider_id: lease.provider_id.clone(),
+                attempts: 0,
+                tokens: 0,
+                cost_usd: 0.0,
+            })
+    }
+
+    /// Every held lease, oldest grant first.
+    pub fn held_leases(&self) -> impl Iterator<Item = &StoredLease> {
+        self.leases.values()
+    }
+
+    /// Every spend line, sorted by workspace, budget, principal and provider (a stable order
+    /// for snapshots and tests).
+    pub fn spend(&self) -> Vec<&StoredSpend> {
+        let mut lines: Vec<&StoredSpend> = self.spend.values().flat_map(|m| m.values()).collect();
+        lines.sort_by(|a, b| {
+            (
+                &a.workspace_id,
+                &a.budget_id,
+                &a.principal_id,
+                &a.provider_id,
+            )
+                .cmp(&(
+                    &b.workspace_id,
+                    &b.budget_id,
+                    &b.principal_id,
+                    &b.provider_id,
+                ))
+        });
+        lines
+    }
+
+    /// How many leases are held.
+    pub fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+}
