@@ -12,8 +12,8 @@
 //! Waiters live in a slab and are addressed by their slot ([`WaiterSlot`]) on every internal
 //! path: a lane names its first and last waiter by slot ([`LaneFifo`]) and every waiter its
 //! neighbours, so the pump reaches a lane's head without hashing. The public [`WaiterId`] (never
-//! reused within a controller) maps to its slot in one small index, used only where a host names
-//! a waiter (a cancellation) and kept exact on insert and remove.
+//! reused within a controller) maps to its slot in one small ordered index, used only where a
+//! host names a waiter (a cancellation) and kept exact on insert and remove.
 //!
 //! # Invariants
 //!
@@ -26,13 +26,13 @@
 //!
 //! # Complexity
 //!
-//! Insert and remove: O(1) for the slab and the FIFO, O(1) expected for the index, O(log n) for
-//! the ordered expiry set when the waiter has an expiry. Lookup by slot O(1), by ID O(1)
-//! expected; the next expiry O(log n); expiring k waiters O(k log n).
+//! Insert and remove: O(1) for the slab and the FIFO, O(log n) for the ID index and for the
+//! ordered expiry set when the waiter has an expiry (both touch the warm ends of their trees
+//! when waiters leave roughly in arrival order). Lookup by slot O(1), by ID O(log n); the next
+//! expiry O(log n); expiring k waiters O(k log n).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use rustc_hash::FxHashMap;
 use slab::Slab;
 
 use crate::breaker::BreakerTransition;
@@ -135,7 +135,11 @@ impl Waiter {
 #[derive(Debug, Default)]
 pub(crate) struct WaiterQueue {
     waiters: Slab<Waiter>,
-    slots: FxHashMap<WaiterId, WaiterSlot>,
+    /// `WaiterId` → slot. Ordered, not hashed: IDs grow with arrival and waiters mostly leave
+    /// near the front, so inserts and removals stay at the two warm ends of the tree (a hash
+    /// table, churned by one insert and one removal per handoff, fills with tombstones and
+    /// rehashes the whole table every so often: cold memory on the hot path).
+    slots: BTreeMap<WaiterId, WaiterSlot>,
     expiries: BTreeSet<(Millis, WaiterId, WaiterSlot)>,
 }
 
@@ -234,13 +238,7 @@ impl WaiterQueue {
 
     /// Every waiter's slot, oldest first (IDs grow with arrival).
     pub(crate) fn slots_in_arrival_order(&self) -> Vec<WaiterSlot> {
-        let mut ids: Vec<(WaiterId, WaiterSlot)> = self
-            .waiters
-            .iter()
-            .map(|(slot, waiter)| (waiter.id, slot as WaiterSlot))
-            .collect();
-        ids.sort_unstable();
-        ids.into_iter().map(|(_, slot)| slot).collect()
+        self.slots.values().copied().collect()
     }
 
     /// The earliest expiry instant.
