@@ -68,7 +68,13 @@ fn rss_bytes() -> u64 {
     status
         .lines()
         .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
         .map_or(0, |kb| kb * 1024)
 }
 
@@ -86,9 +92,13 @@ impl Scale {
         let principal = &self.names[self.next_principal % PRINCIPALS];
         self.next_principal += 1;
         self.next_budget += 1;
-        AdmissionRequest::new(principal.as_str(), "jev", format!("inv-{}", self.next_budget))
-            .with_estimate(Estimate::new().tokens(100))
-            .with_deadline(DEADLINE_MS)
+        AdmissionRequest::new(
+            principal.as_str(),
+            "jev",
+            format!("inv-{}", self.next_budget),
+        )
+        .with_estimate(Estimate::new().tokens(100))
+        .with_deadline(DEADLINE_MS)
     }
 
     fn build() -> Self {
@@ -150,7 +160,10 @@ impl Scale {
         let lease = self.leases.pop_front().expect("a lease is held");
         let start = Instant::now();
         self.controller.release(lease, Outcome::Success, self.now);
-        let resolution = self.controller.poll_resolution().expect("a waiter is admitted");
+        let resolution = self
+            .controller
+            .poll_resolution()
+            .expect("a waiter is admitted");
         let elapsed = start.elapsed();
         self.leases
             .push_back(resolution.outcome.expect("admitted").id);

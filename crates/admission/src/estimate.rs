@@ -253,7 +253,6 @@ mod tests {
         assert_eq!(std::mem::size_of::<PackedEstimate>(), 56);
     }
 
-
     #[test]
     fn json_spellings_of_non_numbers_are_invalid_not_parse_errors() {
         for (json, field) in [

@@ -165,7 +165,7 @@ mod tests {
         let a = table.find_or_insert((0, 1));
         let b = table.find_or_insert((0, 2));
         assert_eq!(table.find_or_insert((0, 1)), a, "a key keeps its slot");
-        table.get_mut(a).map(|lane| lane.active = 1);
+        table.get_mut(a).unwrap().active = 1;
         assert!(!table.remove_if_idle(a), "a busy lane stays");
         assert!(table.remove_if_idle(b));
         assert_eq!(table.find((0, 2)), None);

@@ -66,7 +66,9 @@ pub(crate) struct Waiter {
     pub(crate) last_reason: Option<Reason>,
     /// When that blocking condition can change, if known.
     pub(crate) last_wake: Option<Millis>,
-    /// Breaker transitions seen while this waiter was considered (rare: boxed when present).
+    /// Breaker transitions seen while this waiter was considered. Rare, so boxed when present:
+    /// a thin pointer (8 bytes) instead of an empty `Vec` (24) in every queued waiter.
+    #[allow(clippy::box_collection)]
     transitions: Option<Box<Vec<BreakerTransition>>>,
 }
 

@@ -193,7 +193,8 @@ fn raises_a_capacity(old: Option<&Limits>, new: Option<&Limits>) -> bool {
     let (Some(old), Some(new)) = (old, new) else {
         return false;
     };
-    let raised = |old: Option<u64>, new: Option<u64>| matches!((old, new), (Some(o), Some(n)) if n > o);
+    let raised =
+        |old: Option<u64>, new: Option<u64>| matches!((old, new), (Some(o), Some(n)) if n > o);
     raised(old.request_capacity(), new.request_capacity())
         || raised(old.token_capacity(), new.token_capacity())
 }

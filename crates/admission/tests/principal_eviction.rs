@@ -12,8 +12,7 @@
 
 use proptest::prelude::*;
 use turnstile_admission::{
-    Acquired, AdmissionRequest, Controller, Estimate, LeaseId, Limits, Outcome, Profile,
-    WaiterId,
+    Acquired, AdmissionRequest, Controller, Estimate, LeaseId, Limits, Outcome, Profile, WaiterId,
 };
 
 const PRINCIPALS: usize = 12;
@@ -213,7 +212,7 @@ impl Twins {
                     },
                     _ => Outcome::None,
                 };
-                self.both(|c| c.release(lease, outcome.clone(), now));
+                self.both(|c| c.release(lease, outcome, now));
             }
             Op::Cancel { pick } => {
                 if self.waiters.is_empty() {
@@ -333,7 +332,8 @@ fn principal_state_stays_bounded_over_many_distinct_principals() {
     let mut peak = 0;
     for (i, name) in names.iter().enumerate() {
         let now = i as u64; // one principal per millisecond
-        let lease = match controller.acquire(AdmissionRequest::new(name.as_str(), "jev", "b"), now) {
+        let lease = match controller.acquire(AdmissionRequest::new(name.as_str(), "jev", "b"), now)
+        {
             Acquired::Admitted(lease) => lease,
             other => panic!("admitted: {other:?}"),
         };

@@ -32,8 +32,8 @@ use crate::breaker::{BreakerGate, BreakerTransition};
 use crate::budget::ScopeKey;
 use crate::estimate::CheckedEstimate;
 use crate::lane::{LaneKey, LaneSlot};
-use crate::queue::{WaiterQueue, WaiterSlot};
 use crate::limits::Limits;
+use crate::queue::{WaiterQueue, WaiterSlot};
 use crate::reason::Reason;
 use crate::scope::TokenHolder;
 use crate::time::Millis;
@@ -210,9 +210,9 @@ impl Controller {
     pub(super) fn queue_full_hint(&self, now: Millis) -> Millis {
         let expiry = self.queue.next_expiry().map(|at| at.saturating_sub(now));
         let concurrency = u64::from(self.profile.workspace.concurrency.max(1));
-        let drain = self
-            .mean_hold_ms
-            .map(|mean| (mean.saturating_mul(u64::from(self.scopes.workspace.queued))).div_ceil(concurrency));
+        let drain = self.mean_hold_ms.map(|mean| {
+            (mean.saturating_mul(u64::from(self.scopes.workspace.queued))).div_ceil(concurrency)
+        });
         let hint = match (expiry, drain) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b).unwrap_or(1),
@@ -431,10 +431,7 @@ impl Controller {
             BreakerGate::ProbesBusy => return defer(Reason::CircuitOpen, None, Blocked::Provider),
         };
         // 6. Budgets and buckets: permanent conditions of every scope first, then deferrals.
-        let budget_id = self
-            .queue
-            .get(slot)
-            .map_or("", |w| &*w.budget_id);
+        let budget_id = self.queue.get(slot).map_or("", |w| &*w.budget_id);
         if let Some(reason) = self
             .never_fits(lane_key, budget_id, &estimate)
             .or_else(|| self.budgets.check_open(budget_id))
@@ -442,7 +439,8 @@ impl Controller {
             return Attempt::Reject(reason);
         }
         let tokens = estimate.tokens.unwrap_or(0);
-        let [principal_scope, workspace_scope, provider_scope] = self.scopes.of_lane_mut(lane_key, now);
+        let [principal_scope, workspace_scope, provider_scope] =
+            self.scopes.of_lane_mut(lane_key, now);
         for (scope, blocked) in [
             (principal_scope, Blocked::Principal),
             (workspace_scope, Blocked::Workspace),

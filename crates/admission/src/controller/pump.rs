@@ -360,7 +360,8 @@ impl Controller {
                         Blocked::Workspace => break,
                         Blocked::Provider => {
                             self.scopes.providers.mark_blocked(provider, pass);
-                            blocked_queued += u64::from(self.scopes.providers[provider].scope().queued);
+                            blocked_queued +=
+                                u64::from(self.scopes.providers[provider].scope().queued);
                         }
                         Blocked::Principal => {
                             self.scopes.principals.mark_blocked(principal, pass);
