@@ -165,6 +165,10 @@ def test_async_thin_methods(service: Service) -> None:
         assert (await client.pause_provider("pausable-async", 500))["pausedUntilEpochMs"] > 0
         assert (await client.profile_history(WORKSPACE))["records"][0]["profileVersion"] == "v1"
         assert isinstance((await client.breaker_history(WORKSPACE))["records"], list)
+        pauses = (await client.pause_history(WORKSPACE))["records"]
+        assert any(p["providerId"] == "pausable-async" and p["cause"] == "retry-after-call" for p in pauses)
+        own = await client.fairness(WORKSPACE)
+        assert own["totalGrants"] >= 1 and [p["principalId"] for p in own["principals"]] == ["py"]
         assert (await client.healthz())["status"] == "ok"
         with pytest.raises(BadRequest) as bad:
             await client.acquire("steady-async", budget(), {}, wait_ms=10**9)
@@ -173,6 +177,15 @@ def test_async_thin_methods(service: Service) -> None:
             await client.heartbeat("0" * 32)
 
     run(service, body)
+
+
+def test_async_admin_reads_a_revision(service: Service) -> None:
+    async def body(admin: AsyncClient) -> None:
+        revision = await admin.profile_revision(WORKSPACE, "v1")
+        assert revision["workspaceId"] == WORKSPACE and revision["digest"].startswith("sha256:")
+        assert (await admin.fairness(WORKSPACE))["bucketMs"] == 60000
+
+    run(service, body, key=service.admin_key)
 
 
 def test_async_wrong_key_is_a_typed_auth_error(service: Service) -> None:

@@ -20,7 +20,17 @@ from turnstile_client import (
     RetryAfter,
     Unavailable,
 )
-from turnstile_client._types import Evidence, KeyListing, LeaseBody, ReleaseResult, Snapshot
+from turnstile_client._types import (
+    Evidence,
+    FairnessView,
+    KeyListing,
+    LeaseBody,
+    PauseHistory,
+    ProfileHistory,
+    ProfileRevision,
+    ReleaseResult,
+    Snapshot,
+)
 
 
 def budget() -> str:
@@ -197,6 +207,44 @@ def test_admin_keys_and_profiles(admin: Client, service: Service) -> None:
     with pytest.raises(NotFound) as unknown:
         admin.revoke_key(WORKSPACE, created["keyId"])
     assert unknown.value.error == "unknown-key"
+
+
+def test_console_reads_pauses_fairness_and_a_revision(client: Client, admin: Client) -> None:
+    # A lease released with retry-after pauses its lane; the pause history says why.
+    with pytest.raises(ProviderRateLimited):
+        with client.admission("pausable-sync", budget(), {"tokens": 1, "cost_usd": 0.01}, wait_ms=6000):
+            raise ProviderRateLimited()
+    pauses = client.pause_history(WORKSPACE)
+    assert unknown_keys(pauses, PauseHistory) == []
+    last = pauses["records"][-1]
+    assert (last["providerId"], last["cause"], last["retryAfterMs"]) == ("pausable-sync", "release-outcome", 5000)
+    assert last["schema"] == "turnstile-provider-pause/v1"
+
+    # Fairness: the admin sees every principal; this principal key its own row only.
+    with client.admission("steady-sync", budget(), {"tokens": 1, "cost_usd": 0.01}, wait_ms=1000):
+        pass
+    everyone = admin.fairness(WORKSPACE)
+    assert unknown_keys(everyone, FairnessView) == []
+    assert everyone["totalGrants"] >= 1 and everyone["bucketMs"] == 60000
+    assert abs(sum(p["share"] for p in everyone["principals"]) - 1.0) < 1e-9
+    own = client.fairness(WORKSPACE)
+    assert [p["principalId"] for p in own["principals"]] == ["py"]
+    with pytest.raises(NotFound) as missing:
+        admin.fairness("no-such-workspace")
+    assert missing.value.error == "no-profile"
+
+    # A revision's limits (admin), and who registered each change.
+    revision = admin.profile_revision(WORKSPACE, "v1")
+    assert unknown_keys(revision, ProfileRevision) == []
+    assert revision["profileVersion"] == "v1" and "steady-sync" in revision["profile"]["providers"]
+    history = client.profile_history(WORKSPACE)
+    assert unknown_keys(history, ProfileHistory) == []
+    assert str(history["records"][0]["actorKeyId"]).startswith("key_")
+    with pytest.raises(Forbidden):
+        client.profile_revision(WORKSPACE, "v1")
+    with pytest.raises(NotFound) as unknown:
+        admin.profile_revision(WORKSPACE, "v404")
+    assert unknown.value.error == "unknown-revision"
 
 
 def test_a_wrong_key_is_a_typed_auth_error(service: Service) -> None:

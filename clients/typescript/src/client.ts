@@ -13,6 +13,7 @@ import type {
   AdmissionRequest,
   BreakerHistory,
   BudgetReleaseResult,
+  FairnessView,
   CreatedKey,
   CreateKeyRequest,
   Estimate,
@@ -23,10 +24,12 @@ import type {
   KeyRevocation,
   LeaseBody,
   Outcome,
+  PauseHistory,
   PauseResult,
   Profile,
   ProfileChangeRecord,
   ProfileHistory,
+  ProfileRevision,
   ProfileUnchanged,
   Reason,
   ReleaseRequest,
@@ -447,6 +450,22 @@ export class Client {
 
   async breakerHistory(workspaceId: string): Promise<BreakerHistory> {
     return this.#json<BreakerHistory>({ method: "GET", path: `/v1/workspaces/${seg(workspaceId)}/breakers` });
+  }
+
+  /** Retry-After pauses of the workspace's provider lanes with their cause (last 64). */
+  async pauseHistory(workspaceId: string): Promise<PauseHistory> {
+    return this.#json<PauseHistory>({ method: "GET", path: `/v1/workspaces/${seg(workspaceId)}/pauses` });
+  }
+
+  /** Grants, share and mean queue delay per principal over the last five minutes (a principal key gets its own row only). */
+  async fairness(workspaceId: string): Promise<FairnessView> {
+    return this.#json<FairnessView>({ method: "GET", path: `/v1/workspaces/${seg(workspaceId)}/fairness` });
+  }
+
+  /** A registered revision's limits (admin); sent back to `registerProfile`, it is a rollback. */
+  async profileRevision(workspaceId: string, profileVersion: string): Promise<ProfileRevision> {
+    const path = `/v1/workspaces/${seg(workspaceId)}/profiles/${seg(profileVersion)}`;
+    return this.#json<ProfileRevision>({ method: "GET", path });
   }
 
   // Administration (admin key).

@@ -46,6 +46,8 @@ export type BreakerState = (typeof BREAKER_STATES)[number];
 
 export const CHANGE_KINDS = ["initial", "change", "rollback"] as const;
 export type ChangeKind = (typeof CHANGE_KINDS)[number];
+export const PAUSE_CAUSES = ["retry-after-call", "release-outcome"] as const;
+export type PauseCause = (typeof PAUSE_CAUSES)[number];
 
 export const KEY_REVOCATION_SCHEMAS = ["turnstile-key-revocation/v1"] as const;
 
@@ -208,6 +210,8 @@ export interface ProfileChangeRecord {
   profileVersion: string;
   digest: string;
   atEpochMs: number;
+  /** The keyId of the admin key that made the change (null: first start, or an older record). */
+  actorKeyId: string | null;
 }
 
 export interface ProfileUnchanged {
@@ -221,6 +225,54 @@ export interface ProfileHistory {
 
 export interface BreakerHistory {
   records: BreakerTransition[];
+}
+
+/** `GET …/profiles/{profileVersion}` (admin): a revision's limits as first registered. */
+export interface ProfileRevision {
+  workspaceId: string;
+  profileVersion: string;
+  digest: string;
+  registeredAtEpochMs: number;
+  profile: Profile;
+}
+
+/** A Retry-After pause of a provider lane (`turnstile-provider-pause/v1`, audit log). */
+export interface PauseRecord {
+  schema: string;
+  providerId: string;
+  retryAfterMs: number;
+  untilEpochMs: number;
+  atEpochMs: number;
+  cause: PauseCause;
+}
+
+export interface PauseHistory {
+  records: PauseRecord[];
+}
+
+export interface PrincipalShare {
+  principalId: string;
+  grants: number;
+  share: number;
+  meanQueueDelayMs: number;
+}
+
+export interface MinuteGrants {
+  startEpochMs: number;
+  grants: number;
+  queueDelayMs: number;
+}
+
+/** `GET …/fairness`: grants per principal over the last five minutes (server-side window). */
+export interface FairnessView {
+  atEpochMs: number;
+  fromEpochMs: number;
+  bucketMs: number;
+  totalGrants: number;
+  meanQueueDelayMs: number;
+  unattributedGrants: number;
+  principals: PrincipalShare[];
+  minutes: MinuteGrants[];
 }
 
 export interface CreateKeyRequest {
@@ -345,10 +397,39 @@ export const SHAPES = {
     profileVersion: "scalar",
     digest: "scalar",
     atEpochMs: "scalar",
+    actorKeyId: "scalar",
   },
   ProfileUnchanged: { unchanged: "scalar", profileVersion: "scalar" },
   ProfileHistory: { records: "ProfileChangeRecord[]" },
   BreakerHistory: { records: "BreakerTransition[]" },
+  ProfileRevision: {
+    workspaceId: "scalar",
+    profileVersion: "scalar",
+    digest: "scalar",
+    registeredAtEpochMs: "scalar",
+    profile: "Profile",
+  },
+  PauseRecord: {
+    schema: "const",
+    providerId: "scalar",
+    retryAfterMs: "scalar",
+    untilEpochMs: "scalar",
+    atEpochMs: "scalar",
+    cause: "enum:PauseCause",
+  },
+  PauseHistory: { records: "PauseRecord[]" },
+  PrincipalShare: { principalId: "scalar", grants: "scalar", share: "scalar", meanQueueDelayMs: "scalar" },
+  MinuteGrants: { startEpochMs: "scalar", grants: "scalar", queueDelayMs: "scalar" },
+  FairnessView: {
+    atEpochMs: "scalar",
+    fromEpochMs: "scalar",
+    bucketMs: "scalar",
+    totalGrants: "scalar",
+    meanQueueDelayMs: "scalar",
+    unattributedGrants: "scalar",
+    principals: "PrincipalShare[]",
+    minutes: "MinuteGrants[]",
+  },
   CreateKeyRequest: { principalId: "scalar" },
   CreatedKey: { key: "scalar", keyId: "scalar", workspaceId: "scalar", principalId: "scalar" },
   KeyInfo: { keyId: "scalar", principalId: "scalar", createdAtEpochMs: "scalar" },
@@ -373,6 +454,7 @@ export const ENUMS: Record<string, readonly string[]> = {
   Decision: DECISIONS,
   BreakerState: BREAKER_STATES,
   ChangeKind: CHANGE_KINDS,
+  PauseCause: PAUSE_CAUSES,
   KeyRevocationSchema: KEY_REVOCATION_SCHEMAS,
 };
 
@@ -405,6 +487,21 @@ export const OPERATIONS: Record<string, OperationInfo> = {
     method: "breakerHistory",
     request: null,
     responses: { 200: "BreakerHistory", ...errorsRead },
+  },
+  "GET /v1/workspaces/{workspaceId}/pauses": {
+    method: "pauseHistory",
+    request: null,
+    responses: { 200: "PauseHistory", ...errorsRead },
+  },
+  "GET /v1/workspaces/{workspaceId}/fairness": {
+    method: "fairness",
+    request: null,
+    responses: { 200: "FairnessView", 404: "ErrorBody", ...errorsRead },
+  },
+  "GET /v1/workspaces/{workspaceId}/profiles/{profileVersion}": {
+    method: "profileRevision",
+    request: null,
+    responses: { 200: "ProfileRevision", 404: "ErrorBody", ...errorsRead },
   },
   "GET /v1/workspaces/{workspaceId}/snapshot": {
     method: "snapshot",
@@ -499,6 +596,12 @@ export type _ShapeChecks = [
   Assert<SameKeys<ProfileUnchanged, typeof SHAPES.ProfileUnchanged>>,
   Assert<SameKeys<ProfileHistory, typeof SHAPES.ProfileHistory>>,
   Assert<SameKeys<BreakerHistory, typeof SHAPES.BreakerHistory>>,
+  Assert<SameKeys<ProfileRevision, typeof SHAPES.ProfileRevision>>,
+  Assert<SameKeys<PauseRecord, typeof SHAPES.PauseRecord>>,
+  Assert<SameKeys<PauseHistory, typeof SHAPES.PauseHistory>>,
+  Assert<SameKeys<PrincipalShare, typeof SHAPES.PrincipalShare>>,
+  Assert<SameKeys<MinuteGrants, typeof SHAPES.MinuteGrants>>,
+  Assert<SameKeys<FairnessView, typeof SHAPES.FairnessView>>,
   Assert<SameKeys<CreateKeyRequest, typeof SHAPES.CreateKeyRequest>>,
   Assert<SameKeys<CreatedKey, typeof SHAPES.CreatedKey>>,
   Assert<SameKeys<KeyInfo, typeof SHAPES.KeyInfo>>,

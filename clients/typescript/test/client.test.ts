@@ -289,6 +289,42 @@ test("admin: profiles and keys", async () => {
   await assert.rejects(admin.revokeKey(WORKSPACE, created.keyId), (e: unknown) => e instanceof NotFoundError && e.error === "unknown-key");
 });
 
+test("console reads: pauses with their cause, fairness by key, a revision, who changed it", async () => {
+  await assert.rejects(
+    client.withAdmission({ providerId: "pausable", budgetId: budget(), estimate: small, waitMs: 6000 }, () => {
+      throw new ProviderRateLimited("429 from the provider");
+    }),
+    ProviderRateLimited,
+  );
+  const pauses = await client.pauseHistory(WORKSPACE);
+  assert.deepEqual(unknownKeys(pauses, "PauseHistory"), []);
+  const last = pauses.records[pauses.records.length - 1];
+  assert.deepEqual([last?.schema, last?.providerId, last?.cause, last?.retryAfterMs], [
+    "turnstile-provider-pause/v1",
+    "pausable",
+    "release-outcome",
+    5000,
+  ]);
+
+  await client.withAdmission({ providerId: "steady", budgetId: budget(), estimate: small, waitMs: 1000 }, () => 1);
+  const everyone = await admin.fairness(WORKSPACE);
+  assert.deepEqual(unknownKeys(everyone, "FairnessView"), []);
+  assert.ok(everyone.totalGrants >= 1);
+  assert.ok(Math.abs(everyone.principals.reduce((sum, p) => sum + p.share, 0) - 1) < 1e-9);
+  const own = await client.fairness(WORKSPACE);
+  assert.deepEqual(own.principals.map((p) => p.principalId), ["ts"]);
+  await assert.rejects(admin.fairness("no-such-workspace"), (e: unknown) => e instanceof NotFoundError && e.error === "no-profile");
+
+  const revision = await admin.profileRevision(WORKSPACE, "v1");
+  assert.deepEqual(unknownKeys(revision, "ProfileRevision"), []);
+  assert.equal(revision.profileVersion, "v1");
+  assert.ok("steady" in revision.profile.providers);
+  await assert.rejects(client.profileRevision(WORKSPACE, "v1"), ForbiddenError);
+  await assert.rejects(admin.profileRevision(WORKSPACE, "v404"), (e: unknown) => e instanceof NotFoundError && e.error === "unknown-revision");
+  const [first] = (await client.profileHistory(WORKSPACE)).records;
+  assert.match(String(first?.actorKeyId), /^key_[0-9a-f]{16}$/);
+});
+
 test("a wrong key is a typed auth error", async () => {
   const wrong = new Client({ baseUrl: service.baseUrl, key: `tsk_${"0".repeat(64)}` });
   await assert.rejects(

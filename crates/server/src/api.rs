@@ -4,6 +4,7 @@
 pub mod admissions;
 pub mod coordination;
 pub mod events;
+pub mod fairness;
 pub mod keys;
 pub mod leases;
 pub mod ops;

@@ -127,6 +127,9 @@ pub async fn gate(State(state): State<AppState>, mut request: Request, next: Nex
             .into_response();
     };
     request.extensions_mut().insert(caller);
+    request
+        .extensions_mut()
+        .insert(crate::actor::ActingKey::of_hash(&hash));
     next.run(request).await
 }
 
@@ -149,6 +152,9 @@ pub enum Operation {
     ReadProfileRevision,
     /// `GET …/events`: the live feed (admin: every workspace, with per-principal fairness).
     WatchEvents,
+    /// `GET …/fairness`: the fairness window (admin: every principal; a principal key: the
+    /// totals and its own row).
+    ReadFairness,
 }
 
 /// Who a key stands for, as far as permissions go.
@@ -174,7 +180,7 @@ pub enum Access {
 }
 
 impl Operation {
-    pub const ALL: [Operation; 14] = [
+    pub const ALL: [Operation; 15] = [
         Operation::RegisterProfile,
         Operation::ReadProfiles,
         Operation::ReadBreakers,
@@ -189,6 +195,7 @@ impl Operation {
         Operation::PauseProvider,
         Operation::ReadProfileRevision,
         Operation::WatchEvents,
+        Operation::ReadFairness,
     ];
 }
 
@@ -217,12 +224,22 @@ pub const fn access(role: Role, operation: Operation) -> Access {
             | Op::ReadProfileRevision,
             _,
         ) => Denied,
-        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot | Op::WatchEvents, Role::Admin) => {
-            Any
-        }
-        (Op::ReadProfiles | Op::ReadBreakers | Op::ReadSnapshot | Op::WatchEvents, _) => {
-            OwnWorkspace
-        }
+        (
+            Op::ReadProfiles
+            | Op::ReadBreakers
+            | Op::ReadSnapshot
+            | Op::WatchEvents
+            | Op::ReadFairness,
+            Role::Admin,
+        ) => Any,
+        (
+            Op::ReadProfiles
+            | Op::ReadBreakers
+            | Op::ReadSnapshot
+            | Op::WatchEvents
+            | Op::ReadFairness,
+            _,
+        ) => OwnWorkspace,
         (Op::Acquire | Op::ReleaseBudget | Op::PauseProvider, Role::Principal) => OwnWorkspace,
         (Op::ReleaseLease | Op::HeartbeatLease, Role::Principal) => OwnLeases,
         // A principal the profile stopped naming may still give back what it holds (its

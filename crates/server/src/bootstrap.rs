@@ -94,6 +94,8 @@ pub fn first_start(
                 kind: AuditKind::ProfileChange,
                 record_json: json,
                 at_epoch_ms: r.at_epoch_ms,
+                // The service itself, at first start: no key acted.
+                actor_key_id: None,
             })
         });
         store.append_profile(

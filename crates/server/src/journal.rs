@@ -4,7 +4,8 @@
 //! in send order, so the durable order of registrations and transitions is the registry's. A
 //! registration is acknowledged to its client only after its transaction committed (the
 //! completion runs on the store thread). Breaker transitions are written under the workspace
-//! the core tagged them with.
+//! the core tagged them with; so are Retry-After pauses (`turnstile-provider-pause/v1`: the
+//! console's pause history, which survives a restart; the pause itself does not).
 //!
 //! Lease events (grants, releases, budget releases) do not go to the store thread: one driver
 //! batch is one append to the [`LeaseLog`], written from the driver task itself (a `write(2)`
@@ -16,7 +17,7 @@ use std::sync::Arc;
 
 use turnstile_admission::BreakerTransition;
 use turnstile_shell::journal::Done;
-use turnstile_shell::{HeldLease, Journal, LeaseEvent, Registration};
+use turnstile_shell::{HeldLease, Journal, LeaseEvent, Pause, Registration, PAUSE_RECORD_SCHEMA};
 use turnstile_store::service::{
     AuditKind, AuditRecord, LeaseChange, LeaseLog, StoredLease, StoredProfile,
 };
@@ -52,6 +53,7 @@ impl Journal for StoreJournal {
                 kind: AuditKind::ProfileChange,
                 record_json: json,
                 at_epoch_ms: record.at_epoch_ms,
+                actor_key_id: registration.actor.clone(),
             })
         });
         let profile = StoredProfile {
@@ -80,10 +82,20 @@ impl Journal for StoreJournal {
                     kind: AuditKind::BreakerTransition,
                     record_json: json,
                     at_epoch_ms: t.at_epoch_ms,
+                    actor_key_id: None,
                 })
             })
             .collect();
         if !self.store.send(StoreOp::AppendAudit(records)) {
+            self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn provider_paused(&mut self, workspace: &str, pause: &Pause) {
+        let Some(record) = pause_record(workspace, pause) else {
+            return;
+        };
+        if !self.store.send(StoreOp::AppendAudit(vec![record])) {
             self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -93,6 +105,21 @@ impl Journal for StoreJournal {
         self.changes.extend(events.into_iter().map(lease_change));
         self.leases.append(&self.changes, done);
     }
+}
+
+/// The audit record of a pause: the feed's pause with its schema (`turnstile-provider-pause/v1`).
+pub fn pause_record(workspace: &str, pause: &Pause) -> Option<AuditRecord> {
+    let mut value = serde_json::to_value(pause).ok()?;
+    value
+        .as_object_mut()?
+        .insert("schema".into(), PAUSE_RECORD_SCHEMA.into());
+    Some(AuditRecord {
+        workspace_id: workspace.to_owned(),
+        kind: AuditKind::ProviderPause,
+        record_json: value.to_string(),
+        at_epoch_ms: pause.at_epoch_ms,
+        actor_key_id: None,
+    })
 }
 
 /// The stored form of a grant (what the store needs to put it back after a restart).

@@ -27,6 +27,7 @@
 //!   client that asked for it is gone.
 #![forbid(unsafe_code)]
 
+pub mod actor;
 pub mod api;
 pub mod auth;
 pub mod body;

@@ -13,7 +13,7 @@ use crate::auth::{gate, ReservedSlice};
 use crate::keys::Caller;
 
 use crate::api::{
-    admissions, coordination, events, keys, leases, ops, profiles, revisions, AppState,
+    admissions, coordination, events, fairness, keys, leases, ops, profiles, revisions, AppState,
 };
 use crate::ui;
 
@@ -30,6 +30,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/workspaces/{workspaceId}/profiles"),
     ("get", "/v1/workspaces/{workspaceId}/events"),
     ("get", "/v1/workspaces/{workspaceId}/breakers"),
+    ("get", "/v1/workspaces/{workspaceId}/pauses"),
+    ("get", "/v1/workspaces/{workspaceId}/fairness"),
     ("get", "/v1/workspaces/{workspaceId}/snapshot"),
     ("post", "/v1/workspaces/{workspaceId}/keys"),
     ("get", "/v1/workspaces/{workspaceId}/keys"),
@@ -64,6 +66,14 @@ pub fn router(state: AppState, reserved: bool) -> Router {
         .route(
             "/v1/workspaces/{workspaceId}/breakers",
             get(profiles::breaker_history),
+        )
+        .route(
+            "/v1/workspaces/{workspaceId}/pauses",
+            get(profiles::pause_history),
+        )
+        .route(
+            "/v1/workspaces/{workspaceId}/fairness",
+            get(fairness::fairness),
         )
         .route(
             "/v1/workspaces/{workspaceId}/snapshot",

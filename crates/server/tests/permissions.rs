@@ -38,6 +38,7 @@ fn call(server: &TestServer, key: &str, operation: Operation) -> RequestBuilder 
         Operation::ReadProfileRevision => c.get(url("/v1/workspaces/t/profiles/v1")),
         // One event, so the stream ends and the body can be read.
         Operation::WatchEvents => c.get(url("/v1/workspaces/t/events?maxEvents=1")),
+        Operation::ReadFairness => c.get(url("/v1/workspaces/t/fairness")),
     };
     builder.bearer_auth(key)
 }
@@ -87,6 +88,7 @@ fn every_call_answers_as_the_role_table_says() {
         Operation::ReadBreakers,
         Operation::ReadSnapshot,
         Operation::WatchEvents,
+        Operation::ReadFairness,
     ] {
         assert_eq!(access(Role::Principal, operation), Access::OwnWorkspace);
         let status = call(&server, &outsider, operation).send().unwrap().status();

@@ -12,7 +12,7 @@
   let lanes = [];
   let lastAt = 0; // server clock of the last update
   let clockSkew = 0; // server - local, ms
-  const seconds = new Map(); // epoch second -> {admitted, refused: {reason: n}, principals: {id: [grants, delay]}}
+  const seconds = new Map(); // epoch second -> {admitted, refused: {reason: n}}
   const pauses = []; // pauses seen by this session
   const liveTransitions = [];
   let current = null; // current profile revision
@@ -98,7 +98,7 @@
     if (name === "profiles") loadProfiles().catch(fail);
     if (name === "breakers") loadBreakers().catch(fail);
     if (name === "keys") loadKeys().catch(fail);
-    if (name === "fairness") renderFairness();
+    if (name === "fairness") loadFairness().catch(fail);
   }
 
   function fail(e) {
@@ -162,26 +162,22 @@
       if (d.reason === "admitted") bucket.admitted += d.count;
       else bucket.refused[d.reason] = (bucket.refused[d.reason] || 0) + d.count;
     }
-    for (const p of update.principals || []) {
-      const cur = bucket.principals[p.principalId] || [0, 0];
-      bucket.principals[p.principalId] = [cur[0] + p.grants, cur[1] + p.queueDelayMs];
-    }
     for (const p of update.pauses || []) pauses.push(p);
     for (const t of update.transitions || []) liveTransitions.push(t);
     if (pauses.length > 200) pauses.splice(0, pauses.length - 200);
     if (liveTransitions.length > 200) liveTransitions.splice(0, liveTransitions.length - 200);
-    if ((update.transitions || []).length && document.body.dataset.view === "breakers") loadBreakers().catch(fail);
+    if (((update.transitions || []).length || (update.pauses || []).length) && document.body.dataset.view === "breakers") loadBreakers().catch(fail);
     if (update.profileChange && document.body.dataset.view === "profiles") loadProfiles().catch(fail);
     renderLanes();
     renderCharts();
-    if (document.body.dataset.view === "fairness") renderFairness();
+    if (document.body.dataset.view === "fairness" && Date.now() - fairnessAt >= 1000) loadFairness().catch(fail);
     document.body.dataset.updatedAt = String(update.atEpochMs);
   }
 
   function secondBucket(sec) {
     let b = seconds.get(sec);
     if (!b) {
-      b = { admitted: 0, refused: {}, principals: {} };
+      b = { admitted: 0, refused: {} };
       seconds.set(sec, b);
       for (const k of seconds.keys()) if (k < sec - WINDOW_S) seconds.delete(k);
     }
@@ -293,38 +289,38 @@
     }));
   }
 
-  function renderFairness() {
-    const totals = new Map();
-    for (const b of windowSeconds()) {
-      if (!b) continue;
-      for (const [id, [g, d]] of Object.entries(b.principals)) {
-        const cur = totals.get(id) || [0, 0];
-        totals.set(id, [cur[0] + g, cur[1] + d]);
-      }
-    }
-    const all = [...totals.values()].reduce((a, [g]) => a + g, 0);
-    const sorted = [...totals.entries()].sort((a, b) => b[1][0] - a[1][0]);
+  // The server keeps the window (GET …/fairness: per-minute buckets); the tab only draws it.
+  let fairnessAt = 0;
+  async function loadFairness() {
+    fairnessAt = Date.now();
+    const view = await api("GET", wsPath("/fairness"));
+    const all = view.totalGrants;
     const body = $("fairness").tBodies[0];
-    body.replaceChildren(...sorted.map(([id, [g, d]]) => {
+    body.replaceChildren(...view.principals.map((p) => {
       const tr = document.createElement("tr");
-      tr.dataset.principal = id;
+      tr.dataset.principal = p.principalId;
       const th = document.createElement("th");
       th.scope = "row";
-      th.textContent = id;
+      th.textContent = p.principalId;
       tr.appendChild(th);
-      cell(tr, String(g), "grants", "num");
-      cell(tr, all ? `${((100 * g) / all).toFixed(1)} %` : "–", "share", "num");
-      cell(tr, g ? ms(Math.round(d / g)) : "–", "mean-delay", "num");
+      cell(tr, String(p.grants), "grants", "num");
+      cell(tr, `${(100 * p.share).toFixed(1)} %`, "share", "num");
+      cell(tr, ms(Math.round(p.meanQueueDelayMs)), "mean-delay", "num");
       return tr;
     }));
-    if (!sorted.length) {
+    if (!view.principals.length) {
       const tr = document.createElement("tr");
-      const td = cell(tr, "No grants seen in this session yet.");
+      const td = cell(tr, "No grants in the last 5 minutes.");
       td.colSpan = 4;
       body.appendChild(tr);
     }
     labelCells($("fairness"));
-    window.TurnstileCharts.bars($("chart-fairness"), sorted.map(([id, [g]]) => ({ label: id, value: g, text: all ? `${((100 * g) / all).toFixed(1)} %` : "" })));
+    const from = new Date(view.fromEpochMs).toLocaleTimeString();
+    const extra = view.unattributedGrants ? `, ${view.unattributedGrants} not attributed` : "";
+    $("fairness-summary").textContent = `${all} grant${all === 1 ? "" : "s"} since ${from}, mean queue delay ${ms(Math.round(view.meanQueueDelayMs))}${extra}.`;
+    $("fairness").dataset.total = String(all);
+    window.TurnstileCharts.bars($("chart-fairness"), view.principals.map((p) => ({ label: p.principalId, value: p.grants, text: `${(100 * p.share).toFixed(1)} %` })));
+    window.TurnstileCharts.bars($("chart-fairness-minutes"), view.minutes.map((m) => ({ label: new Date(m.startEpochMs).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }), value: m.grants, text: String(m.grants) })));
   }
 
   // ---- profiles -----------------------------------------------------------------------
@@ -344,6 +340,9 @@
       cell(tr, r.kind, "kind");
       cell(tr, r.profileVersion, "revision");
       cell(tr, r.previousProfileVersion || "–");
+      // The admin key that made the change (null: the first start, or an older record).
+      const by = cell(tr, r.actorKeyId || "–", "actor", "digest");
+      if (!r.actorKeyId) by.title = "no key: registered at first start, or before the audit log kept actors";
       cell(tr, r.digest.slice(0, 19) + "…", "digest", "digest");
       const td = cell(tr, "");
       td.hidden = !session.admin;
@@ -434,8 +433,16 @@
     return "";
   }
 
+  const PAUSE_CAUSE = {
+    "retry-after-call": "a principal relayed the provider's Retry-After",
+    "release-outcome": "a call ended with Retry-After",
+  };
+
   async function loadBreakers() {
-    const { records } = await api("GET", wsPath("/breakers"));
+    const [{ records }, { records: pauseRecords }] = await Promise.all([
+      api("GET", wsPath("/breakers")),
+      api("GET", wsPath("/pauses")),
+    ]);
     const rows = [];
     const seen = new Set();
     for (const t of [...records, ...liveTransitions]) {
@@ -444,11 +451,13 @@
       seen.add(key);
       rows.push({ at: t.atEpochMs, provider: t.providerId, change: `${t.from} → ${t.to}`, reason: transitionReason(t), kind: "breaker", to: t.to });
     }
-    for (const p of pauses) rows.push({ at: p.atEpochMs, provider: p.providerId, change: "paused", reason: `Retry-After ${ms(p.retryAfterMs)} (until ${new Date(p.untilEpochMs).toLocaleTimeString()})`, kind: "pause" });
-    // Pauses in force that began before this tab subscribed (pauses are not journaled).
-    for (const l of lanes) {
-      if (l.pausedUntil == null || pauses.some((p) => p.providerId === l.providerId && p.untilEpochMs === l.pausedUntil)) continue;
-      rows.push({ at: lastAt, provider: l.providerId, change: "paused", reason: `in force until ${new Date(l.pausedUntil).toLocaleTimeString()} (began before this session)`, kind: "pause" });
+    // Pauses are journaled (GET …/pauses); the feed adds those newer than the last read.
+    for (const p of [...pauseRecords, ...pauses]) {
+      const key = `pause|${p.providerId}|${p.atEpochMs}|${p.untilEpochMs}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      const cause = PAUSE_CAUSE[p.cause] || p.cause;
+      rows.push({ at: p.atEpochMs, provider: p.providerId, change: "paused", reason: `Retry-After ${ms(p.retryAfterMs)}: ${cause} (until ${new Date(p.untilEpochMs).toLocaleTimeString()})`, kind: "pause" });
     }
     rows.sort((a, b) => b.at - a.at);
     const body = $("transitions").tBodies[0];

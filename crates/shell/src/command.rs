@@ -13,6 +13,7 @@ use turnstile_admission::{
 };
 
 use crate::error::DriverError;
+use crate::fairness::FairnessView;
 use crate::grant::Grant;
 use crate::lease_table::LeaseToken;
 use crate::telemetry::AdmitSpan;
@@ -85,6 +86,9 @@ pub enum Command {
         version: String,
         profile: Profile,
         profile_json: String,
+        /// Who registers it (the host's name for the acting credential, such as an admin key
+        /// ID), journaled with the registration; never a principal or workspace ID.
+        actor: Option<String>,
         reply: oneshot::Sender<Result<Option<ProfileChangeRecord>, DriverError>>,
     },
     ReleaseBudget {
@@ -115,6 +119,12 @@ pub enum Command {
     Lanes {
         workspace: String,
         reply: oneshot::Sender<Option<(Millis, Vec<LaneView>)>>,
+    },
+    /// The workspace's fairness window (grants and queue delay per principal over the last
+    /// minutes, `crate::fairness`); `None` without a profile.
+    Fairness {
+        workspace: String,
+        reply: oneshot::Sender<Option<FairnessView>>,
     },
     /// The driver's clock reading and the instant its one timer is armed for.
     Timer {

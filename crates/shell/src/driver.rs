@@ -61,12 +61,14 @@ use crate::command::{
     Acquire, AcquireCommand, AcquireReply, Command, Standing, Wait, WorkspaceSnapshot,
 };
 use crate::error::DriverError;
-use crate::feed::{Feed, Pause, Tally};
+use crate::fairness::FairnessWindows;
+use crate::feed::{Feed, Tally};
 use crate::grant::Grant;
 use crate::handle::DriverHandle;
 use crate::journal::{HeldLease, Journal, LeaseEvent, Registration};
 use crate::lease_metrics::LeaseMetrics;
 use crate::lease_table::{LeaseEntry, LeaseTable, LeaseToken};
+use crate::pause::{Pause, PauseCause};
 use crate::telemetry::AdmitSpan;
 
 /// Commands taken per wake-up before the timer is re-armed.
@@ -141,6 +143,8 @@ pub struct Driver {
     /// The console's event feed, when a host asked for one ([`Driver::with_feed`]).
     feed: Option<Feed>,
     tally: Tally,
+    /// Grants per principal over the last minutes, always kept (`crate::fairness`).
+    fairness: FairnessWindows,
 }
 
 impl Driver {
@@ -176,6 +180,7 @@ impl Driver {
             stopped: false,
             feed: None,
             tally: Tally::default(),
+            fairness: FairnessWindows::default(),
         };
         (driver, handle)
     }
@@ -338,8 +343,12 @@ impl Driver {
                 version,
                 profile,
                 profile_json,
+                actor,
                 reply,
-            } => self.register(workspace, version, profile, profile_json, reply, now),
+            } => {
+                let revision = (workspace, version, profile, profile_json);
+                self.register(revision, actor, reply, now)
+            }
             Command::ReleaseBudget {
                 workspace,
                 budget,
@@ -369,6 +378,7 @@ impl Driver {
                 retry_after_ms,
                 reply,
             } => {
+                let before = self.pause_end(&workspace, &provider, now);
                 let result = self
                     .registry
                     .coordinate_retry_after(&workspace, &provider, retry_after_ms, now)
@@ -379,8 +389,9 @@ impl Driver {
                         retry_after_ms,
                         until_epoch_ms: until,
                         at_epoch_ms: now,
+                        cause: PauseCause::RetryAfterCall,
                     };
-                    self.tally.pause(&workspace, pause, now);
+                    self.paused(&workspace, pause, before, now);
                 }
                 self.deliver(&workspace, now);
                 let _ = reply.send(result);
@@ -416,6 +427,14 @@ impl Driver {
                         .lane_views(&workspace, now)
                         .map(|lanes| (now, lanes)),
                 );
+            }
+            Command::Fairness { workspace, reply } => {
+                self.fairness.forget_idle(now);
+                let view = self
+                    .registry
+                    .profile(&workspace)
+                    .map(|_| self.fairness.view(&workspace, now));
+                let _ = reply.send(view);
             }
             Command::Timer { reply } => {
                 let _ = reply.send((now, self.next_wake()));
@@ -505,6 +524,7 @@ impl Driver {
             }
             Ok(Acquired::Admitted(lease)) => {
                 let delay = lease.evidence.queue_delay_ms;
+                self.fairness.grant(&workspace, &principal, delay, now);
                 self.tally.decision(
                     &workspace,
                     &provider,
@@ -671,17 +691,77 @@ impl Driver {
             .ok_or(DriverError::UnknownLease)?;
         self.metrics.leases_released.fetch_add(1, Ordering::Relaxed);
         self.journal_lease(|| LeaseEvent::Released { token, usage });
+        let paused_provider = match outcome {
+            Outcome::RetryAfter { retry_after_ms } => self
+                .registry
+                .lease_charge(workspace, entry.lease)
+                .map(|charge| {
+                    let before = self.pause_end(workspace, &charge.provider_id, now);
+                    (charge.provider_id, retry_after_ms, before)
+                }),
+            _ => None,
+        };
         let released = self
             .registry
             .release_with_usage(workspace, entry.lease, outcome, usage, now)
             .ok()
             .flatten();
+        if let Some((provider_id, retry_after_ms, before)) = paused_provider {
+            self.release_paused(workspace, provider_id, retry_after_ms, before, now);
+        }
         let transitions = released.map(|r| r.breaker_transitions).unwrap_or_default();
         if let Some(span) = entry.span {
             span.released(&transitions);
         }
         self.deliver(workspace, now);
         Ok(transitions)
+    }
+
+    /// When the pause of a provider lane ends, if one is in force at `now`.
+    fn pause_end(&self, workspace: &str, provider_id: &str, now: Millis) -> Option<Millis> {
+        self.registry
+            .lane_views(workspace, now)?
+            .into_iter()
+            .find(|lane| lane.provider_id == provider_id)?
+            .paused_until
+            .filter(|&until| until > now)
+    }
+
+    /// Reports a pause the core applied to the feed, and to the journal when it starts a pause
+    /// or moves the end of the one in force (`before`) by at least
+    /// [`JOURNAL_EXTENSION_MS`](crate::pause::JOURNAL_EXTENSION_MS).
+    fn paused(&mut self, workspace: &str, pause: Pause, before: Option<Millis>, now: Millis) {
+        let journaled = before.is_none_or(|end| {
+            pause.until_epoch_ms >= end.saturating_add(crate::pause::JOURNAL_EXTENSION_MS)
+        });
+        if journaled {
+            self.journal.provider_paused(workspace, &pause);
+        }
+        self.tally.pause(workspace, pause, now);
+    }
+
+    /// A lease released with outcome `retry-after` paused its provider lane: reports the pause
+    /// with the instant the lane's pause now ends (the core keeps the later of the two).
+    fn release_paused(
+        &mut self,
+        workspace: &str,
+        provider_id: String,
+        retry_after_ms: Millis,
+        before: Option<Millis>,
+        now: Millis,
+    ) {
+        // No pause in the lane view: the core applied none (a zero Retry-After).
+        let Some(until) = self.pause_end(workspace, &provider_id, now) else {
+            return;
+        };
+        let pause = Pause {
+            provider_id,
+            retry_after_ms,
+            until_epoch_ms: until,
+            at_epoch_ms: now,
+            cause: PauseCause::ReleaseOutcome,
+        };
+        self.paused(workspace, pause, before, now);
     }
 
     fn heartbeat(
@@ -702,10 +782,8 @@ impl Driver {
 
     fn register(
         &mut self,
-        workspace: String,
-        version: String,
-        profile: Profile,
-        profile_json: String,
+        (workspace, version, profile, profile_json): (String, String, Profile, String),
+        actor: Option<String>,
         reply: oneshot::Sender<Result<Option<ProfileChangeRecord>, DriverError>>,
         now: Millis,
     ) {
@@ -724,6 +802,7 @@ impl Driver {
                     profile_json,
                     change,
                     at: now,
+                    actor,
                 };
                 self.journal.profile_registered(
                     registration,
@@ -844,6 +923,10 @@ impl Driver {
                     Ok(lease) => (Reason::Admitted, lease.evidence.queue_delay_ms),
                     Err(rejection) => (rejection.reason, 0),
                 };
+                if reason == Reason::Admitted {
+                    self.fairness
+                        .grant(workspace, &pending.principal, delay, now);
+                }
                 self.tally.decision(
                     workspace,
                     &pending.provider,

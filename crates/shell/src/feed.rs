@@ -27,6 +27,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::broadcast;
+
+pub use crate::pause::Pause;
 use turnstile_admission::{
     BreakerTransition, LaneView, Millis, ProfileChangeRecord, Reason, Registry,
 };
@@ -56,16 +58,6 @@ pub struct PrincipalTally {
     pub principal_id: String,
     pub grants: u64,
     pub queue_delay_ms: u64,
-}
-
-/// A Retry-After pause of a provider lane.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Pause {
-    pub provider_id: String,
-    pub retry_after_ms: Millis,
-    pub until_epoch_ms: Millis,
-    pub at_epoch_ms: Millis,
 }
 
 /// What changed in one workspace between two flushes, and its lanes at the second.

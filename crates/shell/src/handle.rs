@@ -137,6 +137,7 @@ impl DriverHandle {
             version: version.to_owned(),
             profile,
             profile_json,
+            actor: None,
             reply,
         })
         .await?

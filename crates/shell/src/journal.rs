@@ -21,7 +21,8 @@
 //! any expiry a heartbeat promised before the crash.
 //!
 //! Invariants: every transition reaches [`Journal::breaker_transitions`] exactly once, under the
-//! workspace whose controller made it; when [`Journal::keeps_leases`], every lease the driver
+//! workspace whose controller made it; every Retry-After pause the core applied reaches
+//! [`Journal::provider_paused`] once, right after the command that caused it; when [`Journal::keeps_leases`], every lease the driver
 //! grants reaches [`Journal::lease_events`] as `Granted` before its holder learns its token, and
 //! as `Released` exactly once when it leaves the lease table (release, reclaim, expiry).
 
@@ -32,6 +33,7 @@ use turnstile_admission::{
 };
 
 use crate::lease_table::LeaseToken;
+use crate::pause::Pause;
 
 /// A profile revision the registry accepted.
 #[derive(Debug, Clone)]
@@ -43,6 +45,8 @@ pub struct Registration {
     /// The profile-change record, when the current revision changed.
     pub change: Option<ProfileChangeRecord>,
     pub at: Millis,
+    /// Who registered it, as the host named the acting credential (`Command::Register`).
+    pub actor: Option<String>,
 }
 
 /// Called once a registration is durable (`Ok`) or could not be made durable (`Err`).
@@ -85,6 +89,9 @@ pub trait Journal: Send + 'static {
     fn profile_registered(&mut self, registration: Registration, done: Done);
     /// Records breaker transitions of one workspace, oldest first.
     fn breaker_transitions(&mut self, workspace: &str, transitions: &[BreakerTransition]);
+    /// Records a Retry-After pause of one of the workspace's provider lanes (history only: a
+    /// restart does not pause the lane again). Journals that keep no history ignore it.
+    fn provider_paused(&mut self, _workspace: &str, _pause: &Pause) {}
     /// Whether this journal keeps leases; when `false` the driver builds no lease events and
     /// holds back no reply.
     fn keeps_leases(&self) -> bool {

@@ -18,12 +18,14 @@ pub mod clock;
 pub mod command;
 pub mod driver;
 pub mod error;
+pub mod fairness;
 pub mod feed;
 pub mod grant;
 pub mod handle;
 pub mod journal;
 pub mod lease_metrics;
 pub mod lease_table;
+pub mod pause;
 pub mod telemetry;
 
 pub use clock::Clock;
@@ -32,10 +34,12 @@ pub use command::{
 };
 pub use driver::{Driver, DriverConfig, ReinstateFailure};
 pub use error::DriverError;
+pub use fairness::{FairnessView, FairnessWindows, MinuteGrants, PrincipalShare};
 pub use feed::{DecisionCount, Feed, FeedEvent, Pause, PrincipalTally};
 pub use grant::Grant;
 pub use handle::{CancelGuard, DriverHandle};
 pub use journal::{HeldLease, Journal, LeaseEvent, NoJournal, Registration};
 pub use lease_metrics::LeaseMetrics;
 pub use lease_table::{LeaseToken, RandomError};
+pub use pause::{PauseCause, PAUSE_RECORD_SCHEMA};
 pub use telemetry::{AdmitSpan, LogLevel, LogRecord, LogSink, Telemetry};

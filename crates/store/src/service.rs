@@ -1,5 +1,6 @@
 //! Durable state of the admission service (`turnstile serve`): API keys, registered profiles and
-//! the audit log (profile-change records and breaker transitions).
+//! the audit log (profile-change records, breaker transitions, provider pauses, key
+//! revocations).
 //!
 //! Invariants every implementation of [`ServiceStore`] upholds:
 //!
@@ -10,7 +11,9 @@
 //!   current profiles, revisions and rollback history exactly.
 //! - **A registration and its profile-change record commit together** (one transaction), so
 //!   the audit log never misses a change that the profiles table holds, nor the reverse.
-//! - **The audit log is append-only** and read back per workspace and kind, oldest first.
+//! - **The audit log is append-only** and read back per workspace and kind, oldest first. A
+//!   record keeps who made the change ([`AuditRecord::actor_key_id`], an admin key's key ID)
+//!   exactly as written; records from before actors were kept read back with none.
 //! - **Held leases and budget spend follow their changes exactly** ([`LeaseChange`], rules in
 //!   `leases.rs`); they live in the [`LeaseLog`], an append-only file beside the database, not
 //!   in it (`lease_log/mod.rs` says why).

@@ -15,6 +15,7 @@ from ._errors import LeaseLost, TurnstileError
 from ._types import (
     BreakerHistory,
     BudgetReleaseResult,
+    FairnessView,
     CreatedKey,
     CreateKeyRequest,
     Estimate,
@@ -23,10 +24,12 @@ from ._types import (
     KeyListing,
     KeyRevocation,
     Outcome,
+    PauseHistory,
     PauseResult,
     Profile,
     ProfileChangeRecord,
     ProfileHistory,
+    ProfileRevision,
     ProfileUnchanged,
     ReleaseResult,
     RetryAfterRequest,
@@ -277,6 +280,22 @@ class AsyncClient:
     async def breaker_history(self, workspace_id: str) -> BreakerHistory:
         call = Call("GET", f"/v1/workspaces/{segment(workspace_id)}/breakers")
         return cast(BreakerHistory, await self._json(call))
+
+    async def pause_history(self, workspace_id: str) -> PauseHistory:
+        """Retry-After pauses of the workspace's provider lanes with their cause (last 64)."""
+        call = Call("GET", f"/v1/workspaces/{segment(workspace_id)}/pauses")
+        return cast(PauseHistory, await self._json(call))
+
+    async def fairness(self, workspace_id: str) -> FairnessView:
+        """Grants, share and mean queue delay per principal over the last five minutes (a
+        principal key gets its own row only)."""
+        call = Call("GET", f"/v1/workspaces/{segment(workspace_id)}/fairness")
+        return cast(FairnessView, await self._json(call))
+
+    async def profile_revision(self, workspace_id: str, profile_version: str) -> ProfileRevision:
+        """A registered revision's limits (admin); sent back to `register_profile`, a rollback."""
+        path = f"/v1/workspaces/{segment(workspace_id)}/profiles/{segment(profile_version)}"
+        return cast(ProfileRevision, await self._json(Call("GET", path)))
 
     async def register_profile(
         self, workspace_id: str, profile_version: str, profile: Profile | Mapping[str, Any]

@@ -14,6 +14,7 @@ from ._errors import LeaseLost, TurnstileError
 from ._types import (
     BreakerHistory,
     BudgetReleaseResult,
+    FairnessView,
     CreatedKey,
     CreateKeyRequest,
     Estimate,
@@ -22,10 +23,12 @@ from ._types import (
     KeyListing,
     KeyRevocation,
     Outcome,
+    PauseHistory,
     PauseResult,
     Profile,
     ProfileChangeRecord,
     ProfileHistory,
+    ProfileRevision,
     ProfileUnchanged,
     ReleaseResult,
     RetryAfterRequest,
@@ -275,6 +278,22 @@ class Client:
 
     def breaker_history(self, workspace_id: str) -> BreakerHistory:
         return cast(BreakerHistory, self._json(Call("GET", f"/v1/workspaces/{segment(workspace_id)}/breakers")))
+
+    def pause_history(self, workspace_id: str) -> PauseHistory:
+        """Retry-After pauses of the workspace's provider lanes with their cause (last 64)."""
+        call = Call("GET", f"/v1/workspaces/{segment(workspace_id)}/pauses")
+        return cast(PauseHistory, self._json(call))
+
+    def fairness(self, workspace_id: str) -> FairnessView:
+        """Grants, share and mean queue delay per principal over the last five minutes (a
+        principal key gets its own row only)."""
+        call = Call("GET", f"/v1/workspaces/{segment(workspace_id)}/fairness")
+        return cast(FairnessView, self._json(call))
+
+    def profile_revision(self, workspace_id: str, profile_version: str) -> ProfileRevision:
+        """A registered revision's limits (admin); sent back to `register_profile`, a rollback."""
+        path = f"/v1/workspaces/{segment(workspace_id)}/profiles/{segment(profile_version)}"
+        return cast(ProfileRevision, self._json(Call("GET", path)))
 
     # Administration (admin key).
 

@@ -41,6 +41,7 @@ Outcome = Literal["success", "failure", "retry-after", "none"]
 Decision = Literal["admit", "defer", "reject"]
 BreakerState = Literal["closed", "open", "half-open"]
 ChangeKind = Literal["initial", "change", "rollback"]
+PauseCause = Literal["retry-after-call", "release-outcome"]
 
 # Estimate values: the service also accepts numeric strings; malformed values are answered
 # `invalid-estimate` (422).
@@ -243,6 +244,8 @@ class ProfileChangeRecord(TypedDict, total=False):
     profileVersion: str
     digest: str
     atEpochMs: int
+    # The keyId of the admin key that made the change (None: first start, or an older record).
+    actorKeyId: str | None
 
 
 class ProfileUnchanged(TypedDict, total=False):
@@ -256,6 +259,57 @@ class ProfileHistory(TypedDict, total=False):
 
 class BreakerHistory(TypedDict, total=False):
     records: list[BreakerTransition]
+
+
+class ProfileRevision(TypedDict, total=False):
+    """`GET …/profiles/{profileVersion}` (admin): a revision's limits as first registered."""
+
+    workspaceId: str
+    profileVersion: str
+    digest: str
+    registeredAtEpochMs: int
+    profile: Profile
+
+
+class PauseRecord(TypedDict, total=False):
+    """A Retry-After pause of a provider lane (`turnstile-provider-pause/v1`, audit log)."""
+
+    schema: str
+    providerId: str
+    retryAfterMs: int
+    untilEpochMs: int
+    atEpochMs: int
+    cause: PauseCause
+
+
+class PauseHistory(TypedDict, total=False):
+    records: list[PauseRecord]
+
+
+class PrincipalShare(TypedDict, total=False):
+    principalId: str
+    grants: int
+    share: float
+    meanQueueDelayMs: float
+
+
+class MinuteGrants(TypedDict, total=False):
+    startEpochMs: int
+    grants: int
+    queueDelayMs: int
+
+
+class FairnessView(TypedDict, total=False):
+    """`GET …/fairness`: grants per principal over the last five minutes (server-side window)."""
+
+    atEpochMs: int
+    fromEpochMs: int
+    bucketMs: int
+    totalGrants: int
+    meanQueueDelayMs: float
+    unattributedGrants: int
+    principals: list[PrincipalShare]
+    minutes: list[MinuteGrants]
 
 
 class CreateKeyRequest(TypedDict):
@@ -330,6 +384,15 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("GET", "/v1/workspaces/{workspaceId}/breakers"): Operation(
         "breaker_history", None, {200: BreakerHistory, **_ERRORS_READ}
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/pauses"): Operation(
+        "pause_history", None, {200: PauseHistory, **_ERRORS_READ}
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/fairness"): Operation(
+        "fairness", None, {200: FairnessView, 404: ErrorBody, **_ERRORS_READ}
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/profiles/{profileVersion}"): Operation(
+        "profile_revision", None, {200: ProfileRevision, 404: ErrorBody, **_ERRORS_READ}
     ),
     ("GET", "/v1/workspaces/{workspaceId}/snapshot"): Operation(
         "snapshot", None, {200: Snapshot, 404: ErrorBody, **_ERRORS_READ}

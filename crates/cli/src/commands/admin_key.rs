@@ -102,6 +102,8 @@ fn reset(args: ResetArgs) -> anyhow::Result<()> {
         })
         .to_string(),
         at_epoch_ms: now,
+        // Offline, by whoever holds the data directory: no API key acted.
+        actor_key_id: None,
     };
     let replaced = store
         .replace_admin_keys(&stored, &record)

@@ -19,6 +19,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use turnstile_store::service::{AuditKind, AuditRecord, KeyRole, StoredKey};
 
+use crate::actor::ActingKey;
 use crate::api::{validate, AppState};
 use crate::auth::{authorize, Operation};
 use crate::body;
@@ -136,6 +137,7 @@ pub async fn list_keys(
 pub async fn revoke_key(
     State(state): State<AppState>,
     caller: Caller,
+    acting: ActingKey,
     Path((workspace_id, key_id)): Path<(String, String)>,
 ) -> Result<Json<Revocation>, ApiError> {
     authorize(&state, &caller, Operation::RevokeKey, None).await?;
@@ -157,6 +159,7 @@ pub async fn revoke_key(
         kind: AuditKind::KeyRevocation,
         record_json: serde_json::to_string(&revocation).map_err(|_| ApiError::Storage)?,
         at_epoch_ms: revocation.revoked_at_epoch_ms,
+        actor_key_id: Some(acting.0),
     };
     if !state
         .store

@@ -4,9 +4,12 @@
 //! - `PUT /v1/workspaces/{workspaceId}/profiles/{profileVersion}` (admin): 201 with the
 //!   profile-change record, 200 `{unchanged: true}` when the revision is already current, 409
 //!   for a reused revision with different limits, 422 naming the field for invalid limits.
-//! - `GET .../profiles`, `GET .../breakers`, `GET .../snapshot`: an admin, or a principal of
-//!   that workspace (403 for another workspace's key). Records carry digests and states, never
-//!   limit values or principal IDs.
+//! - `GET .../profiles`, `GET .../breakers`, `GET .../pauses`, `GET .../snapshot`: an admin, or
+//!   a principal of that workspace (403 for another workspace's key). Records carry digests and
+//!   states, never limit values or principal IDs.
+//! - Who changed what: a profile-change record answered by `PUT` or listed by `GET …/profiles`
+//!   carries `actorKeyId`, the key ID of the admin key that registered it (`null` for the first
+//!   start's demo profile and for records stored before the audit log kept actors).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -16,6 +19,7 @@ use serde::Serialize;
 use turnstile_admission::Profile;
 use turnstile_store::service::AuditKind;
 
+use crate::actor::ActingKey;
 use crate::api::{validate, AppState};
 use crate::auth::{authorize, Operation};
 use crate::body;
@@ -39,9 +43,18 @@ pub struct Records {
     pub records: Vec<serde_json::Value>,
 }
 
+/// A profile-change record as the API answers it: the core's record and who made the change.
+fn with_actor(mut record: serde_json::Value, actor_key_id: Option<&str>) -> serde_json::Value {
+    if let Some(object) = record.as_object_mut() {
+        object.insert("actorKeyId".into(), serde_json::json!(actor_key_id));
+    }
+    record
+}
+
 pub async fn put_profile(
     State(state): State<AppState>,
     caller: Caller,
+    acting: ActingKey,
     Path((workspace_id, profile_version)): Path<(String, String)>,
     body: crate::body::RawBody,
 ) -> Result<Response, ApiError> {
@@ -62,6 +75,8 @@ pub async fn put_profile(
             message: "profile cannot be encoded".into(),
         })?;
     let version = profile_version.clone();
+    let actor = acting.0;
+    let actor_key_id = actor.clone();
     let record = state
         .driver
         .ask(|reply| Command::Register {
@@ -69,11 +84,16 @@ pub async fn put_profile(
             version,
             profile,
             profile_json,
+            actor: Some(actor),
             reply,
         })
         .await??;
     Ok(match record {
-        Some(record) => (StatusCode::CREATED, Json(record)).into_response(),
+        Some(record) => {
+            let record = serde_json::to_value(record).map_err(|_| ApiError::Storage)?;
+            let record = with_actor(record, Some(&actor_key_id));
+            (StatusCode::CREATED, Json(record)).into_response()
+        }
         None => (
             StatusCode::OK,
             Json(Unchanged {
@@ -180,7 +200,7 @@ async fn history(
     kind: AuditKind,
 ) -> Result<Json<Records>, ApiError> {
     let operation = match kind {
-        AuditKind::BreakerTransition => Operation::ReadBreakers,
+        AuditKind::BreakerTransition | AuditKind::ProviderPause => Operation::ReadBreakers,
         _ => Operation::ReadProfiles,
     };
     authorize(state, caller, operation, Some(workspace_id)).await?;
@@ -190,7 +210,13 @@ async fn history(
         .audit(workspace_id, kind, HISTORY_LIMIT)
         .await?
         .into_iter()
-        .filter_map(|r| serde_json::from_str(&r.record_json).ok())
+        .filter_map(|r| {
+            let record = serde_json::from_str(&r.record_json).ok()?;
+            Some(match kind {
+                AuditKind::ProfileChange => with_actor(record, r.actor_key_id.as_deref()),
+                _ => record,
+            })
+        })
         .collect();
     Ok(Json(Records { records }))
 }
@@ -209,6 +235,16 @@ pub async fn breaker_history(
     Path(workspace_id): Path<String>,
 ) -> Result<Json<Records>, ApiError> {
     history(&state, &caller, &workspace_id, AuditKind::BreakerTransition).await
+}
+
+/// `GET …/pauses`: the Retry-After pauses of the workspace's provider lanes, oldest first
+/// (last 64, durable: `turnstile-provider-pause/v1` records).
+pub async fn pause_history(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(workspace_id): Path<String>,
+) -> Result<Json<Records>, ApiError> {
+    history(&state, &caller, &workspace_id, AuditKind::ProviderPause).await
 }
 
 pub async fn snapshot(

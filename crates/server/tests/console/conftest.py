@@ -40,6 +40,8 @@ PROFILE_V1 = {
         "openai": lane(),
         "fragile": lane(circuitBreaker={"failureThreshold": 2, "openMs": 60000, "halfOpenMaxCalls": 1}),
         "anthropic": lane(concurrency=8, requestsPerMinute=1200),
+        # Kept free of the load (history and fairness tests acquire here without waiting).
+        "spare": lane(),
     },
     "principals": {
         "alice": {"concurrency": 32, "requestsPerMinute": 600000},

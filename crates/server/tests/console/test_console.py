@@ -6,6 +6,7 @@ the HTTP API. Screenshots of every view at desktop and phone width go to `docs/c
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -21,6 +22,11 @@ from conftest import REPO, WORKSPACE, Service
 SHOTS = Path(os.environ.get("TURNSTILE_CONSOLE_SHOTS", REPO / "docs" / "console"))
 VIEWS = ["lanes", "fairness", "profiles", "breakers", "keys"]
 SIZES = {"desktop": (1280, 900), "phone": (390, 844)}
+
+
+def key_id(key: str) -> str:
+    """The public ID of a key, as the API names it: `key_` and 16 hex digits of its sha256."""
+    return "key_" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
@@ -208,6 +214,39 @@ def test_a_pause_shows_its_remaining_time(browser: webdriver.Chrome, service: Se
     wait_for(lambda: (lane(browser, "anthropic", "pause") or "").endswith("left"), timeout=2.0)
     tab(browser, "breakers")
     wait_for(lambda: browser.execute_script("return document.querySelector('#transitions tr[data-kind=\"pause\"]') !== null"))
+    # The pause is journaled with its cause, and the history shows the cause.
+    _, pauses = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/pauses", service.admin)
+    last = pauses["records"][-1]
+    assert (last["providerId"], last["cause"], last["retryAfterMs"]) == ("anthropic", "retry-after-call", 90000)
+    reasons = browser.execute_script(
+        "return [...document.querySelectorAll('#transitions tr[data-kind=\"pause\"] td[data-field=\"reason\"]')].map(td => td.textContent)"
+    )
+    assert any("relayed the provider's Retry-After" in r for r in reasons), reasons
+
+
+def test_pauses_from_before_the_tab_opened_come_from_the_journal(browser: webdriver.Chrome, service: Service) -> None:
+    # A lease released with outcome retry-after pauses its lane before any tab is open.
+    status, lease = service.api.call(
+        "POST", "/v1/admissions", service.alice, {"providerId": "spare", "budgetId": "pause-hist", "estimate": {}, "deadlineMs": 0}
+    )
+    assert status == 200, lease
+    status, _ = service.api.call(
+        "POST", f"/v1/leases/{lease['leaseId']}/release", service.alice, {"outcome": "retry-after", "retryAfterMs": 1500}
+    )
+    assert status == 200
+    time.sleep(2)  # the pause is over before the tab opens: only the journal knows it
+    sign_in(browser, service, service.alice)
+    wait_for(lambda: signed_in(browser))
+    tab(browser, "breakers")
+    wait_for(
+        lambda: any(
+            "a call ended with Retry-After" in r
+            for r in browser.execute_script(
+                "return [...document.querySelectorAll('#transitions tr[data-kind=\"pause\"][data-provider=\"spare\"] td[data-field=\"reason\"]')].map(td => td.textContent)"
+            )
+        )
+    )
+    assert script_errors(browser) == []
 
 
 def test_diff_and_rollback_from_the_console_are_audited(browser: webdriver.Chrome, service: Service) -> None:
@@ -234,6 +273,14 @@ def test_diff_and_rollback_from_the_console_are_audited(browser: webdriver.Chrom
     _, history = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/profiles", service.admin)
     last = history["records"][-1]
     assert (last["kind"], last["profileVersion"], last["previousProfileVersion"]) == ("rollback", "v1", "v2")
+    # Who did it: the admin key's ID, in the audit log and in the console's history.
+    assert last["actorKeyId"] == key_id(service.admin)
+    actor = wait_for(
+        lambda: browser.execute_script(
+            "const r = document.querySelector('#history tbody tr'); return r && r.dataset.revision === 'v1' && r.querySelector('td[data-field=\"actor\"]').textContent"
+        )
+    )
+    assert actor == key_id(service.admin)
     # And forward again, through the API, so later tests see the profile they expect.
     from conftest import PROFILE_V2
 
@@ -292,6 +339,41 @@ def test_fairness_shows_each_principals_share(browser: webdriver.Chrome, service
         "return [...document.querySelectorAll('#fairness td[data-field=\"share\"]')].map(td => parseFloat(td.textContent))"
     )
     assert abs(sum(shares) - 100) < 0.5
+
+
+def test_fairness_is_the_servers_window_not_the_tabs(browser: webdriver.Chrome, service: Service) -> None:
+    # Grants made before the tab opens: a tab that aggregated the feed itself could not know them.
+    for principal_key in (service.alice, service.alice, service.bob):
+        status, lease = service.api.call(
+            "POST", "/v1/admissions", principal_key, {"providerId": "spare", "budgetId": "fair", "estimate": {}, "deadlineMs": 0}
+        )
+        assert status == 200, lease
+        assert service.api.call("POST", f"/v1/leases/{lease['leaseId']}/release", principal_key, {"outcome": "success"})[0] == 200
+    sign_in(browser, service, service.admin)
+    wait_for(lambda: signed_in(browser))
+    tab(browser, "fairness")
+    read_page = (
+        "return Object.fromEntries([...document.querySelectorAll('#fairness tr[data-principal]')]"
+        ".map(r => [r.dataset.principal, Number(r.querySelector('td[data-field=\"grants\"]').textContent)]))"
+    )
+    first = wait_for(lambda: browser.execute_script(read_page))
+    assert set(first) == {"alice", "bob"}, first
+
+    def agrees_with_the_server() -> bool:
+        # Counts only grow within the window (a minute leaving it drops some): the page, read
+        # first, never shows more than the server answers right after.
+        shown = browser.execute_script(read_page)
+        _, view = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/fairness", service.admin)
+        expected = {p["principalId"]: p["grants"] for p in view["principals"]}
+        return bool(shown) and all(0 < grants <= expected.get(p, 0) for p, grants in shown.items())
+
+    wait_for(agrees_with_the_server)
+    summary = browser.find_element(By.ID, "fairness-summary").text
+    assert "grants since" in summary and "mean queue delay" in summary, summary
+    # A principal key gets its own row only from the API; the console keeps the view for admins.
+    _, own = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/fairness", service.bob)
+    assert [p["principalId"] for p in own["principals"]] == ["bob"]
+    assert script_errors(browser) == []
 
 
 def test_screenshots_of_every_view(browser: webdriver.Chrome, service: Service, load: Load) -> None:

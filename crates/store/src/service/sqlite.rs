@@ -4,13 +4,16 @@
 //! Held leases and budget spend are not here: they live in the lease log (`lease_log/`), an
 //! append-only file the driver writes without a transaction (`lease_log/mod.rs` says why).
 //!
-//! Schema (version 2, tracked with `PRAGMA user_version` of the main file):
+//! Schema (version 3, tracked with `PRAGMA user_version` of the main file):
 //!
 //! - `api_keys(hash PRIMARY KEY, role, workspace_id, principal_id, created_at_ms)`
 //! - `profiles(seq INTEGER PRIMARY KEY AUTOINCREMENT, workspace_id, profile_version,
 //!   profile_json, registered_at_ms)`: registration order is `seq` order.
 //! - `audit(seq INTEGER PRIMARY KEY AUTOINCREMENT, workspace_id, kind, record_json,
-//!   at_epoch_ms)` with an index on `(workspace_id, kind, seq)`.
+//!   at_epoch_ms, actor_key_id NULL)` with an index on `(workspace_id, kind, seq)`.
+//!   `actor_key_id` (version 3) is the admin key that made the change; a version-2 database
+//!   gains the column on open (`ALTER TABLE … ADD COLUMN`, in the same transaction as the new
+//!   `user_version`), and its old records read back with no actor.
 
 use std::path::Path;
 
@@ -23,7 +26,7 @@ use super::types::{
 /// The database file name inside the data directory.
 pub const SERVICE_DB_FILE: &str = "service.sqlite3";
 
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -45,7 +48,8 @@ CREATE TABLE IF NOT EXISTS audit (
     workspace_id TEXT NOT NULL,
     kind TEXT NOT NULL,
     record_json TEXT NOT NULL,
-    at_epoch_ms INTEGER NOT NULL
+    at_epoch_ms INTEGER NOT NULL,
+    actor_key_id TEXT
 );
 CREATE INDEX IF NOT EXISTS audit_by_workspace ON audit(workspace_id, kind, seq);
 ";
@@ -153,19 +157,37 @@ impl SqliteServiceStore {
             });
         }
         conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(&format!("PRAGMA user_version={SCHEMA_VERSION};"))?;
+        migrate(&conn)?;
         Ok(Self { conn })
     }
 }
 
+/// Brings an older main file up to [`SCHEMA_VERSION`] (idempotent: `CREATE TABLE IF NOT
+/// EXISTS` above already made the current tables of a new file).
+fn migrate(conn: &Connection) -> Result<(), ServiceStoreError> {
+    let has_actor = conn
+        .prepare("SELECT 1 FROM pragma_table_info('audit') WHERE name = 'actor_key_id'")?
+        .exists([])?;
+    let mut steps = String::from("BEGIN IMMEDIATE;");
+    if !has_actor {
+        // Version 2 → 3: who made a change. Old rows keep NULL (no actor known).
+        steps.push_str("ALTER TABLE audit ADD COLUMN actor_key_id TEXT;");
+    }
+    steps.push_str(&format!("PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"));
+    conn.execute_batch(&steps)?;
+    Ok(())
+}
+
 fn insert_audit(conn: &Connection, record: &AuditRecord) -> Result<(), ServiceStoreError> {
     conn.execute(
-        "INSERT INTO audit (workspace_id, kind, record_json, at_epoch_ms) VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO audit (workspace_id, kind, record_json, at_epoch_ms, actor_key_id)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
         params![
             record.workspace_id,
             record.kind.as_str(),
             record.record_json,
-            to_sql_time(record.at_epoch_ms)
+            to_sql_time(record.at_epoch_ms),
+            record.actor_key_id,
         ],
     )?;
     Ok(())
@@ -317,7 +339,7 @@ impl ServiceStore for SqliteServiceStore {
         limit: usize,
     ) -> Result<Vec<AuditRecord>, ServiceStoreError> {
         let mut statement = self.conn.prepare(
-            "SELECT workspace_id, record_json, at_epoch_ms FROM audit
+            "SELECT workspace_id, record_json, at_epoch_ms, actor_key_id FROM audit
              WHERE workspace_id = ?1 AND kind = ?2 ORDER BY seq DESC LIMIT ?3",
         )?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -327,6 +349,7 @@ impl ServiceStore for SqliteServiceStore {
                 kind,
                 record_json: row.get(1)?,
                 at_epoch_ms: from_sql_time(row.get(2)?),
+                actor_key_id: row.get(3)?,
             })
         })?;
         let mut records = rows.collect::<Result<Vec<_>, _>>()?;
@@ -368,6 +391,7 @@ mod tests {
                 kind: AuditKind::ProfileChange,
                 record_json: format!("{{\"n\":{i}}}"),
                 at_epoch_ms: i as u64,
+                actor_key_id: (i == 1).then(|| "key_a".to_owned()),
             };
             store.append_profile(&profile, Some(&change)).unwrap();
         }
@@ -381,6 +405,8 @@ mod tests {
         let last_two = store.audit("w", AuditKind::ProfileChange, 2).unwrap();
         assert_eq!(last_two.len(), 2);
         assert_eq!(last_two[0].record_json, "{\"n\":1}");
+        assert_eq!(last_two[0].actor_key_id.as_deref(), Some("key_a"));
+        assert_eq!(last_two[1].actor_key_id, None);
         assert!(store
             .audit("w", AuditKind::BreakerTransition, 10)
             .unwrap()
@@ -400,6 +426,7 @@ mod tests {
             kind: AuditKind::KeyRevocation,
             record_json: "{}".into(),
             at_epoch_ms: 3,
+            actor_key_id: None,
         };
         assert!(!store.revoke_key("other", &principal.hash, &record).unwrap());
         assert!(
@@ -454,6 +481,7 @@ mod tests {
             kind: AuditKind::AdminKeyReset,
             record_json: "{}".into(),
             at_epoch_ms: 2,
+            actor_key_id: None,
         };
         let new = StoredKey {
             hash: "new".into(),
@@ -478,6 +506,60 @@ mod tests {
     }
 
     #[test]
+    fn a_version_2_database_gains_the_actor_column_and_keeps_its_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(SERVICE_DB_FILE);
+        {
+            // The audit table as schema version 2 wrote it.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE audit (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    workspace_id TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    record_json TEXT NOT NULL,
+                    at_epoch_ms INTEGER NOT NULL
+                );
+                INSERT INTO audit (workspace_id, kind, record_json, at_epoch_ms)
+                VALUES ('w', 'profile-change', '{\"old\":true}', 7);
+                PRAGMA user_version=2;",
+            )
+            .unwrap();
+        }
+        let mut store = SqliteServiceStore::open(&path).unwrap();
+        let new = AuditRecord {
+            workspace_id: "w".into(),
+            kind: AuditKind::ProfileChange,
+            record_json: "{}".into(),
+            at_epoch_ms: 8,
+            actor_key_id: Some("key_0123456789abcdef".into()),
+        };
+        store
+            .append_profile(
+                &StoredProfile {
+                    workspace_id: "w".into(),
+                    profile_version: "v2".into(),
+                    profile_json: "{}".into(),
+                    registered_at_ms: 8,
+                },
+                Some(&new),
+            )
+            .unwrap();
+        drop(store);
+        let store = SqliteServiceStore::open(&path).unwrap();
+        let records = store.audit("w", AuditKind::ProfileChange, 10).unwrap();
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].record_json, "{\"old\":true}");
+        assert_eq!(records[0].actor_key_id, None, "an old record has no actor");
+        assert_eq!(records[1], new);
+        let version: i64 = store
+            .conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[test]
     fn state_survives_reopening_the_file() {
         let dir = tempfile::tempdir().unwrap();
         {
@@ -488,6 +570,7 @@ mod tests {
                     kind: AuditKind::BreakerTransition,
                     record_json: "{}".into(),
                     at_epoch_ms: 5,
+                    actor_key_id: None,
                 }])
                 .unwrap();
         }

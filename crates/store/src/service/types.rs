@@ -63,6 +63,8 @@ pub enum AuditKind {
     /// The admin keys were replaced offline (`turnstile-admin-key-reset/v1`); a service-level
     /// record, stored under the empty workspace ID.
     AdminKeyReset,
+    /// A provider lane was paused by a Retry-After (`turnstile-provider-pause/v1`).
+    ProviderPause,
 }
 
 impl AuditKind {
@@ -73,6 +75,7 @@ impl AuditKind {
             AuditKind::BreakerTransition => "breaker-transition",
             AuditKind::KeyRevocation => "key-revocation",
             AuditKind::AdminKeyReset => "admin-key-reset",
+            AuditKind::ProviderPause => "provider-pause",
         }
     }
 }
@@ -84,6 +87,11 @@ pub struct AuditRecord {
     pub kind: AuditKind,
     pub record_json: String,
     pub at_epoch_ms: u64,
+    /// The key ID (`key_…`) of the admin key that made the change, for changes an admin made
+    /// through the API (profile registrations and rollbacks, key revocations). `None` for
+    /// records the service made itself (breaker transitions, pauses, first start) and for
+    /// records written before the column existed (schema version 2).
+    pub actor_key_id: Option<String>,
 }
 
 /// A failure of a service store.
