@@ -13,6 +13,8 @@
 //!
 //! Invariant: `0 <= level <= capacity * period_ms`.
 
+use std::num::NonZeroU64;
+
 use crate::time::Millis;
 
 /// Requests-per-minute buckets refill over a minute.
@@ -25,7 +27,9 @@ pub struct TokenBucket {
     rate: u64,
     /// Capacity in units (the burst).
     capacity: u64,
-    period_ms: u64,
+    /// Never zero (a period of 0 ms is treated as 1 ms); non-zero also lets `Option<TokenBucket>`
+    /// take no more room than the bucket.
+    period_ms: NonZeroU64,
     level: u128,
     refilled_at: Millis,
 }
@@ -36,18 +40,18 @@ impl TokenBucket {
         TokenBucket {
             rate,
             capacity,
-            period_ms,
-            level: u128::from(capacity) * u128::from(period_ms),
+            period_ms: NonZeroU64::new(period_ms).unwrap_or(NonZeroU64::MIN),
+            level: u128::from(capacity) * u128::from(period_ms.max(1)),
             refilled_at: now,
         }
     }
 
     fn capacity(&self) -> u128 {
-        u128::from(self.capacity) * u128::from(self.period_ms)
+        u128::from(self.capacity) * u128::from(self.period_ms.get())
     }
 
     fn scaled(&self, units: u64) -> u128 {
-        u128::from(units) * u128::from(self.period_ms)
+        u128::from(units) * u128::from(self.period_ms.get())
     }
 
     /// Brings the level up to date with `now`.
@@ -60,6 +64,7 @@ impl TokenBucket {
     }
 
     /// Whether `units` could ever fit (the bucket's capacity is at least `units`).
+    #[cfg(test)]
     pub fn can_ever_hold(&self, units: u64) -> bool {
         self.scaled(units) <= self.capacity()
     }
@@ -80,6 +85,12 @@ impl TokenBucket {
         Some(u64::try_from(deficit.div_ceil(rate)).unwrap_or(u64::MAX))
     }
 
+    /// Whether the bucket is full (as of the last refill): it then behaves exactly as a bucket
+    /// created full at the instant of that refill or later.
+    pub fn is_full(&self) -> bool {
+        self.level >= self.capacity()
+    }
+
     /// Consumes `units`; the caller checked [`has`](Self::has).
     pub fn take(&mut self, units: u64) {
         self.level = self.level.saturating_sub(self.scaled(units));
@@ -93,7 +104,7 @@ impl TokenBucket {
 
     /// The level in whole units (as of the last refill).
     pub fn level_units(&self) -> u64 {
-        u64::try_from(self.level / u128::from(self.period_ms.max(1))).unwrap_or(u64::MAX)
+        u64::try_from(self.level / u128::from(self.period_ms.get())).unwrap_or(u64::MAX)
     }
 
     /// Adopts a new rate and capacity: the level is kept but clamped to the new capacity.

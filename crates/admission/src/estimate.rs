@@ -89,6 +89,58 @@ pub struct CheckedEstimate {
     pub retained_work: Option<u64>,
 }
 
+/// A [`CheckedEstimate`] as a queued waiter keeps it: 56 bytes instead of 96. Every count of a
+/// checked estimate is at most 2^53 − 1, so `u64::MAX` stands for "absent"; a checked cost is
+/// finite, so NaN stands for "absent". [`PackedEstimate::unpack`] gives back exactly the
+/// estimate that was packed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PackedEstimate {
+    tokens: u64,
+    cost_usd: f64,
+    request_bytes: u64,
+    items: u64,
+    attempts: u64,
+    batch_size: u64,
+    retained_work: u64,
+}
+
+const ABSENT: u64 = u64::MAX;
+
+fn pack(value: Option<u64>) -> u64 {
+    value.unwrap_or(ABSENT)
+}
+
+fn unpack(value: u64) -> Option<u64> {
+    (value != ABSENT).then_some(value)
+}
+
+impl PackedEstimate {
+    pub(crate) fn pack(estimate: &CheckedEstimate) -> Self {
+        PackedEstimate {
+            tokens: pack(estimate.tokens),
+            cost_usd: estimate.cost_usd.unwrap_or(f64::NAN),
+            request_bytes: pack(estimate.request_bytes),
+            items: pack(estimate.items),
+            attempts: estimate.attempts,
+            batch_size: estimate.batch_size,
+            retained_work: pack(estimate.retained_work),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn unpack(&self) -> CheckedEstimate {
+        CheckedEstimate {
+            tokens: unpack(self.tokens),
+            cost_usd: (!self.cost_usd.is_nan()).then_some(self.cost_usd),
+            request_bytes: unpack(self.request_bytes),
+            items: unpack(self.items),
+            attempts: self.attempts,
+            batch_size: self.batch_size,
+            retained_work: unpack(self.retained_work),
+        }
+    }
+}
+
 /// Why an estimate is malformed. Carries the field name, never the value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("estimate field {field} must be {expected}")]
@@ -183,6 +235,23 @@ fn cost(value: Option<f64>) -> Result<Option<f64>, InvalidEstimate> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_packed_estimate_unpacks_to_exactly_what_was_packed() {
+        let full = CheckedEstimate {
+            tokens: Some(MAX_SAFE_INTEGER),
+            cost_usd: Some(0.0),
+            request_bytes: Some(0),
+            items: Some(7),
+            attempts: 2,
+            batch_size: 3,
+            retained_work: Some(1),
+        };
+        for estimate in [full, CheckedEstimate::default()] {
+            assert_eq!(PackedEstimate::pack(&estimate).unpack(), estimate);
+        }
+        assert_eq!(std::mem::size_of::<PackedEstimate>(), 56);
+    }
 
     #[test]
     fn json_spellings_of_non_numbers_are_invalid_not_parse_errors() {

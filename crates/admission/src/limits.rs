@@ -304,6 +304,27 @@ impl Limits {
         self.reserved_concurrency.unwrap_or(0).min(capacity)
     }
 
+    /// Whether any per-`budgetId` budget (attempts, cost, tokens) is set: without one, a
+    /// budget check passes whatever the invocation spent.
+    #[inline]
+    pub(crate) fn has_budget(&self) -> bool {
+        self.max_attempts.is_some() || self.max_cost_usd.is_some() || self.max_tokens.is_some()
+    }
+
+    /// The request bucket's capacity (`requestsBurst`, or `requestsPerMinute`), if configured.
+    #[inline]
+    pub(crate) fn request_capacity(&self) -> Option<u64> {
+        self.requests_per_minute
+            .map(|rate| self.requests_burst.unwrap_or(rate))
+    }
+
+    /// The token bucket's capacity (`tokensBurst`, or `tokensPerSecond`), if configured.
+    #[inline]
+    pub(crate) fn token_capacity(&self) -> Option<u64> {
+        self.tokens_per_second
+            .map(|rate| self.tokens_burst.unwrap_or(rate))
+    }
+
     /// One principal's active-permit cap in this pool, if a share is set.
     pub(crate) fn active_share_cap(&self) -> Option<u64> {
         self.max_principal_share

@@ -28,9 +28,7 @@
 
 use std::collections::VecDeque;
 
-use rustc_hash::FxHashMap;
-
-use crate::lane::{Lane, LaneKey};
+use crate::lane::{LaneSlot, LaneTable};
 
 /// A lane's membership of the ring: the ticket of its live entry, if it has one.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +47,9 @@ impl RingSlot {
 /// One ring entry: a lane and the ticket it was given when it entered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RingEntry {
-    pub(crate) lane: LaneKey,
+    /// The lane's slot in the controller's [`LaneTable`] (a slot may be reused by another lane
+    /// after this one was forgotten; the ticket tells).
+    pub(crate) lane: LaneSlot,
     ticket: u64,
 }
 
@@ -65,7 +65,7 @@ pub(crate) struct FairRing {
 impl FairRing {
     /// Puts a lane at the back of the ring unless it is already in it.
     #[inline]
-    pub(crate) fn enter(&mut self, lane: LaneKey, slot: &mut RingSlot) {
+    pub(crate) fn enter(&mut self, lane: LaneSlot, slot: &mut RingSlot) {
         if slot.in_ring() {
             return;
         }
@@ -125,7 +125,7 @@ impl FairRing {
     /// Ends a pump pass: the `unserved` entries at the back (considered since the last
     /// admission) come first again, then stale entries are compacted away if they dominate.
     #[inline]
-    pub(crate) fn end_pass(&mut self, unserved: usize, lanes: &FxHashMap<LaneKey, Lane>) {
+    pub(crate) fn end_pass(&mut self, unserved: usize, lanes: &LaneTable) {
         let unserved = unserved.min(self.entries.len());
         self.entries.rotate_right(unserved);
         if self.entries.len() > 2 * self.live + 64 {
@@ -134,9 +134,9 @@ impl FairRing {
     }
 
     /// Drops every stale entry, keeping the order of the live ones.
-    pub(crate) fn compact(&mut self, lanes: &FxHashMap<LaneKey, Lane>) {
+    pub(crate) fn compact(&mut self, lanes: &LaneTable) {
         self.entries
-            .retain(|&entry| Self::is_live(entry, lanes.get(&entry.lane).map(|l| &l.ring)));
+            .retain(|&entry| Self::is_live(entry, lanes.get(entry.lane).map(|l| &l.ring)));
     }
 }
 
@@ -144,15 +144,26 @@ impl FairRing {
 mod tests {
     use super::*;
 
-    fn lanes(keys: &[LaneKey]) -> FxHashMap<LaneKey, Lane> {
-        keys.iter().map(|&k| (k, Lane::default())).collect()
+    use crate::lane::LaneKey;
+
+    /// A lane table holding `keys`; in these tests a lane's slot is its position in `keys`.
+    fn lanes(keys: &[LaneKey]) -> LaneTable {
+        let mut table = LaneTable::default();
+        for &key in keys {
+            table.find_or_insert(key);
+        }
+        table
     }
 
-    fn live_order(ring: &FairRing, lanes: &FxHashMap<LaneKey, Lane>) -> Vec<LaneKey> {
+    fn slot(lanes: &LaneTable, key: LaneKey) -> LaneSlot {
+        lanes.find(key).unwrap()
+    }
+
+    fn live_order(ring: &FairRing, lanes: &LaneTable) -> Vec<LaneKey> {
         ring.entries
             .iter()
-            .filter(|e| FairRing::is_live(**e, lanes.get(&e.lane).map(|l| &l.ring)))
-            .map(|e| e.lane)
+            .filter(|e| FairRing::is_live(**e, lanes.get(e.lane).map(|l| &l.ring)))
+            .filter_map(|e| lanes.get(e.lane).map(|l| l.key))
             .collect()
     }
 
@@ -160,9 +171,10 @@ mod tests {
     fn a_lane_has_at_most_one_live_entry_and_entering_twice_adds_nothing() {
         let mut map = lanes(&[(0, 0)]);
         let mut ring = FairRing::default();
-        let lane = map.get_mut(&(0, 0)).unwrap();
-        ring.enter((0, 0), &mut lane.ring);
-        ring.enter((0, 0), &mut lane.ring);
+        let at = slot(&map, (0, 0));
+        let lane = map.get_mut(at).unwrap();
+        ring.enter(at, &mut lane.ring);
+        ring.enter(at, &mut lane.ring);
         assert_eq!((ring.len(), ring.live_lanes()), (1, 1));
         assert!(lane.ring.in_ring());
     }
@@ -171,12 +183,13 @@ mod tests {
     fn leaving_turns_the_entry_stale_and_reentering_never_revives_it() {
         let mut map = lanes(&[(0, 0)]);
         let mut ring = FairRing::default();
-        let lane = map.get_mut(&(0, 0)).unwrap();
-        ring.enter((0, 0), &mut lane.ring);
+        let at = slot(&map, (0, 0));
+        let lane = map.get_mut(at).unwrap();
+        ring.enter(at, &mut lane.ring);
         ring.leave(&mut lane.ring);
         ring.leave(&mut lane.ring); // a second leave changes nothing
         assert_eq!(ring.live_lanes(), 0);
-        ring.enter((0, 0), &mut lane.ring);
+        ring.enter(at, &mut lane.ring);
         let slot = lane.ring;
         let old = ring.pop_front().unwrap();
         let new = ring.pop_front().unwrap();
@@ -197,7 +210,8 @@ mod tests {
         let mut map = lanes(&keys);
         let mut ring = FairRing::default();
         for key in keys {
-            ring.enter(key, &mut map.get_mut(&key).unwrap().ring);
+            let at = slot(&map, key);
+            ring.enter(at, &mut map.get_mut(at).unwrap().ring);
         }
         // Serve (0,0), then consider (0,1) and (0,2) without admitting them.
         for _ in 0..3 {
@@ -217,10 +231,12 @@ mod tests {
         let mut map = lanes(&keys);
         let mut ring = FairRing::default();
         for &key in &keys {
-            ring.enter(key, &mut map.get_mut(&key).unwrap().ring);
+            let at = slot(&map, key);
+            ring.enter(at, &mut map.get_mut(at).unwrap().ring);
         }
         for &key in keys.iter().filter(|k| k.1 % 3 != 0) {
-            ring.leave(&mut map.get_mut(&key).unwrap().ring);
+            let at = slot(&map, key);
+            ring.leave(&mut map.get_mut(at).unwrap().ring);
         }
         let expected: Vec<LaneKey> = keys.iter().copied().filter(|k| k.1 % 3 == 0).collect();
         ring.end_pass(0, &map);

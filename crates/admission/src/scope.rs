@@ -17,10 +17,13 @@ pub struct TokenHolder {
     pub tokens: u64,
 }
 
-#[derive(Debug, Clone, Default)]
+/// Packed into two cache lines (128 bytes, aligned): the counters, both buckets and the
+/// holder are what a handoff touches of a principal.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[repr(align(64))]
 pub struct ScopeState {
     pub active: u32,
-    pub queued: u64,
+    pub queued: u32,
     pub requests: Option<TokenBucket>,
     pub tokens: Option<TokenBucket>,
     pub token_holder: Option<TokenHolder>,
@@ -57,6 +60,35 @@ impl ScopeState {
         }
     }
 
+    /// The state of a scope nobody has used under `limits`: zero counters, full buckets.
+    pub fn fresh(limits: &Limits, now: Millis) -> Self {
+        let mut state = ScopeState::default();
+        state.sync_limits(limits, now);
+        state
+    }
+
+    /// Whether no lease and no waiter counts in this scope.
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        self.active == 0 && self.queued == 0 && self.token_holder.is_none()
+    }
+
+    /// When this idle state becomes indistinguishable from [`ScopeState::fresh`]: `now` or
+    /// earlier if its buckets are full at `now` (they are refilled to `now`, which changes no
+    /// later decision), else the instant the slowest one is full again (`None`: never, a bucket
+    /// that does not refill).
+    pub fn pristine_at(&mut self, now: Millis) -> Option<Millis> {
+        self.refill(now);
+        let mut at = now;
+        for bucket in [&self.requests, &self.tokens].into_iter().flatten() {
+            if !bucket.is_full() {
+                let wait = bucket.wait_for(bucket.capacity_units())?;
+                at = at.max(now.saturating_add(wait));
+            }
+        }
+        Some(at)
+    }
+
     /// Drops the token reservation if `waiter` holds it.
     pub fn forget_holder(&mut self, waiter: WaiterId) {
         if self.token_holder.is_some_and(|h| h.waiter == waiter) {
@@ -89,5 +121,16 @@ fn sync_bucket(
                 bucket.set_rate(rate, capacity, now);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scope_state_fits_two_cache_lines() {
+        assert_eq!(std::mem::size_of::<ScopeState>(), 128);
+        assert_eq!(std::mem::align_of::<ScopeState>(), 64);
     }
 }

@@ -31,9 +31,9 @@
 use crate::breaker::{BreakerGate, BreakerTransition};
 use crate::budget::ScopeKey;
 use crate::estimate::CheckedEstimate;
-use crate::evidence::WaiterId;
-use crate::lane::LaneKey;
+use crate::lane::{LaneKey, LaneSlot};
 use crate::limits::Limits;
+use crate::queue::{WaiterQueue, WaiterSlot};
 use crate::reason::Reason;
 use crate::scope::TokenHolder;
 use crate::time::Millis;
@@ -147,26 +147,28 @@ impl Controller {
         estimate: &CheckedEstimate,
     ) -> Option<Reason> {
         let (provider, principal) = lane;
-        let principals = &self.scopes.principals;
-        let providers = &self.scopes.providers;
         let scopes = [
-            (principals.limits(principal)?, &principals[principal].scope),
-            (&self.profile.workspace, &self.scopes.workspace),
-            (providers.limits(provider)?, &providers[provider].scope),
+            self.scopes.principals.limits(principal)?,
+            &self.profile.workspace,
+            self.scopes.providers.limits(provider)?,
         ];
         let keys = Self::scope_keys(lane);
-        for ((limits, state), key) in scopes.into_iter().zip(keys) {
+        for (limits, key) in scopes.into_iter().zip(keys) {
             if limits.concurrency == 0 {
                 return Some(Reason::Concurrency);
             }
-            if let Some(reason) = self.budgets.usage(budget_id, key).check(limits, estimate) {
-                return Some(reason);
+            // Without a budget limit the check passes whatever was spent: skip the lookup.
+            if limits.has_budget() {
+                if let Some(reason) = self.budgets.usage(budget_id, key).check(limits, estimate) {
+                    return Some(reason);
+                }
             }
             if limits.requests_per_minute == Some(0) {
                 return Some(Reason::RequestsPerMinute);
             }
-            if let (Some(bucket), Some(tokens)) = (&state.tokens, estimate.tokens) {
-                if !bucket.can_ever_hold(tokens) {
+            // A scope's token bucket always has the capacity its limits give it.
+            if let (Some(capacity), Some(tokens)) = (limits.token_capacity(), estimate.tokens) {
+                if tokens > capacity {
                     return Some(Reason::TokensPerSecond);
                 }
             }
@@ -188,16 +190,16 @@ impl Controller {
         let workspace_limits = &self.profile.workspace;
         let over =
             |limits: &Limits, queued: u64| limits.max_queue_length.is_some_and(|m| queued >= m);
-        if over(principal_limits, principal_state.scope.queued)
-            || over(workspace_limits, self.scopes.workspace.queued)
-            || over(provider_limits, provider_state.scope.queued)
+        if over(principal_limits, u64::from(principal_state.scope().queued))
+            || over(workspace_limits, u64::from(self.scopes.workspace.queued))
+            || over(provider_limits, u64::from(provider_state.scope().queued))
         {
             return true;
         }
-        let lane_queued = self.lanes.get(&lane).map_or(0, |l| l.live);
+        let lane_queued = self.lanes.by_key(lane).map_or(0, |l| l.live);
         workspace_limits
             .queued_share_cap()
-            .is_some_and(|cap| principal_state.scope.queued >= cap)
+            .is_some_and(|cap| u64::from(principal_state.scope().queued) >= cap)
             || provider_limits
                 .queued_share_cap()
                 .is_some_and(|cap| lane_queued >= cap)
@@ -208,9 +210,9 @@ impl Controller {
     pub(super) fn queue_full_hint(&self, now: Millis) -> Millis {
         let expiry = self.queue.next_expiry().map(|at| at.saturating_sub(now));
         let concurrency = u64::from(self.profile.workspace.concurrency.max(1));
-        let drain = self
-            .mean_hold_ms
-            .map(|mean| (mean.saturating_mul(self.scopes.workspace.queued)).div_ceil(concurrency));
+        let drain = self.mean_hold_ms.map(|mean| {
+            (mean.saturating_mul(u64::from(self.scopes.workspace.queued))).div_ceil(concurrency)
+        });
         let hint = match (expiry, drain) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b).unwrap_or(1),
@@ -272,15 +274,13 @@ impl Controller {
     /// `waiter` is the head.
     pub(super) fn wait_behind(
         &self,
-        lane: LaneKey,
-        waiter: WaiterId,
+        lane: LaneSlot,
+        waiter: WaiterSlot,
     ) -> Option<(Reason, Option<Millis>)> {
-        let lane = self.lanes.get(&lane)?;
-        let (head_id, head) = lane
-            .queue
-            .iter()
-            .find_map(|&id| self.queue.get(id).map(|w| (id, w)))?;
-        (head_id != waiter).then(|| {
+        let lane = self.lanes.get(lane)?;
+        let head_slot = WaiterQueue::head(&lane.fifo)?;
+        let head = self.queue.get(head_slot)?;
+        (head_slot != waiter).then(|| {
             (
                 head.last_reason.unwrap_or(Reason::Concurrency),
                 head.last_wake,
@@ -339,16 +339,16 @@ impl Controller {
     /// half-open) and the token-bucket holders; everything else is committed by the caller.
     pub(super) fn try_admit(
         &mut self,
-        waiter_id: WaiterId,
+        slot: WaiterSlot,
         now: Millis,
         transitions: &mut Vec<BreakerTransition>,
     ) -> Attempt {
-        let Some(waiter) = self.queue.get(waiter_id) else {
+        let Some(waiter) = self.queue.get(slot) else {
             return Attempt::Reject(Reason::Cancelled);
         };
-        let lane_key = waiter.lane;
+        let (lane_key, lane_slot, waiter_id) = (waiter.lane, waiter.lane_slot, waiter.id);
         let (provider, principal) = lane_key;
-        let estimate = waiter.estimate;
+        let estimate = waiter.estimate();
         let (Some(principal_limits), Some(provider_limits)) = (
             self.scopes.principals[principal].limits.clone(),
             self.scopes.providers[provider].limits.clone(),
@@ -357,9 +357,9 @@ impl Controller {
         };
         let workspace_limits = &self.profile.workspace;
         let workspace_active = self.scopes.workspace.active;
-        let principal_active = self.scopes.principals[principal].scope.active;
-        let provider_active = self.scopes.providers[provider].scope.active;
-        let lane_active = self.lanes.get(&lane_key).map_or(0, |l| l.active);
+        let principal_active = self.scopes.principals[principal].scope().active;
+        let provider_active = self.scopes.providers[provider].scope().active;
+        let lane_active = self.lanes.get(lane_slot).map_or(0, |l| l.active);
         let defer = |reason, wake, blocked| Attempt::Defer {
             reason,
             wake,
@@ -395,7 +395,7 @@ impl Controller {
             workspace_limits.concurrency,
             workspace_active,
             principal_active,
-            |other| self.scopes.principals[other].scope.active,
+            |other| self.scopes.principals[other].scope().active,
         ) {
             return defer(Reason::Concurrency, None, Blocked::Principal);
         }
@@ -404,7 +404,7 @@ impl Controller {
             provider_limits.concurrency,
             provider_active,
             lane_active,
-            |other| self.lanes.get(&(provider, other)).map_or(0, |l| l.active),
+            |other| self.lanes.by_key((provider, other)).map_or(0, |l| l.active),
         ) {
             return defer(Reason::Concurrency, None, Blocked::Head);
         }
@@ -431,10 +431,7 @@ impl Controller {
             BreakerGate::ProbesBusy => return defer(Reason::CircuitOpen, None, Blocked::Provider),
         };
         // 6. Budgets and buckets: permanent conditions of every scope first, then deferrals.
-        let budget_id = self
-            .queue
-            .get(waiter_id)
-            .map_or("", |w| w.budget_id.as_str());
+        let budget_id = self.queue.get(slot).map_or("", |w| &*w.budget_id);
         if let Some(reason) = self
             .never_fits(lane_key, budget_id, &estimate)
             .or_else(|| self.budgets.check_open(budget_id))
@@ -442,7 +439,8 @@ impl Controller {
             return Attempt::Reject(reason);
         }
         let tokens = estimate.tokens.unwrap_or(0);
-        let [principal_scope, workspace_scope, provider_scope] = self.scopes.of_lane_mut(lane_key);
+        let [principal_scope, workspace_scope, provider_scope] =
+            self.scopes.of_lane_mut(lane_key, now);
         for (scope, blocked) in [
             (principal_scope, Blocked::Principal),
             (workspace_scope, Blocked::Workspace),

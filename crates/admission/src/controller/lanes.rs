@@ -11,12 +11,13 @@
 //! # Complexity
 //!
 //! O(providers + lanes with waiters): the oldest wait of a provider is the earliest
-//! `enqueued_at` among the fronts of its lanes' queues (each lane is FIFO, so its front is its
-//! oldest live waiter; stale IDs at the front are skipped).
+//! `enqueued_at` among the heads of its lanes' FIFOs (each lane is FIFO, so its head is its
+//! oldest live waiter).
 
 use serde::{Deserialize, Serialize};
 
 use crate::bucket::TokenBucket;
+use crate::queue::WaiterQueue;
 use crate::reason::BreakerState;
 use crate::time::Millis;
 
@@ -69,14 +70,14 @@ impl Controller {
     pub fn lane_views(&self, now: Millis) -> Vec<LaneView> {
         let now = now.max(self.now);
         let mut oldest: Vec<Option<Millis>> = vec![None; self.scopes.providers.len()];
-        for (&(provider, _), lane) in &self.lanes {
+        for lane in self.lanes.iter() {
             if lane.live == 0 {
                 continue;
             }
-            let front = lane
-                .queue
-                .iter()
-                .find_map(|id| self.queue.get(*id).map(|w| w.enqueued_at));
+            let (provider, _) = lane.key;
+            let front = WaiterQueue::head(&lane.fifo)
+                .and_then(|slot| self.queue.get(slot))
+                .map(|w| w.enqueued_at);
             if let (Some(at), Some(slot)) = (front, oldest.get_mut(provider as usize)) {
                 *slot = Some(slot.map_or(at, |known: Millis| known.min(at)));
             }
@@ -90,12 +91,12 @@ impl Controller {
                 let breaker = limits.and_then(|l| l.circuit_breaker.as_ref());
                 LaneView {
                     provider_id: entry.extra.id.clone(),
-                    active: u64::from(entry.scope.active),
+                    active: u64::from(entry.scope().active),
                     concurrency: limits.map(|l| l.concurrency),
-                    queued: entry.scope.queued,
+                    queued: u64::from(entry.scope().queued),
                     oldest_wait_ms: oldest.map(|at| now.saturating_sub(at)),
-                    requests: level(entry.scope.requests.as_ref(), now),
-                    tokens: level(entry.scope.tokens.as_ref(), now),
+                    requests: level(entry.scope().requests.as_ref(), now),
+                    tokens: level(entry.scope().tokens.as_ref(), now),
                     breaker_state: entry.extra.breaker.state(),
                     next_probe_at: entry.extra.breaker.open_until(breaker, now),
                     paused_until: (entry.extra.paused_until > now)

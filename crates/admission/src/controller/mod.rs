@@ -89,12 +89,13 @@ use crate::breaker::BreakerTransition;
 use crate::budget::{ActualUsage, BudgetBounds, BudgetLedger};
 use crate::estimate::{CheckedEstimate, Estimate};
 use crate::evidence::{Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
-use crate::lane::{Lane, LaneKey};
+use crate::lane::{LaneKey, LaneSlot, LaneTable};
 use crate::profile::{Profile, ProfileError};
 use crate::queue::{Waiter, WaiterQueue};
 use crate::reason::{Decision, Reason};
 use crate::ring::FairRing;
 use crate::scopes::Scopes;
+pub use crate::scopes::IDLE_PRINCIPALS_KEPT;
 use crate::time::Millis;
 
 pub use lanes::{BucketLevel, LaneView};
@@ -195,6 +196,8 @@ fn deadline_bound(deadline: Option<Millis>, expires_at: Option<Millis>) -> Optio
 
 struct LeaseRecord {
     lane: LaneKey,
+    /// The lane's slot (a lane holding a lease is never forgotten, so the slot stays its own).
+    lane_slot: LaneSlot,
     probe: bool,
     admitted_at: Millis,
     /// The invocation charged, its epoch and what it was charged (for actual usage).
@@ -208,9 +211,10 @@ pub struct Controller {
     profile: Profile,
     now: Millis,
     scopes: Scopes,
-    lanes: FxHashMap<LaneKey, Lane>,
-    /// Lanes that went idle, oldest first (entries may be stale: the lane got busy again).
-    idle_lanes: VecDeque<LaneKey>,
+    lanes: LaneTable,
+    /// Lanes that went idle, oldest first (entries may be stale: the lane got busy again, or
+    /// its slot now holds another lane).
+    idle_lanes: VecDeque<LaneSlot>,
     ring: FairRing,
     queue: WaiterQueue,
     leases: FxHashMap<LeaseId, LeaseRecord>,
@@ -228,6 +232,8 @@ pub struct Controller {
     lanes_visited: u64,
     /// High-water marks of the workspace totals.
     peak: Counts,
+    /// Idle principal states kept beyond those not yet pristine ([`IDLE_PRINCIPALS_KEPT`]).
+    idle_principals_kept: usize,
 }
 
 impl Controller {
@@ -238,7 +244,7 @@ impl Controller {
             profile: Profile::default(),
             now,
             scopes: Scopes::default(),
-            lanes: FxHashMap::default(),
+            lanes: LaneTable::default(),
             idle_lanes: VecDeque::new(),
             ring: FairRing::default(),
             queue: WaiterQueue::default(),
@@ -255,6 +261,7 @@ impl Controller {
             pass: 0,
             lanes_visited: 0,
             peak: Counts::default(),
+            idle_principals_kept: IDLE_PRINCIPALS_KEPT,
         };
         controller.install_profile(profile);
         Ok(controller)
@@ -318,7 +325,9 @@ impl Controller {
             Acquired::Rejected(rejection) => Err(rejection),
             // `admit_or_queue` never leaves a try-now request queued; refuse defensively.
             Acquired::Queued { waiter, .. } => Err(self
-                .reject_waiter(waiter, Reason::Concurrency, now)
+                .queue
+                .find(waiter)
+                .and_then(|slot| self.reject_waiter(slot, Reason::Concurrency, now))
                 .unwrap_or_else(|| Rejection::refusal(Reason::Concurrency, self.retry_pressure))),
         }
     }
@@ -356,6 +365,7 @@ impl Controller {
         let refuse = |this: &Self, reason: Reason, until: Option<Millis>, retryable: bool| {
             let mut evidence = this.evidence(
                 lane_key,
+                this.lanes.by_key(lane_key).map_or(0, |l| l.live),
                 Decision::Reject,
                 reason,
                 0,
@@ -406,14 +416,15 @@ impl Controller {
 
         let waiter_id = WaiterId(self.next_id());
         let waiter = Waiter::new(
-            lane_key,
+            waiter_id,
+            (lane_key, self.lanes.find_or_insert(lane_key)),
             request.budget_id,
             estimate,
             request.deadline,
             now,
             expires_at,
         );
-        self.enqueue(waiter_id, waiter);
+        self.enqueue(waiter);
         self.expire(now);
         self.pump(now);
 
@@ -425,10 +436,14 @@ impl Controller {
                 };
             }
         }
+        let Some(slot) = self.queue.find(waiter_id) else {
+            // Resolved by the pump but not found among the resolutions: never happens.
+            return Acquired::Rejected(Rejection::refusal(Reason::Cancelled, self.retry_pressure));
+        };
         if try_now {
-            return self.withdraw_try_now(waiter_id, now);
+            return self.withdraw_try_now(slot, now);
         }
-        let evidence = self.deferral_evidence(waiter_id, lane_key, now);
+        let evidence = self.deferral_evidence(slot, lane_key, now);
         Acquired::Queued {
             waiter: waiter_id,
             evidence,
@@ -440,10 +455,8 @@ impl Controller {
     pub fn cancel(&mut self, waiter: WaiterId, now: Millis) -> Option<Rejection> {
         let now = self.advance(now);
         self.expire(now);
-        if !self.queue.contains(waiter) {
-            return None;
-        }
-        let rejection = self.reject_waiter(waiter, Reason::Cancelled, now);
+        let slot = self.queue.find(waiter)?;
+        let rejection = self.reject_waiter(slot, Reason::Cancelled, now);
         self.pump(now);
         self.note_peaks();
         rejection
@@ -477,10 +490,11 @@ impl Controller {
             &usage,
             now,
         );
-        for scope in self.scopes.of_lane_mut(record.lane) {
+        for scope in self.scopes.of_lane_mut(record.lane, now) {
             scope.active -= 1;
         }
-        let (provider, _) = record.lane;
+        let (provider, principal) = record.lane;
+        self.scopes.principals.list_if_idle(principal);
         let provider_state = &mut self.scopes.providers[provider];
         let breaker_config = provider_state
             .limits
@@ -516,12 +530,12 @@ impl Controller {
             None => held,
             Some(mean) => (mean * 7 + held) / 8,
         });
-        let now_idle = self.lanes.get_mut(&record.lane).is_some_and(|lane| {
+        let now_idle = self.lanes.get_mut(record.lane_slot).is_some_and(|lane| {
             lane.active -= 1;
             lane.is_idle()
         });
         if now_idle {
-            self.lane_went_idle(record.lane);
+            self.lane_went_idle(record.lane_slot);
         }
         self.record_transitions(&transitions);
         self.pump(now);
@@ -574,14 +588,14 @@ impl Controller {
         profile.validate()?;
         let now = self.advance(now);
         self.install_profile(profile);
-        for id in self.queue.ids_in_arrival_order() {
-            let Some(waiter) = self.queue.get(id) else {
+        for slot in self.queue.slots_in_arrival_order() {
+            let Some(waiter) = self.queue.get(slot) else {
                 continue;
             };
             let (lane, deadline, estimate, enqueued_at) = (
                 waiter.lane,
                 waiter.deadline,
-                waiter.estimate,
+                waiter.estimate(),
                 waiter.enqueued_at,
             );
             let verdict = self
@@ -589,11 +603,11 @@ impl Controller {
                 .err()
                 .or_else(|| self.never_fits(lane, &waiter.budget_id, &estimate));
             if let Some(reason) = verdict {
-                self.resolve_rejected(id, reason, None, now);
+                self.resolve_rejected(slot, reason, None, now);
                 continue;
             }
             let expires_at = self.expiry_for(lane, deadline, enqueued_at);
-            self.queue.set_expiry(id, expires_at);
+            self.queue.set_expiry(slot, expires_at);
         }
         self.expire(now);
         self.pump(now);
@@ -628,6 +642,14 @@ impl Controller {
         self.transition_outbox.pop_front()
     }
 
+    /// How many idle principal states are kept beyond those not yet pristine (default
+    /// [`IDLE_PRINCIPALS_KEPT`]). Only tests and benchmarks change it: eviction never changes a
+    /// decision, so the bound only trades memory for re-creating state.
+    #[doc(hidden)]
+    pub fn set_idle_principals_kept(&mut self, kept: usize) {
+        self.idle_principals_kept = kept;
+    }
+
     /// Bounds the budget ledger (idle eviction, cap on open budgets); see [`crate::budget`].
     pub fn set_budget_bounds(&mut self, bounds: BudgetBounds) {
         self.budgets.set_bounds(bounds);
@@ -644,21 +666,19 @@ impl Controller {
     }
 
     fn principal_active(&self, principal: u32) -> u64 {
-        u64::from(self.scopes.principals[principal].scope.active)
+        u64::from(self.scopes.principals[principal].scope().active)
     }
 
     /// Keeps an idle lane (so a busy principal does not rebuild it on every request) but at most
     /// [`IDLE_LANES_KEPT`] of them: the oldest idle lanes are forgotten first. An idle lane holds
     /// no waiter and no lease, so forgetting it loses nothing.
-    fn lane_went_idle(&mut self, key: LaneKey) {
-        self.idle_lanes.push_back(key);
+    fn lane_went_idle(&mut self, slot: LaneSlot) {
+        self.idle_lanes.push_back(slot);
         while self.idle_lanes.len() > IDLE_LANES_KEPT {
             let Some(oldest) = self.idle_lanes.pop_front() else {
                 break;
             };
-            if self.lanes.get(&oldest).is_some_and(Lane::is_idle) {
-                self.lanes.remove(&oldest);
-            }
+            self.lanes.remove_if_idle(oldest);
         }
     }
 }

@@ -28,9 +28,9 @@
 
 use crate::breaker::BreakerTransition;
 use crate::estimate::CheckedEstimate;
-use crate::evidence::{Evidence, Lease, LeaseId, Rejection, WaiterId};
-use crate::lane::LaneKey;
-use crate::queue::Waiter;
+use crate::evidence::{Evidence, Lease, LeaseId, Rejection};
+use crate::lane::{LaneKey, LaneSlot};
+use crate::queue::{Waiter, WaiterQueue, WaiterSlot};
 use crate::reason::{Decision, Reason};
 use crate::ring::FairRing;
 use crate::time::Millis;
@@ -42,20 +42,22 @@ use super::{
 };
 
 impl Controller {
-    /// Puts a new waiter at the back of its lane (and its lane in the ring).
+    /// Puts a new waiter at the back of its lane (and its lane in the ring); the waiter's lane
+    /// exists (the caller found or created its slot).
     #[inline]
-    pub(super) fn enqueue(&mut self, waiter_id: WaiterId, waiter: Waiter) {
-        let lane_key = waiter.lane;
-        self.queue.insert(waiter_id, waiter);
-        self.count_queued(lane_key, true);
-        let lane = self.lanes.entry(lane_key).or_default();
-        lane.queue.push_back(waiter_id);
+    pub(super) fn enqueue(&mut self, waiter: Waiter) {
+        let (lane_key, lane_slot) = (waiter.lane, waiter.lane_slot);
+        let Some(lane) = self.lanes.get_mut(lane_slot) else {
+            return;
+        };
+        self.queue.insert(waiter, &mut lane.fifo);
         lane.live += 1;
-        self.ring.enter(lane_key, &mut lane.ring);
+        self.ring.enter(lane_slot, &mut lane.ring);
+        self.count_queued(lane_key, true);
     }
 
     fn count_queued(&mut self, lane: LaneKey, up: bool) {
-        for scope in self.scopes.of_lane_mut(lane) {
+        for scope in self.scopes.of_lane_mut(lane, self.now) {
             if up {
                 scope.queued += 1;
             } else {
@@ -65,43 +67,50 @@ impl Controller {
     }
 
     /// Removes a waiter from every structure; returns it.
-    pub(super) fn remove_waiter(&mut self, waiter_id: WaiterId) -> Option<Waiter> {
-        let waiter = self.queue.remove(waiter_id)?;
-        self.count_queued(waiter.lane, false);
-        for scope in self.scopes.of_lane_mut(waiter.lane) {
-            scope.forget_holder(waiter_id);
-        }
+    pub(super) fn remove_waiter(&mut self, slot: WaiterSlot) -> Option<Waiter> {
+        let lane_slot = self.queue.get(slot)?.lane_slot;
+        let lane = self.lanes.get_mut(lane_slot)?;
+        let waiter = self.queue.remove(slot, &mut lane.fifo)?;
+        lane.live -= 1;
         let mut now_idle = false;
-        if let Some(lane) = self.lanes.get_mut(&waiter.lane) {
-            lane.live -= 1;
-            if lane.live == 0 {
-                // Every ID left in the queue is stale; the lane's ring entry becomes stale too.
-                lane.queue.clear();
-                self.ring.leave(&mut lane.ring);
-                now_idle = lane.is_idle();
-            } else if lane.queue.front() == Some(&waiter_id) {
-                lane.queue.pop_front();
-            }
+        if lane.live == 0 {
+            // The lane's ring entry becomes stale.
+            self.ring.leave(&mut lane.ring);
+            now_idle = lane.is_idle();
         }
+        self.count_queued(waiter.lane, false);
+        for scope in self.scopes.of_lane_mut(waiter.lane, self.now) {
+            scope.forget_holder(waiter.id);
+        }
+        let (_, principal) = waiter.lane;
+        self.scopes.principals.list_if_idle(principal);
         if now_idle {
-            self.lane_went_idle(waiter.lane);
+            self.lane_went_idle(lane_slot);
         }
         Some(waiter)
     }
 
+    /// The live waiters of a lane (0 for a lane that no longer exists: it was idle).
+    #[inline]
+    pub(super) fn lane_live(&self, slot: LaneSlot) -> u64 {
+        self.lanes.get(slot).map_or(0, |lane| lane.live)
+    }
+
     pub(super) fn reject_waiter(
         &mut self,
-        waiter_id: WaiterId,
+        slot: WaiterSlot,
         reason: Reason,
         now: Millis,
     ) -> Option<Rejection> {
-        let waiter = self.remove_waiter(waiter_id)?;
+        let waiter = self.remove_waiter(slot)?;
+        let mut waiter = waiter;
         let mut evidence = self.evidence(
             waiter.lane,
+            self.lane_live(waiter.lane_slot),
             Decision::Reject,
             reason,
             now.saturating_sub(waiter.enqueued_at),
-            Some(&waiter.estimate),
+            Some(&waiter.estimate()),
             false,
         );
         if reason == Reason::QueueTimeout {
@@ -110,7 +119,7 @@ impl Controller {
         // A zero dwell bound can never be met: that queue-timeout is permanent.
         let retryable = reason.is_retryable_rejection()
             && !(reason == Reason::QueueTimeout && waiter.expires_at() == Some(waiter.enqueued_at));
-        evidence.breaker_transitions = waiter.transitions;
+        evidence.breaker_transitions = waiter.take_transitions();
         Some(Rejection {
             reason,
             retryable,
@@ -122,12 +131,15 @@ impl Controller {
     /// instant its blocking condition ends, when that is why it is refused.
     pub(super) fn resolve_rejected(
         &mut self,
-        waiter_id: WaiterId,
+        slot: WaiterSlot,
         reason: Reason,
         until: Option<Millis>,
         now: Millis,
     ) {
-        if let Some(mut rejection) = self.reject_waiter(waiter_id, reason, now) {
+        let Some(waiter_id) = self.queue.get(slot).map(|w| w.id) else {
+            return;
+        };
+        if let Some(mut rejection) = self.reject_waiter(slot, reason, now) {
             if let Some(at) = until {
                 rejection.evidence.retry_after_ms = Some(at.saturating_sub(now).max(1));
             }
@@ -141,30 +153,35 @@ impl Controller {
     /// Rejects every waiter whose deadline or dwell bound has come.
     pub(super) fn expire(&mut self, now: Millis) {
         self.budgets.evict_idle(now);
-        while let Some(waiter_id) = self.queue.first_due(now) {
+        self.scopes
+            .principals
+            .evict_idle(now, self.idle_principals_kept);
+        while let Some(slot) = self.queue.first_due(now) {
             let deadline_passed = self
                 .queue
-                .get(waiter_id)
+                .get(slot)
                 .is_some_and(|w| w.deadline.is_some_and(|d| now >= d));
             let reason = if deadline_passed {
                 Reason::DeadlineExceeded
             } else {
                 Reason::QueueTimeout
             };
-            self.resolve_rejected(waiter_id, reason, None, now);
+            self.resolve_rejected(slot, reason, None, now);
         }
     }
 
-    fn commit(&mut self, waiter_id: WaiterId, probe: bool, now: Millis) -> Option<Lease> {
+    fn commit(&mut self, slot: WaiterSlot, probe: bool, now: Millis) -> Option<Lease> {
         // The lease counts in its lane before the waiter leaves, so the lane is never dropped
         // as idle in between.
-        let lane_key = self.queue.get(waiter_id)?.lane;
-        if let Some(lane) = self.lanes.get_mut(&lane_key) {
+        let waiter = self.queue.get(slot)?;
+        let (lane_key, lane_slot) = (waiter.lane, waiter.lane_slot);
+        if let Some(lane) = self.lanes.get_mut(lane_slot) {
             lane.active += 1;
         }
-        let mut waiter = self.remove_waiter(waiter_id)?;
-        let tokens = waiter.estimate.tokens.unwrap_or(0);
-        for scope in self.scopes.of_lane_mut(lane_key) {
+        let mut waiter = self.remove_waiter(slot)?;
+        let estimate = waiter.estimate();
+        let tokens = estimate.tokens.unwrap_or(0);
+        for scope in self.scopes.of_lane_mut(lane_key, now) {
             if let Some(bucket) = &mut scope.requests {
                 bucket.take(1);
             }
@@ -176,7 +193,7 @@ impl Controller {
         let (budget_epoch, budget_opened) = self.budgets.charge(
             &waiter.budget_id,
             Self::scope_keys(lane_key),
-            &waiter.estimate,
+            &estimate,
             now,
         );
         if probe {
@@ -188,22 +205,24 @@ impl Controller {
             lease_id,
             LeaseRecord {
                 lane: lane_key,
+                lane_slot,
                 probe,
                 admitted_at: now,
-                budget_id: std::mem::take(&mut waiter.budget_id),
+                budget_id: String::from(std::mem::take(&mut waiter.budget_id)),
                 budget_epoch,
-                charged: waiter.estimate,
+                charged: estimate,
             },
         );
         let mut evidence = self.evidence(
             lane_key,
+            self.lane_live(lane_slot),
             Decision::Admit,
             Reason::Admitted,
             now.saturating_sub(waiter.enqueued_at),
-            Some(&waiter.estimate),
+            Some(&estimate),
             false,
         );
-        evidence.breaker_transitions = std::mem::take(&mut waiter.transitions);
+        evidence.breaker_transitions = waiter.take_transitions();
         evidence.budget_opened = budget_opened;
         Some(Lease {
             id: lease_id,
@@ -234,7 +253,7 @@ impl Controller {
         let mut blocked_queued = 0u64;
         while since_admission < self.ring.len() {
             let workspace = &self.scopes.workspace;
-            if workspace.queued == blocked_queued
+            if u64::from(workspace.queued) == blocked_queued
                 || workspace.active >= self.profile.workspace.concurrency
             {
                 // Nothing unblocked is queued, or the workspace ceiling holds everyone back:
@@ -245,32 +264,27 @@ impl Controller {
                 break;
             };
             self.lanes_visited += 1;
-            let lane_key = entry.lane;
-            let (provider, principal) = lane_key;
-            let head = {
-                let Some(lane) = self.lanes.get_mut(&lane_key) else {
+            let (head, lane_key) = {
+                let Some(lane) = self.lanes.get_mut(entry.lane) else {
                     continue;
                 };
                 if !FairRing::is_live(entry, Some(&lane.ring)) {
                     continue; // a stale entry of a lane that emptied
                 }
-                while lane
-                    .queue
-                    .front()
-                    .is_some_and(|&id| !self.queue.contains(id))
-                {
-                    lane.queue.pop_front();
-                }
-                match lane.queue.front() {
-                    Some(&head) => head,
+                match WaiterQueue::head(&lane.fifo) {
+                    Some(head) => (head, lane.key),
                     None => {
                         self.ring.leave(&mut lane.ring);
                         if lane.is_idle() {
-                            self.lane_went_idle(lane_key);
+                            self.lane_went_idle(entry.lane);
                         }
                         continue;
                     }
                 }
+            };
+            let (provider, principal) = lane_key;
+            let Some(head_id) = self.queue.get(head).map(|w| w.id) else {
+                continue;
             };
             if self.scopes.providers.is_blocked(provider, pass)
                 || self.scopes.principals.is_blocked(principal, pass)
@@ -282,7 +296,7 @@ impl Controller {
             let mut transitions = Vec::new();
             let attempt = match self.queue.get(head) {
                 Some(waiter) => {
-                    let (deadline, estimate) = (waiter.deadline, waiter.estimate);
+                    let (deadline, estimate) = (waiter.deadline, waiter.estimate());
                     let horizon = deadline_bound(deadline, waiter.expires_at());
                     match self.preflight(lane_key, deadline, Some(estimate), now) {
                         Err(reason) => Attempt::Reject(reason),
@@ -298,14 +312,14 @@ impl Controller {
             if !transitions.is_empty() {
                 self.record_transitions(&transitions);
                 if let Some(waiter) = self.queue.get_mut(head) {
-                    waiter.transitions.extend(transitions);
+                    waiter.add_transitions(transitions);
                 }
             }
             match attempt {
                 Attempt::Admit { probe } => {
                     if let Some(lease) = self.commit(head, probe, now) {
                         self.resolutions.push_back(Resolution {
-                            waiter: head,
+                            waiter: head_id,
                             outcome: Ok(lease),
                         });
                     }
@@ -346,7 +360,8 @@ impl Controller {
                         Blocked::Workspace => break,
                         Blocked::Provider => {
                             self.scopes.providers.mark_blocked(provider, pass);
-                            blocked_queued += self.scopes.providers[provider].scope.queued;
+                            blocked_queued +=
+                                u64::from(self.scopes.providers[provider].scope().queued);
                         }
                         Blocked::Principal => {
                             self.scopes.principals.mark_blocked(principal, pass);
@@ -362,7 +377,7 @@ impl Controller {
     }
 
     fn ring_entry_is_live(&self, entry: crate::ring::RingEntry) -> bool {
-        FairRing::is_live(entry, self.lanes.get(&entry.lane).map(|l| &l.ring))
+        FairRing::is_live(entry, self.lanes.get(entry.lane).map(|l| &l.ring))
     }
 
     /// A try-now request the pump did not admit leaves the queue and is refused, retryable,
@@ -370,13 +385,13 @@ impl Controller {
     /// did not look at it, what the waiter ahead of it in its lane waits for; and when it is
     /// its lane's head but the pump stopped first (its scope was already found blocked),
     /// tryAdmit's verdict now.
-    pub(super) fn withdraw_try_now(&mut self, waiter_id: WaiterId, now: Millis) -> Acquired {
+    pub(super) fn withdraw_try_now(&mut self, waiter_id: WaiterSlot, now: Millis) -> Acquired {
         let Some(waiter) = self.queue.get(waiter_id) else {
             return Acquired::Rejected(Rejection::refusal(Reason::Cancelled, self.retry_pressure));
         };
         let seen = match waiter.last_reason {
             Some(reason) => Some((reason, waiter.last_wake)),
-            None => self.wait_behind(waiter.lane, waiter_id),
+            None => self.wait_behind(waiter.lane_slot, waiter_id),
         };
         let (reason, wake) = match seen {
             Some(seen) => seen,
@@ -385,7 +400,7 @@ impl Controller {
                 let attempt = self.try_admit(waiter_id, now, &mut transitions);
                 self.record_transitions(&transitions);
                 if let Some(waiter) = self.queue.get_mut(waiter_id) {
-                    waiter.transitions.extend(transitions);
+                    waiter.add_transitions(transitions);
                 }
                 match attempt {
                     Attempt::Admit { probe } => {
@@ -417,16 +432,18 @@ impl Controller {
 
     // ----- evidence ------------------------------------------------------------------------
 
+    /// Evidence about the lane `(provider, principal)`, which holds `lane_live` waiters.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn evidence(
         &self,
         (provider, principal): LaneKey,
+        lane_live: u64,
         decision: Decision,
         reason: Reason,
         queue_delay_ms: Millis,
         estimate: Option<&CheckedEstimate>,
         count_self_in_lane: bool,
     ) -> Evidence {
-        let lane_live = self.lanes.get(&(provider, principal)).map_or(0, |l| l.live);
         let queued = if count_self_in_lane {
             lane_live.saturating_sub(1)
         } else {
@@ -446,24 +463,29 @@ impl Controller {
     /// The `defer` evidence of a request that just joined its lane and is still waiting.
     pub(super) fn deferral_evidence(
         &self,
-        waiter_id: WaiterId,
+        waiter_id: WaiterSlot,
         lane: LaneKey,
         now: Millis,
     ) -> Evidence {
         let waiter = self.queue.get(waiter_id);
+        let lane_live = match waiter {
+            Some(waiter) => self.lane_live(waiter.lane_slot),
+            None => self.lanes.by_key(lane).map_or(0, |l| l.live),
+        };
         let mut evidence = self.evidence(
             lane,
+            lane_live,
             Decision::Defer,
             waiter
                 .and_then(|w| w.last_reason)
                 .unwrap_or(Reason::Concurrency),
             0,
-            waiter.map(|w| &w.estimate),
+            waiter.map(Waiter::estimate).as_ref(),
             true,
         );
         if let Some(waiter) = waiter {
             evidence.retry_after_ms = waiter.last_wake.map(|at| at.saturating_sub(now).max(1));
-            evidence.breaker_transitions = waiter.transitions.clone();
+            evidence.breaker_transitions = waiter.transitions();
         }
         evidence
     }

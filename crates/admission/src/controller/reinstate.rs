@@ -166,8 +166,11 @@ impl Controller {
         let now = self.advance(now);
         let charged = lease.charge.as_estimate();
         let tokens = charged.tokens.unwrap_or(0);
-        self.lanes.entry(lane).or_default().active += 1;
-        for scope in self.scopes.of_lane_mut(lane) {
+        let lane_slot = self.lanes.find_or_insert(lane);
+        if let Some(lane) = self.lanes.get_mut(lane_slot) {
+            lane.active += 1;
+        }
+        for scope in self.scopes.of_lane_mut(lane, now) {
             if let Some(bucket) = &mut scope.requests {
                 bucket.take(1);
             }
@@ -197,6 +200,7 @@ impl Controller {
             id,
             LeaseRecord {
                 lane,
+                lane_slot,
                 probe: false,
                 admitted_at: lease.admitted_at,
                 budget_id,

@@ -74,8 +74,8 @@ impl Controller {
                     (
                         p.extra.id.clone(),
                         ProviderSnapshot {
-                            active: u64::from(p.scope.active),
-                            queued: p.scope.queued,
+                            active: u64::from(p.scope().active),
+                            queued: u64::from(p.scope().queued),
                             breaker_state: p.extra.breaker.state(),
                             paused_until: (p.extra.paused_until > self.now)
                                 .then_some(p.extra.paused_until),
@@ -91,7 +91,7 @@ impl Controller {
         let workspace = &self.scopes.workspace;
         Counts {
             active: u64::from(workspace.active),
-            queued: workspace.queued,
+            queued: u64::from(workspace.queued),
         }
     }
 
@@ -113,10 +113,10 @@ impl Controller {
             .principals
             .find(principal_id)
             .map(|i| {
-                let scope = &self.scopes.principals[i].scope;
+                let scope = self.scopes.principals[i].scope();
                 Counts {
                     active: u64::from(scope.active),
-                    queued: scope.queued,
+                    queued: u64::from(scope.queued),
                 }
             })
             .unwrap_or_default()
@@ -131,13 +131,25 @@ impl Controller {
 
     /// Number of lanes with state (waiters or leases); for leak checks.
     pub fn lane_count(&self) -> usize {
-        self.lanes.values().filter(|lane| !lane.is_idle()).count()
+        self.lanes.iter().filter(|lane| !lane.is_idle()).count()
     }
 
     /// Number of providers and principals the controller keeps state for (the profile's, and
     /// those of earlier profiles); requests naming other IDs never add to it.
     pub fn scope_count(&self) -> usize {
         self.scopes.providers.len() + self.scopes.principals.len()
+    }
+
+    /// Principals whose counters and buckets are kept now (busy ones, those whose buckets are
+    /// not full again yet, and at most [`super::IDLE_PRINCIPALS_KEPT`] more idle ones); the
+    /// others read as fresh state (see `scopes.rs`).
+    pub fn principal_states_kept(&self) -> usize {
+        self.scopes.principals.states_kept()
+    }
+
+    /// Principal states forgotten for idleness, over the controller's life.
+    pub fn principal_states_evicted(&self) -> u64 {
+        self.scopes.principals.evicted()
     }
 
     /// The last [`super::BREAKER_HISTORY_LIMIT`] breaker transitions, oldest first.
