@@ -39,6 +39,10 @@ pub struct Arrival {
     pub ordinal: u64,
     pub at_ms: u64,
     pub principal_id: String,
+    /// The principal's position in the manifest (an anonymous ordinal for reports; not
+    /// written with the arrival).
+    #[serde(skip)]
+    pub principal_index: usize,
     pub principal_class: PrincipalClass,
     pub provider_id: String,
     pub tokens: u64,
@@ -141,6 +145,7 @@ impl Iterator for ArrivalStream<'_> {
             ordinal: self.ordinal,
             at_ms,
             principal_id: principal.id.clone(),
+            principal_index,
             principal_class: principal.class,
             provider_id: provider.to_owned(),
             tokens,

@@ -69,6 +69,8 @@ pub enum Ending {
 pub struct ArrivalOutcome {
     pub ordinal: u64,
     pub at_ms: u64,
+    /// The principal's position in the manifest: an anonymous ordinal, never its ID.
+    pub principal_index: usize,
     pub principal_class: PrincipalClass,
     pub provider_id: String,
     pub tokens: u64,
@@ -469,6 +471,7 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
             outcomes.push(ArrivalOutcome {
                 ordinal,
                 at_ms: live.arrival.at_ms,
+                principal_index: live.arrival.principal_index,
                 principal_class: live.arrival.principal_class,
                 provider_id: live.arrival.provider_id.clone(),
                 tokens: live.arrival.tokens,

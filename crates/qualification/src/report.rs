@@ -3,13 +3,16 @@
 //!
 //! Charts over the virtual window, one point per second: arrivals, active and queued calls
 //! (sampled at each second's end), arrivals shed by reason, and the admission ratio of each
-//! principal class; then the bounds table with pass/fail, and the manifest and record digests.
+//! principal class; then each principal's admission ratio over the whole window (one bar per
+//! principal, ranked, coloured by class); then the bounds table with pass/fail, and the
+//! manifest and record digests.
 //!
 //! # Invariants
 //!
 //! - The file is a pure function of the record, the per-arrival outcomes and the samples: the
 //!   same run writes the same bytes (no clock, no randomness).
-//! - No principal or workspace ID appears: arrivals carry their principal *class* only.
+//! - No principal or workspace ID appears: arrivals carry their principal's class and an
+//!   anonymous ordinal (its position in the manifest), never its ID.
 //! - Every text from the record is HTML-escaped.
 
 use std::collections::BTreeMap;
@@ -153,6 +156,75 @@ fn line_chart(title: &str, series: &[Series], seconds: usize, y_max: Option<f64>
     )
 }
 
+/// One principal's whole-window admission: (class, arrived, admitted).
+type PrincipalTotals = (PrincipalClass, f64, f64);
+
+/// A bar chart of each principal's admission ratio over the window, lowest first, coloured by
+/// class: the distribution a class average hides.
+fn principal_chart(totals: &BTreeMap<usize, PrincipalTotals>) -> String {
+    let title = "Admission ratio per principal (admitted / arrived over the window, ranked)";
+    let mut ranked: Vec<(f64, PrincipalClass, f64)> = totals
+        .values()
+        .filter(|(_, arrived, _)| *arrived > 0.0)
+        .map(|(class, arrived, admitted)| (admitted / arrived, *class, *arrived))
+        .collect();
+    ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (width, height) = (900.0, 240.0);
+    let (left, right, top, bottom) = (56.0, 10.0, 10.0, 28.0);
+    let (w, h) = (width - left - right, height - top - bottom);
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg viewBox="0 0 {width} {height}" role="img" aria-label="{}">"#,
+        escape(title)
+    );
+    for i in 0..=4 {
+        let y = top + h - h * f64::from(i) / 4.0;
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#d5dbe1"/><text x="{}" y="{:.1}" text-anchor="end" font-size="11" fill="#4a5561">{}</text>"##,
+            left + w,
+            left - 6.0,
+            y + 4.0,
+            label(f64::from(i) / 4.0)
+        );
+    }
+    let n = ranked.len().max(1) as f64;
+    let slot = w / n;
+    for (rank, (ratio, class, arrived)) in ranked.iter().enumerate() {
+        let bar = ratio.clamp(0.0, 1.0) * h;
+        let colour = match class {
+            PrincipalClass::Quiet => PALETTE[0],
+            PrincipalClass::Noisy => PALETTE[1],
+        };
+        let _ = write!(
+            svg,
+            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{bar:.1}" fill="{colour}" data-ratio="{ratio:.4}"><title>{:.1} % of {} arrivals</title></rect>"#,
+            left + slot * rank as f64 + slot * 0.1,
+            top + h - bar,
+            (slot * 0.8).max(0.5),
+            ratio * 100.0,
+            label(*arrived)
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<text x="{:.1}" y="{}" text-anchor="middle" font-size="11" fill="#4a5561">{} principals, lowest ratio first</text>"##,
+        left + w / 2.0,
+        height - 8.0,
+        ranked.len()
+    );
+    svg.push_str("</svg>");
+    let legend = format!(
+        r#"<ul class="legend"><li><svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" fill="{}"/></svg> quiet principals</li><li><svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" fill="{}"/></svg> noisy principals</li></ul>"#,
+        PALETTE[0], PALETTE[1]
+    );
+    format!(
+        r#"<figure class="chart"><figcaption>{}</figcaption>{svg}{legend}</figure>"#,
+        escape(title)
+    )
+}
+
 fn second_of(ms: u64, seconds: usize) -> usize {
     ((ms / 1000) as usize).min(seconds.saturating_sub(1))
 }
@@ -168,7 +240,17 @@ pub fn html_report(
     let mut shed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     // (arrivals, admitted) per class and second, by arrival instant.
     let mut classes: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut principals: BTreeMap<usize, PrincipalTotals> = BTreeMap::new();
     for outcome in outcomes {
+        let totals = principals.entry(outcome.principal_index).or_insert((
+            outcome.principal_class,
+            0.0,
+            0.0,
+        ));
+        totals.1 += 1.0;
+        if outcome.admitted {
+            totals.2 += 1.0;
+        }
         let at = second_of(outcome.at_ms, seconds);
         arrivals[at] += 1.0;
         if outcome.ending == Ending::Shed {
@@ -251,6 +333,7 @@ pub fn html_report(
         seconds,
         Some(1.0),
     ));
+    charts.push_str(&principal_chart(&principals));
 
     let mut bounds = String::new();
     for c in &record.comparisons {
@@ -300,7 +383,7 @@ dl{{display:grid;grid-template-columns:max-content 1fr;gap:4px 12px}} dd{{margin
 {charts}
 <h2>Bounds</h2>
 <table class="bounds"><thead><tr><th scope="col">Bound</th><th scope="col">Limit</th><th scope="col">Observed</th><th scope="col">Result</th></tr></thead><tbody>{bounds}</tbody></table>
-<p>Principals appear by class only (quiet, noisy); no principal or workspace ID is in this report.</p>
+<p>Principals appear by class (quiet, noisy) and as anonymous ranked bars; no principal or workspace ID is in this report.</p>
 </main></body></html>
 "#,
         version = escape(&record.manifest.version),
@@ -324,4 +407,26 @@ dl{{display:grid;grid-template-columns:max-content 1fr;gap:4px 12px}} dd{{margin
         shed = o.shed,
         cancelled = o.cancelled,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_principal_is_one_bar_ranked_by_its_admission_ratio() {
+        let mut totals = BTreeMap::new();
+        totals.insert(0, (PrincipalClass::Noisy, 100.0, 40.0));
+        totals.insert(1, (PrincipalClass::Quiet, 10.0, 10.0));
+        totals.insert(2, (PrincipalClass::Quiet, 20.0, 15.0));
+        let svg = principal_chart(&totals);
+        let ratios: Vec<&str> = svg
+            .split("data-ratio=\"")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        assert_eq!(ratios, ["0.4000", "0.7500", "1.0000"]);
+        assert!(svg.contains("3 principals, lowest ratio first"));
+        assert!(svg.contains(PALETTE[1]), "the noisy principal's colour");
+    }
 }

@@ -405,5 +405,10 @@ def test_the_qualification_report_renders_its_charts(browser: webdriver.Chrome) 
     assert charts >= 4
     drawn = browser.execute_script("return document.querySelectorAll('figure.chart svg polyline, figure.chart svg rect').length")
     assert drawn > 0
+    # One bar per principal of the manifest, ratios within [0, 1].
+    ratios = browser.execute_script("return [...document.querySelectorAll('figure.chart rect[data-ratio]')].map(r => Number(r.dataset.ratio))")
+    assert len(ratios) >= 2
+    assert all(0.0 <= r <= 1.0 for r in ratios)
+    assert ratios == sorted(ratios)
     assert browser.execute_script("return document.querySelectorAll('table.bounds tr[data-pass]').length") > 0
     assert script_errors(browser) == []
