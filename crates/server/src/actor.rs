@@ -16,14 +16,20 @@ use crate::api::AppState;
 use crate::error::ApiError;
 use crate::keys;
 
-/// The key ID of the API key that authenticated the request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActingKey(pub String);
+/// The API key that authenticated the request, by its hash (the key ID is derived only when a
+/// handler records it: the gate runs for every request, the audit for few).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActingKey([u8; 32]);
 
 impl ActingKey {
     /// The acting key of a key hash.
     pub fn of_hash(hash: &[u8; 32]) -> Self {
-        ActingKey(keys::key_id(&hex::encode(hash)))
+        ActingKey(*hash)
+    }
+
+    /// Its key ID (`key_…`).
+    pub fn key_id(&self) -> String {
+        keys::key_id(&hex::encode(&self.0[..8]))
     }
 }
 
@@ -38,7 +44,7 @@ impl FromRequestParts<AppState> for ActingKey {
         parts
             .extensions
             .get::<ActingKey>()
-            .cloned()
+            .copied()
             .ok_or(ApiError::Unauthorized)
     }
 }

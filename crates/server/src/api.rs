@@ -26,9 +26,28 @@ use crate::slots::Slots;
 /// A principal: (workspace, principal).
 pub type PrincipalKey = (Arc<str>, Arc<str>);
 
-/// What every handler can reach.
+/// What every handler can reach: one `Arc`, so the clone axum makes for every handler and
+/// middleware layer of every request is one reference count, not one per part (measured: the
+/// per-part clones and drops were about 3 % of the service's CPU at saturation).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppParts>);
+
+impl AppState {
+    pub fn new(parts: AppParts) -> Self {
+        AppState(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
+}
+
+/// The parts of [`AppState`].
+pub struct AppParts {
     pub driver: DriverHandle,
     pub store: StoreHandle,
     pub keys: Arc<KeyRing>,

@@ -35,7 +35,7 @@ use tokio::task::JoinHandle;
 use turnstile_admission::{BudgetBounds, Registry};
 use turnstile_store::service::{LeaseLog, ServiceStore, SqliteServiceStore};
 
-use crate::api::AppState;
+use crate::api::{AppParts, AppState};
 use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
 use crate::config::{Config, ConfigError};
 use crate::conn::DeadlineIo;
@@ -228,7 +228,7 @@ pub async fn start_with_telemetry(
     let ready = Arc::new(AtomicBool::new(false));
     let key_slots = Slots::new(config.http.max_requests_per_key);
     let pending = Slots::new(config.admission.max_pending_per_key);
-    let state = AppState {
+    let state = AppState::new(AppParts {
         key_slots,
         pending,
         driver: driver_handle.clone(),
@@ -243,7 +243,7 @@ pub async fn start_with_telemetry(
         feed,
         proxy,
         coord,
-    };
+    });
     let (shutdown_tx, shutdown_rx) = oneshot::channel();
     let task = tokio::spawn(accept_loop(
         listener,

@@ -159,7 +159,7 @@ pub async fn revoke_key(
         kind: AuditKind::KeyRevocation,
         record_json: serde_json::to_string(&revocation).map_err(|_| ApiError::Storage)?,
         at_epoch_ms: revocation.revoked_at_epoch_ms,
-        actor_key_id: Some(acting.0),
+        actor_key_id: Some(acting.key_id()),
     };
     if !state
         .store

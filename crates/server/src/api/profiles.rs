@@ -75,7 +75,7 @@ pub async fn put_profile(
             message: "profile cannot be encoded".into(),
         })?;
     let version = profile_version.clone();
-    let actor = acting.0;
+    let actor = acting.key_id();
     let actor_key_id = actor.clone();
     let record = state
         .driver
