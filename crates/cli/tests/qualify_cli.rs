@@ -38,8 +38,10 @@ fn qualify_report_writes_a_self_contained_page() {
     let record: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let html = std::fs::read_to_string(&report).unwrap();
     assert!(html.starts_with("<!doctype html>"));
-    assert_eq!(html.matches(r#"<figure class="chart">"#).count(), 4);
+    assert_eq!(html.matches(r#"<figure class="chart">"#).count(), 5);
     assert!(html.contains("<polyline"));
+    // Each principal of the manifest is one ranked bar (no ID in the page).
+    assert!(html.matches("data-ratio=").count() >= 2);
     for digest in [&record["digest"], &record["manifest"]["digest"]] {
         assert!(html.contains(digest.as_str().unwrap()), "{digest}");
     }

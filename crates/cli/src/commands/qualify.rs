@@ -34,8 +34,8 @@ pub struct QualifyArgs {
     #[arg(long)]
     json: bool,
     /// Also write a self-contained HTML report with charts of the admission-controller run
-    /// (arrivals, active and queued, shed by reason, admission ratio per principal class, the
-    /// bounds table and the digests).
+    /// (arrivals, active and queued, shed by reason, admission ratio per principal class and
+    /// per principal, the bounds table and the digests).
     #[arg(long, value_name = "FILE.html")]
     report: Option<PathBuf>,
 }
