@@ -15,6 +15,7 @@
 //! | queue-full, queue-timeout, deadline-exceeded (retryable) | 429 | `rate_limit_error` | `retry-after`, `retry-after-ms` |
 //! | retry-after (lane paused after an upstream 429) | 429 | `rate_limit_error` | `retry-after`, `retry-after-ms` |
 //! | circuit-open | 503 | `api_error` / `overloaded_error` | `retry-after`, `retry-after-ms` |
+//! | coordination-unavailable (replicas: Redis unreachable and the lane fails closed) | 503 | `api_error` / `overloaded_error` | `retry-after`, `retry-after-ms` |
 //! | attempts, cost, tokens, unknown-cost, unknown-tokens (budget) | 429 | `insufficient_quota` / `rate_limit_error` | `x-should-retry: false` |
 //! | disabled | 403 | `permission_error` | `x-should-retry: false` |
 //! | can never fit (concurrency, rates, request size, invalid estimate, …) | 400 | `invalid_request_error` | `x-should-retry: false` |
@@ -162,7 +163,9 @@ impl ProxyError {
         let message = format!("turnstile admission refused this call: {reason}");
         let code = reason.as_str();
         let mut error = match reason {
-            Reason::CircuitOpen => Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message),
+            Reason::CircuitOpen | Reason::CoordinationUnavailable => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
+            }
             Reason::Disabled => Self::new(StatusCode::FORBIDDEN, code, message),
             Reason::Attempts
             | Reason::Cost

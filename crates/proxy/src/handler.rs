@@ -8,7 +8,6 @@
 //! exactly once. Nothing is ever re-sent upstream: after a 5xx a second call could be billed
 //! twice, and after a 429 the lane is paused and the client told how long.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -28,6 +27,7 @@ use crate::metrics::CallClass;
 use crate::request::{self, Endpoint};
 use crate::retry_after;
 use crate::settle::{Charge, Settlement};
+use crate::shared::{SharedAnswer, SharedLane};
 use crate::sse::SseTap;
 use crate::tap::TappedStream;
 use crate::upstream;
@@ -133,11 +133,9 @@ async fn serve(
     let (budget_id, ephemeral) = match budget {
         Some(id) => (id, false),
         // A per-call budget, in a namespace the admission API cannot name (`~`).
-        None => (
-            format!("~proxy-{}", proxy.calls.fetch_add(1, Ordering::Relaxed)),
-            true,
-        ),
+        None => (proxy.call_budget(), true),
     };
+    let since = tokio::time::Instant::now();
     let span = proxy.telemetry.admission_requested(&route.provider);
     let answer = proxy
         .driver
@@ -153,7 +151,7 @@ async fn serve(
         .await
         .map_err(|_| ProxyError::shutting_down())?;
     let lane = proxy.metrics.lane(&route.provider);
-    let grant = match answer {
+    let mut grant = match answer {
         AcquireReply::Admitted(grant) => grant,
         AcquireReply::Rejected(rejection) => {
             lane.call(CallClass::Refused);
@@ -172,6 +170,38 @@ async fn serve(
             return Err(ProxyError::shutting_down())
         }
     };
+    // Replicas: the deployment's shared limits admit the local lease too (the same step as
+    // `POST /v1/admissions`). A refusal drops the grant, which gives the local lease back.
+    if let Some(shared) = &proxy.shared {
+        let shared_lane = SharedLane {
+            workspace: workspace.clone(),
+            principal: principal.clone(),
+            provider: route.provider.clone(),
+            budget_id: budget_id.clone(),
+            wait_ms,
+            since,
+        };
+        let refusal = match shared.admit(&grant, &shared_lane).await {
+            SharedAnswer::Admitted(mode) => {
+                grant.evidence.coordination = Some(mode);
+                None
+            }
+            SharedAnswer::Refused(rejection) => Some(ProxyError::refused(&rejection)),
+            SharedAnswer::NoProfile => Some(ProxyError::forbidden(
+                "the key's workspace has no admission profile",
+            )),
+            SharedAnswer::Unavailable => Some(ProxyError::shutting_down()),
+        };
+        if let Some(error) = refusal {
+            drop(grant);
+            lane.call(CallClass::Refused);
+            if ephemeral {
+                let _ = proxy.driver.release_budget(&workspace, &budget_id).await;
+                shared.forget_budget(&workspace, &budget_id);
+            }
+            return Err(error);
+        }
+    }
     let heartbeat_every = grant
         .ttl_ms
         .map(|ttl| Duration::from_millis((ttl / 3).max(1)));
@@ -179,7 +209,7 @@ async fn serve(
         grant,
         (workspace, principal),
         ephemeral.then_some(budget_id),
-        proxy.driver.clone(),
+        (proxy.driver.clone(), proxy.shared.clone()),
         proxy.metrics.clone(),
         route.provider.clone(),
         route.prices,
@@ -306,6 +336,7 @@ async fn serve(
     } else {
         settlement.settle(CallClass::of_status(code), Outcome::None, Charge::Nothing);
     }
+    settlement.shared_released().await;
     if let Ok(length) = HeaderValue::from_str(&bytes.len().to_string()) {
         headers.insert(axum::http::header::CONTENT_LENGTH, length);
     }

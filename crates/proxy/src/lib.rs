@@ -36,13 +36,14 @@ pub mod metrics;
 pub mod request;
 pub mod retry_after;
 pub mod settle;
+pub mod shared;
 pub mod sse;
 pub mod tap;
 pub mod upstream;
 pub mod usage;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +58,7 @@ pub use body::BodyLimits;
 pub use config::{ApiFormat, ProxyConfig, ProxyConfigError, Route};
 pub use metrics::ProxyMetrics;
 pub use request::Endpoint;
+pub use shared::{SharedAnswer, SharedLane, SharedLimits};
 
 /// Who is calling, as the host authenticated it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,8 +82,12 @@ pub struct Proxy {
     pub body_limits: BodyLimits,
     /// The longest lane pause an upstream 429 may cause.
     pub max_retry_after_ms: u64,
+    /// Replicas: the host's shared limits (`None` on a single process).
+    pub shared: shared::SharedHook,
     /// Numbers per-call budgets.
     calls: AtomicU64,
+    /// Makes per-call budget IDs unique to this process (replicas share budget names).
+    nonce: u64,
 }
 
 /// A proxy that could not be set up.
@@ -128,9 +134,32 @@ impl Proxy {
             driver,
             telemetry,
             metrics,
+            shared: None,
             calls: AtomicU64::new(0),
+            nonce: process_nonce(),
         })
     }
+
+    /// Admits, settles, releases and pauses every call through the host's shared limits too.
+    pub fn with_shared(mut self, shared: Arc<dyn SharedLimits>) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// A fresh per-call budget ID, in a namespace the admission API cannot name (`~`), unique
+    /// across replicas (their shared budget lines live under the same workspace).
+    pub(crate) fn call_budget(&self) -> String {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        format!("~proxy-{:016x}-{n}", self.nonce)
+    }
+}
+
+/// A per-process random number (std's randomly seeded hasher: no extra dependency).
+fn process_nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.finish()
 }
 
 /// Every proxy route, as (method, path).

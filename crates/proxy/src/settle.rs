@@ -24,6 +24,7 @@ use turnstile_shell::{Command, DriverHandle, Grant, LeaseToken};
 use crate::config::Prices;
 use crate::estimate::TokenEstimate;
 use crate::metrics::{Basis, CallClass, ProxyMetrics};
+use crate::shared::SharedHook;
 use crate::usage::Usage;
 
 /// What to charge on release.
@@ -56,6 +57,8 @@ pub struct Settlement {
     /// A per-call budget to forget after release.
     ephemeral_budget: Option<String>,
     driver: DriverHandle,
+    /// Replicas: the host's shared limits, released before the local lease.
+    shared: SharedHook,
     metrics: Arc<ProxyMetrics>,
     lane: Arc<str>,
     prices: Option<Prices>,
@@ -63,6 +66,8 @@ pub struct Settlement {
     /// Usage seen so far (for a release on drop).
     pub seen: Usage,
     settled: bool,
+    /// Replicas: the shared release running in the background.
+    shared_release: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Settlement {
@@ -72,7 +77,7 @@ impl Settlement {
         mut grant: Grant,
         owner: (Arc<str>, Arc<str>),
         ephemeral_budget: Option<String>,
-        driver: DriverHandle,
+        (driver, shared): (DriverHandle, SharedHook),
         metrics: Arc<ProxyMetrics>,
         lane: Arc<str>,
         prices: Option<Prices>,
@@ -85,12 +90,14 @@ impl Settlement {
             principal: owner.1,
             ephemeral_budget,
             driver,
+            shared,
             metrics,
             lane,
             prices,
             estimate,
             seen: Usage::default(),
             settled: false,
+            shared_release: None,
         }
     }
 
@@ -146,6 +153,11 @@ impl Settlement {
         if matches!(outcome, Outcome::RetryAfter { .. }) {
             lane.paused();
         }
+        // Replicas: out of the shared books (with the pause and the actual usage) before the
+        // local release, whose fallback would release the shared lease without them.
+        if let Some(shared) = &self.shared {
+            self.shared_release = shared.release(&self.token.to_string(), outcome, usage);
+        }
         let (reply, _) = oneshot::channel();
         let _ = self.driver.send(Command::Release {
             token: self.token,
@@ -156,12 +168,25 @@ impl Settlement {
             reply,
         });
         if let Some(budget) = self.ephemeral_budget.take() {
+            if let Some(shared) = &self.shared {
+                shared.forget_budget(&self.workspace, &budget);
+            }
             let (reply, _) = oneshot::channel();
             let _ = self.driver.send(Command::ReleaseBudget {
                 workspace: self.workspace.clone(),
                 budget,
                 reply,
             });
+        }
+    }
+}
+
+impl Settlement {
+    /// Waits until the shared release (replicas) is done: after it, every replica sees the
+    /// lease gone, its usage charged and its pause.
+    pub async fn shared_released(&mut self) {
+        if let Some(task) = self.shared_release.take() {
+            let _ = task.await;
         }
     }
 }

@@ -214,7 +214,7 @@ pub async fn start_with_telemetry(
     recover::reinstate_leases(recovered.leases, &mut driver)?;
     let driver_task = tokio::spawn(driver.with_feed(feed.clone()).run());
 
-    let proxy = Arc::new(turnstile_proxy::Proxy::new(
+    let mut proxy = turnstile_proxy::Proxy::new(
         config.proxy.clone(),
         |name| std::env::var(name).ok(),
         driver_handle.clone(),
@@ -224,7 +224,16 @@ pub async fn start_with_telemetry(
             body_min_bytes_per_sec: config.http.body_min_bytes_per_sec,
             max_retry_after_ms: config.admission.max_retry_after_ms,
         },
-    )?);
+    )?;
+    // Replicas: proxied calls take the same shared step as `POST /v1/admissions`.
+    if let Some(coord) = &coord {
+        proxy = proxy.with_shared(Arc::new(crate::shared::ProxyShared {
+            driver: driver_handle.clone(),
+            clock,
+            coord: coord.clone(),
+        }));
+    }
+    let proxy = Arc::new(proxy);
     let ready = Arc::new(AtomicBool::new(false));
     let key_slots = Slots::new(config.http.max_requests_per_key);
     let pending = Slots::new(config.admission.max_pending_per_key);

@@ -1,24 +1,31 @@
-//! The shared-limits step of `POST /v1/admissions` on a replica (`[coordination] redis_url`).
+//! The shared-limits step of a replica (`[coordination] redis_url`): what `POST /v1/admissions`,
+//! the release route and every proxied call (`crates/proxy`, through [`ProxyShared`]) take.
 //!
 //! The local core admits first, exactly as on a single process (its queue, fairness and
 //! limits are this replica's); the granted lease is then admitted against the deployment's
 //! shared limits ([`turnstile_coord::Coordinator`]): one Redis call when they have room. When a
-//! shared scope is full, the handler keeps its local lease and tries again when this replica
+//! shared scope is full, the caller keeps its local lease and tries again when this replica
 //! releases a lease, when the shared answer says the blockage ends, or every
 //! [`SHARED_POLL_MS`] at the latest, until its deadline. A request the shared limits refuse
-//! gives its local lease back (dropping the grant).
+//! gives its local lease back (dropping the grant). On release, the shared lease leaves this
+//! replica's books before the local release, and is released in Redis with the call's actual
+//! usage (correcting the shared budgets) and, after a provider 429, the pause (shared by every
+//! replica).
 //!
-//! Invariants: the local lease is accepted (handed to the client) only after the shared limits
-//! granted it; the evidence says how (`coordination`: `shared` or `degraded`).
+//! Invariants: the local lease is accepted (handed to the client, or forwarded upstream) only
+//! after the shared limits granted it; the evidence says how (`coordination`: `shared` or
+//! `degraded`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use turnstile_admission::{Coordination, Decision, Millis, Reason, Rejection};
-use turnstile_coord::{Admission, Coordinator, LaneSpec, Mode};
-use turnstile_shell::Grant;
+use turnstile_admission::{
+    ActualUsage, Coordination, Decision, Millis, Outcome, Reason, Rejection,
+};
+use turnstile_coord::{Admission, Coordinator, HeldShared, LaneSpec, Mode};
+use turnstile_proxy::shared::{SharedAnswer, SharedFuture, SharedLane, SharedLimits};
+use turnstile_shell::{Clock, DriverError, DriverHandle, Grant};
 
-use crate::api::AppState;
 use crate::error::ApiError;
 
 /// Longest pause between two tries of a lease waiting for a full shared scope (releases on
@@ -29,6 +36,24 @@ pub const SHARED_POLL_MS: Millis = 10;
 pub enum Shared {
     Admitted(Coordination),
     Refused(Rejection),
+}
+
+/// Why the shared step could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SharedError {
+    #[error("no admission profile is registered for this workspace")]
+    NoProfile,
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+}
+
+impl From<SharedError> for ApiError {
+    fn from(error: SharedError) -> Self {
+        match error {
+            SharedError::NoProfile => ApiError::no_profile(),
+            SharedError::Driver(error) => ApiError::from(error),
+        }
+    }
 }
 
 fn coordination(mode: Mode) -> Coordination {
@@ -101,15 +126,16 @@ pub struct Lane<'a> {
     pub no_wait: bool,
 }
 
-/// Admits `grant` (granted by the local core) against the shared limits.
+/// Admits `grant` (granted by the local core) against the shared limits; `driver` answers the
+/// lane's limits, `clock` is the service's.
 pub async fn admit(
-    state: &AppState,
+    driver: &DriverHandle,
+    clock: &Clock,
     coord: &Coordinator,
     grant: &Grant,
     lane: Lane<'_>,
-) -> Result<Shared, ApiError> {
-    let Some(limits) = state
-        .driver
+) -> Result<Shared, SharedError> {
+    let Some(limits) = driver
         .lane_limits(
             lane.workspace.clone(),
             lane.principal.clone(),
@@ -117,7 +143,7 @@ pub async fn admit(
         )
         .await?
     else {
-        return Err(ApiError::no_profile());
+        return Err(SharedError::NoProfile);
     };
     let spec = match LaneSpec::new(
         (&lane.workspace, lane.provider, &lane.principal),
@@ -139,7 +165,7 @@ pub async fn admit(
     };
     let token = grant.token.to_string();
     loop {
-        let now = state.clock.now_ms();
+        let now = clock.now_ms();
         match coord.acquire(&spec, &token, now).await {
             Admission::Granted(mode) => return Ok(Shared::Admitted(coordination(mode))),
             Admission::Rejected(reason) => {
@@ -201,6 +227,76 @@ pub async fn admit(
                     () = tokio::time::sleep(Duration::from_millis(pause)) => {}
                 }
             }
+        }
+    }
+}
+
+/// Releases a [claimed](Coordinator::claim) shared lease in Redis with the call's `outcome`
+/// (`retry-after` pauses the provider for every replica) and actual `usage`.
+pub async fn finish(
+    coord: &Coordinator,
+    held: HeldShared,
+    outcome: Outcome,
+    usage: &ActualUsage,
+    now: Millis,
+) {
+    let pause_ms = match outcome {
+        Outcome::RetryAfter { retry_after_ms } => retry_after_ms,
+        _ => 0,
+    };
+    let micro = usage.cost_usd().map(turnstile_coord::spec::micro_ceil);
+    coord.finish(held, pause_ms, usage.tokens, micro, now).await;
+}
+
+/// The shared step as the proxy calls it (installed with `Proxy::with_shared`): proxied calls
+/// are admitted, settled, released and paused exactly like `POST /v1/admissions` leases.
+pub struct ProxyShared {
+    pub driver: DriverHandle,
+    pub clock: Clock,
+    pub coord: Arc<Coordinator>,
+}
+
+impl SharedLimits for ProxyShared {
+    fn admit<'a>(&'a self, grant: &'a Grant, lane: &'a SharedLane) -> SharedFuture<'a> {
+        Box::pin(async move {
+            let remaining = lane.remaining_ms();
+            let shared_lane = Lane {
+                workspace: lane.workspace.clone(),
+                principal: lane.principal.clone(),
+                provider: &lane.provider,
+                budget_id: &lane.budget_id,
+                deadline: self.clock.now_ms().saturating_add(remaining),
+                no_wait: lane.no_wait(),
+            };
+            match admit(&self.driver, &self.clock, &self.coord, grant, shared_lane).await {
+                Ok(Shared::Admitted(mode)) => SharedAnswer::Admitted(mode),
+                Ok(Shared::Refused(rejection)) => SharedAnswer::Refused(rejection),
+                Err(SharedError::NoProfile) => SharedAnswer::NoProfile,
+                Err(SharedError::Driver(_)) => SharedAnswer::Unavailable,
+            }
+        })
+    }
+
+    fn release(
+        &self,
+        token: &str,
+        outcome: Outcome,
+        usage: ActualUsage,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let held = self.coord.claim(token)?;
+        let coord = self.coord.clone();
+        let now = self.clock.now_ms();
+        // Settlements release from `Drop` too: outside a runtime, the lease's liveness in Redis
+        // runs out instead (it is no longer renewed).
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        Some(runtime.spawn(async move { finish(&coord, held, outcome, &usage, now).await }))
+    }
+
+    fn forget_budget(&self, workspace: &str, budget_id: &str) {
+        let coord = self.coord.clone();
+        let (workspace, budget_id) = (workspace.to_owned(), budget_id.to_owned());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { coord.release_budget(&workspace, &budget_id).await });
         }
     }
 }

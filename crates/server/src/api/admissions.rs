@@ -113,7 +113,7 @@ pub async fn acquire(
                     deadline,
                     no_wait: wait_ms == 0,
                 };
-                match shared::admit(&state, coord, &grant, lane).await? {
+                match shared::admit(&state.driver, &state.clock, coord, &grant, lane).await? {
                     shared::Shared::Admitted(mode) => grant.evidence.coordination = Some(mode),
                     shared::Shared::Refused(rejection) => return Ok(rejection_response(rejection)),
                 }

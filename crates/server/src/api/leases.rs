@@ -184,14 +184,7 @@ pub async fn release(
         .and_then(|result| result);
     let transitions = match (answer, shared) {
         (Ok(transitions), Some((coord, held))) => {
-            let pause_ms = match outcome {
-                Outcome::RetryAfter { retry_after_ms } => retry_after_ms,
-                _ => 0,
-            };
-            let micro = usage.cost_usd().map(turnstile_coord::spec::micro_ceil);
-            coord
-                .finish(held, pause_ms, usage.tokens, micro, state.clock.now_ms())
-                .await;
+            crate::shared::finish(coord, held, outcome, &usage, state.clock.now_ms()).await;
             transitions
         }
         (Ok(transitions), None) => transitions,

@@ -1,0 +1,400 @@
+//! Proxied calls through replicas sharing limits in Redis (issue 13), with real processes: one
+//! `redis-server` (started here on a free port, stopped by PID), `turnstile serve
+//! --redis-url` replicas on their own data directories, and the in-repo fake upstream
+//! (`turnstile_proxy::fake`), which records its maximum in-flight count. Every proxied call
+//! takes the same shared step as `POST /v1/admissions`. Needs `redis-server` (`.ci/run`
+//! installs it; a missing one fails, never skips).
+//!
+//! - Calls through three replicas never put more calls in flight upstream than the provider's
+//!   shared concurrency, every admission counts as shared, and no lease is left in Redis.
+//! - An upstream 429 seen through one replica pauses the provider on the others: a call that
+//!   will not wait is refused in the provider's format (OpenAI and Anthropic) without reaching
+//!   the upstream, and one that waits goes upstream only after the pause.
+//! - A shared token budget is charged with the reported usage (so many cheap calls fit) and
+//!   with the estimate without one (so the budget, not each replica's view of it, refuses).
+#![cfg(unix)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
+use turnstile_coord::testing::RedisServer;
+use turnstile_proxy::fake::FakeUpstream;
+
+mod common;
+use common::{http, start_with, Service};
+
+/// One scenario at a time (each starts a redis-server and its replicas; see replicas_redis.rs).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+const WORKSPACE: &str = "replicas";
+/// The provider's concurrency, shared by the replicas.
+const LIMIT: u64 = 3;
+/// The shared token budget of the `metered` lane, per budget ID.
+const TOKEN_BUDGET: u64 = 200;
+
+struct Replica {
+    service: Service,
+    key: String,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.service.child.kill();
+        let _ = self.service.child.wait();
+    }
+}
+
+/// The replica's configuration: coordination (a generous Redis timeout: this test looks at
+/// shared limits, not failure detection, on a loaded machine) and the proxy's routes to `up`.
+fn config_file(dir: &Path, up: &FakeUpstream) -> std::path::PathBuf {
+    let path = dir.join("turnstile.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "demo = false\n\n[leases]\nttl_ms = 30000\n\n\
+             [coordination]\ndegraded_share = \"0.34\"\nlease_liveness_ms = 5000\n\
+             renew_every_ms = 500\nprobe_every_ms = 50\ntimeout_ms = 2000\n\n\
+             [proxy]\nfallback_retry_after_ms = 1000\n\n\
+             [proxy.upstreams.fake-openai]\nformat = \"openai\"\nbase_url = \"{}\"\n\n\
+             [proxy.upstreams.fake-anthropic]\nformat = \"anthropic\"\nbase_url = \"{}\"\n\n\
+             [proxy.models.\"m\"]\nupstream = \"fake-openai\"\nprovider = \"upstream\"\n\n\
+             [proxy.models.\"claude-m\"]\nupstream = \"fake-anthropic\"\nprovider = \"upstream\"\n\n\
+             [proxy.models.\"metered-m\"]\nupstream = \"fake-openai\"\nprovider = \"metered\"\n",
+            up.openai_base(),
+            up.anthropic_base()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Starts a replica on `redis` routing to `up`, and registers the same profile and a key.
+fn replica(redis: &RedisServer, up: &FakeUpstream) -> Replica {
+    let data = tempfile::tempdir().unwrap();
+    let config = config_file(data.path(), up);
+    let url = redis.url();
+    let service = start_with(data.path(), &config, true, &["--redis-url", &url]);
+    let admin = service.admin_key.clone().expect("first start");
+    let profile = json!({
+        "workspace": {"concurrency": 64},
+        "providers": {
+            "upstream": {"concurrency": LIMIT, "maxQueueLength": 64},
+            "metered": {"concurrency": 8, "maxTokens": TOKEN_BUDGET},
+        },
+        "principals": {"client": {"concurrency": 64, "maxQueueLength": 64}},
+    });
+    let (status, answer) = http(
+        &service.addr,
+        "PUT",
+        &format!("/v1/workspaces/{WORKSPACE}/profiles/v1"),
+        &admin,
+        Some(&profile),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = http(
+        &service.addr,
+        "POST",
+        &format!("/v1/workspaces/{WORKSPACE}/keys"),
+        &admin,
+        Some(&json!({"principalId": "client"})),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{answer}");
+    Replica {
+        key: answer["key"].as_str().unwrap().to_owned(),
+        service,
+        _data: data,
+    }
+}
+
+/// A proxied call's answer.
+struct Answer {
+    status: u16,
+    head: String,
+    body: Value,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.trim()
+                .eq_ignore_ascii_case(name)
+                .then_some(value.trim())
+        })
+    }
+}
+
+/// One proxied call through `replica`: `path` with `body`, extra headers as `(name, value)`.
+fn call(replica: &Replica, path: &str, body: &Value, headers: &[(&str, &str)]) -> Answer {
+    let mut stream = TcpStream::connect(&replica.service.addr).expect("the replica listens");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let body = body.to_string();
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: turnstile\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        replica.key,
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    Answer {
+        status,
+        head: head.to_owned(),
+        body: serde_json::from_str(body).unwrap_or(Value::Null),
+    }
+}
+
+fn chat(model: &str) -> Value {
+    json!({"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// A counter of `/metrics` on the replica.
+fn metric(replica: &Replica, name: &str) -> u64 {
+    let mut stream = TcpStream::connect(&replica.service.addr).unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: turnstile\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in /metrics"))
+}
+
+fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (installed with redis-server)");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Leases whose liveness has not run out by Redis's clock.
+fn live_leases(redis: &RedisServer, provider: &str) -> u64 {
+    let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider(provider));
+    let time = redis_cli(redis, &["TIME"]);
+    let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
+    let now_ms = parts.next().unwrap() * 1000 + parts.next().unwrap() / 1000;
+    redis_cli(redis, &["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
+        .parse()
+        .unwrap_or(u64::MAX)
+}
+
+/// A small xorshift: the clients' random choices, seeded per client.
+fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+#[test]
+fn proxied_calls_through_three_replicas_never_exceed_the_shared_concurrency() {
+    let _serial = one_at_a_time();
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let up = FakeUpstream::spawn_thread();
+    let replicas: Arc<Vec<Replica>> = Arc::new((0..3).map(|_| replica(&redis, &up)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicUsize::new(0));
+    // Nine clients, three times the shared concurrency: each replica alone would let three
+    // calls through, so without the shared step the upstream would see up to nine at once.
+    let clients: Vec<_> = (0..9u64)
+        .map(|i| {
+            let (replicas, stop, served) = (replicas.clone(), stop.clone(), served.clone());
+            std::thread::spawn(move || {
+                let mut seed = 0x9e37_79b9_7f4a_7c15 ^ (i + 1);
+                while !stop.load(Ordering::SeqCst) {
+                    let replica = &replicas[(next(&mut seed) % 3) as usize];
+                    let (path, model) = if next(&mut seed).is_multiple_of(4) {
+                        ("/anthropic/v1/messages", "claude-m")
+                    } else {
+                        ("/openai/v1/chat/completions", "m")
+                    };
+                    let answer = call(
+                        replica,
+                        path,
+                        &chat(model),
+                        &[
+                            ("x-fake-script", "first-byte-ms=20"),
+                            ("x-turnstile-wait-ms", "20000"),
+                        ],
+                    );
+                    assert_eq!(answer.status, 200, "{}", answer.body);
+                    served.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, Ordering::SeqCst);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let stats = up.stats();
+    let total = served.load(Ordering::SeqCst);
+    eprintln!(
+        "{total} proxied calls through 3 replicas, upstream max in flight {}",
+        stats.max_in_flight
+    );
+    assert!(total > 0);
+    assert_eq!(stats.requests, total as u64, "every call went upstream once");
+    assert!(
+        stats.max_in_flight <= LIMIT,
+        "the upstream served {} at once (shared limit {LIMIT})",
+        stats.max_in_flight
+    );
+    // Every proxied admission went through the shared limits (none degraded).
+    let shared: u64 = replicas
+        .iter()
+        .map(|r| metric(r, "turnstile_coordination_shared_admissions_total"))
+        .sum();
+    let degraded: u64 = replicas
+        .iter()
+        .map(|r| metric(r, "turnstile_coordination_degraded_admissions_total"))
+        .sum();
+    assert_eq!(shared, total as u64, "shared admissions");
+    assert_eq!(degraded, 0, "degraded admissions");
+    // Every settlement released its shared lease (in the background: allow a moment).
+    let start = Instant::now();
+    while live_leases(&redis, "upstream") > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{} shared leases left after the calls",
+            live_leases(&redis, "upstream")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_upstream_429_through_one_replica_pauses_the_provider_on_the_others() {
+    let _serial = one_at_a_time();
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let up = FakeUpstream::spawn_thread();
+    let replicas: Vec<Replica> = (0..3).map(|_| replica(&redis, &up)).collect();
+
+    // Through replica 0: the upstream answers 429 with a 3 s Retry-After.
+    let answer = call(
+        &replicas[0],
+        "/openai/v1/chat/completions",
+        &chat("m"),
+        &[("x-fake-script", "status=429,retry-after=3")],
+    );
+    assert_eq!(answer.status, 429, "{}", answer.body);
+    let paused_at = Instant::now();
+    assert_eq!(up.stats().requests, 1);
+
+    // Replica 1, OpenAI format, no wait: refused by turnstile (not the upstream), retryable.
+    let answer = call(
+        &replicas[1],
+        "/openai/v1/chat/completions",
+        &chat("m"),
+        &[("x-turnstile-wait-ms", "0")],
+    );
+    assert_eq!(answer.status, 429, "{}", answer.body);
+    assert_eq!(answer.header("x-turnstile-reason"), Some("retry-after"));
+    assert_eq!(answer.body["error"]["type"], "rate_limit_error", "{}", answer.body);
+    assert_eq!(answer.body["error"]["code"], "retry-after", "{}", answer.body);
+    let hint: u64 = answer
+        .header("retry-after-ms")
+        .expect("retry-after-ms")
+        .parse()
+        .unwrap();
+    assert!(hint > 0 && hint <= 3_000, "retry-after-ms {hint}");
+
+    // Replica 2, Anthropic format, no wait: the same refusal in Anthropic's format.
+    let answer = call(
+        &replicas[2],
+        "/anthropic/v1/messages",
+        &chat("claude-m"),
+        &[("x-turnstile-wait-ms", "0")],
+    );
+    assert_eq!(answer.status, 429, "{}", answer.body);
+    assert_eq!(answer.body["type"], "error", "{}", answer.body);
+    assert_eq!(answer.body["error"]["type"], "rate_limit_error", "{}", answer.body);
+    assert_eq!(answer.header("x-turnstile-reason"), Some("retry-after"));
+    assert_eq!(up.stats().requests, 1, "refused calls never reach the upstream");
+
+    // Replica 1 again, prepared to wait: it goes upstream only once the pause is over.
+    let answer = call(
+        &replicas[1],
+        "/openai/v1/chat/completions",
+        &chat("m"),
+        &[("x-turnstile-wait-ms", "20000")],
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let waited = paused_at.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2_500),
+        "a waiting call went upstream {waited:?} into a 3 s pause"
+    );
+    assert_eq!(up.stats().requests, 2);
+}
+
+#[test]
+fn a_shared_token_budget_is_settled_with_the_reported_usage() {
+    let _serial = one_at_a_time();
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let up = FakeUpstream::spawn_thread();
+    let replicas: Vec<Replica> = (0..2).map(|_| replica(&redis, &up)).collect();
+    let metered = |replica: &Replica, budget: &str, script: &str| {
+        call(
+            replica,
+            "/openai/v1/chat/completions",
+            &chat("metered-m"),
+            &[
+                ("x-fake-script", script),
+                ("x-turnstile-budget-id", budget),
+                ("x-turnstile-wait-ms", "0"),
+            ],
+        )
+    };
+    // Each call is estimated at about 80 tokens (50 output + the prompt) and reports 2: with
+    // the reported usage settled, ten calls fit in the 200-token budget across both replicas
+    // (with the estimates standing, the third would not).
+    for i in 0..10 {
+        let answer = metered(&replicas[i % 2], "cheap", "usage=1/1");
+        assert_eq!(answer.status, 200, "call {i}: {}", answer.body);
+    }
+    // Without reported usage the estimate stays charged. Alone, each replica has seen at most
+    // two such calls (about 160 tokens): only the shared budget refuses the third.
+    let mut answers = Vec::new();
+    for i in 0..3 {
+        answers.push(metered(&replicas[i % 2], "dear", "no-usage"));
+    }
+    assert_eq!(answers[0].status, 200, "{}", answers[0].body);
+    assert_eq!(answers[1].status, 200, "{}", answers[1].body);
+    assert_eq!(answers[2].status, 429, "{}", answers[2].body);
+    assert_eq!(answers[2].header("x-turnstile-reason"), Some("tokens"));
+    assert_eq!(answers[2].body["error"]["type"], "insufficient_quota");
+    assert_eq!(answers[2].header("x-should-retry"), Some("false"));
+    assert_eq!(up.stats().requests, 12, "the refused call never reached the upstream");
+}
