@@ -62,6 +62,6 @@ echo "workload $workload, $pairs pairs, load average $(cut -d' ' -f1-3 /proc/loa
 echo "$stats" | grep -E '^cmdstat_fcall:' | sed 's/,rejected.*//'
 echo "$stats" | awk -F'[:=,]' -v pairs="$pairs" '
   /^cmdstat_fcall:/ { printf "FCALL usec per pair: %.1f\n", $5 / pairs }
-  /^cmdstat_/ && !/^cmdstat_(fcall|config|function|ping):/ { sub("cmdstat_", "", $1); calls[$1] = $3 }
-  END { n = 0; for (c in calls) { printf "  %-18s %.2f per pair\n", c, calls[c] / pairs; n += calls[c] }
+  /^cmdstat_/ && !/^cmdstat_(fcall|config|function|ping)/ { sub("cmdstat_", "", $1); calls[$1] = $3; usec[$1] = $5 }
+  END { n = 0; for (c in calls) { printf "  %-18s %.2f per pair, %.1f usec per pair\n", c, calls[c] / pairs, usec[c] / pairs; n += calls[c] }
         printf "redis.call()s per pair: %.2f\n", n / pairs }'

@@ -105,11 +105,14 @@ local function acquire(keys, args)
     if conc >= 0 then
       local lk = keys[3 + (i - 1) * 3]
       -- Expired leases matter only at the limit: drop them then (a set below its limit holds
-      -- fewer members than the limit, expired or not).
-      if redis.call('ZCARD', lk) >= conc then
-        redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+      -- fewer members than the limit, expired or not), and count again only then.
+      local held = redis.call('ZCARD', lk)
+      if held >= conc then
+        if redis.call('ZREMRANGEBYSCORE', lk, '-inf', now) > 0 then
+          held = redis.call('ZCARD', lk)
+        end
       end
-      if redis.call('ZCARD', lk) >= conc then
+      if held >= conc then
         local first = redis.call('ZRANGE', lk, 0, 0, 'WITHSCORES')
         local wake = 0
         if first[2] then wake = tonumber(first[2]) end
@@ -121,7 +124,10 @@ local function acquire(keys, args)
   if paused > now then
     return {'paused', 'retry-after', 0, paused, now}
   end
+  -- Budgets: every line the lane reads, in one HMGET (none when no scope has a budget);
+  -- `lines` keeps (field, spent, charge) for the commit.
   local bk = keys[2]
+  local fields, checks = {}, {}
   for i = 1, n do
     local a = 6 + (i - 1) * 9
     local name = args[a + 1]
@@ -129,16 +135,25 @@ local function acquire(keys, args)
     local max_m = tonumber(args[a + 8])
     local max_t = tonumber(args[a + 9])
     if max_a >= 0 then
-      local spent = tonumber(redis.call('HGET', bk, name .. ':a') or '0')
-      if spent + attempts > max_a then return {'reject', 'attempts', i, 0, now} end
+      fields[#fields + 1] = name .. ':a'
+      checks[#checks + 1] = {i, max_a, attempts, 'attempts', true}
     end
     if max_m >= 0 and micro >= 0 then
-      local spent = tonumber(redis.call('HGET', bk, name .. ':m') or '0')
-      if spent + micro > max_m then return {'reject', 'cost', i, 0, now} end
+      fields[#fields + 1] = name .. ':m'
+      checks[#checks + 1] = {i, max_m, micro, 'cost', micro > 0}
     end
     if max_t >= 0 and tokens >= 0 then
-      local spent = tonumber(redis.call('HGET', bk, name .. ':t') or '0')
-      if spent + tokens > max_t then return {'reject', 'tokens', i, 0, now} end
+      fields[#fields + 1] = name .. ':t'
+      checks[#checks + 1] = {i, max_t, tokens, 'tokens', tokens > 0}
+    end
+  end
+  local lines = {}
+  if #fields > 0 then
+    local spent = redis.call('HMGET', bk, unpack(fields))
+    for j, c in ipairs(checks) do
+      local s = tonumber(spent[j] or '0')
+      if s + c[3] > c[2] then return {'reject', c[4], c[1], 0, now} end
+      if c[5] then lines[#lines + 1] = {fields[j], s + c[3]} end
     end
   end
   local units = math.max(tokens, 0)
@@ -170,23 +185,22 @@ local function acquire(keys, args)
     end
   end
   -- Commit.
+  local score = fmt(now + liveness)
   for i = 1, n do
     local a = 6 + (i - 1) * 9
     if tonumber(args[a + 2]) >= 0 then
-      redis.call('ZADD', keys[3 + (i - 1) * 3], fmt(now + liveness), member)
+      redis.call('ZADD', keys[3 + (i - 1) * 3], score, member)
     end
-    local name = args[a + 1]
-    local budgeted = false
-    if tonumber(args[a + 7]) >= 0 then
-      redis.call('HINCRBY', bk, name .. ':a', fmt(attempts)); budgeted = true
+  end
+  -- The budget lines charged (spent + charge, read above in this same call), in one HSET.
+  if #lines > 0 then
+    local hset = {}
+    for _, l in ipairs(lines) do
+      hset[#hset + 1] = l[1]
+      hset[#hset + 1] = fmt(l[2])
     end
-    if tonumber(args[a + 8]) >= 0 and micro > 0 then
-      redis.call('HINCRBY', bk, name .. ':m', fmt(micro)); budgeted = true
-    end
-    if tonumber(args[a + 9]) >= 0 and tokens > 0 then
-      redis.call('HINCRBY', bk, name .. ':t', fmt(tokens)); budgeted = true
-    end
-    if budgeted then redis.call('PEXPIRE', bk, 86400000) end
+    redis.call('HSET', bk, unpack(hset))
+    redis.call('PEXPIRE', bk, 86400000)
   end
   for _, p in ipairs(pending) do
     bucket_store(p[1], p[2], p[3], p[4], p[5], p[6])
@@ -211,19 +225,28 @@ local function release(keys, args)
   for i = 1, n do
     redis.call('ZREM', keys[2 + i], member)
   end
+  -- Settle: each existing line of the charged scopes becomes max(line - charged, 0) + actual,
+  -- read in one HMGET and written in one HSET.
   local bk = keys[2]
-  if at_ >= 0 or am >= 0 then
+  if (at_ >= 0 or am >= 0) and #args >= 8 then
+    local fields, charged, actual = {}, {}, {}
     for j = 8, #args do
-      local name = args[j]
-      if at_ >= 0 and redis.call('HEXISTS', bk, name .. ':t') == 1 then
-        local t = tonumber(redis.call('HGET', bk, name .. ':t'))
-        redis.call('HSET', bk, name .. ':t', fmt(math.max(t - ct, 0) + at_))
+      if at_ >= 0 then
+        fields[#fields + 1] = args[j] .. ':t'; charged[#fields] = ct; actual[#fields] = at_
       end
-      if am >= 0 and redis.call('HEXISTS', bk, name .. ':m') == 1 then
-        local m = tonumber(redis.call('HGET', bk, name .. ':m'))
-        redis.call('HSET', bk, name .. ':m', fmt(math.max(m - cm, 0) + am))
+      if am >= 0 then
+        fields[#fields + 1] = args[j] .. ':m'; charged[#fields] = cm; actual[#fields] = am
       end
     end
+    local cur = redis.call('HMGET', bk, unpack(fields))
+    local hset = {}
+    for j = 1, #fields do
+      if cur[j] then
+        hset[#hset + 1] = fields[j]
+        hset[#hset + 1] = fmt(math.max(tonumber(cur[j]) - charged[j], 0) + actual[j])
+      end
+    end
+    if #hset > 0 then redis.call('HSET', bk, unpack(hset)) end
   end
   local until_ = 0
   if pause_ms > 0 then
