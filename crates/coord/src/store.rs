@@ -74,6 +74,42 @@ pub struct ReleaseCall {
 }
 
 /// The Redis side of coordination.
+/// Calls of `FCALL` and the µs Redis spent in them (`INFO commandstats`, `cmdstat_fcall`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FcallStats {
+    pub calls: u64,
+    pub usec: u64,
+}
+
+impl FcallStats {
+    /// Reads `cmdstat_fcall:calls=N,usec=N,…` out of `INFO commandstats` (zero when absent).
+    pub fn parse(info: &str) -> Self {
+        let mut stats = FcallStats::default();
+        let Some(line) = info
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("cmdstat_fcall:"))
+        else {
+            return stats;
+        };
+        for field in line.split(',') {
+            match field.split_once('=') {
+                Some(("calls", n)) => stats.calls = n.parse().unwrap_or(0),
+                Some(("usec", n)) => stats.usec = n.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        stats
+    }
+
+    /// What happened between `self` (before) and `after`.
+    pub fn delta(self, after: FcallStats) -> FcallStats {
+        FcallStats {
+            calls: after.calls.saturating_sub(self.calls),
+            usec: after.usec.saturating_sub(self.usec),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct RedisStore {
     connection: ConnectionManager,
@@ -389,6 +425,21 @@ impl RedisStore {
             .collect()
     }
 
+    /// `INFO commandstats`' line for `FCALL` (what turnstile's shared limits cost Redis):
+    /// (calls, µs). Benchmarks read it before and after a run; the difference is exact for the
+    /// run when nothing else calls functions on that Redis.
+    pub async fn fcall_stats(&self) -> Result<FcallStats, CoordError> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("commandstats");
+        let value = self.run(&cmd).await.map_err(|e| self.classify(&e))?;
+        let info = match value {
+            Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Value::VerbatimString { text, .. } => text,
+            other => return Err(CoordError::Protocol(format!("{other:?}"))),
+        };
+        Ok(FcallStats::parse(&info))
+    }
+
     /// Deletes an invocation's budget lines (`POST /v1/budgets/{id}/release`).
     pub async fn release_budget(&self, workspace: &str, budget_id: &str) -> Result<(), CoordError> {
         let keys = WorkspaceKeys::new(workspace);
@@ -398,5 +449,21 @@ impl RedisStore {
             .await
             .map(|_| ())
             .map_err(|e| self.classify(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FcallStats;
+
+    #[test]
+    fn fcall_stats_are_read_from_info_commandstats() {
+        let info = "# Commandstats\r\ncmdstat_fcall_ro:calls=7,usec=70,usec_per_call=10.00\r\n\
+                    cmdstat_fcall:calls=40000,usec=1868628,usec_per_call=46.72,rejected_calls=0\r\n";
+        let stats = FcallStats::parse(info);
+        assert_eq!(stats, FcallStats { calls: 40000, usec: 1868628 });
+        assert_eq!(FcallStats::parse("# Commandstats\r\n"), FcallStats::default());
+        let later = FcallStats { calls: 40010, usec: 1868728 };
+        assert_eq!(stats.delta(later), FcallStats { calls: 10, usec: 100 });
     }
 }

@@ -13,7 +13,7 @@
 //!
 //! It reports pairs per second, failures by cause, and p50 / p99 / max latency of a pair, of
 //! one request, and of acquire and release separately, all measured at the client, plus the
-//! process's CPU time. Without `--url` it starts an in-process service on an ephemeral loopback
+//! process's CPU time, and with `--redis-url` Redis's time per pair (`INFO commandstats`). Without `--url` it starts an in-process service on an ephemeral loopback
 //! port with a fresh data directory and a profile that never binds (the benchmark measures the
 //! service, not the limits); with `--url` and `--key` it targets a running service, whose
 //! profile decides what happens.
@@ -57,9 +57,11 @@ pub struct BenchServeArgs {
     /// `docs/server.md`, "Durability").
     #[arg(long, value_enum, default_value_t = Durability::Process)]
     pub durability: Durability,
-    /// In-process only: share the limits through this Redis (`redis://HOST:PORT`), as a
-    /// replica does (`docs/replicas.md`); the difference to a run without it is the added
-    /// latency and cost of coordination.
+    /// In-process: share the limits through this Redis (`redis://HOST:PORT`), as a replica
+    /// does (`docs/replicas.md`); the difference to a run without it is the added latency and
+    /// cost of coordination. With `--url`: the Redis the target service coordinates through,
+    /// read only for the cost report. Either way the report adds Redis's time per acquire +
+    /// release pair, from `INFO commandstats` before and after the run.
     #[arg(long)]
     pub redis_url: Option<String>,
     /// Print the report as JSON.
@@ -164,11 +166,29 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         }
         let warmup = Duration::from_millis(args.warmup_ms);
         let measured = Duration::from_secs(args.seconds);
+        let redis = match &args.redis_url {
+            Some(url) => Some(
+                turnstile_coord::RedisStore::new(url, Duration::from_secs(2))
+                    .map_err(|e| anyhow::anyhow!("--redis-url: {e}"))?,
+            ),
+            None => None,
+        };
+        let fcall_before = match &redis {
+            Some(redis) => Some(redis.fcall_stats().await.map_err(anyhow::Error::from)?),
+            None => None,
+        };
         let cpu_before = process_cpu();
         let driven = drive(&target, args.clients, args.rate, warmup, measured).await;
         let cpu = process_cpu()
             .zip(cpu_before)
             .map(|(after, before)| after.saturating_sub(before));
+        let fcall = match (&redis, fcall_before) {
+            (Some(redis), Some(before)) => match redis.fcall_stats().await {
+                Ok(after) => Some(before.delta(after)),
+                Err(_) => None,
+            },
+            _ => None,
+        };
         // The in-process service and its data directory go away whatever the outcome.
         let stopped = match server {
             Some(server) => server.shutdown().await.map_err(anyhow::Error::from),
@@ -177,7 +197,7 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         if let Some(dir) = data_dir {
             let _ = std::fs::remove_dir_all(dir);
         }
-        let report = Report::new(&args, driven?, measured, cpu);
+        let report = Report::new(&args, driven?, measured, cpu, fcall);
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
@@ -369,6 +389,22 @@ struct Report {
     process_cpu_seconds: Option<f64>,
     /// Wall-clock seconds of warm-up and measurement.
     wall_seconds: f64,
+    /// With `--redis-url`: what the shared limits cost Redis during warm-up and measurement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redis: Option<RedisCost>,
+}
+
+/// Redis's side of a run, from `INFO commandstats` (`cmdstat_fcall`) before and after it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RedisCost {
+    /// `FCALL`s during warm-up and measurement (one per acquire, one per release, plus a
+    /// replica's lease renewals every `renew_every_ms`).
+    fcalls: u64,
+    /// µs Redis spent in them (wall-clock inside Redis: a loaded host inflates it).
+    fcall_usec: u64,
+    /// µs per acquire + release pair: 2 × µs per FCALL.
+    usec_per_pair: f64,
 }
 
 impl Report {
@@ -377,6 +413,7 @@ impl Report {
         samples: Samples,
         measured: Duration,
         cpu: Option<Duration>,
+        fcall: Option<turnstile_coord::store::FcallStats>,
     ) -> Self {
         let pairs = samples.pairs.len();
         Report {
@@ -398,6 +435,11 @@ impl Report {
             release_latency: Latency::of(&samples.releases),
             process_cpu_seconds: cpu.map(|d| d.as_secs_f64()),
             wall_seconds: samples.elapsed.as_secs_f64(),
+            redis: fcall.map(|f| RedisCost {
+                fcalls: f.calls,
+                fcall_usec: f.usec,
+                usec_per_pair: 2.0 * f.usec as f64 / f.calls.max(1) as f64,
+            }),
         }
     }
 
@@ -429,6 +471,12 @@ impl Report {
             println!(
                 "{name:<13} p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
                 latency.p50_ms, latency.p99_ms, latency.max_ms
+            );
+        }
+        if let Some(redis) = &self.redis {
+            println!(
+                "redis:        {:.1} µs per acquire + release pair ({} FCALLs, {} µs, INFO commandstats; warm-up included)",
+                redis.usec_per_pair, redis.fcalls, redis.fcall_usec
             );
         }
         if let Some(cpu) = self.process_cpu_seconds {
