@@ -265,7 +265,10 @@ fn proxied_calls_through_three_replicas_never_exceed_the_shared_concurrency() {
         stats.max_in_flight
     );
     assert!(total > 0);
-    assert_eq!(stats.requests, total as u64, "every call went upstream once");
+    assert_eq!(
+        stats.requests, total as u64,
+        "every call went upstream once"
+    );
     assert!(
         stats.max_in_flight <= LIMIT,
         "the upstream served {} at once (shared limit {LIMIT})",
@@ -321,8 +324,16 @@ fn an_upstream_429_through_one_replica_pauses_the_provider_on_the_others() {
     );
     assert_eq!(answer.status, 429, "{}", answer.body);
     assert_eq!(answer.header("x-turnstile-reason"), Some("retry-after"));
-    assert_eq!(answer.body["error"]["type"], "rate_limit_error", "{}", answer.body);
-    assert_eq!(answer.body["error"]["code"], "retry-after", "{}", answer.body);
+    assert_eq!(
+        answer.body["error"]["type"], "rate_limit_error",
+        "{}",
+        answer.body
+    );
+    assert_eq!(
+        answer.body["error"]["code"], "retry-after",
+        "{}",
+        answer.body
+    );
     let hint: u64 = answer
         .header("retry-after-ms")
         .expect("retry-after-ms")
@@ -339,9 +350,17 @@ fn an_upstream_429_through_one_replica_pauses_the_provider_on_the_others() {
     );
     assert_eq!(answer.status, 429, "{}", answer.body);
     assert_eq!(answer.body["type"], "error", "{}", answer.body);
-    assert_eq!(answer.body["error"]["type"], "rate_limit_error", "{}", answer.body);
+    assert_eq!(
+        answer.body["error"]["type"], "rate_limit_error",
+        "{}",
+        answer.body
+    );
     assert_eq!(answer.header("x-turnstile-reason"), Some("retry-after"));
-    assert_eq!(up.stats().requests, 1, "refused calls never reach the upstream");
+    assert_eq!(
+        up.stats().requests,
+        1,
+        "refused calls never reach the upstream"
+    );
 
     // Replica 1 again, prepared to wait: it goes upstream only once the pause is over.
     let answer = call(
@@ -396,5 +415,9 @@ fn a_shared_token_budget_is_settled_with_the_reported_usage() {
     assert_eq!(answers[2].header("x-turnstile-reason"), Some("tokens"));
     assert_eq!(answers[2].body["error"]["type"], "insufficient_quota");
     assert_eq!(answers[2].header("x-should-retry"), Some("false"));
-    assert_eq!(up.stats().requests, 12, "the refused call never reached the upstream");
+    assert_eq!(
+        up.stats().requests,
+        12,
+        "the refused call never reached the upstream"
+    );
 }

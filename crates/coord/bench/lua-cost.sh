@@ -7,6 +7,9 @@
 #
 #   crates/coord/bench/lua-cost.sh [pairs] [workload]
 #
+# LIB=path/to/other.lua measures another version of the library (e.g. `git show
+# main:crates/coord/src/lua/turnstile_v1.lua > /tmp/before.lua`), to alternate before/after runs.
+#
 # workloads: conc   three scopes (principal, workspace, provider) with concurrency only
 #                   (the bench profile)
 #            full   the same, plus a requests-per-minute and a tokens-per-second bucket on the
@@ -17,7 +20,7 @@ set -euo pipefail
 pairs="${1:-20000}"
 workload="${2:-conc}"
 here="$(cd "$(dirname "$0")" && pwd)"
-lib="$here/../src/lua/turnstile_v1.lua"
+lib="${LIB:-$here/../src/lua/turnstile_v1.lua}"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
 redis_pid=$!
@@ -54,14 +57,30 @@ for i in range(pairs):
     out.write(" ".join(acquire(f"r-{i}")) + "\n")
     out.write(" ".join(release(f"r-{i}")) + "\n")
 PY
-[ "$workload" = held ] || redis-cli -p "$port" CONFIG RESETSTAT >/dev/null
-redis-cli -p "$port" < /tmp/lua-cost-$$.txt > /dev/null
+skip=0
+if [ "$workload" = held ]; then
+  skip=4
+  head -n "$skip" /tmp/lua-cost-$$.txt | redis-cli -p "$port" > /dev/null
+else
+  redis-cli -p "$port" CONFIG RESETSTAT >/dev/null
+fi
+# Ten batches, each read from commandstats: on a loaded host the minimum and median over the
+# batches say more than the total (Redis's usec is wall-clock: preemption inflates it).
+batch=$((pairs / 10))
+per_batch=()
+for b in $(seq 0 9); do
+  before=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=[0-9]*,usec=\([0-9]*\),.*/\1/p')
+  sed -n "$((skip + b * batch * 2 + 1)),$((skip + (b + 1) * batch * 2))p" /tmp/lua-cost-$$.txt | redis-cli -p "$port" > /dev/null
+  after=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=[0-9]*,usec=\([0-9]*\),.*/\1/p')
+  per_batch+=("$(echo "($after - ${before:-0}) / $batch" | bc -l)")
+done
 rm -f /tmp/lua-cost-$$.txt
 stats="$(redis-cli -p "$port" INFO commandstats | tr -d '\r')"
 echo "workload $workload, $pairs pairs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$stats" | grep -E '^cmdstat_fcall:' | sed 's/,rejected.*//'
+printf '%s\n' "${per_batch[@]}" | sort -n | awk '{v[NR] = $1} END {printf "FCALL usec per pair over 10 batches: min %.1f, median %.1f, max %.1f\n", v[1], (v[5] + v[6]) / 2, v[NR]}'
 echo "$stats" | awk -F'[:=,]' -v pairs="$pairs" '
   /^cmdstat_fcall:/ { printf "FCALL usec per pair: %.1f\n", $5 / pairs }
-  /^cmdstat_/ && !/^cmdstat_(fcall|config|function|ping)/ { sub("cmdstat_", "", $1); calls[$1] = $3; usec[$1] = $5 }
+  /^cmdstat_/ && !/^cmdstat_(fcall|config|function|ping|info)/ { sub("cmdstat_", "", $1); calls[$1] = $3; usec[$1] = $5 }
   END { n = 0; for (c in calls) { printf "  %-18s %.2f per pair, %.1f usec per pair\n", c, calls[c] / pairs, usec[c] / pairs; n += calls[c] }
         printf "redis.call()s per pair: %.2f\n", n / pairs }'

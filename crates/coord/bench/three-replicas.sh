@@ -3,11 +3,16 @@
 # (closed loop), all on this machine; prints each replica's report and the Redis CPU per
 # acquire + release pair from INFO (commandstats and used_cpu_*). Figures: docs/performance.md.
 #
-#   crates/coord/bench/three-replicas.sh [path/to/turnstile] [seconds] [clients per replica]
+#   crates/coord/bench/three-replicas.sh [path/to/turnstile] [seconds] [clients per replica] [pairs/s per replica]
+#
+# Without the fourth argument each generator runs a closed loop (saturation); with it, an open
+# loop at that rate (`bench-serve --rate`).
 set -euo pipefail
 bin="${1:-target/release/turnstile}"
 seconds="${2:-10}"
 clients="${3:-32}"
+rate_args=()
+if [ -n "${4:-}" ]; then rate_args=(--rate "$4"); fi
 work="$(mktemp -d)"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
@@ -42,7 +47,7 @@ cpu() { redis-cli -p "$port" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|s
 cpu_before=$(cpu)
 for i in 0 1 2; do
   "$bin" bench-serve --url "${urls[$i]}" --key "${keys[$i]}" --provider bench-provider \
-    --clients "$clients" --seconds "$seconds" --json > "$work/bench$i.json" &
+    --clients "$clients" --seconds "$seconds" "${rate_args[@]}" --json > "$work/bench$i.json" &
   bench_pids[$i]=$!
 done
 for i in 0 1 2; do wait "${bench_pids[$i]}"; done
@@ -52,6 +57,7 @@ for i in 0 1 2; do
   jq -c '{pairs, pairsPerSecond, failures, requestP50: .requestLatency.p50Ms, requestP99: .requestLatency.p99Ms, pairP99: .pairLatency.p99Ms}' "$work/bench$i.json"
   total=$((total + $(jq .pairs "$work/bench$i.json")))
 done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "pairs measured (3 replicas): $total in ${seconds} s (warm-up excluded): $((total / seconds)) pairs/s"
 redis-cli -p "$port" INFO commandstats | tr -d '\r' | grep -E 'cmdstat_(fcall|fcall_ro):' || true
 fcall_usec=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=[0-9]*,usec=\([0-9]*\),.*/\1/p')

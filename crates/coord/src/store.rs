@@ -461,9 +461,27 @@ mod tests {
         let info = "# Commandstats\r\ncmdstat_fcall_ro:calls=7,usec=70,usec_per_call=10.00\r\n\
                     cmdstat_fcall:calls=40000,usec=1868628,usec_per_call=46.72,rejected_calls=0\r\n";
         let stats = FcallStats::parse(info);
-        assert_eq!(stats, FcallStats { calls: 40000, usec: 1868628 });
-        assert_eq!(FcallStats::parse("# Commandstats\r\n"), FcallStats::default());
-        let later = FcallStats { calls: 40010, usec: 1868728 };
-        assert_eq!(stats.delta(later), FcallStats { calls: 10, usec: 100 });
+        assert_eq!(
+            stats,
+            FcallStats {
+                calls: 40000,
+                usec: 1868628
+            }
+        );
+        assert_eq!(
+            FcallStats::parse("# Commandstats\r\n"),
+            FcallStats::default()
+        );
+        let later = FcallStats {
+            calls: 40010,
+            usec: 1868728,
+        };
+        assert_eq!(
+            stats.delta(later),
+            FcallStats {
+                calls: 10,
+                usec: 100
+            }
+        );
     }
 }
