@@ -18,6 +18,7 @@
 //!   closed.
 #![forbid(unsafe_code)]
 
+pub mod breaker;
 pub mod coordinator;
 pub mod error;
 pub mod health;
@@ -28,10 +29,13 @@ pub mod store;
 pub mod testing;
 pub mod verdict;
 
-pub use coordinator::{Admission, CoordConfig, CoordMetrics, Coordinator, HeldShared, Mode};
+pub use breaker::{BreakerState, Outcome};
+pub use coordinator::{
+    Admission, CoordConfig, CoordMetrics, Coordinator, HeldShared, Mode, DEFAULT_TURN_WINDOW_MS,
+};
 pub use error::CoordError;
 pub use health::Health;
 pub use share::{DegradedShare, InvalidShare};
-pub use spec::{BucketSpec, LaneSpec, ScopeLimits};
+pub use spec::{BreakerSpec, BucketSpec, LaneSpec, ScopeLimits};
 pub use store::RedisStore;
 pub use verdict::Verdict;

@@ -7,16 +7,22 @@ use crate::error::CoordError;
 /// What the shared limits say about one admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// Every shared scope admitted it; the lease is registered.
-    Granted { now: Millis },
+    /// Every shared scope admitted it; the lease is registered. `probe`: it holds the shared
+    /// breaker's half-open probe lease.
+    Granted { now: Millis, probe: bool },
     /// A shared scope is full; it may change at `wake` (server ms, when known).
     Defer {
         reason: Reason,
         wake: Option<Millis>,
         now: Millis,
     },
+    /// A contended scope has room, but another waiting principal is further behind its share:
+    /// its turn first (fair turns across replicas).
+    Turn { now: Millis },
     /// The provider is paused until `until` (server ms).
     Paused { until: Millis, now: Millis },
+    /// The shared breaker is open until `until` (server ms).
+    Open { until: Millis, now: Millis },
     /// A shared budget (or a bucket's capacity) can never fit it: waiting cannot help.
     Reject { reason: Reason, now: Millis },
 }
@@ -34,10 +40,19 @@ impl Verdict {
             "cost" => Ok(Reason::Cost),
             "tokens" => Ok(Reason::Tokens),
             "retry-after" => Ok(Reason::RetryAfter),
+            "circuit-open" => Ok(Reason::CircuitOpen),
             other => Err(CoordError::Protocol(format!("reason {other}"))),
         };
         match verdict {
-            "granted" => Ok(Verdict::Granted { now }),
+            "granted" => Ok(Verdict::Granted {
+                now,
+                probe: reason == "probe",
+            }),
+            "turn" => Ok(Verdict::Turn { now }),
+            "open" => Ok(Verdict::Open {
+                until: instant,
+                now,
+            }),
             "defer" => Ok(Verdict::Defer {
                 reason: reason_of(reason)?,
                 wake: (instant > 0).then_some(instant),

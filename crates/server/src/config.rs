@@ -45,6 +45,7 @@
 //! lease_liveness_ms = 10000
 //! renew_every_ms = 2000
 //! probe_every_ms = 100
+//! turn_window_ms = 50                    # fair turns across replicas; 0: first come, first served
 //! ```
 
 use std::net::SocketAddr;
@@ -93,6 +94,9 @@ pub struct CoordinationConfig {
     pub renew_every_ms: u64,
     /// How often a replica probes Redis.
     pub probe_every_ms: u64,
+    /// Fair turns across replicas: how long a principal refused a contended shared slot counts
+    /// as waiting after its last try; 0 turns them off (first come, first served).
+    pub turn_window_ms: u64,
 }
 
 impl Default for CoordinationConfig {
@@ -104,6 +108,7 @@ impl Default for CoordinationConfig {
             lease_liveness_ms: 10_000,
             renew_every_ms: 2_000,
             probe_every_ms: 100,
+            turn_window_ms: turnstile_coord::DEFAULT_TURN_WINDOW_MS,
         }
     }
 }
@@ -135,6 +140,7 @@ impl CoordinationConfig {
         config.timeout = positive(self.timeout_ms, "coordination.timeout_ms")?;
         config.renew_every = positive(self.renew_every_ms, "coordination.renew_every_ms")?;
         config.probe_every = positive(self.probe_every_ms, "coordination.probe_every_ms")?;
+        config.turn_window_ms = (self.turn_window_ms > 0).then_some(self.turn_window_ms);
         if self.lease_liveness_ms <= self.renew_every_ms {
             return Err(ConfigError::Invalid {
                 field: "coordination.lease_liveness_ms",

@@ -8,6 +8,11 @@
 //! [`SHARED_POLL_MS`] at the latest, until its deadline. A request the shared limits refuse
 //! gives its local lease back (dropping the grant).
 //!
+//! Fair turns and the shared breaker are decided in the same call: a `turn` (another
+//! principal is further behind its share of a contended scope) waits like a full scope; an
+//! open shared breaker waits for its end, or is refused at once (`circuit-open`, retryable,
+//! with the remaining time) when it outlasts the deadline, as the core does.
+//!
 //! Invariants: the local lease is accepted (handed to the client) only after the shared limits
 //! granted it; the evidence says how (`coordination`: `shared` or `degraded`).
 
@@ -169,6 +174,24 @@ pub async fn admit(
                         true,
                         Some(remaining_ms),
                         Some(Mode::Shared),
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(remaining_ms)).await;
+            }
+            // The shared breaker is open (through any replica's failures): as the core does,
+            // refuse at once when it outlasts the deadline, otherwise wait for its end.
+            Admission::Wait {
+                reason: Reason::CircuitOpen,
+                after_ms: Some(remaining_ms),
+                mode,
+            } if remaining_ms > SHARED_POLL_MS => {
+                if now.saturating_add(remaining_ms) >= lane.deadline {
+                    return Ok(Shared::Refused(refusal(
+                        grant,
+                        Reason::CircuitOpen,
+                        true,
+                        Some(remaining_ms),
+                        Some(mode),
                     )));
                 }
                 tokio::time::sleep(Duration::from_millis(remaining_ms)).await;

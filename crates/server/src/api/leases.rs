@@ -189,8 +189,20 @@ pub async fn release(
                 _ => 0,
             };
             let micro = usage.cost_usd().map(turnstile_coord::spec::micro_ceil);
+            let breaker = match outcome {
+                Outcome::Success => turnstile_coord::Outcome::Success,
+                Outcome::Failure => turnstile_coord::Outcome::Failure,
+                _ => turnstile_coord::Outcome::None,
+            };
             coord
-                .finish(held, pause_ms, usage.tokens, micro, state.clock.now_ms())
+                .finish_outcome(
+                    held,
+                    pause_ms,
+                    usage.tokens,
+                    micro,
+                    breaker,
+                    state.clock.now_ms(),
+                )
                 .await;
             transitions
         }
