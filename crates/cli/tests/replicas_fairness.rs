@@ -141,7 +141,12 @@ fn acquire(addr: &str, key: &str, provider: &str, deadline_ms: u64) -> Option<(u
         "POST",
         "/v1/admissions",
         key,
-        Some(&json!({"providerId": provider, "deadlineMs": deadline_ms})),
+        Some(&json!({
+            "providerId": provider,
+            "budgetId": "run",
+            "estimate": {"tokens": 1},
+            "deadlineMs": deadline_ms,
+        })),
     )
 }
 
@@ -215,6 +220,8 @@ fn run(load: Load, duration: Duration, turn_window_ms: u64) -> Run {
                         continue;
                     };
                     if status != 200 {
+                        // A deadline passed (or an error): try again, without spinning.
+                        std::thread::sleep(Duration::from_millis(5));
                         continue;
                     }
                     let lease = answer["leaseId"].as_str().unwrap().to_owned();

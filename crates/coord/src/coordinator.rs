@@ -98,6 +98,10 @@ pub enum Admission {
         after_ms: Option<Millis>,
         mode: Mode,
     },
+    /// A contended shared scope has room, but another principal waiting for it holds fewer:
+    /// its turn first (fair turns). The caller waits (as for `Wait` with `concurrency`), or
+    /// gives its local lease back to its local fair queue meanwhile.
+    Turn,
     /// The provider is paused for `remaining_ms`.
     Paused { remaining_ms: Millis },
     /// Never fits (a shared budget).
@@ -312,11 +316,7 @@ impl Coordinator {
             },
             Ok(Verdict::Turn { .. }) => {
                 self.metrics.turns.fetch_add(1, Ordering::Relaxed);
-                Admission::Wait {
-                    reason: Reason::Concurrency,
-                    after_ms: None,
-                    mode: Mode::Shared,
-                }
+                Admission::Turn
             }
             Ok(Verdict::Paused { until, now }) => Admission::Paused {
                 remaining_ms: until.saturating_sub(now),

@@ -67,14 +67,16 @@ fn runtime() -> tokio::runtime::Runtime {
 
 const GRANTED: Admission = Admission::Granted(Mode::Shared);
 
+/// Full (`Wait` with `concurrency`) or another principal's turn.
 fn is_concurrency_wait(answer: &Admission) -> bool {
     matches!(
         answer,
-        Admission::Wait {
-            reason: Reason::Concurrency,
-            mode: Mode::Shared,
-            ..
-        }
+        Admission::Turn
+            | Admission::Wait {
+                reason: Reason::Concurrency,
+                mode: Mode::Shared,
+                ..
+            }
     )
 }
 
@@ -95,7 +97,7 @@ fn the_next_free_slot_goes_to_the_waiting_principal_holding_fewer() {
         assert!(r1.release("a1", 0, None, None, 0).await);
         // A slot is free, but alice (holding 1) asks first while bob (holding 0) waits: bob's
         // turn. Without turns the fastest poller (alice) would take it.
-        assert!(is_concurrency_wait(&r1.acquire(&a, "a3", 0).await));
+        assert_eq!(r1.acquire(&a, "a3", 0).await, Admission::Turn);
         assert_eq!(
             r1.metrics.turns.load(std::sync::atomic::Ordering::Relaxed),
             1
@@ -106,12 +108,12 @@ fn the_next_free_slot_goes_to_the_waiting_principal_holding_fewer() {
         assert!(r2.release("b1", 0, None, None, 0).await);
         // bob (0) is behind alice (1), and alice is waiting: bob is served first even if
         // alice asks first...
-        assert!(is_concurrency_wait(&r1.acquire(&a, "a3", 0).await));
+        assert_eq!(r1.acquire(&a, "a3", 0).await, Admission::Turn);
         assert_eq!(r2.acquire(&b, "b2", 0).await, GRANTED);
         // ...and alice's release gives alice the next one, although bob asks first.
         assert!(is_concurrency_wait(&r2.acquire(&b, "b3", 0).await));
         assert!(r1.release("a2", 0, None, None, 0).await);
-        assert!(is_concurrency_wait(&r2.acquire(&b, "b3", 0).await));
+        assert_eq!(r2.acquire(&b, "b3", 0).await, Admission::Turn);
         assert_eq!(r1.acquire(&a, "a3", 0).await, GRANTED);
     });
 }
@@ -139,7 +141,7 @@ fn a_waiter_not_seen_for_the_window_loses_its_turn() {
         assert_eq!(r1.acquire(&a, "a4", 0).await, GRANTED);
         assert!(is_concurrency_wait(&r2.acquire(&b, "b1", 0).await));
         assert!(r1.release("a4", 0, None, None, 0).await);
-        assert!(is_concurrency_wait(&r1.acquire(&a, "a5", 0).await));
+        assert_eq!(r1.acquire(&a, "a5", 0).await, Admission::Turn);
         // bob gave up: after the window alice may take the free slot.
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert_eq!(r1.acquire(&a, "a5", 0).await, GRANTED);

@@ -34,6 +34,11 @@ pub const SHARED_POLL_MS: Millis = 10;
 pub enum Shared {
     Admitted(Coordination),
     Refused(Rejection),
+    /// Another principal's turn (fair turns across replicas), with time left before the
+    /// deadline: give the local lease back to this replica's fair queue, wait a poll, and
+    /// queue again. A lease waiting for its turn must not keep a local slot that another
+    /// principal's request on this replica needs to reach the shared limits at all.
+    Yield,
 }
 
 fn coordination(mode: Mode) -> Coordination {
@@ -165,6 +170,30 @@ pub async fn admit(
                     Some(hint),
                     Some(Mode::Degraded),
                 )));
+            }
+            Admission::Turn if now.saturating_add(SHARED_POLL_MS) < lane.deadline => {
+                return Ok(Shared::Yield);
+            }
+            Admission::Turn => {
+                if now >= lane.deadline {
+                    let (reason, retryable) = if lane.no_wait {
+                        (Reason::Concurrency, true)
+                    } else {
+                        (Reason::DeadlineExceeded, false)
+                    };
+                    return Ok(Shared::Refused(refusal(
+                        grant,
+                        reason,
+                        retryable,
+                        None,
+                        Some(Mode::Shared),
+                    )));
+                }
+                let pause = SHARED_POLL_MS.min(lane.deadline - now);
+                tokio::select! {
+                    () = coord.released() => {}
+                    () = tokio::time::sleep(Duration::from_millis(pause)) => {}
+                }
             }
             Admission::Paused { remaining_ms } => {
                 if now.saturating_add(remaining_ms) >= lane.deadline {

@@ -111,6 +111,19 @@ local function fair_behind_other(wk, prefix, principal, mine, now)
   return false
 end
 
+-- A grant in a contended scope (someone is waiting, or this grant fills it) keeps the
+-- principal's entry fresh too: a principal whose clients come straight back for the slot they
+-- just released is still in the race, so a faster poller holding more cannot take that slot
+-- in the gap between its release and its next request.
+local function fair_note_granted(fair, keys, args, principal, window, now)
+  for i, wk in pairs(fair) do
+    local conc = tonumber(args[6 + (i - 1) * 9 + 2])
+    if redis.call('EXISTS', wk) == 1 or redis.call('ZCARD', keys[3 + (i - 1) * 3]) >= conc then
+      fair_note_waiting(wk, principal, window, now)
+    end
+  end
+end
+
 -- Reads the optional fairness block of ts_acquire_v1's ARGV at `a` (see acquire). Answers
 -- {scope index -> wait key}, the principal scope index, the window, the key prefix, and the
 -- index after the block.
@@ -338,6 +351,7 @@ local function acquire(keys, args)
   for _, p in ipairs(pending) do
     bucket_store(p[1], p[2], p[3], p[4], p[5], p[6])
   end
+  fair_note_granted(fair, keys, args, principal, window, now)
   if probe then
     redis.call('ZADD', pk_, fmt(now + liveness), member)
     redis.call('PEXPIRE', pk_, BREAKER_TTL_MS)
