@@ -4,8 +4,11 @@
 //! as before; the [`Coordinator`] then admits the same lease against the shared limits in one
 //! Redis Function call (`ts_acquire_v1`): concurrency as leases with a liveness expiry, the
 //! core's fixed-point request and token buckets, the provider pause, and integer micro-dollar
-//! budgets, for the principal, workspace and provider scopes of the lane. `docs/replicas.md`
-//! has the data model, each function, the failure modes and their costs.
+//! budgets, for the principal, workspace and provider scopes of the lane; in the same call,
+//! fair turns on contended scopes (the next free slot goes to the waiting principal holding
+//! fewest) and the provider's shared circuit breaker with its half-open probe lease
+//! ([`breaker`]). `docs/replicas.md` has the data model, each function, the failure modes and
+//! their costs.
 //!
 //! # Invariants
 //!

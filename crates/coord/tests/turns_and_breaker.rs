@@ -7,7 +7,7 @@
 //! - Breaker: failures released through one replica open it for the other (with the remaining
 //!   open time); after the open time exactly one replica gets the half-open probe lease; its
 //!   success closes it for both, its failure reopens it; a probe holder that dies frees the
-//!   probe after its liveness.
+//!   probe after its liveness; outcomes a degraded replica saw are merged on recovery.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -270,4 +270,45 @@ fn a_failed_probe_reopens_the_breaker_and_a_dead_probe_holder_frees_the_probe() 
         succeed(&r1, "p3").await;
         assert_eq!(r2.acquire(&lane, "x4", 0).await, GRANTED);
     });
+}
+
+#[test]
+fn failures_seen_while_degraded_are_merged_into_the_shared_breaker_on_recovery() {
+    let rt = runtime();
+    let server = RedisServer::start().unwrap();
+    rt.block_on(async {
+        let mut degradable = config(&server, 50);
+        degradable.timeout = Duration::from_millis(100);
+        degradable.degraded_share = DegradedShare::Slice(1.0);
+        let r1 = Coordinator::new(degradable).unwrap();
+        r1.tick(0, false).await;
+        assert_eq!(r1.health(), Health::Healthy);
+        let r2 = replica(&server, 50).await;
+        let lane = breaker_lane(5_000);
+        assert_eq!(r1.acquire(&lane, "l1", 0).await, GRANTED);
+        server.signal("STOP");
+        r1.tick(0, false).await;
+        assert_eq!(r1.health(), Health::Degraded);
+        // Degraded: its local breaker applies (the core's); the outcomes are kept.
+        succeed(&r1, "l1").await;
+        fail_degraded(&r1, &lane, "l2").await;
+        fail_degraded(&r1, &lane, "l3").await;
+        server.signal("CONT");
+        r1.tick(0, false).await;
+        assert_eq!(r1.health(), Health::Healthy, "recovered and merged");
+        // Two failures after the last success: open for every replica.
+        let open = open_for(&r2.acquire(&lane, "x1", 0).await).expect("merged open");
+        assert!(open > 0 && open <= 5_000, "{open}");
+    });
+}
+
+async fn fail_degraded(coord: &Coordinator, lane: &LaneSpec, token: &str) {
+    assert_eq!(
+        coord.acquire(lane, token, 0).await,
+        Admission::Granted(Mode::Degraded)
+    );
+    let held = coord.claim(token).unwrap();
+    coord
+        .finish_outcome(held, 0, None, None, Outcome::Failure, 0)
+        .await;
 }
