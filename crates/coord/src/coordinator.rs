@@ -45,6 +45,11 @@ use crate::verdict::Verdict;
 /// server's 10 ms polls, so a waiter delayed by a busy machine still holds its turn.
 pub const DEFAULT_TURN_WINDOW_MS: Millis = 50;
 
+/// How soon a waiter whose principal has the next turn of a full shared scope tries again (a
+/// slot freed on another replica is seen by polling; the other waiters poll at the host's
+/// interval).
+pub const TURN_NEXT_POLL_MS: Millis = 2;
+
 /// How a replica coordinates.
 #[derive(Debug, Clone)]
 pub struct CoordConfig {
@@ -309,9 +314,18 @@ impl Coordinator {
                     .fetch_add(1, Ordering::Relaxed);
                 Admission::Granted(Mode::Shared)
             }
-            Ok(Verdict::Defer { reason, wake, now }) => Admission::Wait {
+            Ok(Verdict::Defer {
                 reason,
-                after_ms: wake.map(|w| w.saturating_sub(now)),
+                wake,
+                now,
+                turn_next,
+            }) => Admission::Wait {
+                reason,
+                after_ms: if turn_next {
+                    Some(TURN_NEXT_POLL_MS)
+                } else {
+                    wake.map(|w| w.saturating_sub(now))
+                },
                 mode: Mode::Shared,
             },
             Ok(Verdict::Turn { .. }) => {

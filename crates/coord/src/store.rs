@@ -273,10 +273,16 @@ impl RedisStore {
         };
         let (value, _) = self.fcall(&cmd).await?;
         let items = array(value)?;
-        let [verdict, reason, _scope, instant, now] = items.as_slice() else {
+        let [verdict, reason, scope, instant, now] = items.as_slice() else {
             return Err(CoordError::Protocol("acquire answer".into()));
         };
-        Verdict::decode(&text(verdict)?, &text(reason)?, int(instant)?, int(now)?)
+        Verdict::decode(
+            &text(verdict)?,
+            &text(reason)?,
+            int(scope)?,
+            int(instant)?,
+            int(now)?,
+        )
     }
 
     /// `ts_release_v1`.

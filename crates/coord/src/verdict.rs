@@ -15,6 +15,9 @@ pub enum Verdict {
         reason: Reason,
         wake: Option<Millis>,
         now: Millis,
+        /// A full fair scope, and this principal has the next turn (no other waiting
+        /// principal holds fewer): worth polling soon.
+        turn_next: bool,
     },
     /// A contended scope has room, but another waiting principal is further behind its share:
     /// its turn first (fair turns across replicas).
@@ -28,8 +31,15 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// Decodes `{verdict, reason, scope, instant, now}` from `ts_acquire_v1`.
-    pub fn decode(verdict: &str, reason: &str, instant: i64, now: i64) -> Result<Self, CoordError> {
+    /// Decodes `{verdict, reason, scope, instant, now}` from `ts_acquire_v1` (a negative scope
+    /// index on a deferral: the next turn is this principal's).
+    pub fn decode(
+        verdict: &str,
+        reason: &str,
+        scope: i64,
+        instant: i64,
+        now: i64,
+    ) -> Result<Self, CoordError> {
         let now = u64::try_from(now).map_err(|_| CoordError::Protocol("negative time".into()))?;
         let instant = u64::try_from(instant).unwrap_or(0);
         let reason_of = |text: &str| match text {
@@ -57,6 +67,7 @@ impl Verdict {
                 reason: reason_of(reason)?,
                 wake: (instant > 0).then_some(instant),
                 now,
+                turn_next: scope < 0,
             }),
             "paused" => Ok(Verdict::Paused {
                 until: instant,

@@ -92,8 +92,16 @@ fn the_next_free_slot_goes_to_the_waiting_principal_holding_fewer() {
         let (a, b) = (lane("alice", &provider), lane("bob", &provider));
         assert_eq!(r1.acquire(&a, "a1", 0).await, GRANTED);
         assert_eq!(r1.acquire(&a, "a2", 0).await, GRANTED);
-        // Full: bob waits (and is registered as waiting).
-        assert!(is_concurrency_wait(&r2.acquire(&b, "b1", 0).await));
+        // Full: bob waits (and is registered as waiting); holding fewer than alice, his is the
+        // next turn, so his waiter polls soon.
+        assert_eq!(
+            r2.acquire(&b, "b1", 0).await,
+            Admission::Wait {
+                reason: Reason::Concurrency,
+                after_ms: Some(turnstile_coord::coordinator::TURN_NEXT_POLL_MS),
+                mode: Mode::Shared,
+            }
+        );
         assert!(r1.release("a1", 0, None, None, 0).await);
         // A slot is free, but alice (holding 1) asks first while bob (holding 0) waits: bob's
         // turn. Without turns the fastest poller (alice) would take it.

@@ -111,6 +111,14 @@ local function fair_behind_other(wk, prefix, principal, mine, now)
   return false
 end
 
+-- Whether `principal`, refused by a full fair scope, has the next turn (no other waiting
+-- principal holds fewer): its waiters poll faster, so the slot freed on another replica is
+-- not left idle for a whole poll interval.
+local function fair_next(wk, own_leases, prefix, principal, window, now)
+  fair_prune(wk, window, now)
+  return not fair_behind_other(wk, prefix, principal, live_count(own_leases, now), now)
+end
+
 -- A grant in a contended scope (someone is waiting, or this grant fills it) keeps the
 -- principal's entry fresh too: a principal whose clients come straight back for the slot they
 -- just released is still in the race, so a faster poller holding more cannot take that slot
@@ -206,6 +214,7 @@ end
 -- Returns {verdict, reason, scope index, instant, now}:
 --   granted  ''|probe 0 0 now                  (probe: the lease is the half-open probe)
 --   defer    concurrency|requests-per-minute|tokens-per-second|circuit-open  i  wake_at (0 unknown)  now
+--            (a full fair scope answers -i when this principal has the next turn)
 --   turn     concurrency  i 0 now               (another waiting principal is further behind)
 --   paused   retry-after 0 paused_until now
 --   open     circuit-open 0 reopens_at now
@@ -244,11 +253,17 @@ local function acquire(keys, args)
         redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
       end
       if redis.call('ZCARD', lk) >= conc then
-        if fair[i] then fair_note_waiting(fair[i], principal, window, now) end
+        local index = i
+        if fair[i] then
+          fair_note_waiting(fair[i], principal, window, now)
+          if fair_next(fair[i], keys[3 + (pidx - 1) * 3], prefix, principal, window, now) then
+            index = -i
+          end
+        end
         local first = redis.call('ZRANGE', lk, 0, 0, 'WITHSCORES')
         local wake = 0
         if first[2] then wake = tonumber(first[2]) end
-        return {'defer', 'concurrency', i, wake, now}
+        return {'defer', 'concurrency', index, wake, now}
       end
     end
   end
