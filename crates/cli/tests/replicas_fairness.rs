@@ -295,8 +295,13 @@ fn fairness_measurement() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
+    // FAIRNESS_ONLY=asymmetric-on (for example) runs one of the four.
+    let only = std::env::var("FAIRNESS_ONLY").unwrap_or_default();
     for (name, load) in [("asymmetric", ASYMMETRIC), ("symmetric", SYMMETRIC)] {
         for (turns, window) in [("on", 50), ("off", 0)] {
+            if !only.is_empty() && only != format!("{name}-{turns}") {
+                continue;
+            }
             let run = run(load, Duration::from_secs(secs), window);
             let rate = (run.admitted[0] + run.admitted[1]) as f64 / run.seconds;
             eprintln!(
