@@ -272,7 +272,8 @@ local function acquire(keys, args)
     local mine = -1
     for i = 1, n do
       local wk = fair[i]
-      if wk then
+      -- Uncontended (no wait set): one ZCARD of a missing key.
+      if wk and redis.call('ZCARD', wk) > 0 then
         fair_prune(wk, window, now)
         if redis.call('ZCARD', wk) > 0 then
           if mine < 0 then mine = live_count(keys[3 + (pidx - 1) * 3], now) end
