@@ -84,23 +84,21 @@ pub async fn acquire(
             request.budget_id.clone(),
         )
     });
-    let mut span = Some(span);
-    let mut wait_ms = wait_ms;
+    // Replicas only: what queuing again after another principal's turn needs.
+    let again = shared_lane.as_ref().map(|_| request.estimate.clone());
+    let mut next = Acquire {
+        workspace,
+        principal,
+        provider_id: request.provider_id,
+        budget_id: request.budget_id,
+        estimate: request.estimate,
+        // 0 means "only if free now": the core answers at once, with the real reason.
+        wait: Wait::For(wait_ms),
+        span: Some(span),
+    };
     loop {
         // A client that disconnects while queued drops this future: the request is cancelled.
-        let answer = state
-            .driver
-            .acquire(Acquire {
-                workspace: workspace.clone(),
-                principal: principal.clone(),
-                provider_id: request.provider_id.clone(),
-                budget_id: request.budget_id.clone(),
-                estimate: request.estimate.clone(),
-                // 0 means "only if free now": the core answers at once, with the real reason.
-                wait: Wait::For(wait_ms),
-                span: span.take(),
-            })
-            .await;
+        let answer = state.driver.acquire(next).await;
         return match answer? {
             AcquireReply::Admitted(mut grant) => {
                 // Replicas: the deployment's shared limits admit the local lease too. A refusal
@@ -129,7 +127,22 @@ pub async fn acquire(
                                 shared::SHARED_POLL_MS,
                             ))
                             .await;
-                            wait_ms = deadline.saturating_sub(state.clock.now_ms());
+                            let (
+                                Some((workspace, principal, provider_id, budget_id)),
+                                Some(estimate),
+                            ) = (shared_lane.clone(), again.clone())
+                            else {
+                                return Err(ApiError::Storage);
+                            };
+                            next = Acquire {
+                                workspace,
+                                principal,
+                                provider_id,
+                                budget_id,
+                                estimate,
+                                wait: Wait::For(deadline.saturating_sub(state.clock.now_ms())),
+                                span: None,
+                            };
                             continue;
                         }
                     }
