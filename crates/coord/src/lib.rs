@@ -21,6 +21,7 @@
 pub mod coordinator;
 pub mod error;
 pub mod health;
+pub mod identity;
 pub mod keys;
 pub mod share;
 pub mod spec;
@@ -31,6 +32,7 @@ pub mod verdict;
 pub use coordinator::{Admission, CoordConfig, CoordMetrics, Coordinator, HeldShared, Mode};
 pub use error::CoordError;
 pub use health::Health;
+pub use identity::IdentityStore;
 pub use share::{DegradedShare, InvalidShare};
 pub use spec::{BucketSpec, LaneSpec, ScopeLimits};
 pub use store::RedisStore;
