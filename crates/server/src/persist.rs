@@ -28,6 +28,9 @@ use crate::metrics::Metrics;
 /// Runs on the store thread once a registration has been written (or failed to be).
 pub type Completion = Box<dyn FnOnce(Result<(), ServiceStoreError>) + Send>;
 
+/// Work run on the store thread ([`StoreOp::With`]).
+pub type StoreTask = Box<dyn FnOnce(&mut dyn ServiceStore) + Send>;
+
 /// One operation for the store thread.
 pub enum StoreOp {
     InsertKey {
@@ -61,7 +64,7 @@ pub enum StoreOp {
     },
     /// Runs on the store, in order with the other operations (replicas: applying the shared
     /// feed to the mirror, reading the mirror to seed the feed; `crate::identity`).
-    With(Box<dyn FnOnce(&mut dyn ServiceStore) + Send>),
+    With(StoreTask),
 }
 
 /// Sends `result` to whoever asked; returns whether it is a failure (for the error count).

@@ -186,6 +186,26 @@ async fn shutdown_signal() {
     }
 }
 
+/// Replicas: how this start met the deployment's shared keys and profiles (`docs/replicas.md`).
+fn joining_line(joining: &turnstile_server::identity::join::Joining) -> String {
+    use turnstile_server::identity::join::Joining;
+    match joining {
+        Joining::Seeded { events } => format!(
+            "keys, profiles and audit log shared through Redis from this replica's state ({events} events)"
+        ),
+        Joining::Adopted { events } => format!(
+            "joined the deployment's shared keys, profiles and audit log ({events} events); \
+             use the admin key the first replica printed"
+        ),
+        Joining::CaughtUp { events } => format!(
+            "shared keys, profiles and audit log caught up ({events} new events)"
+        ),
+        Joining::Offline => "Redis does not answer: keys and profiles served from this replica's \
+             mirror, key and profile writes refused until it does"
+            .to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,25 +231,5 @@ mod tests {
             text.contains("turnstile admin-key reset --data d"),
             "{text}"
         );
-    }
-}
-
-/// Replicas: how this start met the deployment's shared keys and profiles (`docs/replicas.md`).
-fn joining_line(joining: &turnstile_server::identity::join::Joining) -> String {
-    use turnstile_server::identity::join::Joining;
-    match joining {
-        Joining::Seeded { events } => format!(
-            "keys, profiles and audit log shared through Redis from this replica's state ({events} events)"
-        ),
-        Joining::Adopted { events } => format!(
-            "joined the deployment's shared keys, profiles and audit log ({events} events); \
-             use the admin key the first replica printed"
-        ),
-        Joining::CaughtUp { events } => format!(
-            "shared keys, profiles and audit log caught up ({events} new events)"
-        ),
-        Joining::Offline => "Redis does not answer: keys and profiles served from this replica's \
-             mirror, key and profile writes refused until it does"
-            .to_owned(),
     }
 }
