@@ -543,7 +543,9 @@ fn with_redis_down_writes_are_refused_typed_and_keys_still_authenticate() {
     assert_eq!(status, 201, "{answer}");
     let key = answer["key"].as_str().unwrap().to_owned();
     let key_id = answer["keyId"].as_str().unwrap().to_owned();
-    until_status(c, &key, 200, Duration::from_secs(3));
+    for replica in [a, b, c] {
+        until_status(replica, &key, 200, Duration::from_secs(3));
+    }
 
     redis.signal("STOP");
     for replica in [a, b, c] {
