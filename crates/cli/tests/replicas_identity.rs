@@ -464,6 +464,38 @@ fn a_profile_registered_on_one_replica_is_enforced_on_all_with_the_same_history(
         revisions.iter().all(|r| r == &revisions[0]),
         "{revisions:#?}"
     );
+
+    // The audit log of pauses is shared too: a Retry-After on A is in B's and C's history.
+    let (status, answer) = http(
+        a.addr(),
+        "POST",
+        "/v1/providers/upstream/retry-after",
+        &key,
+        Some(&json!({"retryAfterMs": 200})),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let pauses = |replica: &Replica| {
+        http(
+            replica.addr(),
+            "GET",
+            &format!("/v1/workspaces/{WORKSPACE}/pauses"),
+            &admin,
+            None,
+        )
+        .unwrap()
+        .1["records"]
+            .clone()
+    };
+    let start = Instant::now();
+    loop {
+        let all: Vec<Value> = [a, b, c].iter().map(|r| pauses(r)).collect();
+        if all[0].as_array().is_some_and(|r| r.len() == 1) && all.iter().all(|p| p == &all[0]) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(3), "{all:#?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
