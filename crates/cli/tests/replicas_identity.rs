@@ -84,6 +84,15 @@ fn config_file(dir: &Path) -> PathBuf {
 /// Starts `turnstile serve --redis-url` on `data`; reads its banner up to the `shared:` line
 /// and, when `admin` is expected (the replica that seeds the feed), the admin key.
 fn start(data: &Path, redis: &RedisServer, expect_admin: bool) -> (Service, String) {
+    start_reading(data, redis, |_| expect_admin)
+}
+
+/// [`start`], deciding from the `shared:` line whether an admin key follows.
+fn start_reading(
+    data: &Path,
+    redis: &RedisServer,
+    admin_follows: impl Fn(&str) -> bool,
+) -> (Service, String) {
     let config = config_file(data);
     let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
@@ -103,7 +112,7 @@ fn start(data: &Path, redis: &RedisServer, expect_admin: bool) -> (Service, Stri
             addr = Some(rest.trim().to_owned());
         } else if let Some(rest) = line.trim().strip_prefix("shared:") {
             shared = Some(rest.trim().to_owned());
-            if !expect_admin {
+            if !admin_follows(rest.trim()) {
                 break;
             }
         } else if let Some(rest) = line.trim().strip_prefix("admin key:") {
@@ -671,4 +680,110 @@ fn a_restarted_replica_catches_up_and_a_new_one_adopts_the_shared_state() {
     assert_eq!(auth_status(&d, &new_key), 200);
     assert_eq!(auth_status(&d, &old_key), 401);
     agreed_history(&[&replicas[0], &d], &admin, 2);
+}
+
+#[test]
+fn two_replicas_starting_at_once_on_an_empty_redis_make_one_admin_key() {
+    let _one = one_at_a_time();
+    let redis = RedisServer::start().unwrap();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let started: Vec<(Service, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = dirs
+            .iter()
+            .map(|dir| {
+                let redis = &redis;
+                scope.spawn(move || {
+                    // Only the replica that seeded the feed prints keys.
+                    start_reading(dir.path(), redis, |shared| {
+                        shared.contains("from this replica's state")
+                    })
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut replicas: Vec<Replica> = started
+        .into_iter()
+        .zip(&dirs)
+        .map(|((service, shared), dir)| Replica {
+            service,
+            shared,
+            data: dir.path().to_owned(),
+            _dir: None,
+        })
+        .collect();
+    let admins: Vec<String> = replicas
+        .iter()
+        .filter_map(|r| r.service.admin_key.clone())
+        .collect();
+    assert_eq!(
+        admins.len(),
+        1,
+        "one seeds, the other adopts: {:?}",
+        replicas.iter().map(|r| &r.shared).collect::<Vec<_>>()
+    );
+    for replica in &replicas {
+        assert_eq!(auth_status(replica, &admins[0]), 200);
+    }
+    for replica in &mut replicas {
+        replica.kill();
+    }
+}
+
+#[test]
+fn a_replica_restarted_while_redis_is_down_serves_from_its_mirror_and_catches_up() {
+    let _one = one_at_a_time();
+    let (redis, mut replicas, admin) = deployment();
+    let (status, answer) = put_profile(&replicas[0], &admin, "v1", &profile(None));
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = create_key(&replicas[0], &admin);
+    assert_eq!(status, 201, "{answer}");
+    let key = answer["key"].as_str().unwrap().to_owned();
+    until_status(&replicas[2], &key, 200, Duration::from_secs(3));
+
+    replicas[2].kill();
+    redis.signal("STOP");
+    let data = replicas[2].data.clone();
+    let (service, shared) = start(&data, &redis, false);
+    assert!(shared.starts_with("Redis does not answer"), "{shared}");
+    replicas[2].service = service;
+    assert_eq!(auth_status(&replicas[2], &key), 200, "from the mirror");
+    let (status, answer) = create_key(&replicas[2], &admin);
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["error"], "coordination-unavailable");
+
+    redis.signal("CONT");
+    let start = Instant::now();
+    let answer = loop {
+        let (status, answer) = create_key(&replicas[0], &admin);
+        if status == 201 {
+            break answer;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let later = answer["key"].as_str().unwrap().to_owned();
+    until_status(&replicas[2], &later, 200, Duration::from_secs(5));
+}
+
+#[test]
+fn a_new_replica_does_not_start_without_redis() {
+    let _one = one_at_a_time();
+    let mut redis = RedisServer::start().unwrap();
+    let url = redis.url();
+    redis.kill();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(dir.path());
+    let output = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .args(["--redis-url", &url])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("never joined"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("admin key"));
 }
