@@ -45,6 +45,7 @@
 //! lease_liveness_ms = 10000
 //! renew_every_ms = 2000
 //! probe_every_ms = 100
+//! follow_every_ms = 100                  # shared keys/profiles feed; bounds revocation delay
 //! ```
 
 use std::net::SocketAddr;
