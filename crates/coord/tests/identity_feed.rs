@@ -240,3 +240,52 @@ async fn no_key_name_holds_a_tenant_id_or_a_secret() {
     let index = redis_cli(&server, &["HGETALL", "ts:{ts-id}:keys"]);
     assert!(!index.contains("acme"), "{index}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_writers_racing_get_every_registration_number_once_and_a_gapless_feed() {
+    let server = RedisServer::start().unwrap();
+    let epoch = seeded(&store(&server)).await;
+    let acme = workspace_tag("acme");
+    let (writers, each) = (8u64, 10u64);
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let (client, epoch, acme) = (store(&server), epoch.clone(), acme.clone());
+            tokio::spawn(async move {
+                let mut numbers = Vec::new();
+                for i in 0..each {
+                    // Each writer "catches up" by reading the count it lost against.
+                    let mut expected = 1;
+                    loop {
+                        match client
+                            .register(&epoch, &acme, expected, &format!("w{w}-{i}"))
+                            .await
+                            .unwrap()
+                        {
+                            Written::Appended {
+                                registration: Some(n),
+                                ..
+                            } => {
+                                numbers.push(n);
+                                break;
+                            }
+                            Written::Stale { registrations } => expected = registrations,
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                }
+                numbers
+            })
+        })
+        .collect();
+    let mut numbers = Vec::new();
+    for task in tasks {
+        numbers.extend(task.await.unwrap());
+    }
+    numbers.sort_unstable();
+    let expected: Vec<u64> = (2..2 + writers * each).collect();
+    assert_eq!(numbers, expected, "every number exactly once");
+    let page = store(&server).since(3, 1_000).await.unwrap();
+    assert_eq!(page.head, 3 + writers * each);
+    let seqs: Vec<u64> = page.events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (4..4 + writers * each).collect::<Vec<_>>());
+}

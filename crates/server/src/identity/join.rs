@@ -221,7 +221,7 @@ pub async fn join(
             let cursor = catch_up(store, redis, &epoch, seq).await?;
             Ok(Joined {
                 how: Joining::CaughtUp {
-                    events: cursor.seq - seq,
+                    events: cursor.seq.saturating_sub(seq),
                 },
                 cursor,
                 bootstrap: None,
