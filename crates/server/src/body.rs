@@ -283,6 +283,24 @@ pub fn parse_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         Some(_) => {}
         None => return Err(ApiError::MalformedJson("empty body".into())),
     }
+    // Most bodies are valid: parse them without tracking the path, which costs about as much
+    // as the parse itself. A body that fails is parsed again with tracking, so its error names
+    // the field exactly as before.
+    match parse_untracked(bytes) {
+        Ok(value) => Ok(value),
+        Err(_) => parse_tracked(bytes),
+    }
+}
+
+fn parse_untracked<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
+    Unique::deserialize(&mut serde_json::Deserializer::from_slice(bytes))?;
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = T::deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+fn parse_tracked<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut unique = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize::<_, Unique>(&mut unique).map_err(|error| {
         let path = error.path().to_string();
