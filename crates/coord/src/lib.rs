@@ -25,6 +25,7 @@ pub mod breaker;
 pub mod coordinator;
 pub mod error;
 pub mod health;
+pub mod identity;
 pub mod keys;
 pub mod share;
 pub mod spec;
@@ -38,6 +39,7 @@ pub use coordinator::{
 };
 pub use error::CoordError;
 pub use health::Health;
+pub use identity::IdentityStore;
 pub use share::{DegradedShare, InvalidShare};
 pub use spec::{BreakerSpec, BucketSpec, LaneSpec, ScopeLimits};
 pub use store::RedisStore;
