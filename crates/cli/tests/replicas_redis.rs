@@ -72,8 +72,13 @@ fn config_file(dir: &Path, redis_timeout_ms: u64) -> std::path::PathBuf {
     path
 }
 
-/// Starts a replica on `redis` and registers the same profile on it (keys and profiles are
-/// per replica for now: docs/replicas.md).
+/// The admin key and the client's key of each Redis (by port and PID): keys and profiles are
+/// shared through Redis, so the first replica on a Redis creates them and the others adopt
+/// them (docs/replicas.md, "Shared keys, profiles and audit").
+static DEPLOYMENTS: Mutex<Vec<((u16, u32), String)>> = Mutex::new(Vec::new());
+
+/// Starts a replica on `redis`; the first one registers the profile and creates the client's
+/// key, which every later replica on the same Redis shares.
 fn replica(redis: &RedisServer) -> Replica {
     replica_with_timeout(redis, 100)
 }
@@ -83,7 +88,26 @@ fn replica_with_timeout(redis: &RedisServer, redis_timeout_ms: u64) -> Replica {
     let data = tempfile::tempdir().unwrap();
     let config = config_file(data.path(), redis_timeout_ms);
     let url = redis.url();
-    let service = start_with(data.path(), &config, true, &["--redis-url", &url]);
+    let deployment = (redis.port(), redis.pid());
+    let shared = DEPLOYMENTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .iter()
+        .find(|(d, _)| *d == deployment)
+        .map(|(_, key)| key.clone());
+    let service = start_with(
+        data.path(),
+        &config,
+        shared.is_none(),
+        &["--redis-url", &url],
+    );
+    if let Some(key) = shared {
+        return Replica {
+            key,
+            service,
+            _data: data,
+        };
+    }
     let admin = service.admin_key.clone().expect("first start");
     let profile = json!({
         "workspace": {"concurrency": 64},
@@ -111,8 +135,13 @@ fn replica_with_timeout(redis: &RedisServer, redis_timeout_ms: u64) -> Replica {
     )
     .unwrap();
     assert_eq!(status, 201, "{answer}");
+    let key = answer["key"].as_str().unwrap().to_owned();
+    DEPLOYMENTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .push((deployment, key.clone()));
     Replica {
-        key: answer["key"].as_str().unwrap().to_owned(),
+        key,
         service,
         _data: data,
     }

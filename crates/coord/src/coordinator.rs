@@ -32,6 +32,7 @@ use tokio::sync::Notify;
 use turnstile_admission::bucket::{TokenBucket, MINUTE_MS, SECOND_MS};
 use turnstile_admission::{Millis, Reason};
 
+use crate::breaker::{BreakerKeys, Outcome, SeenOutcomes};
 use crate::error::CoordError;
 use crate::health::{Health, HealthCell};
 use crate::keys::WorkspaceKeys;
@@ -39,6 +40,15 @@ use crate::share::DegradedShare;
 use crate::spec::LaneSpec;
 use crate::store::{RedisStore, ReleaseCall, RenewBatch, RenewMode};
 use crate::verdict::Verdict;
+
+/// How long a principal refused a shared slot counts as waiting (fair turns): five of the
+/// server's 10 ms polls, so a waiter delayed by a busy machine still holds its turn.
+pub const DEFAULT_TURN_WINDOW_MS: Millis = 50;
+
+/// How soon a waiter whose principal has the next turn of a full shared scope tries again (a
+/// slot freed on another replica is seen by polling; the other waiters poll at the host's
+/// interval).
+pub const TURN_NEXT_POLL_MS: Millis = 2;
 
 /// How a replica coordinates.
 #[derive(Debug, Clone)]
@@ -54,6 +64,10 @@ pub struct CoordConfig {
     pub probe_every: Duration,
     /// What the replica admits alone while degraded.
     pub degraded_share: DegradedShare,
+    /// Fair turns on contended shared scopes: how long a refused principal counts as waiting
+    /// after its last try (a few of the waiters' poll intervals). `None`: first come, first
+    /// served.
+    pub turn_window_ms: Option<Millis>,
 }
 
 impl CoordConfig {
@@ -66,6 +80,7 @@ impl CoordConfig {
             renew_every: Duration::from_secs(2),
             probe_every: Duration::from_millis(100),
             degraded_share,
+            turn_window_ms: Some(DEFAULT_TURN_WINDOW_MS),
         }
     }
 }
@@ -88,6 +103,10 @@ pub enum Admission {
         after_ms: Option<Millis>,
         mode: Mode,
     },
+    /// A contended shared scope has room, but another principal waiting for it holds fewer:
+    /// its turn first (fair turns). The caller waits (as for `Wait` with `concurrency`), or
+    /// gives its local lease back to its local fair queue meanwhile.
+    Turn,
     /// The provider is paused for `remaining_ms`.
     Paused { remaining_ms: Millis },
     /// Never fits (a shared budget).
@@ -103,6 +122,8 @@ pub struct CoordMetrics {
     pub degraded_admissions: AtomicU64,
     pub reconciliations: AtomicU64,
     pub shared_admissions: AtomicU64,
+    /// Shared acquires refused because another principal's turn came first.
+    pub turns: AtomicU64,
 }
 
 /// A lease this replica holds in the shared limits (opaque to hosts).
@@ -115,6 +136,7 @@ pub struct HeldShared {
     budget_scopes: Vec<String>,
     charged_tokens: u64,
     charged_micro: u64,
+    breaker: Option<BreakerKeys>,
 }
 
 #[derive(Default)]
@@ -126,6 +148,8 @@ struct Inner {
     buckets: HashMap<String, TokenBucket>,
     /// Pauses seen while degraded: pause key → (workspace, provider hash key, local until).
     pauses: HashMap<String, (WorkspaceKeys, String, Millis)>,
+    /// Breaker outcomes seen while degraded (or whose release failed): breaker key → outcomes.
+    outcomes: HashMap<String, (BreakerKeys, SeenOutcomes)>,
 }
 
 /// A replica's coordination through Redis.
@@ -205,10 +229,21 @@ impl Coordinator {
         )
     }
 
-    fn held_for(spec: &LaneSpec, member: String) -> HeldShared {
+    /// What this replica keeps of a granted lease; `probe`: it holds the shared breaker's
+    /// half-open probe lease (renewed and released with the lease's other zsets).
+    fn held_for(spec: &LaneSpec, member: String, probe: bool) -> HeldShared {
         let keys = WorkspaceKeys::new(&spec.workspace);
+        let mut lease_keys: Vec<String> =
+            spec.scopes.iter().map(|s| keys.leases(&s.name)).collect();
+        if probe {
+            lease_keys.push(keys.probes(&spec.provider));
+        }
         HeldShared {
-            lease_keys: spec.scopes.iter().map(|s| keys.leases(&s.name)).collect(),
+            breaker: spec
+                .breaker
+                .as_ref()
+                .map(|b| BreakerKeys::new(&keys, &spec.provider, b)),
+            lease_keys,
             pause_key: keys.pause(&spec.provider),
             budget_key: keys.budget(&spec.budget_id),
             budget_scopes: spec
@@ -251,7 +286,7 @@ impl Coordinator {
     /// (a replica starts degraded and reconciles on its first probe), without charging its
     /// budgets again.
     pub fn adopt(&self, token: &str, spec: &LaneSpec) {
-        let held = Self::held_for(spec, self.member());
+        let held = Self::held_for(spec, self.member(), false);
         self.hold(token, held);
     }
 
@@ -264,23 +299,46 @@ impl Coordinator {
         let member = self.member();
         match self
             .store
-            .acquire(spec, &member, self.config.liveness_ms)
+            .acquire(
+                spec,
+                &member,
+                self.config.liveness_ms,
+                self.config.turn_window_ms,
+            )
             .await
         {
-            Ok(Verdict::Granted { .. }) => {
-                self.hold(token, Self::held_for(spec, member));
+            Ok(Verdict::Granted { probe, .. }) => {
+                self.hold(token, Self::held_for(spec, member, probe));
                 self.metrics
                     .shared_admissions
                     .fetch_add(1, Ordering::Relaxed);
                 Admission::Granted(Mode::Shared)
             }
-            Ok(Verdict::Defer { reason, wake, now }) => Admission::Wait {
+            Ok(Verdict::Defer {
                 reason,
-                after_ms: wake.map(|w| w.saturating_sub(now)),
+                wake,
+                now,
+                turn_next,
+            }) => Admission::Wait {
+                reason,
+                after_ms: if turn_next {
+                    Some(TURN_NEXT_POLL_MS)
+                } else {
+                    wake.map(|w| w.saturating_sub(now))
+                },
                 mode: Mode::Shared,
             },
+            Ok(Verdict::Turn { .. }) => {
+                self.metrics.turns.fetch_add(1, Ordering::Relaxed);
+                Admission::Turn
+            }
             Ok(Verdict::Paused { until, now }) => Admission::Paused {
                 remaining_ms: until.saturating_sub(now),
+            },
+            Ok(Verdict::Open { until, now }) => Admission::Wait {
+                reason: Reason::CircuitOpen,
+                after_ms: Some(until.saturating_sub(now)),
+                mode: Mode::Shared,
             },
             Ok(Verdict::Reject { reason, .. }) => Admission::Rejected(reason),
             Err(error) => {
@@ -368,7 +426,7 @@ impl Coordinator {
         }
         drop(inner);
         let member = member.unwrap_or_else(|| self.member());
-        self.hold(token, Self::held_for(spec, member));
+        self.hold(token, Self::held_for(spec, member, false));
         self.metrics
             .degraded_admissions
             .fetch_add(1, Ordering::Relaxed);
@@ -401,7 +459,31 @@ impl Coordinator {
         actual_micro: Option<u64>,
         now: Millis,
     ) {
+        self.finish_outcome(
+            held,
+            pause_ms,
+            actual_tokens,
+            actual_micro,
+            Outcome::None,
+            now,
+        )
+        .await;
+    }
+
+    /// [`finish`](Self::finish) that also reports the call's outcome to the lane's shared
+    /// breaker (in the same call). Degraded, or if the call fails, the outcome is kept and
+    /// merged into the shared breaker on recovery.
+    pub async fn finish_outcome(
+        &self,
+        held: HeldShared,
+        pause_ms: Millis,
+        actual_tokens: Option<u64>,
+        actual_micro: Option<u64>,
+        outcome: Outcome,
+        now: Millis,
+    ) {
         if self.health.get() != Health::Healthy {
+            self.note_outcome(held.breaker.as_ref(), outcome);
             if pause_ms > 0 {
                 self.note_pause(
                     &held.workspace,
@@ -422,9 +504,12 @@ impl Coordinator {
             actual_tokens,
             charged_micro: held.charged_micro,
             actual_micro,
+            breaker: held.breaker.clone(),
+            outcome,
         };
         if let Err(error) = self.store.release(&call).await {
             self.failed(&error);
+            self.note_outcome(held.breaker.as_ref(), outcome);
             if pause_ms > 0 {
                 self.note_pause(
                     &held.workspace,
@@ -474,6 +559,19 @@ impl Coordinator {
         pause_ms
     }
 
+    fn note_outcome(&self, breaker: Option<&BreakerKeys>, outcome: Outcome) {
+        let Some(breaker) = breaker else { return };
+        if outcome == Outcome::None {
+            return;
+        }
+        self.lock()
+            .outcomes
+            .entry(breaker.key.clone())
+            .or_insert_with(|| (breaker.clone(), SeenOutcomes::default()))
+            .1
+            .record(outcome);
+    }
+
     fn note_pause(&self, keys: &WorkspaceKeys, pause_key: &str, until: Millis) {
         let mut inner = self.lock();
         let entry = inner
@@ -512,6 +610,11 @@ impl Coordinator {
                 "turnstile_coordination_degraded_admissions_total",
                 "Admissions granted on the declared share while degraded.",
                 &self.metrics.degraded_admissions,
+            ),
+            (
+                "turnstile_coordination_turns_total",
+                "Shared acquires that waited because another principal was further behind its share (fair turns).",
+                &self.metrics.turns,
             ),
             (
                 "turnstile_coordination_reconciliations_total",
@@ -574,6 +677,21 @@ impl Coordinator {
             }
             if let Err(error) = self.store.pause_key(&keys, &pause_key, remaining).await {
                 self.note_pause(&keys, &pause_key, until);
+                return Err(error);
+            }
+        }
+        let outcomes: Vec<(BreakerKeys, SeenOutcomes)> =
+            self.lock().outcomes.drain().map(|(_, v)| v).collect();
+        let mut pending = outcomes.into_iter();
+        while let Some((breaker, seen)) = pending.next() {
+            if seen.is_empty() {
+                continue;
+            }
+            if let Err(error) = self.store.merge_breaker(&breaker, &seen).await {
+                let mut inner = self.lock();
+                for (breaker, seen) in std::iter::once((breaker, seen)).chain(pending) {
+                    inner.outcomes.insert(breaker.key.clone(), (breaker, seen));
+                }
                 return Err(error);
             }
         }

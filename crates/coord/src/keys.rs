@@ -57,6 +57,21 @@ impl WorkspaceKeys {
     pub fn budget(&self, budget_id: &str) -> String {
         format!("{}bud:{}", self.prefix, short_hash(budget_id))
     }
+
+    /// The principals waiting for a contended scope (fair turns).
+    pub fn waiting(&self, scope: &ScopeName) -> String {
+        format!("{}wait:{}", self.prefix, scope.0)
+    }
+
+    /// A provider's shared breaker.
+    pub fn breaker(&self, provider: &str) -> String {
+        format!("{}brk:{}", self.prefix, short_hash(provider))
+    }
+
+    /// A provider's half-open probe leases.
+    pub fn probes(&self, provider: &str) -> String {
+        format!("{}probe:{}", self.prefix, short_hash(provider))
+    }
 }
 
 /// A scope's name inside its workspace's keys (hashed: never an ID).
@@ -91,6 +106,9 @@ mod tests {
             keys.tokens(&ScopeName::provider("openai")),
             keys.pause("openai"),
             keys.budget("run-1"),
+            keys.waiting(&scope),
+            keys.breaker("openai"),
+            keys.probes("openai"),
         ];
         let tag = format!("{{{}}}", short_hash("acme-corp"));
         for name in &names {

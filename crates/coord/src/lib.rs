@@ -4,8 +4,11 @@
 //! as before; the [`Coordinator`] then admits the same lease against the shared limits in one
 //! Redis Function call (`ts_acquire_v1`): concurrency as leases with a liveness expiry, the
 //! core's fixed-point request and token buckets, the provider pause, and integer micro-dollar
-//! budgets, for the principal, workspace and provider scopes of the lane. `docs/replicas.md`
-//! has the data model, each function, the failure modes and their costs.
+//! budgets, for the principal, workspace and provider scopes of the lane; in the same call,
+//! fair turns on contended scopes (the next free slot goes to the waiting principal holding
+//! fewest) and the provider's shared circuit breaker with its half-open probe lease
+//! ([`breaker`]). `docs/replicas.md` has the data model, each function, the failure modes and
+//! their costs.
 //!
 //! # Invariants
 //!
@@ -18,9 +21,11 @@
 //!   closed.
 #![forbid(unsafe_code)]
 
+pub mod breaker;
 pub mod coordinator;
 pub mod error;
 pub mod health;
+pub mod identity;
 pub mod keys;
 pub mod share;
 pub mod spec;
@@ -28,10 +33,14 @@ pub mod store;
 pub mod testing;
 pub mod verdict;
 
-pub use coordinator::{Admission, CoordConfig, CoordMetrics, Coordinator, HeldShared, Mode};
+pub use breaker::{BreakerState, Outcome};
+pub use coordinator::{
+    Admission, CoordConfig, CoordMetrics, Coordinator, HeldShared, Mode, DEFAULT_TURN_WINDOW_MS,
+};
 pub use error::CoordError;
 pub use health::Health;
+pub use identity::IdentityStore;
 pub use share::{DegradedShare, InvalidShare};
-pub use spec::{BucketSpec, LaneSpec, ScopeLimits};
+pub use spec::{BreakerSpec, BucketSpec, LaneSpec, ScopeLimits};
 pub use store::RedisStore;
 pub use verdict::Verdict;

@@ -6,7 +6,7 @@
 //! below 2^53 (checked by [`ScopeLimits::from_limits`]), so Lua's doubles compute exactly what
 //! `bucket.rs` computes in u128.
 
-use turnstile_admission::limits::MAX_SAFE_INTEGER;
+use turnstile_admission::limits::{CircuitBreakerConfig, MAX_SAFE_INTEGER};
 use turnstile_admission::Limits;
 
 use crate::error::CoordError;
@@ -97,6 +97,27 @@ impl ScopeLimits {
     }
 }
 
+/// The provider lane's circuit breaker (the core's `circuitBreaker`, defaults applied).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerSpec {
+    /// Consecutive failures that open it.
+    pub failure_threshold: u32,
+    /// How long it stays open before a half-open probe.
+    pub open_ms: u64,
+    /// Probe leases allowed at once while half-open.
+    pub half_open_max_calls: u32,
+}
+
+impl BreakerSpec {
+    pub fn from_config(config: &CircuitBreakerConfig) -> Self {
+        BreakerSpec {
+            failure_threshold: config.failure_threshold,
+            open_ms: config.open_ms_or_default(),
+            half_open_max_calls: config.half_open_max_calls_or_default(),
+        }
+    }
+}
+
 /// One admission: the lane's scopes (principal, workspace, provider, in the core's order) and
 /// the estimate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +128,8 @@ pub struct LaneSpec {
     pub scopes: Vec<ScopeLimits>,
     pub tokens: Option<u64>,
     pub micro_usd: Option<u64>,
+    /// The provider's breaker, shared when the provider limits configure one.
+    pub breaker: Option<BreakerSpec>,
 }
 
 impl LaneSpec {
@@ -129,6 +152,10 @@ impl LaneSpec {
             ],
             tokens,
             micro_usd: cost_usd.map(micro_ceil),
+            breaker: provider_limits
+                .circuit_breaker
+                .as_ref()
+                .map(BreakerSpec::from_config),
         })
     }
 }

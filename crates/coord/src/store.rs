@@ -7,8 +7,8 @@
 //! - The library is loaded with `FUNCTION LOAD REPLACE` at start and again whenever a call finds
 //!   it missing (a restarted Redis with empty state, a failover to a replica without it); the
 //!   call is then retried once.
-//! - One admission is one `FCALL`, one release is one `FCALL`; renewals of all of a replica's
-//!   leases are one pipeline.
+//! - One admission is one `FCALL`, one release is one `FCALL` (fair turns and the shared
+//!   breaker ride in the same calls); renewals of all of a replica's leases are one pipeline.
 
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Value};
 use turnstile_admission::Millis;
 
+use crate::breaker::{BreakerKeys, BreakerState, Outcome, SeenOutcomes};
 use crate::error::CoordError;
 use crate::keys::WorkspaceKeys;
 use crate::spec::LaneSpec;
@@ -55,6 +56,8 @@ pub struct Released {
     pub now: Millis,
     /// The provider pause after this release (server ms), if it set or met one.
     pub paused_until: Option<Millis>,
+    /// The shared breaker's state after this release (when the lane has one).
+    pub breaker: Option<BreakerState>,
 }
 
 /// A release: the lease, its scopes' zsets, budget corrections and an optional pause.
@@ -71,6 +74,9 @@ pub struct ReleaseCall {
     pub actual_tokens: Option<u64>,
     pub charged_micro: u64,
     pub actual_micro: Option<u64>,
+    /// The lane's shared breaker, if it has one, and what this call reports to it.
+    pub breaker: Option<BreakerKeys>,
+    pub outcome: Outcome,
 }
 
 /// The Redis side of coordination.
@@ -232,21 +238,40 @@ impl RedisStore {
     }
 
     /// `ts_acquire_v1` for `spec`, registering `member` with a liveness of `liveness_ms`.
+    /// `turn_window_ms`: fair turns on the lane's shared scopes, a waiting principal counting
+    /// for that long after it was last refused (`None`: first come, first served).
     pub async fn acquire(
         &self,
         spec: &LaneSpec,
         member: &str,
         liveness_ms: Millis,
+        turn_window_ms: Option<Millis>,
     ) -> Result<Verdict, CoordError> {
         let keys = WorkspaceKeys::new(&spec.workspace);
+        // Fair scopes: every scope but the principal's own (the first) with a concurrency.
+        let fair: Vec<usize> = match turn_window_ms {
+            Some(_) if !spec.scopes.is_empty() => (1..spec.scopes.len())
+                .filter(|&i| spec.scopes[i].concurrency.is_some())
+                .collect(),
+            _ => Vec::new(),
+        };
+        let breaker_keys = if spec.breaker.is_some() { 2 } else { 0 };
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg("ts_acquire_v1").arg(2 + 3 * spec.scopes.len());
+        cmd.arg("ts_acquire_v1")
+            .arg(2 + 3 * spec.scopes.len() + fair.len() + breaker_keys);
         cmd.arg(keys.pause(&spec.provider))
             .arg(keys.budget(&spec.budget_id));
         for scope in &spec.scopes {
             cmd.arg(keys.leases(&scope.name))
                 .arg(keys.requests(&scope.name))
                 .arg(keys.tokens(&scope.name));
+        }
+        for &i in &fair {
+            cmd.arg(keys.waiting(&spec.scopes[i].name));
+        }
+        if spec.breaker.is_some() {
+            cmd.arg(keys.breaker(&spec.provider))
+                .arg(keys.probes(&spec.provider));
         }
         let opt = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
         cmd.arg(member)
@@ -266,21 +291,48 @@ impl RedisStore {
                 .arg(opt(scope.max_micro_usd))
                 .arg(opt(scope.max_tokens));
         }
+        cmd.arg(fair.len());
+        if !fair.is_empty() {
+            for &i in &fair {
+                cmd.arg(i + 1);
+            }
+            cmd.arg(1)
+                .arg(turn_window_ms.unwrap_or(0))
+                .arg(keys.prefix());
+        }
+        match spec.breaker {
+            Some(b) => cmd
+                .arg(b.failure_threshold)
+                .arg(b.open_ms)
+                .arg(b.half_open_max_calls),
+            None => cmd.arg(-1),
+        };
         let (value, _) = self.fcall(&cmd).await?;
         let items = array(value)?;
-        let [verdict, reason, _scope, instant, now] = items.as_slice() else {
+        let [verdict, reason, scope, instant, now] = items.as_slice() else {
             return Err(CoordError::Protocol("acquire answer".into()));
         };
-        Verdict::decode(&text(verdict)?, &text(reason)?, int(instant)?, int(now)?)
+        Verdict::decode(
+            &text(verdict)?,
+            &text(reason)?,
+            int(scope)?,
+            int(instant)?,
+            int(now)?,
+        )
     }
 
     /// `ts_release_v1`.
     pub async fn release(&self, call: &ReleaseCall) -> Result<Released, CoordError> {
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg("ts_release_v1").arg(2 + call.lease_keys.len());
+        let breaker_keys = if call.breaker.is_some() { 2 } else { 0 };
+        cmd.arg("ts_release_v1")
+            .arg(2 + call.lease_keys.len() + breaker_keys);
         cmd.arg(&call.pause_key).arg(&call.budget_key);
         for key in &call.lease_keys {
             cmd.arg(key);
+        }
+        if let Some(b) = &call.breaker {
+            cmd.arg(&b.key).arg(&b.probes);
         }
         let opt = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
         cmd.arg(&call.member)
@@ -290,19 +342,55 @@ impl RedisStore {
             .arg(opt(call.actual_tokens))
             .arg(call.charged_micro)
             .arg(opt(call.actual_micro));
+        if let Some(b) = &call.breaker {
+            cmd.arg("@brk")
+                .arg(call.outcome.as_str())
+                .arg(b.failure_threshold);
+        }
         for name in &call.budget_scopes {
             cmd.arg(name);
         }
         let (value, _) = self.fcall(&cmd).await?;
         let items = array(value)?;
-        let [now, until] = items.as_slice() else {
-            return Err(CoordError::Protocol("release answer".into()));
+        let (now, until, state) = match items.as_slice() {
+            [now, until] => (now, until, None),
+            [now, until, state] => (now, until, Some(state)),
+            _ => return Err(CoordError::Protocol("release answer".into())),
         };
         let until = int(until)?;
+        let breaker = match state {
+            Some(state) => BreakerState::decode(&text(state)?)?,
+            None => None,
+        };
         Ok(Released {
             now: u64::try_from(int(now)?).unwrap_or(0),
             paused_until: (until > 0).then(|| u64::try_from(until).unwrap_or(0)),
+            breaker,
         })
+    }
+
+    /// `ts_breaker_v1`: merges the outcomes a degraded replica saw into the shared breaker (a
+    /// success first if one was seen, then the failures after the last success). Answers the
+    /// state after the merge.
+    pub async fn merge_breaker(
+        &self,
+        breaker: &BreakerKeys,
+        seen: &SeenOutcomes,
+    ) -> Result<Option<BreakerState>, CoordError> {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg("ts_breaker_v1")
+            .arg(2)
+            .arg(&breaker.key)
+            .arg(&breaker.probes)
+            .arg(breaker.failure_threshold)
+            .arg(u8::from(seen.success))
+            .arg(seen.failures);
+        let (value, _) = self.fcall(&cmd).await?;
+        let items = array(value)?;
+        let [_now, state] = items.as_slice() else {
+            return Err(CoordError::Protocol("breaker answer".into()));
+        };
+        BreakerState::decode(&text(state)?)
     }
 
     /// `ts_pause_v1`: answers the pause's end (server ms) and the server's now.

@@ -27,7 +27,7 @@ use crate::metrics::CallClass;
 use crate::request::{self, Endpoint};
 use crate::retry_after;
 use crate::settle::{Charge, Settlement};
-use crate::shared::{SharedAnswer, SharedLane};
+use crate::shared::{SharedAnswer, SharedLane, SHARED_POLL_MS};
 use crate::sse::SseTap;
 use crate::tap::TappedStream;
 use crate::upstream;
@@ -136,43 +136,50 @@ async fn serve(
         None => (proxy.call_budget(), true),
     };
     let since = tokio::time::Instant::now();
-    let span = proxy.telemetry.admission_requested(&route.provider);
-    let answer = proxy
-        .driver
-        .acquire(Acquire {
-            workspace: workspace.clone(),
-            principal: principal.clone(),
-            provider_id: route.provider.to_string(),
-            budget_id: budget_id.clone(),
-            estimate: admission_estimate,
-            wait: Wait::For(wait_ms),
-            span: Some(span),
-        })
-        .await
-        .map_err(|_| ProxyError::shutting_down())?;
     let lane = proxy.metrics.lane(&route.provider);
-    let mut grant = match answer {
-        AcquireReply::Admitted(grant) => grant,
-        AcquireReply::Rejected(rejection) => {
-            lane.call(CallClass::Refused);
-            if ephemeral {
-                let _ = proxy.driver.release_budget(&workspace, &budget_id).await;
+    let mut span = Some(proxy.telemetry.admission_requested(&route.provider));
+    let mut wait = wait_ms;
+    // One pass per local admission: more than one only when the shared limits give the turn to
+    // another principal (replicas with fair turns), after which the call queues locally again.
+    let grant = loop {
+        let answer = proxy
+            .driver
+            .acquire(Acquire {
+                workspace: workspace.clone(),
+                principal: principal.clone(),
+                provider_id: route.provider.to_string(),
+                budget_id: budget_id.clone(),
+                estimate: admission_estimate.clone(),
+                wait: Wait::For(wait),
+                span: span.take(),
+            })
+            .await
+            .map_err(|_| ProxyError::shutting_down())?;
+        let mut grant = match answer {
+            AcquireReply::Admitted(grant) => grant,
+            AcquireReply::Rejected(rejection) => {
+                lane.call(CallClass::Refused);
+                if ephemeral {
+                    let _ = proxy.driver.release_budget(&workspace, &budget_id).await;
+                }
+                return Err(ProxyError::refused(&rejection));
             }
-            return Err(ProxyError::refused(&rejection));
-        }
-        AcquireReply::NoProfile => {
-            lane.call(CallClass::Refused);
-            return Err(ProxyError::forbidden(
-                "the key's workspace has no admission profile",
-            ));
-        }
-        AcquireReply::ShuttingDown | AcquireReply::Internal => {
-            return Err(ProxyError::shutting_down())
-        }
-    };
-    // Replicas: the deployment's shared limits admit the local lease too (the same step as
-    // `POST /v1/admissions`). A refusal drops the grant, which gives the local lease back.
-    if let Some(shared) = &proxy.shared {
+            AcquireReply::NoProfile => {
+                lane.call(CallClass::Refused);
+                return Err(ProxyError::forbidden(
+                    "the key's workspace has no admission profile",
+                ));
+            }
+            AcquireReply::ShuttingDown | AcquireReply::Internal => {
+                return Err(ProxyError::shutting_down())
+            }
+        };
+        // Replicas: the deployment's shared limits admit the local lease too (the same step
+        // as `POST /v1/admissions`). A refusal drops the grant, which gives the local lease
+        // back.
+        let Some(shared) = &proxy.shared else {
+            break grant;
+        };
         let shared_lane = SharedLane {
             workspace: workspace.clone(),
             principal: principal.clone(),
@@ -184,24 +191,28 @@ async fn serve(
         let refusal = match shared.admit(&grant, &shared_lane).await {
             SharedAnswer::Admitted(mode) => {
                 grant.evidence.coordination = Some(mode);
-                None
+                break grant;
             }
-            SharedAnswer::Refused(rejection) => Some(ProxyError::refused(&rejection)),
-            SharedAnswer::NoProfile => Some(ProxyError::forbidden(
-                "the key's workspace has no admission profile",
-            )),
-            SharedAnswer::Unavailable => Some(ProxyError::shutting_down()),
+            SharedAnswer::Yield => {
+                drop(grant);
+                tokio::time::sleep(Duration::from_millis(SHARED_POLL_MS)).await;
+                wait = shared_lane.remaining_ms();
+                continue;
+            }
+            SharedAnswer::Refused(rejection) => ProxyError::refused(&rejection),
+            SharedAnswer::NoProfile => {
+                ProxyError::forbidden("the key's workspace has no admission profile")
+            }
+            SharedAnswer::Unavailable => ProxyError::shutting_down(),
         };
-        if let Some(error) = refusal {
-            drop(grant);
-            lane.call(CallClass::Refused);
-            if ephemeral {
-                let _ = proxy.driver.release_budget(&workspace, &budget_id).await;
-                shared.forget_budget(&workspace, &budget_id);
-            }
-            return Err(error);
+        drop(grant);
+        lane.call(CallClass::Refused);
+        if ephemeral {
+            let _ = proxy.driver.release_budget(&workspace, &budget_id).await;
+            shared.forget_budget(&workspace, &budget_id);
         }
-    }
+        return Err(refusal);
+    };
     let heartbeat_every = grant
         .ttl_ms
         .map(|ttl| Duration::from_millis((ttl / 3).max(1)));

@@ -24,6 +24,10 @@ use tokio::time::Instant;
 use turnstile_admission::{ActualUsage, Coordination, Millis, Outcome, Rejection};
 use turnstile_shell::Grant;
 
+/// Longest pause before a call whose turn went to another principal queues again (the
+/// server's `shared::SHARED_POLL_MS`).
+pub const SHARED_POLL_MS: Millis = 10;
+
 /// The lane of one proxied call, as the shared step needs it.
 #[derive(Debug, Clone)]
 pub struct SharedLane {
@@ -57,6 +61,9 @@ pub enum SharedAnswer {
     Admitted(Coordination),
     /// Refused, with the same typed rejection `POST /v1/admissions` answers.
     Refused(Rejection),
+    /// Another principal's turn (fair turns across replicas): give the local lease back, wait
+    /// a poll, and queue locally again within the remaining wait.
+    Yield,
     /// The workspace has no profile (any more).
     NoProfile,
     /// The host cannot answer (its driver is gone: shutting down).

@@ -71,4 +71,7 @@ pub struct AppParts {
     pub proxy: Arc<turnstile_proxy::Proxy>,
     /// Replicas: the limits shared through Redis (`None` on a single process).
     pub coord: Option<Arc<turnstile_coord::Coordinator>>,
+    /// Replicas: the mirror of the shared keys, profiles and audit log (`None` on a single
+    /// process); key and profile writes go through it.
+    pub identity: Option<Arc<crate::identity::Mirror>>,
 }

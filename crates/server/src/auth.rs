@@ -69,6 +69,10 @@ impl FromRequestParts<AppState> for Caller {
 /// Whether a percent-encoded path decodes to UTF-8 (axum's path extractor answers a bare
 /// `400 text/plain` otherwise; the gate answers the typed JSON error first).
 pub fn path_is_utf8(path: &str) -> bool {
+    if !path.contains('%') {
+        // Nothing encoded: the path is the `&str` it already is.
+        return true;
+    }
     let bytes = path.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -16,12 +16,14 @@
 //!
 //! Invariant: no body can make a handler answer 5xx or panic.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::{Bytes, HttpBody};
 use axum::extract::{FromRequest, Request};
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http_body_util::BodyExt;
@@ -103,10 +105,27 @@ async fn read(request: Request, state: &AppState) -> Result<Bytes, ApiError> {
     let mut body = request.into_body();
     let mut buf: Vec<u8> = Vec::new();
     loop {
-        let (deadline, cut) = next_deadline(start, buf.len() as u64, total, rate);
-        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+        // A frame that is already here needs no timer: a small body usually arrives with its
+        // head, so most requests never touch the timer wheel.
+        let mut next = std::pin::pin!(body.frame());
+        let ready = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match next.as_mut().poll(cx) {
+                std::task::Poll::Ready(frame) => Some(frame),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await;
+        let waited = match ready {
+            Some(frame) => Ok(frame),
+            None => {
+                let (deadline, _) = next_deadline(start, buf.len() as u64, total, rate);
+                tokio::time::timeout_at(deadline, next).await
+            }
+        };
+        let frame = match waited {
             Ok(frame) => frame,
             Err(_) => {
+                let (_, cut) = next_deadline(start, buf.len() as u64, total, rate);
                 state.metrics.cut(cut);
                 return Err(ApiError::BodyTimeout(match cut {
                     Cut::BodyTooSlow => {
@@ -122,6 +141,10 @@ async fn read(request: Request, state: &AppState) -> Result<Bytes, ApiError> {
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > max {
                 return Err(ApiError::BodyTooLarge);
+            }
+            if buf.is_empty() && body.is_end_stream() {
+                // The whole body in one frame: hand it on without a copy.
+                return Ok(data);
             }
             buf.extend_from_slice(&data);
         }
@@ -185,14 +208,69 @@ impl<'de> Visitor<'de> for UniqueVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
-        let mut seen = HashSet::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if !seen.insert(key.clone()) {
+        // Borrowed keys (an escaped key is the only one that allocates) in a small list: a
+        // request object has a handful of keys, where a linear scan beats hashing.
+        let mut seen: Vec<Cow<'de, str>> = Vec::new();
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            if seen.contains(&key) {
                 return Err(serde::de::Error::custom(format!("duplicate field `{key}`")));
             }
+            if seen.len() >= LINEAR_KEYS {
+                return visit_large_map(map, seen, key);
+            }
+            seen.push(key);
             map.next_value::<Unique>()?;
         }
         Ok(Unique)
+    }
+}
+
+/// Objects with more keys than this switch from a list scan to a hash set.
+const LINEAR_KEYS: usize = 16;
+
+/// The rest of a large object, its first keys already seen.
+fn visit_large_map<'de, A: MapAccess<'de>>(
+    mut map: A,
+    first: Vec<Cow<'de, str>>,
+    key: Cow<'de, str>,
+) -> Result<Unique, A::Error> {
+    let mut seen: HashSet<Cow<'de, str>> = first.into_iter().collect();
+    seen.insert(key);
+    map.next_value::<Unique>()?;
+    while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+        if seen.contains(&key) {
+            return Err(serde::de::Error::custom(format!("duplicate field `{key}`")));
+        }
+        seen.insert(key);
+        map.next_value::<Unique>()?;
+    }
+    Ok(Unique)
+}
+
+/// An object key, borrowed from the body unless it had to be unescaped.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Key<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Borrowed(key)))
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Owned(key.to_owned())))
     }
 }
 
@@ -205,6 +283,24 @@ pub fn parse_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         Some(_) => {}
         None => return Err(ApiError::MalformedJson("empty body".into())),
     }
+    // Most bodies are valid: parse them without tracking the path, which costs about as much
+    // as the parse itself. A body that fails is parsed again with tracking, so its error names
+    // the field exactly as before.
+    match parse_untracked(bytes) {
+        Ok(value) => Ok(value),
+        Err(_) => parse_tracked(bytes),
+    }
+}
+
+fn parse_untracked<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
+    Unique::deserialize(&mut serde_json::Deserializer::from_slice(bytes))?;
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = T::deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+fn parse_tracked<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut unique = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize::<_, Unique>(&mut unique).map_err(|error| {
         let path = error.path().to_string();
@@ -359,6 +455,23 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(parse_slice::<Outer>(br#"{"inner":[{"a":1},{"a":1}]}"#).is_ok());
+        // An escaped spelling is the same key.
+        assert!(parse_slice::<Outer>(br#"{"inner":{"a":1,"\u0061":2}}"#).is_err());
+        // Past the list scan: a large object's last key repeats its first.
+        let mut large: String = (0..40).map(|i| format!("\"k{i}\":{i},")).collect();
+        large = format!("{{\"inner\":{{{large}\"k0\":0}}}}");
+        match parse_slice::<Outer>(large.as_bytes()) {
+            Err(ApiError::InvalidRequest { field, message }) => {
+                assert_eq!(field, "inner");
+                assert!(message.contains("duplicate field `k0`"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let distinct: String = (0..40)
+            .map(|i| format!("\"k{i}\":{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(parse_slice::<Outer>(format!("{{\"inner\":{{{distinct}}}}}").as_bytes()).is_ok());
     }
 
     #[test]

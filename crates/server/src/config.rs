@@ -45,6 +45,8 @@
 //! lease_liveness_ms = 10000
 //! renew_every_ms = 2000
 //! probe_every_ms = 100
+//! turn_window_ms = 50                    # fair turns across replicas; 0: first come, first served
+//! follow_every_ms = 100                  # shared keys/profiles feed; bounds revocation delay
 //! ```
 
 use std::net::SocketAddr;
@@ -93,6 +95,12 @@ pub struct CoordinationConfig {
     pub renew_every_ms: u64,
     /// How often a replica probes Redis.
     pub probe_every_ms: u64,
+    /// Fair turns across replicas: how long a principal refused a contended shared slot counts
+    /// as waiting after its last try; 0 turns them off (first come, first served).
+    pub turn_window_ms: u64,
+    /// How often a replica reads the shared feed of keys, revocations, profiles and audit
+    /// records: a revocation is refused by every replica within about this long.
+    pub follow_every_ms: u64,
 }
 
 impl Default for CoordinationConfig {
@@ -104,11 +112,19 @@ impl Default for CoordinationConfig {
             lease_liveness_ms: 10_000,
             renew_every_ms: 2_000,
             probe_every_ms: 100,
+            turn_window_ms: turnstile_coord::DEFAULT_TURN_WINDOW_MS,
+            follow_every_ms: 100,
         }
     }
 }
 
 impl CoordinationConfig {
+    /// The timeout of the shared identity's calls (key and profile writes, the follower):
+    /// not on any request's hot path, so at least 1 s, whatever `timeout_ms` says.
+    pub fn identity_timeout_ms(&self) -> u64 {
+        self.timeout_ms.max(1_000)
+    }
+
     /// The coordinator's settings, or `None` without a Redis URL.
     pub fn coord(&self) -> Result<Option<turnstile_coord::CoordConfig>, ConfigError> {
         let Some(url) = &self.redis_url else {
@@ -135,6 +151,8 @@ impl CoordinationConfig {
         config.timeout = positive(self.timeout_ms, "coordination.timeout_ms")?;
         config.renew_every = positive(self.renew_every_ms, "coordination.renew_every_ms")?;
         config.probe_every = positive(self.probe_every_ms, "coordination.probe_every_ms")?;
+        config.turn_window_ms = (self.turn_window_ms > 0).then_some(self.turn_window_ms);
+        positive(self.follow_every_ms, "coordination.follow_every_ms")?;
         if self.lease_liveness_ms <= self.renew_every_ms {
             return Err(ConfigError::Invalid {
                 field: "coordination.lease_liveness_ms",

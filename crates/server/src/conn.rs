@@ -25,7 +25,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 use crate::metrics::{Cut, Metrics};
 
@@ -46,13 +46,46 @@ impl ConnState {
     }
 }
 
+/// One deadline of a connection, armed and disarmed once per request.
+///
+/// The timer is allocated once per connection and moved with `reset`: a deadline that only
+/// ever moves later (the next request's idle phase starts after the last one's) costs tokio
+/// no timer-wheel lock, where a new timer per request cost a lock to insert and one to remove.
+/// A disarmed timer may still fire once; that only polls the connection again.
+#[derive(Default)]
+struct Deadline {
+    sleep: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+}
+
+impl Deadline {
+    /// Polls the deadline, arming it `after` from now first; `true` once it has passed.
+    fn expired(&mut self, after: Duration, cx: &mut Context<'_>) -> bool {
+        if !self.armed {
+            let at = Instant::now() + after;
+            match &mut self.sleep {
+                Some(sleep) => sleep.as_mut().reset(at),
+                None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+            }
+            self.armed = true;
+        }
+        self.sleep
+            .as_mut()
+            .is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready())
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
 /// A socket whose writes and idle reads have deadlines.
 pub struct DeadlineIo<T> {
     inner: T,
     write_timeout: Duration,
     idle_timeout: Duration,
-    write_sleep: Option<Pin<Box<Sleep>>>,
-    idle_sleep: Option<Pin<Box<Sleep>>>,
+    write_deadline: Deadline,
+    idle_deadline: Deadline,
     state: Arc<ConnState>,
     metrics: Arc<Metrics>,
 }
@@ -70,8 +103,8 @@ impl<T> DeadlineIo<T> {
                 inner,
                 write_timeout,
                 idle_timeout,
-                write_sleep: None,
-                idle_sleep: None,
+                write_deadline: Deadline::default(),
+                idle_deadline: Deadline::default(),
                 state: state.clone(),
                 metrics,
             },
@@ -85,13 +118,7 @@ impl<T> DeadlineIo<T> {
 
     fn set_idle(&mut self, idle: bool) {
         self.state.idle.store(idle, Ordering::Relaxed);
-        self.idle_sleep = None;
-    }
-
-    /// Polls a deadline, arming it first; `true` once it has passed.
-    fn expired(slot: &mut Option<Pin<Box<Sleep>>>, after: Duration, cx: &mut Context<'_>) -> bool {
-        let sleep = slot.get_or_insert_with(|| Box::pin(tokio::time::sleep(after)));
-        sleep.as_mut().poll(cx).is_ready()
+        self.idle_deadline.disarm();
     }
 
     fn write_result<R>(
@@ -102,8 +129,8 @@ impl<T> DeadlineIo<T> {
     ) -> Poll<io::Result<R>> {
         match poll {
             Poll::Pending => {
-                if Self::expired(&mut self.write_sleep, self.write_timeout, cx) {
-                    self.write_sleep = None;
+                if self.write_deadline.expired(self.write_timeout, cx) {
+                    self.write_deadline.disarm();
                     self.metrics.cut(Cut::WriteTimeout);
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
@@ -113,7 +140,7 @@ impl<T> DeadlineIo<T> {
                 Poll::Pending
             }
             ready => {
-                self.write_sleep = None;
+                self.write_deadline.disarm();
                 if wrote {
                     self.set_idle(true);
                 }
@@ -139,8 +166,8 @@ impl<T: AsyncRead + Unpin> AsyncRead for DeadlineIo<T> {
                 Poll::Ready(Ok(()))
             }
             Poll::Pending if this.is_idle() => {
-                if Self::expired(&mut this.idle_sleep, this.idle_timeout, cx) {
-                    this.idle_sleep = None;
+                if this.idle_deadline.expired(this.idle_timeout, cx) {
+                    this.idle_deadline.disarm();
                     this.metrics.cut(Cut::IdleTimeout);
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,

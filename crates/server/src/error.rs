@@ -60,6 +60,10 @@ pub enum ApiError {
     /// The durable store failed; the request may not have taken effect.
     #[error("the durable store failed")]
     Storage,
+    /// Replicas: a key or profile write needs the shared store (Redis), which did not answer;
+    /// nothing was written. Retryable.
+    #[error("{0}")]
+    CoordinationUnavailable(String),
 }
 
 #[derive(Serialize)]
@@ -88,6 +92,7 @@ impl ApiError {
             ApiError::Conflict(_) | ApiError::InvalidDefinition { .. } => "invalid-definition",
             ApiError::ShuttingDown => "shutting-down",
             ApiError::Storage => "storage-error",
+            ApiError::CoordinationUnavailable(_) => "coordination-unavailable",
         }
     }
 
@@ -107,7 +112,9 @@ impl ApiError {
             ApiError::KeyBusy(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::ShuttingDown | ApiError::Storage => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::ShuttingDown | ApiError::Storage | ApiError::CoordinationUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -168,7 +175,7 @@ impl IntoResponse for ApiError {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
-            ApiError::ShuttingDown | ApiError::Storage => {
+            ApiError::ShuttingDown | ApiError::Storage | ApiError::CoordinationUnavailable(_) => {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

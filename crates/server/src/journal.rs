@@ -35,6 +35,33 @@ pub struct StoreJournal {
     /// Replicas: a lease that leaves the driver's table without a release by its holder (TTL
     /// reclaim, an undelivered grant) is released in the shared limits too.
     coord: Option<Arc<turnstile_coord::Coordinator>>,
+    /// Replicas: breaker transitions and pauses also go to the shared feed.
+    shared_audit: SharedAudit,
+}
+
+/// Replicas: where the journal shares the audit records it writes (breaker transitions,
+/// pauses) with the other replicas' mirrors; set once the mirror exists (the driver journals
+/// from its start). Registrations and revocations reach the feed through their own writes.
+#[derive(Clone, Default)]
+pub struct SharedAudit(Arc<std::sync::OnceLock<Arc<crate::identity::Mirror>>>);
+
+impl SharedAudit {
+    /// Shares from now on through `mirror` (nothing without one).
+    pub fn set(&self, mirror: Option<Arc<crate::identity::Mirror>>) {
+        if let Some(mirror) = mirror {
+            let _ = self.0.set(mirror);
+        }
+    }
+
+    fn share(&self, records: &[AuditRecord]) {
+        if let Some(mirror) = self.0.get() {
+            if records.is_empty() {
+                return;
+            }
+            let (mirror, records) = (mirror.clone(), records.to_vec());
+            tokio::spawn(async move { mirror.share_audit(records).await });
+        }
+    }
 }
 
 impl StoreJournal {
@@ -45,7 +72,14 @@ impl StoreJournal {
             changes: Vec::new(),
             metrics,
             coord: None,
+            shared_audit: SharedAudit::default(),
         }
+    }
+
+    /// Replicas: shares breaker transitions and pauses through the identity feed.
+    pub fn with_shared_audit(mut self, shared: SharedAudit) -> Self {
+        self.shared_audit = shared;
+        self
     }
 
     /// Releases the shared lease of every lease the driver lets go of (the release route
@@ -97,6 +131,7 @@ impl Journal for StoreJournal {
                 })
             })
             .collect();
+        self.shared_audit.share(&records);
         if !self.store.send(StoreOp::AppendAudit(records)) {
             self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -106,6 +141,7 @@ impl Journal for StoreJournal {
         let Some(record) = pause_record(workspace, pause) else {
             return;
         };
+        self.shared_audit.share(std::slice::from_ref(&record));
         if !self.store.send(StoreOp::AppendAudit(vec![record])) {
             self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
         }

@@ -36,6 +36,7 @@ pub mod config;
 pub mod conn;
 pub mod data_lock;
 pub mod error;
+pub mod identity;
 pub mod journal;
 pub mod keys;
 pub mod metrics;

@@ -28,6 +28,9 @@ use crate::metrics::Metrics;
 /// Runs on the store thread once a registration has been written (or failed to be).
 pub type Completion = Box<dyn FnOnce(Result<(), ServiceStoreError>) + Send>;
 
+/// Work run on the store thread ([`StoreOp::With`]).
+pub type StoreTask = Box<dyn FnOnce(&mut dyn ServiceStore) + Send>;
+
 /// One operation for the store thread.
 pub enum StoreOp {
     InsertKey {
@@ -59,6 +62,9 @@ pub enum StoreOp {
         limit: usize,
         reply: oneshot::Sender<Result<Vec<AuditRecord>, ServiceStoreError>>,
     },
+    /// Runs on the store, in order with the other operations (replicas: applying the shared
+    /// feed to the mirror, reading the mirror to seed the feed; `crate::identity`).
+    With(StoreTask),
 }
 
 /// Sends `result` to whoever asked; returns whether it is a failure (for the error count).
@@ -118,6 +124,10 @@ impl StoreHandle {
                             let _ = reply.send(store.audit(&workspace, kind, limit));
                             false
                         }
+                        StoreOp::With(operation) => {
+                            operation(store.as_mut());
+                            false
+                        }
                     };
                     if failed {
                         metrics.store_errors.fetch_add(1, Ordering::Relaxed);
@@ -146,6 +156,22 @@ impl StoreHandle {
             Ok(Ok(value)) => Ok(value),
             _ => Err(ApiError::Storage),
         }
+    }
+
+    /// Runs `operation` on the store thread, in order with every other operation, and answers
+    /// its result (a store thread that is gone is [`ApiError::Storage`]).
+    pub async fn with<T: Send + 'static>(
+        &self,
+        operation: impl FnOnce(&mut dyn ServiceStore) -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let (reply, rx) = oneshot::channel();
+        let op = StoreOp::With(Box::new(move |store| {
+            let _ = reply.send(operation(store));
+        }));
+        if !self.send(op) {
+            return Err(ApiError::Storage);
+        }
+        rx.await.map_err(|_| ApiError::Storage)
     }
 
     /// Stores a key hash.

@@ -12,6 +12,11 @@
 //! usage (correcting the shared budgets) and, after a provider 429, the pause (shared by every
 //! replica).
 //!
+//! Fair turns and the shared breaker are decided in the same call: a `turn` (another
+//! principal is further behind its share of a contended scope) waits like a full scope; an
+//! open shared breaker waits for its end, or is refused at once (`circuit-open`, retryable,
+//! with the remaining time) when it outlasts the deadline, as the core does.
+//!
 //! Invariants: the local lease is accepted (handed to the client, or forwarded upstream) only
 //! after the shared limits granted it; the evidence says how (`coordination`: `shared` or
 //! `degraded`).
@@ -36,6 +41,11 @@ pub const SHARED_POLL_MS: Millis = 10;
 pub enum Shared {
     Admitted(Coordination),
     Refused(Rejection),
+    /// Another principal's turn (fair turns across replicas), with time left before the
+    /// deadline: give the local lease back to this replica's fair queue, wait a poll, and
+    /// queue again. A lease waiting for its turn must not keep a local slot that another
+    /// principal's request on this replica needs to reach the shared limits at all.
+    Yield,
 }
 
 /// Why the shared step could not answer.
@@ -187,6 +197,30 @@ pub async fn admit(
                     Some(Mode::Degraded),
                 )));
             }
+            Admission::Turn if now.saturating_add(SHARED_POLL_MS) < lane.deadline => {
+                return Ok(Shared::Yield);
+            }
+            Admission::Turn => {
+                if now >= lane.deadline {
+                    let (reason, retryable) = if lane.no_wait {
+                        (Reason::Concurrency, true)
+                    } else {
+                        (Reason::DeadlineExceeded, false)
+                    };
+                    return Ok(Shared::Refused(refusal(
+                        grant,
+                        reason,
+                        retryable,
+                        None,
+                        Some(Mode::Shared),
+                    )));
+                }
+                let pause = SHARED_POLL_MS.min(lane.deadline - now);
+                tokio::select! {
+                    () = coord.released() => {}
+                    () = tokio::time::sleep(Duration::from_millis(pause)) => {}
+                }
+            }
             Admission::Paused { remaining_ms } => {
                 if now.saturating_add(remaining_ms) >= lane.deadline {
                     return Ok(Shared::Refused(refusal(
@@ -195,6 +229,24 @@ pub async fn admit(
                         true,
                         Some(remaining_ms),
                         Some(Mode::Shared),
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(remaining_ms)).await;
+            }
+            // The shared breaker is open (through any replica's failures): as the core does,
+            // refuse at once when it outlasts the deadline, otherwise wait for its end.
+            Admission::Wait {
+                reason: Reason::CircuitOpen,
+                after_ms: Some(remaining_ms),
+                mode,
+            } if remaining_ms > SHARED_POLL_MS => {
+                if now.saturating_add(remaining_ms) >= lane.deadline {
+                    return Ok(Shared::Refused(refusal(
+                        grant,
+                        Reason::CircuitOpen,
+                        true,
+                        Some(remaining_ms),
+                        Some(mode),
                     )));
                 }
                 tokio::time::sleep(Duration::from_millis(remaining_ms)).await;
@@ -245,7 +297,14 @@ pub async fn finish(
         _ => 0,
     };
     let micro = usage.cost_usd().map(turnstile_coord::spec::micro_ceil);
-    coord.finish(held, pause_ms, usage.tokens, micro, now).await;
+    let breaker = match outcome {
+        Outcome::Success => turnstile_coord::Outcome::Success,
+        Outcome::Failure => turnstile_coord::Outcome::Failure,
+        _ => turnstile_coord::Outcome::None,
+    };
+    coord
+        .finish_outcome(held, pause_ms, usage.tokens, micro, breaker, now)
+        .await;
 }
 
 /// The shared step as the proxy calls it (installed with `Proxy::with_shared`): proxied calls
@@ -271,6 +330,7 @@ impl SharedLimits for ProxyShared {
             match admit(&self.driver, &self.clock, &self.coord, grant, shared_lane).await {
                 Ok(Shared::Admitted(mode)) => SharedAnswer::Admitted(mode),
                 Ok(Shared::Refused(rejection)) => SharedAnswer::Refused(rejection),
+                Ok(Shared::Yield) => SharedAnswer::Yield,
                 Err(SharedError::NoProfile) => SharedAnswer::NoProfile,
                 Err(SharedError::Driver(_)) => SharedAnswer::Unavailable,
             }

@@ -89,6 +89,11 @@ pub enum Command {
         /// Who registers it (the host's name for the acting credential, such as an admin key
         /// ID), journaled with the registration; never a principal or workspace ID.
         actor: Option<String>,
+        /// When the registration was made, if not now: a replica applying a registration
+        /// another replica made (the shared feed, `docs/replicas.md`) passes the original
+        /// instant, so its profile-change record is the original's. The controller's clock
+        /// never goes back (it takes the later of this and its last instant).
+        at: Option<Millis>,
         reply: oneshot::Sender<Result<Option<ProfileChangeRecord>, DriverError>>,
     },
     ReleaseBudget {

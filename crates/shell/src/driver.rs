@@ -344,10 +344,11 @@ impl Driver {
                 profile,
                 profile_json,
                 actor,
+                at,
                 reply,
             } => {
                 let revision = (workspace, version, profile, profile_json);
-                self.register(revision, actor, reply, now)
+                self.register(revision, actor, reply, at.unwrap_or(now))
             }
             Command::ReleaseBudget {
                 workspace,

@@ -140,6 +140,7 @@ impl DriverHandle {
             profile,
             profile_json,
             actor: None,
+            at: None,
             reply,
         })
         .await?

@@ -102,6 +102,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             server.local_addr()
         );
         println!("  state:   {}", data_dir.display());
+        if let Some(joining) = server.joining() {
+            println!("  shared:  {}", joining_line(joining));
+        }
         if let Some(keys) = server.bootstrap_keys() {
             print!("{}", banner(keys, &data_dir));
         }
@@ -180,6 +183,26 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Replicas: how this start met the deployment's shared keys and profiles (`docs/replicas.md`).
+fn joining_line(joining: &turnstile_server::identity::join::Joining) -> String {
+    use turnstile_server::identity::join::Joining;
+    match joining {
+        Joining::Seeded { events } => format!(
+            "keys, profiles and audit log shared through Redis from this replica's state ({events} events)"
+        ),
+        Joining::Adopted { events } => format!(
+            "joined the deployment's shared keys, profiles and audit log ({events} events); \
+             use the admin key the first replica printed"
+        ),
+        Joining::CaughtUp { events } => format!(
+            "shared keys, profiles and audit log caught up ({events} new events)"
+        ),
+        Joining::Offline => "Redis does not answer: keys and profiles served from this replica's \
+             mirror, key and profile writes refused until it does"
+            .to_owned(),
     }
 }
 

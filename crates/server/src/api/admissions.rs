@@ -84,54 +84,84 @@ pub async fn acquire(
             request.budget_id.clone(),
         )
     });
-    // A client that disconnects while queued drops this future: the request is cancelled.
-    let answer = state
-        .driver
-        .acquire(Acquire {
-            workspace,
-            principal,
-            provider_id: request.provider_id,
-            budget_id: request.budget_id,
-            estimate: request.estimate,
-            // 0 means "only if free now": the core answers at once, with the real reason.
-            wait: Wait::For(wait_ms),
-            span: Some(span),
-        })
-        .await;
-    match answer? {
-        AcquireReply::Admitted(mut grant) => {
-            // Replicas: the deployment's shared limits admit the local lease too. A refusal
-            // drops the grant, which gives the local lease back.
-            if let (Some(coord), Some((workspace, principal, provider, budget))) =
-                (state.coord.as_ref(), shared_lane)
-            {
-                let lane = shared::Lane {
-                    workspace,
-                    principal,
-                    provider: &provider,
-                    budget_id: &budget,
-                    deadline,
-                    no_wait: wait_ms == 0,
-                };
-                match shared::admit(&state.driver, &state.clock, coord, &grant, lane).await? {
-                    shared::Shared::Admitted(mode) => grant.evidence.coordination = Some(mode),
-                    shared::Shared::Refused(rejection) => return Ok(rejection_response(rejection)),
+    // Replicas only: what queuing again after another principal's turn needs.
+    let again = shared_lane.as_ref().map(|_| request.estimate.clone());
+    let mut next = Acquire {
+        workspace,
+        principal,
+        provider_id: request.provider_id,
+        budget_id: request.budget_id,
+        estimate: request.estimate,
+        // 0 means "only if free now": the core answers at once, with the real reason.
+        wait: Wait::For(wait_ms),
+        span: Some(span),
+    };
+    loop {
+        // A client that disconnects while queued drops this future: the request is cancelled.
+        let answer = state.driver.acquire(next).await;
+        return match answer? {
+            AcquireReply::Admitted(mut grant) => {
+                // Replicas: the deployment's shared limits admit the local lease too. A refusal
+                // drops the grant, which gives the local lease back.
+                if let (Some(coord), Some((workspace, principal, provider, budget))) =
+                    (state.coord.as_ref(), shared_lane.clone())
+                {
+                    let lane = shared::Lane {
+                        workspace,
+                        principal,
+                        provider: &provider,
+                        budget_id: &budget,
+                        deadline,
+                        no_wait: wait_ms == 0,
+                    };
+                    match shared::admit(&state.driver, &state.clock, coord, &grant, lane).await? {
+                        shared::Shared::Admitted(mode) => grant.evidence.coordination = Some(mode),
+                        shared::Shared::Refused(rejection) => {
+                            return Ok(rejection_response(rejection))
+                        }
+                        shared::Shared::Yield => {
+                            // Another principal's turn: the local lease goes back (dropped
+                            // unaccepted) and this request queues again after a poll.
+                            drop(grant);
+                            tokio::time::sleep(std::time::Duration::from_millis(
+                                shared::SHARED_POLL_MS,
+                            ))
+                            .await;
+                            let (
+                                Some((workspace, principal, provider_id, budget_id)),
+                                Some(estimate),
+                            ) = (shared_lane.clone(), again.clone())
+                            else {
+                                return Err(ApiError::Storage);
+                            };
+                            next = Acquire {
+                                workspace,
+                                principal,
+                                provider_id,
+                                budget_id,
+                                estimate,
+                                wait: Wait::For(deadline.saturating_sub(state.clock.now_ms())),
+                                span: None,
+                            };
+                            continue;
+                        }
+                    }
                 }
+                grant.accept();
+                let ttl_ms = state.config.leases.ttl_ms;
+                let body = LeaseBody {
+                    lease_id: grant.token.to_string(),
+                    expires_at_epoch_ms: grant.expires_at.unwrap_or(Millis::MAX),
+                    ttl_ms: grant.ttl_ms.unwrap_or(ttl_ms),
+                    evidence: grant.evidence.clone(),
+                };
+                Ok((StatusCode::OK, Json(body)).into_response())
             }
-            grant.accept();
-            let ttl_ms = state.config.leases.ttl_ms;
-            let body = LeaseBody {
-                lease_id: grant.token.to_string(),
-                expires_at_epoch_ms: grant.expires_at.unwrap_or(Millis::MAX),
-                ttl_ms: grant.ttl_ms.unwrap_or(ttl_ms),
-                evidence: grant.evidence.clone(),
-            };
-            Ok((StatusCode::OK, Json(body)).into_response())
-        }
-        AcquireReply::Rejected(rejection) => Ok(rejection_response(rejection)),
-        AcquireReply::NoProfile => Err(ApiError::no_profile()),
-        AcquireReply::ShuttingDown => Err(ApiError::ShuttingDown),
-        AcquireReply::Internal => Err(ApiError::Storage),
+            AcquireReply::Rejected(rejection) => Ok(rejection_response(rejection)),
+            AcquireReply::NoProfile => Err(ApiError::no_profile()),
+            AcquireReply::ShuttingDown => Err(ApiError::ShuttingDown),
+            AcquireReply::Internal => Err(ApiError::Storage),
+        };
     }
 }
 

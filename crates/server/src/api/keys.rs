@@ -10,6 +10,11 @@
 //!   reclaimed when their TTL runs out, like a crashed client's. 404 `unknown-key` for a key that
 //!   does not exist, belongs to another workspace, or was revoked already.
 //!
+//! Replicas (`[coordination] redis_url`): keys and revocations are the deployment's, written
+//! through the shared feed (`crate::identity`): a key created on one replica authenticates on
+//! every replica, a revoked key is refused by every replica within one follow interval; both
+//! answer 503 `coordination-unavailable` while Redis does not answer.
+//!
 //! Invariant: a key's plaintext exists only in the creation answer; everything else names a key
 //! by its `keyId`.
 
@@ -91,8 +96,15 @@ pub async fn create_key(
         Some(&request.principal_id),
         state.clock.now_ms(),
     );
-    state.store.insert_key(stored.clone()).await?;
-    state.keys.insert(&stored);
+    match &state.identity {
+        // Replicas: created for the whole deployment (every replica's key ring has it once it
+        // follows the feed; this one before answering).
+        Some(mirror) => mirror.create_key(&stored).await?,
+        None => {
+            state.store.insert_key(stored.clone()).await?;
+            state.keys.insert(&stored);
+        }
+    }
     Ok((
         StatusCode::CREATED,
         Json(NewKey {
@@ -146,6 +158,12 @@ pub async fn revoke_key(
         code: "unknown-key",
         message: "no such key in this workspace: it was revoked, or never created here".into(),
     };
+    if let Some(mirror) = &state.identity {
+        // Replicas: look the key up in an up-to-date mirror (refused while Redis is down).
+        mirror.sync().await.map_err(|e| {
+            ApiError::CoordinationUnavailable(format!("coordination-unavailable: {e}"))
+        })?;
+    }
     let stored = principal_keys_of(state.store.keys().await?, &workspace_id)
         .find(|k| keys::key_id(&k.hash) == key_id)
         .ok_or_else(unknown)?;
@@ -161,12 +179,23 @@ pub async fn revoke_key(
         at_epoch_ms: revocation.revoked_at_epoch_ms,
         actor_key_id: Some(acting.key_id()),
     };
-    if !state
-        .store
-        .revoke_key(&workspace_id, &stored.hash, record)
-        .await?
-    {
-        // Revoked concurrently by another request.
+    let revoked = match &state.identity {
+        // Replicas: revoked on every replica within one follow interval; this one before
+        // answering.
+        Some(mirror) => {
+            mirror
+                .revoke_key(&workspace_id, &stored.hash, &record)
+                .await?
+        }
+        None => {
+            state
+                .store
+                .revoke_key(&workspace_id, &stored.hash, record)
+                .await?
+        }
+    };
+    if !revoked {
+        // Revoked concurrently by another request (or another replica).
         return Err(unknown());
     }
     state.keys.remove(&stored.hash);

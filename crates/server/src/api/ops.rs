@@ -77,6 +77,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             if let Some(coord) = &state.coord {
                 text.push_str(&coord.render_metrics());
             }
+            if let Some(mirror) = &state.identity {
+                text.push_str(&mirror.render_metrics());
+            }
             text
         },
     )

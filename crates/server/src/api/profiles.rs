@@ -7,6 +7,9 @@
 //! - `GET .../profiles`, `GET .../breakers`, `GET .../pauses`, `GET .../snapshot`: an admin, or
 //!   a principal of that workspace (403 for another workspace's key). Records carry digests and
 //!   states, never limit values or principal IDs.
+//! - Replicas (`[coordination] redis_url`): a registration (or rollback) is the deployment's,
+//!   through the shared feed (`crate::identity`): every replica enforces it, with the same
+//!   records; 503 `coordination-unavailable` while Redis does not answer.
 //! - Who changed what: a profile-change record answered by `PUT` or listed by `GET …/profiles`
 //!   carries `actorKeyId`, the key ID of the admin key that registered it (`null` for the first
 //!   start's demo profile and for records stored before the audit log kept actors).
@@ -77,17 +80,25 @@ pub async fn put_profile(
     let version = profile_version.clone();
     let actor = acting.key_id();
     let actor_key_id = actor.clone();
-    let record = state
-        .driver
-        .ask(|reply| Command::Register {
-            workspace: workspace_id,
-            version,
-            profile,
-            profile_json,
-            actor: Some(actor),
-            reply,
-        })
-        .await??;
+    let record = if let Some(mirror) = &state.identity {
+        // Replicas: registered for the whole deployment, in one order on every replica.
+        mirror
+            .register(&workspace_id, &version, profile, profile_json, actor)
+            .await?
+    } else {
+        state
+            .driver
+            .ask(|reply| Command::Register {
+                workspace: workspace_id,
+                version,
+                profile,
+                profile_json,
+                actor: Some(actor),
+                at: None,
+                reply,
+            })
+            .await??
+    };
     Ok(match record {
         Some(record) => {
             let record = serde_json::to_value(record).map_err(|_| ApiError::Storage)?;

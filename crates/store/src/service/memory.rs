@@ -10,6 +10,7 @@ pub struct MemoryServiceStore {
     keys: Vec<StoredKey>,
     profiles: Vec<StoredProfile>,
     audit: Vec<AuditRecord>,
+    cursor: Option<(String, u64)>,
 }
 
 impl MemoryServiceStore {
@@ -87,5 +88,26 @@ impl ServiceStore for MemoryServiceStore {
             .collect();
         let skip = matching.len().saturating_sub(limit);
         Ok(matching.into_iter().skip(skip).cloned().collect())
+    }
+
+    fn audit_all(&self) -> Result<Vec<AuditRecord>, ServiceStoreError> {
+        Ok(self.audit.clone())
+    }
+
+    fn clear_identity(&mut self) -> Result<(), ServiceStoreError> {
+        self.keys.clear();
+        self.profiles.clear();
+        self.audit.clear();
+        self.cursor = None;
+        Ok(())
+    }
+
+    fn mirror_cursor(&self) -> Result<Option<(String, u64)>, ServiceStoreError> {
+        Ok(self.cursor.clone())
+    }
+
+    fn set_mirror_cursor(&mut self, epoch: &str, seq: u64) -> Result<(), ServiceStoreError> {
+        self.cursor = Some((epoch.to_owned(), seq));
+        Ok(())
     }
 }

@@ -14,6 +14,9 @@
 //!   `actor_key_id` (version 3) is the admin key that made the change; a version-2 database
 //!   gains the column on open (`ALTER TABLE … ADD COLUMN`, in the same transaction as the new
 //!   `user_version`), and its old records read back with no actor.
+//! - `mirror_cursor(id = 0, epoch, seq)`: replicas only, the shared feed this store mirrors
+//!   and the last event applied (`docs/replicas.md`). Added with `CREATE TABLE IF NOT
+//!   EXISTS` in version 3: a build without replicas never reads it.
 
 use std::path::Path;
 
@@ -52,6 +55,11 @@ CREATE TABLE IF NOT EXISTS audit (
     actor_key_id TEXT
 );
 CREATE INDEX IF NOT EXISTS audit_by_workspace ON audit(workspace_id, kind, seq);
+CREATE TABLE IF NOT EXISTS mirror_cursor (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    epoch TEXT NOT NULL,
+    seq INTEGER NOT NULL
+);
 ";
 
 /// A [`ServiceStore`] in one SQLite file.
@@ -356,6 +364,64 @@ impl ServiceStore for SqliteServiceStore {
         records.reverse();
         Ok(records)
     }
+
+    fn audit_all(&self) -> Result<Vec<AuditRecord>, ServiceStoreError> {
+        let mut statement = self.conn.prepare(
+            "SELECT workspace_id, kind, record_json, at_epoch_ms, actor_key_id FROM audit
+             ORDER BY seq",
+        )?;
+        let rows = statement.query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, i64>(3)?,
+                row.get::<_, Option<String>>(4)?,
+            ))
+        })?;
+        let mut records = Vec::new();
+        for row in rows {
+            let (workspace_id, kind, record_json, at, actor_key_id) = row?;
+            let kind =
+                AuditKind::parse(&kind).ok_or(ServiceStoreError::InvalidValue { field: "kind" })?;
+            records.push(AuditRecord {
+                workspace_id,
+                kind,
+                record_json,
+                at_epoch_ms: from_sql_time(at),
+                actor_key_id,
+            });
+        }
+        Ok(records)
+    }
+
+    fn clear_identity(&mut self) -> Result<(), ServiceStoreError> {
+        self.conn.execute_batch(
+            "BEGIN IMMEDIATE; DELETE FROM api_keys; DELETE FROM profiles; DELETE FROM audit;
+             DELETE FROM mirror_cursor; COMMIT;",
+        )?;
+        Ok(())
+    }
+
+    fn mirror_cursor(&self) -> Result<Option<(String, u64)>, ServiceStoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT epoch, seq FROM mirror_cursor WHERE id = 0",
+                [],
+                |row| Ok((row.get::<_, String>(0)?, from_sql_time(row.get(1)?))),
+            )
+            .optional()?)
+    }
+
+    fn set_mirror_cursor(&mut self, epoch: &str, seq: u64) -> Result<(), ServiceStoreError> {
+        self.conn.execute(
+            "INSERT INTO mirror_cursor (id, epoch, seq) VALUES (0, ?1, ?2)
+             ON CONFLICT(id) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq",
+            params![epoch, to_sql_time(seq)],
+        )?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -442,8 +508,22 @@ mod tests {
         assert_eq!(store.keys().unwrap(), vec![key]);
         assert_eq!(
             store.audit("w", AuditKind::KeyRevocation, 10).unwrap(),
-            vec![record]
+            vec![record.clone()]
         );
+
+        // Replicas: every record in order, the mirror cursor, and clearing for adoption.
+        let all = store.audit_all().unwrap();
+        assert_eq!(all.len(), 4);
+        assert_eq!(all[3], record);
+        assert_eq!(store.mirror_cursor().unwrap(), None);
+        store.set_mirror_cursor("e1", 3).unwrap();
+        store.set_mirror_cursor("e1", 9).unwrap();
+        assert_eq!(store.mirror_cursor().unwrap(), Some(("e1".to_owned(), 9)));
+        store.clear_identity().unwrap();
+        assert!(store.keys().unwrap().is_empty());
+        assert!(store.profiles().unwrap().is_empty());
+        assert!(store.audit_all().unwrap().is_empty());
+        assert_eq!(store.mirror_cursor().unwrap(), None);
     }
 
     #[test]

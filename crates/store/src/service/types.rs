@@ -78,6 +78,19 @@ impl AuditKind {
             AuditKind::ProviderPause => "provider-pause",
         }
     }
+
+    /// Parses the stored spelling.
+    pub fn parse(value: &str) -> Option<Self> {
+        [
+            AuditKind::ProfileChange,
+            AuditKind::BreakerTransition,
+            AuditKind::KeyRevocation,
+            AuditKind::AdminKeyReset,
+            AuditKind::ProviderPause,
+        ]
+        .into_iter()
+        .find(|kind| kind.as_str() == value)
+    }
 }
 
 /// One audit record: the JSON document the service emitted.
@@ -163,4 +176,14 @@ pub trait ServiceStore: Send {
         kind: AuditKind,
         limit: usize,
     ) -> Result<Vec<AuditRecord>, ServiceStoreError>;
+    /// Every audit record of every workspace and kind, oldest first (seeding a replicas'
+    /// shared feed from this store).
+    fn audit_all(&self) -> Result<Vec<AuditRecord>, ServiceStoreError>;
+    /// Replicas: forgets every key, registration and audit record and the mirror cursor, in
+    /// one transaction, before this store mirrors a deployment's shared feed from its start.
+    fn clear_identity(&mut self) -> Result<(), ServiceStoreError>;
+    /// Replicas: the shared feed this store mirrors (its epoch) and the last event applied.
+    fn mirror_cursor(&self) -> Result<Option<(String, u64)>, ServiceStoreError>;
+    /// Replicas: records that every event up to `seq` of the feed `epoch` is applied.
+    fn set_mirror_cursor(&mut self, epoch: &str, seq: u64) -> Result<(), ServiceStoreError>;
 }

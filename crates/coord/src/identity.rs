@@ -1,0 +1,377 @@
+//! The shared identity of a deployment: API keys (hashes only), revocations, profile
+//! registrations and audit records, as one ordered change feed in Redis (the
+//! `turnstile_identity_v1` library, `lua/turnstile_identity_v1.lua`).
+//!
+//! Each replica keeps its SQLite store as a mirror of the feed and follows it with a short
+//! poll ([`IdentityStore::since`]: one read-only call answers the feed's epoch, its head and
+//! the events after the replica's cursor), so authenticating a request costs no Redis call;
+//! writes ([`IdentityStore::create_key`], [`IdentityStore::revoke_key`],
+//! [`IdentityStore::register`], [`IdentityStore::append`]) are one function call each, atomic
+//! across replicas. Events are opaque strings here (the server writes JSON).
+//!
+//! Invariants:
+//! - No tenant ID and no secret in any key name: the keys are fixed (`ts:{ts-id}:…`); key
+//!   hashes (sha256 of 256-bit secrets) and [`key_tag`]s (a truncated sha256 of the workspace)
+//!   are the only index values.
+//! - Events are numbered 1, 2, 3, … without gaps within one epoch; every replica applies them
+//!   in that order.
+//! - A write names the epoch its writer follows; a feed that Redis lost and a replica seeded
+//!   again has a new epoch, so no write lands in a feed its writer does not follow.
+//! - No call waits longer than the timeout; the library is loaded again when Redis lost it.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, Value};
+
+use crate::error::CoordError;
+use crate::keys::short_hash;
+
+/// The function library (Lua), versioned by name.
+pub const IDENTITY_LIBRARY: &str = include_str!("lua/turnstile_identity_v1.lua");
+
+/// The keys every identity function names, in the library's order.
+const KEYS: [&str; 5] = [
+    "ts:{ts-id}:epoch",
+    "ts:{ts-id}:seq",
+    "ts:{ts-id}:feed",
+    "ts:{ts-id}:keys",
+    "ts:{ts-id}:regs",
+];
+
+/// The index tag of a key: `admin`, or `principal:W` with W = 16 hex digits of
+/// sha256(workspace ID). A revocation names the tag it expects, so only a principal key of
+/// that workspace is revoked.
+pub fn key_tag(workspace: Option<&str>) -> String {
+    match workspace {
+        None => "admin".to_owned(),
+        Some(workspace) => format!("principal:{}", short_hash(workspace)),
+    }
+}
+
+/// The index name of a workspace's registration counter (never its ID).
+pub fn workspace_tag(workspace: &str) -> String {
+    short_hash(workspace)
+}
+
+/// One event of the feed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedEvent {
+    /// Its number: 1, 2, 3, … within one epoch.
+    pub seq: u64,
+    pub event: String,
+}
+
+/// One read of the feed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedPage {
+    /// The feed's epoch; `None` when Redis has no feed (never seeded, or it lost its state).
+    pub epoch: Option<String>,
+    /// The number of the feed's last event.
+    pub head: u64,
+    /// Events after the asked cursor, oldest first (a bounded page: ask again while
+    /// `events.last().seq < head`).
+    pub events: Vec<FeedEvent>,
+}
+
+/// The answer to a write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Written {
+    /// Appended as event `seq`; a registration is its workspace's `registration`-th.
+    Appended { seq: u64, registration: Option<u64> },
+    /// A key with this hash is live already.
+    Duplicate,
+    /// No live key with this hash and tag (never created, revoked already, another workspace).
+    Unknown,
+    /// The workspace has had `registrations` registrations, not the number the writer
+    /// validated against: catch up and validate again.
+    Stale { registrations: u64 },
+    /// The feed's epoch is not the writer's (`None`: Redis has no feed).
+    WrongEpoch { current: Option<String> },
+}
+
+/// What seeding did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seeded {
+    /// This call created the feed (epoch, head).
+    Created { epoch: String, head: u64 },
+    /// A feed existed already (someone else seeded it): adopt it.
+    Exists { epoch: String, head: u64 },
+}
+
+/// One item of a seed, in feed order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeedItem {
+    /// A live key: its hash, its [`key_tag`] and its event.
+    Key {
+        hash: String,
+        tag: String,
+        event: String,
+    },
+    /// A registration of the workspace with this [`workspace_tag`].
+    Registration {
+        workspace_tag: String,
+        event: String,
+    },
+    /// Any other event (an audit record).
+    Event(String),
+}
+
+/// The Redis client of the shared identity: its own multiplexed connection, so following the
+/// feed never queues behind the limits' calls.
+#[derive(Clone)]
+pub struct IdentityStore {
+    connection: ConnectionManager,
+    timeout: Duration,
+}
+
+fn int(value: &Value) -> Result<i64, CoordError> {
+    match value {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| CoordError::Protocol("not an integer".into())),
+        other => Err(CoordError::Protocol(format!("{other:?}"))),
+    }
+}
+
+fn unsigned(value: &Value) -> Result<u64, CoordError> {
+    u64::try_from(int(value)?).map_err(|_| CoordError::Protocol("negative".into()))
+}
+
+fn text(value: &Value) -> Result<String, CoordError> {
+    match value {
+        Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        other => Err(CoordError::Protocol(format!("{other:?}"))),
+    }
+}
+
+fn array(value: Value) -> Result<Vec<Value>, CoordError> {
+    match value {
+        Value::Array(items) => Ok(items),
+        other => Err(CoordError::Protocol(format!("{other:?}"))),
+    }
+}
+
+fn epoch_of(value: &Value) -> Result<Option<String>, CoordError> {
+    let epoch = text(value)?;
+    Ok((!epoch.is_empty()).then_some(epoch))
+}
+
+impl IdentityStore {
+    /// A client for `url`; connects lazily (a Redis that is down fails calls, not this).
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, CoordError> {
+        let client = redis::Client::open(url).map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(timeout))
+            .set_connection_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(100));
+        let connection = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
+        Ok(IdentityStore {
+            connection,
+            timeout,
+        })
+    }
+
+    /// The command timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn run(&self, cmd: &Cmd) -> Result<Value, CoordError> {
+        let mut connection = self.connection.clone();
+        match tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut connection)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) if error.is_timeout() => Err(self.timed_out()),
+            Ok(Err(error)) => Err(CoordError::Redis(error.to_string())),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    fn timed_out(&self) -> CoordError {
+        CoordError::Timeout(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Loads (or replaces) the identity library.
+    pub async fn load_library(&self) -> Result<(), CoordError> {
+        let mut cmd = redis::cmd("FUNCTION");
+        cmd.arg("LOAD").arg("REPLACE").arg(IDENTITY_LIBRARY);
+        self.run(&cmd).await.map(|_| ())
+    }
+
+    /// One `FCALL` (or `FCALL_RO`) of `function` over the identity keys, loading the library
+    /// and trying once more when Redis does not have it.
+    async fn fcall(
+        &self,
+        function: &str,
+        read_only: bool,
+        args: &[&str],
+    ) -> Result<Value, CoordError> {
+        let mut cmd = redis::cmd(if read_only { "FCALL_RO" } else { "FCALL" });
+        cmd.arg(function).arg(KEYS.len()).arg(&KEYS[..]).arg(args);
+        match self.run(&cmd).await {
+            Err(CoordError::Redis(message)) if message.contains("Function not found") => {
+                self.load_library().await?;
+                self.run(&cmd).await
+            }
+            answer => answer,
+        }
+    }
+
+    /// The feed's epoch and head and up to `count` events numbered above `after`.
+    pub async fn since(&self, after: u64, count: usize) -> Result<FeedPage, CoordError> {
+        let value = self
+            .fcall(
+                "ts_id_since_v1",
+                true,
+                &[&after.to_string(), &count.max(1).to_string()],
+            )
+            .await?;
+        let items = array(value)?;
+        let [epoch, head, rest @ ..] = items.as_slice() else {
+            return Err(CoordError::Protocol("since answer".into()));
+        };
+        let events = rest
+            .chunks(2)
+            .map(|pair| match pair {
+                [seq, event] => Ok(FeedEvent {
+                    seq: unsigned(seq)?,
+                    event: text(event)?,
+                }),
+                _ => Err(CoordError::Protocol("since event".into())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(FeedPage {
+            epoch: epoch_of(epoch)?,
+            head: unsigned(head)?,
+            events,
+        })
+    }
+
+    /// Creates the feed with `epoch` and `items` (in order), unless a feed exists.
+    pub async fn seed(&self, epoch: &str, items: &[SeedItem]) -> Result<Seeded, CoordError> {
+        let mut args: Vec<&str> = vec![epoch];
+        for item in items {
+            match item {
+                SeedItem::Key { hash, tag, event } => {
+                    args.extend(["k", hash.as_str(), tag.as_str(), event.as_str()])
+                }
+                SeedItem::Registration {
+                    workspace_tag,
+                    event,
+                } => args.extend(["r", workspace_tag.as_str(), "", event.as_str()]),
+                SeedItem::Event(event) => args.extend(["e", "", "", event.as_str()]),
+            }
+        }
+        let items = array(self.fcall("ts_id_seed_v1", false, &args).await?)?;
+        let [outcome, epoch, head] = items.as_slice() else {
+            return Err(CoordError::Protocol("seed answer".into()));
+        };
+        let (epoch, head) = (text(epoch)?, unsigned(head)?);
+        match text(outcome)?.as_str() {
+            "seeded" => Ok(Seeded::Created { epoch, head }),
+            "exists" => Ok(Seeded::Exists { epoch, head }),
+            other => Err(CoordError::Protocol(format!("seed outcome {other}"))),
+        }
+    }
+
+    async fn write(&self, function: &str, args: &[&str]) -> Result<Written, CoordError> {
+        let items = array(self.fcall(function, false, args).await?)?;
+        let outcome = items
+            .first()
+            .map(text)
+            .transpose()?
+            .ok_or_else(|| CoordError::Protocol("empty write answer".into()))?;
+        match (outcome.as_str(), &items[1..]) {
+            ("ok", [seq]) => Ok(Written::Appended {
+                seq: unsigned(seq)?,
+                registration: None,
+            }),
+            ("ok", [seq, n]) => Ok(Written::Appended {
+                seq: unsigned(seq)?,
+                registration: Some(unsigned(n)?),
+            }),
+            ("duplicate", []) => Ok(Written::Duplicate),
+            ("unknown", []) => Ok(Written::Unknown),
+            ("stale", [count]) => Ok(Written::Stale {
+                registrations: unsigned(count)?,
+            }),
+            ("epoch", [current]) => Ok(Written::WrongEpoch {
+                current: epoch_of(current)?,
+            }),
+            (other, _) => Err(CoordError::Protocol(format!("write outcome {other}"))),
+        }
+    }
+
+    /// Stores a new key's hash with its [`key_tag`] and appends `event`.
+    pub async fn create_key(
+        &self,
+        epoch: &str,
+        hash: &str,
+        tag: &str,
+        event: &str,
+    ) -> Result<Written, CoordError> {
+        self.write("ts_id_key_v1", &[epoch, hash, tag, event]).await
+    }
+
+    /// Removes the live key with `hash` and `tag` and appends `event`.
+    pub async fn revoke_key(
+        &self,
+        epoch: &str,
+        hash: &str,
+        tag: &str,
+        event: &str,
+    ) -> Result<Written, CoordError> {
+        self.write("ts_id_revoke_v1", &[epoch, hash, tag, event])
+            .await
+    }
+
+    /// Appends a registration of the workspace with `workspace_tag`, validated against
+    /// `expected` earlier registrations (compare-and-set).
+    pub async fn register(
+        &self,
+        epoch: &str,
+        workspace_tag: &str,
+        expected: u64,
+        event: &str,
+    ) -> Result<Written, CoordError> {
+        self.write(
+            "ts_id_register_v1",
+            &[epoch, workspace_tag, &expected.to_string(), event],
+        )
+        .await
+    }
+
+    /// Appends an event (an audit record) as it is.
+    pub async fn append(&self, epoch: &str, event: &str) -> Result<Written, CoordError> {
+        self.write("ts_id_append_v1", &[epoch, event]).await
+    }
+}
+
+/// A fresh random epoch (16 hex digits).
+pub fn new_epoch() -> Result<String, CoordError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|_| CoordError::Protocol("no randomness".into()))?;
+    Ok(hex::encode(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_and_keys_name_no_id() {
+        let tag = key_tag(Some("acme-corp"));
+        assert!(tag.starts_with("principal:") && !tag.contains("acme"));
+        assert_eq!(key_tag(None), "admin");
+        assert!(!workspace_tag("acme-corp").contains("acme"));
+        for key in KEYS {
+            assert!(key.starts_with("ts:{ts-id}:"));
+        }
+    }
+}

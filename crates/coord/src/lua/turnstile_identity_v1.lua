@@ -1,0 +1,129 @@
+#!lua name=turnstile_identity_v1
+-- turnstile's shared identity (crates/coord/src/identity.rs, docs/replicas.md): the API keys
+-- (hashes only), their revocations, the profile registrations and the audit records of a
+-- deployment, as one ordered change feed every replica follows into its local SQLite mirror.
+-- A second library beside turnstile_v1 (the limits): it is loaded and versioned on its own.
+--
+-- Every write is one function call, atomic across replicas: it checks, updates the small
+-- index it needs to check the next write, and appends one event to the feed. Events are opaque
+-- here (JSON written by the replicas). Key names carry no tenant ID: key hashes are sha256 of
+-- 256-bit secrets, workspaces appear as truncated sha256 (W) in index values only.
+--
+-- Keys (one hash tag {ts-id}, so every call touches one cluster slot):
+--   ts:{ts-id}:epoch  string  the feed's epoch, set once when the feed is seeded; every write
+--                             names the epoch it read, so a write never lands in a feed that
+--                             Redis lost and someone re-seeded (answer 'epoch')
+--   ts:{ts-id}:seq    string  the number of the last event
+--   ts:{ts-id}:feed   stream  event n has the ID 0-n, field e = the event
+--   ts:{ts-id}:keys   hash    live key hash -> tag ('admin' or 'principal:W')
+--   ts:{ts-id}:regs   hash    W -> how many registrations the workspace has had
+-- KEYS of every function: epoch, seq, feed, keys, regs (in that order).
+
+local function append(keys, event)
+  local seq = redis.call('INCR', keys[2])
+  redis.call('XADD', keys[3], '0-' .. seq, 'e', event)
+  return seq
+end
+
+-- nil when the epoch matches, else the answer to give.
+local function wrong_epoch(keys, epoch)
+  local current = redis.call('GET', keys[1])
+  if current and current == epoch then
+    return nil
+  end
+  return {'epoch', current or ''}
+end
+
+-- ts_id_seed_v1: ARGV epoch, then groups of 4: op ('k' key, 'r' registration, 'e' event),
+-- a, b, event. 'k': keys[a] = b; 'r': regs[a] += 1. Every group appends its event.
+-- Only into a deployment without a feed: {'seeded', epoch, seq} or {'exists', epoch, seq}.
+local function seed(keys, args)
+  local current = redis.call('GET', keys[1])
+  if current then
+    return {'exists', current, tonumber(redis.call('GET', keys[2]) or '0')}
+  end
+  redis.call('DEL', keys[2], keys[3], keys[4], keys[5])
+  redis.call('SET', keys[1], args[1])
+  local seq = 0
+  for i = 2, #args, 4 do
+    local op, a, b, event = args[i], args[i + 1], args[i + 2], args[i + 3]
+    if op == 'k' then
+      redis.call('HSET', keys[4], a, b)
+    elseif op == 'r' then
+      redis.call('HINCRBY', keys[5], a, 1)
+    end
+    seq = append(keys, event)
+  end
+  return {'seeded', args[1], seq}
+end
+
+-- ts_id_key_v1: ARGV epoch, key hash, tag, event. {'ok', seq} | {'duplicate'} | epoch.
+local function create_key(keys, args)
+  local wrong = wrong_epoch(keys, args[1])
+  if wrong then return wrong end
+  if redis.call('HEXISTS', keys[4], args[2]) == 1 then
+    return {'duplicate'}
+  end
+  redis.call('HSET', keys[4], args[2], args[3])
+  return {'ok', append(keys, args[4])}
+end
+
+-- ts_id_revoke_v1: ARGV epoch, key hash, expected tag, event. Only a live key with that tag
+-- (a principal key of that workspace): {'ok', seq} | {'unknown'} | epoch.
+local function revoke_key(keys, args)
+  local wrong = wrong_epoch(keys, args[1])
+  if wrong then return wrong end
+  if redis.call('HGET', keys[4], args[2]) ~= args[3] then
+    return {'unknown'}
+  end
+  redis.call('HDEL', keys[4], args[2])
+  return {'ok', append(keys, args[4])}
+end
+
+-- ts_id_register_v1: ARGV epoch, W, expected registrations, event. Compare-and-set on the
+-- workspace's registration count: the writer validated the registration against exactly
+-- `expected` earlier ones, so two replicas registering at once cannot both be number n.
+-- {'ok', seq, n} | {'stale', current count} | epoch.
+local function register(keys, args)
+  local wrong = wrong_epoch(keys, args[1])
+  if wrong then return wrong end
+  local count = tonumber(redis.call('HGET', keys[5], args[2]) or '0')
+  if count ~= tonumber(args[3]) then
+    return {'stale', count}
+  end
+  local n = redis.call('HINCRBY', keys[5], args[2], 1)
+  return {'ok', append(keys, args[4]), n}
+end
+
+-- ts_id_append_v1: ARGV epoch, event (an audit record). {'ok', seq} | epoch.
+local function append_event(keys, args)
+  local wrong = wrong_epoch(keys, args[1])
+  if wrong then return wrong end
+  return {'ok', append(keys, args[2])}
+end
+
+-- ts_id_since_v1 (read-only): ARGV after, count. {epoch or '', last seq, n1, e1, n2, e2, ...}
+-- with the events numbered above `after`, at most `count`, oldest first.
+local function since(keys, args)
+  local epoch = redis.call('GET', keys[1]) or ''
+  local head = tonumber(redis.call('GET', keys[2]) or '0')
+  local out = {epoch, head}
+  if head > tonumber(args[1]) then
+    local entries = redis.call('XRANGE', keys[3], '(0-' .. args[1], '+', 'COUNT', args[2])
+    for _, entry in ipairs(entries) do
+      out[#out + 1] = tonumber(string.sub(entry[1], 3))
+      local fields = entry[2]
+      for j = 1, #fields, 2 do
+        if fields[j] == 'e' then out[#out + 1] = fields[j + 1] end
+      end
+    end
+  end
+  return out
+end
+
+redis.register_function('ts_id_seed_v1', seed)
+redis.register_function('ts_id_key_v1', create_key)
+redis.register_function('ts_id_revoke_v1', revoke_key)
+redis.register_function('ts_id_register_v1', register)
+redis.register_function('ts_id_append_v1', append_event)
+redis.register_function{function_name = 'ts_id_since_v1', callback = since, flags = {'no-writes'}}
