@@ -81,44 +81,59 @@ fn config_file(dir: &Path, up: &FakeUpstream) -> std::path::PathBuf {
     path
 }
 
-/// Starts a replica on `redis` routing to `up`, and registers the same profile and a key.
-fn replica(redis: &RedisServer, up: &FakeUpstream) -> Replica {
-    let data = tempfile::tempdir().unwrap();
-    let config = config_file(data.path(), up);
-    let url = redis.url();
-    let service = start_with(data.path(), &config, true, &["--redis-url", &url]);
-    let admin = service.admin_key.clone().expect("first start");
-    let profile = json!({
-        "workspace": {"concurrency": 64},
-        "providers": {
-            "upstream": {"concurrency": LIMIT, "maxQueueLength": 64},
-            "metered": {"concurrency": 8, "maxTokens": TOKEN_BUDGET},
-        },
-        "principals": {"client": {"concurrency": 64, "maxQueueLength": 64}},
-    });
-    let (status, answer) = http(
-        &service.addr,
-        "PUT",
-        &format!("/v1/workspaces/{WORKSPACE}/profiles/v1"),
-        &admin,
-        Some(&profile),
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{answer}");
-    let (status, answer) = http(
-        &service.addr,
-        "POST",
-        &format!("/v1/workspaces/{WORKSPACE}/keys"),
-        &admin,
-        Some(&json!({"principalId": "client"})),
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{answer}");
-    Replica {
-        key: answer["key"].as_str().unwrap().to_owned(),
-        service,
-        _data: data,
+/// Starts `count` replicas on `redis` routing to `up`. Keys and profiles are shared through
+/// Redis: the first replica registers the profile and creates the client's key, the others
+/// adopt them (docs/replicas.md).
+fn replicas(redis: &RedisServer, up: &FakeUpstream, count: usize) -> Vec<Replica> {
+    let mut replicas: Vec<Replica> = Vec::new();
+    for _ in 0..count {
+        let data = tempfile::tempdir().unwrap();
+        let config = config_file(data.path(), up);
+        let url = redis.url();
+        let first = replicas.is_empty();
+        let service = start_with(data.path(), &config, first, &["--redis-url", &url]);
+        if let Some(key) = replicas.first().map(|r| r.key.clone()) {
+            replicas.push(Replica {
+                key,
+                service,
+                _data: data,
+            });
+            continue;
+        }
+        let admin = service.admin_key.clone().expect("first start");
+        let profile = json!({
+            "workspace": {"concurrency": 64},
+            "providers": {
+                "upstream": {"concurrency": LIMIT, "maxQueueLength": 64},
+                "metered": {"concurrency": 8, "maxTokens": TOKEN_BUDGET},
+            },
+            "principals": {"client": {"concurrency": 64, "maxQueueLength": 64}},
+        });
+        let (status, answer) = http(
+            &service.addr,
+            "PUT",
+            &format!("/v1/workspaces/{WORKSPACE}/profiles/v1"),
+            &admin,
+            Some(&profile),
+        )
+        .unwrap();
+        assert_eq!(status, 201, "{answer}");
+        let (status, answer) = http(
+            &service.addr,
+            "POST",
+            &format!("/v1/workspaces/{WORKSPACE}/keys"),
+            &admin,
+            Some(&json!({"principalId": "client"})),
+        )
+        .unwrap();
+        assert_eq!(status, 201, "{answer}");
+        replicas.push(Replica {
+            key: answer["key"].as_str().unwrap().to_owned(),
+            service,
+            _data: data,
+        });
     }
+    replicas
 }
 
 /// A proxied call's answer.
@@ -221,7 +236,7 @@ fn proxied_calls_through_three_replicas_never_exceed_the_shared_concurrency() {
     let _serial = one_at_a_time();
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let up = FakeUpstream::spawn_thread();
-    let replicas: Arc<Vec<Replica>> = Arc::new((0..3).map(|_| replica(&redis, &up)).collect());
+    let replicas: Arc<Vec<Replica>> = Arc::new(replicas(&redis, &up, 3));
     let stop = Arc::new(AtomicBool::new(false));
     let served = Arc::new(AtomicUsize::new(0));
     // Nine clients, three times the shared concurrency: each replica alone would let three
@@ -302,7 +317,7 @@ fn an_upstream_429_through_one_replica_pauses_the_provider_on_the_others() {
     let _serial = one_at_a_time();
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let up = FakeUpstream::spawn_thread();
-    let replicas: Vec<Replica> = (0..3).map(|_| replica(&redis, &up)).collect();
+    let replicas = replicas(&redis, &up, 3);
 
     // Through replica 0: the upstream answers 429 with a 3 s Retry-After.
     let answer = call(
@@ -383,7 +398,7 @@ fn a_shared_token_budget_is_settled_with_the_reported_usage() {
     let _serial = one_at_a_time();
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
     let up = FakeUpstream::spawn_thread();
-    let replicas: Vec<Replica> = (0..2).map(|_| replica(&redis, &up)).collect();
+    let replicas = replicas(&redis, &up, 2);
     let metered = |replica: &Replica, budget: &str, script: &str| {
         call(
             replica,
