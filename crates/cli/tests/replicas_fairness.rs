@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use turnstile_coord::testing::RedisServer;
 
 mod common;
-use common::{http, start_with, Service};
+use common::{http, start_with, PerRedis, Service};
 
 /// One scenario at a time (each starts a Redis and replicas on two shared cores).
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -83,7 +83,7 @@ fn config_file(dir: &Path, turn_window_ms: u64) -> std::path::PathBuf {
 /// so the first replica on a Redis registers the profile and creates them, and every later
 /// replica adopts them (docs/replicas.md, "Shared keys, profiles and audit").
 type Keys = Vec<(String, String)>;
-static DEPLOYMENTS: Mutex<Vec<((u16, u32), Keys)>> = Mutex::new(Vec::new());
+static DEPLOYMENTS: PerRedis<Keys> = PerRedis::new();
 
 /// Starts a replica on `redis`; the first one on it registers the profile and one key per
 /// principal.
@@ -92,12 +92,7 @@ fn replica(redis: &RedisServer, turn_window_ms: u64) -> Replica {
     let config = config_file(data.path(), turn_window_ms);
     let url = redis.url();
     let deployment = (redis.port(), redis.pid());
-    let shared = DEPLOYMENTS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .iter()
-        .find(|(d, _)| *d == deployment)
-        .map(|(_, keys)| keys.clone());
+    let shared = DEPLOYMENTS.get(deployment);
     let service = start_with(
         data.path(),
         &config,
@@ -153,10 +148,7 @@ fn replica(redis: &RedisServer, turn_window_ms: u64) -> Replica {
             )
         })
         .collect::<Keys>();
-    DEPLOYMENTS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .push((deployment, keys.clone()));
+    DEPLOYMENTS.insert(deployment, keys.clone());
     Replica {
         service,
         keys,
