@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use turnstile_coord::testing::RedisServer;
 
 mod common;
-use common::{http, start_with, Service};
+use common::{http, start_with, PerRedis, Service};
 
 /// One scenario at a time (each starts a Redis and replicas on two shared cores).
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -79,13 +79,33 @@ fn config_file(dir: &Path, turn_window_ms: u64) -> std::path::PathBuf {
     path
 }
 
-/// Starts a replica on `redis` and registers the same profile and one key per principal on it
-/// (keys and profiles are per replica for now: docs/replicas.md).
+/// Each Redis's (by port and PID) principal keys: keys and profiles are shared through Redis,
+/// so the first replica on a Redis registers the profile and creates them, and every later
+/// replica adopts them (docs/replicas.md, "Shared keys, profiles and audit").
+type Keys = Vec<(String, String)>;
+static DEPLOYMENTS: PerRedis<Keys> = PerRedis::new();
+
+/// Starts a replica on `redis`; the first one on it registers the profile and one key per
+/// principal.
 fn replica(redis: &RedisServer, turn_window_ms: u64) -> Replica {
     let data = tempfile::tempdir().unwrap();
     let config = config_file(data.path(), turn_window_ms);
     let url = redis.url();
-    let service = start_with(data.path(), &config, true, &["--redis-url", &url]);
+    let deployment = (redis.port(), redis.pid());
+    let shared = DEPLOYMENTS.get(deployment);
+    let service = start_with(
+        data.path(),
+        &config,
+        shared.is_none(),
+        &["--redis-url", &url],
+    );
+    if let Some(keys) = shared {
+        return Replica {
+            service,
+            keys,
+            _data: data,
+        };
+    }
     let admin = service.admin_key.clone().expect("first start");
     let profile = json!({
         "workspace": {"concurrency": 256},
@@ -127,7 +147,8 @@ fn replica(redis: &RedisServer, turn_window_ms: u64) -> Replica {
                 answer["key"].as_str().unwrap().to_owned(),
             )
         })
-        .collect();
+        .collect::<Keys>();
+    DEPLOYMENTS.insert(deployment, keys.clone());
     Replica {
         service,
         keys,

@@ -36,7 +36,7 @@ use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
 use turnstile_coord::testing::RedisServer;
 
 mod common;
-use common::{http, start_with, Service};
+use common::{http, start_with, PerRedis, Service};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the three replicas.
@@ -75,7 +75,7 @@ fn config_file(dir: &Path, redis_timeout_ms: u64) -> std::path::PathBuf {
 /// The admin key and the client's key of each Redis (by port and PID): keys and profiles are
 /// shared through Redis, so the first replica on a Redis creates them and the others adopt
 /// them (docs/replicas.md, "Shared keys, profiles and audit").
-static DEPLOYMENTS: Mutex<Vec<((u16, u32), String)>> = Mutex::new(Vec::new());
+static DEPLOYMENTS: PerRedis<String> = PerRedis::new();
 
 /// Starts a replica on `redis`; the first one registers the profile and creates the client's
 /// key, which every later replica on the same Redis shares.
@@ -89,12 +89,7 @@ fn replica_with_timeout(redis: &RedisServer, redis_timeout_ms: u64) -> Replica {
     let config = config_file(data.path(), redis_timeout_ms);
     let url = redis.url();
     let deployment = (redis.port(), redis.pid());
-    let shared = DEPLOYMENTS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .iter()
-        .find(|(d, _)| *d == deployment)
-        .map(|(_, key)| key.clone());
+    let shared = DEPLOYMENTS.get(deployment);
     let service = start_with(
         data.path(),
         &config,
@@ -136,10 +131,7 @@ fn replica_with_timeout(redis: &RedisServer, redis_timeout_ms: u64) -> Replica {
     .unwrap();
     assert_eq!(status, 201, "{answer}");
     let key = answer["key"].as_str().unwrap().to_owned();
-    DEPLOYMENTS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .push((deployment, key.clone()));
+    DEPLOYMENTS.insert(deployment, key.clone());
     Replica {
         key,
         service,

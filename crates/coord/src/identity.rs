@@ -21,11 +21,12 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::{Cmd, Value};
 
 use crate::error::CoordError;
 use crate::keys::short_hash;
+use crate::store::{array, connect_lazily, int, text};
 
 /// The function library (Lua), versioned by name.
 pub const IDENTITY_LIBRARY: &str = include_str!("lua/turnstile_identity_v1.lua");
@@ -125,34 +126,8 @@ pub struct IdentityStore {
     timeout: Duration,
 }
 
-fn int(value: &Value) -> Result<i64, CoordError> {
-    match value {
-        Value::Int(i) => Ok(*i),
-        Value::BulkString(bytes) => std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| CoordError::Protocol("not an integer".into())),
-        other => Err(CoordError::Protocol(format!("{other:?}"))),
-    }
-}
-
 fn unsigned(value: &Value) -> Result<u64, CoordError> {
     u64::try_from(int(value)?).map_err(|_| CoordError::Protocol("negative".into()))
-}
-
-fn text(value: &Value) -> Result<String, CoordError> {
-    match value {
-        Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(s) => Ok(s.clone()),
-        other => Err(CoordError::Protocol(format!("{other:?}"))),
-    }
-}
-
-fn array(value: Value) -> Result<Vec<Value>, CoordError> {
-    match value {
-        Value::Array(items) => Ok(items),
-        other => Err(CoordError::Protocol(format!("{other:?}"))),
-    }
 }
 
 fn epoch_of(value: &Value) -> Result<Option<String>, CoordError> {
@@ -163,15 +138,7 @@ fn epoch_of(value: &Value) -> Result<Option<String>, CoordError> {
 impl IdentityStore {
     /// A client for `url`; connects lazily (a Redis that is down fails calls, not this).
     pub fn new(url: &str, timeout: Duration) -> Result<Self, CoordError> {
-        let client = redis::Client::open(url).map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(timeout))
-            .set_connection_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(100));
-        let connection = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
+        let connection = connect_lazily(url, timeout)?;
         Ok(IdentityStore {
             connection,
             timeout,

@@ -130,7 +130,7 @@ fn is_missing_function(error: &redis::RedisError) -> bool {
     error.to_string().contains("Function not found")
 }
 
-fn int(value: &Value) -> Result<i64, CoordError> {
+pub(crate) fn int(value: &Value) -> Result<i64, CoordError> {
     match value {
         Value::Int(i) => Ok(*i),
         Value::BulkString(bytes) => std::str::from_utf8(bytes)
@@ -141,7 +141,7 @@ fn int(value: &Value) -> Result<i64, CoordError> {
     }
 }
 
-fn text(value: &Value) -> Result<String, CoordError> {
+pub(crate) fn text(value: &Value) -> Result<String, CoordError> {
     match value {
         Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
         Value::SimpleString(s) => Ok(s.clone()),
@@ -149,26 +149,35 @@ fn text(value: &Value) -> Result<String, CoordError> {
     }
 }
 
-fn array(value: Value) -> Result<Vec<Value>, CoordError> {
+pub(crate) fn array(value: Value) -> Result<Vec<Value>, CoordError> {
     match value {
         Value::Array(items) => Ok(items),
         other => Err(CoordError::Protocol(format!("{other:?}"))),
     }
 }
 
+/// A connection manager for `url` whose every call is bounded by `timeout` (response and
+/// connect); it connects on first use, so a Redis that is down fails calls, not this.
+pub(crate) fn connect_lazily(
+    url: &str,
+    timeout: Duration,
+) -> Result<ConnectionManager, CoordError> {
+    let client = redis::Client::open(url).map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(timeout))
+        .set_connection_timeout(Some(timeout))
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(100));
+    ConnectionManager::new_lazy_with_config(client, config)
+        .map_err(|e| CoordError::InvalidUrl(e.to_string()))
+}
+
 impl RedisStore {
     /// A client for `url` (`redis://host:port`, `unix:///path`); connects lazily, so a Redis
     /// that is down at start makes the replica degraded, not unable to start.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, CoordError> {
-        let client = redis::Client::open(url).map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(timeout))
-            .set_connection_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(100));
-        let connection = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
+        let connection = connect_lazily(url, timeout)?;
         Ok(RedisStore {
             connection,
             timeout,

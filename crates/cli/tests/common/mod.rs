@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -84,4 +85,32 @@ pub fn http(
     let (head, body) = text.split_once("\r\n\r\n")?;
     let status = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
+/// What the replicas of one Redis (by port and PID) share in a test: keys and profiles are
+/// shared through Redis, so the first replica on a Redis creates them and the later ones adopt
+/// them (docs/replicas.md, "Shared keys, profiles and audit").
+pub struct PerRedis<T>(Mutex<Vec<((u16, u32), T)>>);
+
+impl<T: Clone> PerRedis<T> {
+    pub const fn new() -> Self {
+        PerRedis(Mutex::new(Vec::new()))
+    }
+
+    /// What the first replica on this Redis recorded, if one did.
+    pub fn get(&self, redis: (u16, u32)) -> Option<T> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .find(|(d, _)| *d == redis)
+            .map(|(_, value)| value.clone())
+    }
+
+    pub fn insert(&self, redis: (u16, u32), value: T) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push((redis, value));
+    }
 }
