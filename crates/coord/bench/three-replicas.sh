@@ -27,21 +27,28 @@ trap cleanup EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
 profile='{"workspace":{"concurrency":4096,"maxQueueLength":100000},"providers":{"bench-provider":{"concurrency":4096}},"principals":{"bench":{"concurrency":4096}}}'
 urls=(); keys=()
+# Keys and profiles are shared through Redis (docs/replicas.md): the first replica prints the
+# admin key and registers the profile and the client key; the other two adopt them.
 for i in 1 2 3; do
   mkdir -p "$work/r$i"
   printf 'demo = false\n' > "$work/r$i/turnstile.toml"
   "$bin" serve --listen 127.0.0.1:0 --data "$work/r$i" --config "$work/r$i/turnstile.toml" \
     --redis-url "redis://127.0.0.1:$port" > "$work/r$i/out" 2>&1 &
   pids+=($!)
-  until grep -q "admin key:" "$work/r$i/out" 2>/dev/null; do sleep 0.05; done
+  until grep -q "listening on" "$work/r$i/out" 2>/dev/null; do sleep 0.05; done
   url="http://$(sed -n 's/^turnstile serve: listening on http:\/\///p' "$work/r$i/out" | head -1)"
-  admin="$(sed -n 's/^ *admin key: *//p' "$work/r$i/out" | head -1)"
-  curl -sf -X PUT "$url/v1/workspaces/bench/profiles/bench-v1" -H "Authorization: Bearer $admin" \
-    -H 'Content-Type: application/json' -d "$profile" >/dev/null
-  key="$(curl -sf -X POST "$url/v1/workspaces/bench/keys" -H "Authorization: Bearer $admin" \
-    -H 'Content-Type: application/json' -d '{"principalId":"bench"}' | jq -r .key)"
+  if [ "$i" = 1 ]; then
+    until grep -q "admin key:" "$work/r$i/out" 2>/dev/null; do sleep 0.05; done
+    admin="$(sed -n 's/^ *admin key: *//p' "$work/r$i/out" | head -1)"
+    curl -sf -X PUT "$url/v1/workspaces/bench/profiles/bench-v1" -H "Authorization: Bearer $admin" \
+      -H 'Content-Type: application/json' -d "$profile" >/dev/null
+    key="$(curl -sf -X POST "$url/v1/workspaces/bench/keys" -H "Authorization: Bearer $admin" \
+      -H 'Content-Type: application/json' -d '{"principalId":"bench"}' | jq -r .key)"
+  fi
   urls+=("$url"); keys+=("$key")
 done
+# The other replicas follow the shared feed every 100 ms: let them see the key and profile.
+sleep 1
 redis-cli -p "$port" CONFIG RESETSTAT >/dev/null
 cpu() { redis-cli -p "$port" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
 cpu_before=$(cpu)

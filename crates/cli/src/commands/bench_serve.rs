@@ -57,7 +57,8 @@ pub struct BenchServeArgs {
     /// `docs/server.md`, "Durability").
     #[arg(long, value_enum, default_value_t = Durability::Process)]
     pub durability: Durability,
-    /// In-process: share the limits through this Redis (`redis://HOST:PORT`), as a replica
+    /// In-process: share the limits through this Redis (`redis://HOST:PORT`, one that holds no
+    /// turnstile deployment yet: a deployment's keys are shared), as a replica
     /// does (`docs/replicas.md`); the difference to a run without it is the added latency and
     /// cost of coordination. With `--url`: the Redis the target service coordinates through,
     /// read only for the cost report. Either way the report adds Redis's time per acquire +
@@ -146,7 +147,16 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
                 let admin = running
                     .bootstrap_keys()
                     .map(|k| k.admin_key.clone())
-                    .context("a fresh data directory yields an admin key")?;
+                    .with_context(|| match &args.redis_url {
+                        // Keys are shared through Redis: a fresh replica on a Redis that
+                        // already holds a deployment adopts its keys and gets no admin key.
+                        Some(url) => format!(
+                            "{url} already holds a turnstile deployment, whose keys this \
+                             in-process service adopts (docs/replicas.md); run the benchmark \
+                             against an empty redis-server, or with --url against a replica"
+                        ),
+                        None => "a fresh data directory yields an admin key".to_owned(),
+                    })?;
                 let target = setup(&client, &base, &admin).await?;
                 server = Some(running);
                 data_dir = Some(dir);
