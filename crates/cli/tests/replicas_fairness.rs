@@ -16,23 +16,14 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use turnstile_coord::testing::RedisServer;
 
 mod common;
-use common::{http, start_with, PerRedis, Service};
-
-/// One scenario at a time (each starts a Redis and replicas on two shared cores).
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use common::{http, one_at_a_time, start_with, PerRedis, Service};
 
 const WORKSPACE: &str = "fairness";
 /// The provider's concurrency, shared by the replicas.

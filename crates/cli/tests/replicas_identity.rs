@@ -21,23 +21,13 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use turnstile_coord::testing::RedisServer;
 
 mod common;
-use common::{http, Service};
-
-/// One scenario at a time (each runs a redis-server and three debug services on two cores).
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use common::{http, one_at_a_time, Service};
 
 const WORKSPACE: &str = "identity";
 /// The follow interval of these replicas (the default).

@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -27,16 +27,7 @@ use turnstile_coord::testing::RedisServer;
 use turnstile_proxy::fake::FakeUpstream;
 
 mod common;
-use common::{http, start_with, Service};
-
-/// One scenario at a time (each starts a redis-server and its replicas; see replicas_redis.rs).
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use common::{http, one_at_a_time, start_with, Service};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the replicas.

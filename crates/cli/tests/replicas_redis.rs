@@ -17,18 +17,8 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
-/// One replica scenario at a time: each starts a redis-server and three services, and run side
-/// by side on two cores their Redis calls pass the 100 ms timeout, which is the declared
-/// degraded mode (correct behaviour, but not what these tests look at).
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -36,7 +26,7 @@ use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
 use turnstile_coord::testing::RedisServer;
 
 mod common;
-use common::{http, start_with, PerRedis, Service};
+use common::{http, one_at_a_time, start_with, PerRedis, Service};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the three replicas.

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -113,4 +113,14 @@ impl<T: Clone> PerRedis<T> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .push((redis, value));
     }
+}
+
+/// One replica scenario at a time within a test binary: each starts a redis-server and its
+/// replicas, and side by side on two cores their Redis calls pass a 100 ms timeout, which is
+/// the declared degraded mode (correct behaviour, but not what these tests look at).
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
