@@ -1,11 +1,19 @@
-#!lua name=turnstile_v1
+#!lua name=turnstile_v2
 -- turnstile's shared limits (crates/coord, docs/replicas.md). Library and function names carry
 -- a version: a changed contract gets new names, so replicas of two releases never call each
--- other's functions during a rolling deploy.
+-- other's functions during a rolling deploy (v2: the compact acquire / release protocol, which
+-- passes only the keys and values a lane's scopes use).
 --
--- Every function reads the server clock (TIME) once; no replica's clock is ever used. Numbers
--- are Lua doubles: every integer stays below 2^53 (the client refuses limits that could not),
--- and every number written to Redis goes through fmt() (%.0f), never Lua's %.14g.
+-- Every function reads the server clock (TIME) at most once; no replica's clock is ever used.
+-- Numbers are Lua doubles: every integer stays below 2^53 (the client refuses limits that could
+-- not), and every number written to Redis goes through fmt() (%.0f), never Lua's %.14g.
+--
+-- Cost (docs/performance.md, "Redis time per pair"): a redis.call, a tonumber() of a string, a
+-- string.format and a table constructor each cost about as much as a cheap command on the
+-- measured host, so the hot paths (acquire and release of a concurrency-only lane) make only the
+-- calls the decision needs, parse each repeated argument once (num()), build no table, and keep
+-- their per-scope state in scratch arrays reused by every call (a function never runs
+-- concurrently with another: Redis runs one at a time).
 --
 -- Keys (all under one hash tag {W}, W = truncated sha256 of the workspace ID):
 --   ts:{W}:lease:<scope>      zset  member = lease, score = liveness expiry (server ms)
@@ -18,6 +26,26 @@
 
 local function fmt(x)
   return string.format('%.0f', x)
+end
+
+-- The numbers callers send again and again (limits, rates, capacities, liveness, window,
+-- flags) are parsed once and remembered by their text: tonumber() of a string costs about half
+-- a microsecond. Bounded: the memo starts over past NUM_MAX entries.
+local NUM_MAX = 4096
+local nums, nnums = {}, 0
+local function num(s)
+  local v = nums[s]
+  if v == nil then
+    v = tonumber(s)
+    if nnums >= NUM_MAX then
+      nums, nnums = {}, 0
+    end
+    if v ~= nil then
+      nums[s] = v
+      nnums = nnums + 1
+    end
+  end
+  return v
 end
 
 local function now_ms()
@@ -119,33 +147,6 @@ local function fair_next(wk, own_leases, prefix, principal, window, now)
   return not fair_behind_other(wk, prefix, principal, live_count(own_leases, now), now)
 end
 
--- A grant in a contended scope (someone is waiting, or this grant fills it) keeps the
--- principal's entry fresh too: a principal whose clients come straight back for the slot they
--- just released is still in the race, so a faster poller holding more cannot take that slot
--- in the gap between its release and its next request.
-local function fair_note_granted(fair, keys, args, principal, window, now)
-  for i, wk in pairs(fair) do
-    local conc = tonumber(args[6 + (i - 1) * 9 + 2])
-    if redis.call('EXISTS', wk) == 1 or redis.call('ZCARD', keys[3 + (i - 1) * 3]) >= conc then
-      fair_note_waiting(wk, principal, window, now)
-    end
-  end
-end
-
--- Reads the optional fairness block of ts_acquire_v1's ARGV at `a` (see acquire). Answers
--- {scope index -> wait key}, the principal scope index, the window, the key prefix, and the
--- index after the block.
-local function fair_args(keys, args, a, nkeys)
-  local fair = {}
-  local nfair = tonumber(args[a] or '0') or 0
-  if nfair == 0 then return fair, 0, 0, '', a + 1, nkeys end
-  for j = 1, nfair do
-    fair[tonumber(args[a + j])] = keys[nkeys + j]
-  end
-  local p = a + nfair + 1
-  return fair, tonumber(args[p]), tonumber(args[p + 1]), args[p + 2], p + 3, nkeys + nfair
-end
-
 -- The shared breaker of a provider lane, with the core's semantics (crates/admission,
 -- breaker.rs): closed counts failures, at the threshold it opens for open_ms; the first look
 -- after that moves it to half-open, where at most max_probes probe leases are held (a probe is
@@ -201,16 +202,20 @@ local function breaker_record(bk, pk, outcome, threshold, now)
   return state
 end
 
--- ts_acquire_v1
--- KEYS: pause, budget, then per scope: lease zset, rpm bucket, tps bucket; then (optional)
---       one wait zset per fair scope; then (optional) the breaker hash and probe zset.
--- ARGV: member, liveness_ms, nscopes, tokens (-1 none), micro (-1 none), attempts,
---       then per scope 9 values: name, concurrency (-1 none), rpm_rate, rpm_cap
---       (rate -1 none), tps_rate, tps_cap (rate -1 none), max_attempts, max_micro,
---       max_tokens (-1 none);
---       then (optional, absent = no fairness, no breaker): nfair, the fair scopes' indices,
---       the principal scope's index, window_ms, key prefix 'ts:{W}:'; then breaker
---       threshold (-1 none), open_ms, max_probes.
+-- ts_acquire_v2
+-- ARGV: member, liveness_ms, nscopes, tokens (-1 none), micro (-1 none), then per scope its
+--       flags (the sum of: 1 concurrency, 2 requests-per-minute bucket, 4 tokens-per-second
+--       bucket, 8 attempts budget, 16 money budget, 32 token budget, 64 fair turns) followed by
+--       the values the flags announce, in this order: concurrency; rpm rate, rpm capacity; tps
+--       rate, tps capacity; the scope's name (any budget flag), max attempts, max micro-dollars,
+--       max tokens (each only with its flag);
+--       then, when some scope has the fair flag: the principal scope's index, the principal
+--       scope's name, window_ms, key prefix 'ts:{W}:';
+--       then, when the lane has a shared breaker: threshold, open_ms, max_probes.
+-- KEYS: pause, then per scope the keys its flags announce: lease zset (1), rpm bucket (2), tps
+--       bucket (4); then the budget hash when some scope has a budget flag; then one wait zset
+--       per fair scope, in scope order; then the breaker hash and probe zset when the lane has
+--       a breaker.
 -- Returns {verdict, reason, scope index, instant, now}:
 --   granted  ''|probe 0 0 now                  (probe: the lease is the half-open probe)
 --   defer    concurrency|requests-per-minute|tokens-per-second|circuit-open  i  wake_at (0 unknown)  now
@@ -220,33 +225,110 @@ end
 --   open     circuit-open 0 reopens_at now
 --   reject   attempts|cost|tokens|tokens-per-second  i 0 now
 -- Check order as the core's tryAdmit: concurrency (and turns), pause, breaker, budgets,
--- buckets; all or nothing. Extra ARGV and KEYS are ignored by older libraries, and a library
--- reads none when the caller sends none, so both directions of a rolling deploy still work.
+-- buckets; all or nothing. A member is never sent twice (each acquire of a replica has a fresh
+-- member, and neither the client nor redis-rs re-sends an FCALL that may have run), so there is
+-- no idempotency check: the member written is always new.
+local CONC, RPM, TPS, MAX_A, MAX_M, MAX_T, FAIR = 1, 2, 4, 8, 16, 32, 64
+local BUDGET = MAX_A + MAX_M + MAX_T
+
+-- flags_of(f)[flag]: whether flags f include flag, decoded once per value of f (functions have
+-- no bit library, and a library's load runs without Lua's standard functions, so lazily).
+local decoded = {}
+local function flags_of(f)
+  local d = decoded[f]
+  if d == nil then
+    d = {}
+    for _, flag in ipairs({CONC, RPM, TPS, MAX_A, MAX_M, MAX_T, FAIR}) do
+      d[flag] = math.floor(f / flag) % 2 == 1
+    end
+    d[BUDGET] = d[MAX_A] or d[MAX_M] or d[MAX_T]
+    decoded[f] = d
+  end
+  return d
+end
+
+-- Per-scope scratch state of the running acquire (index = scope), overwritten by each call.
+local s_lease, s_conc, s_held = {}, {}, {}
+local s_rkey, s_rrate, s_rcap = {}, {}, {}
+local s_tkey, s_trate, s_tcap = {}, {}, {}
+local s_name, s_maxa, s_maxm, s_maxt = {}, {}, {}, {}
+local s_wait, s_alive = {}, {}
+
 local function acquire(keys, args)
   local member = args[1]
-  local liveness = tonumber(args[2])
-  local n = tonumber(args[3])
-  local tokens = tonumber(args[4])
-  local micro = tonumber(args[5])
-  local attempts = tonumber(args[6])
+  local liveness = num(args[2])
+  local n = num(args[3])
   local now = now_ms()
-  local fair, pidx, window, prefix, b, nkeys = fair_args(keys, args, 7 + n * 9, 2 + 3 * n)
-  local threshold = tonumber(args[b] or '-1') or -1
-  local bk_, pk_ = keys[nkeys + 1], keys[nkeys + 2]
-  -- A retried call whose first try did run: granted, charged once.
-  if n > 0 and redis.call('ZSCORE', keys[3], member) then
-    if threshold >= 0 and redis.call('ZSCORE', pk_, member) then
-      return {'granted', 'probe', 0, 0, now}
-    end
-    return {'granted', '', 0, 0, now}
-  end
-  local principal = ''
-  if pidx > 0 then principal = args[6 + (pidx - 1) * 9 + 1] end
+  -- Decode the scopes.
+  local k, a = 2, 6
+  local nfair, budgets, buckets = 0, false, false
   for i = 1, n do
-    local a = 6 + (i - 1) * 9
-    local conc = tonumber(args[a + 2])
-    if conc >= 0 then
-      local lk = keys[3 + (i - 1) * 3]
+    local f = num(args[a])
+    local d = flags_of(f)
+    a = a + 1
+    if d[CONC] then
+      s_lease[i], s_conc[i] = keys[k], num(args[a])
+      k, a = k + 1, a + 1
+    else
+      s_lease[i] = false
+    end
+    if f >= RPM then
+      if d[RPM] then
+        s_rkey[i], s_rrate[i], s_rcap[i] = keys[k], num(args[a]), num(args[a + 1])
+        k, a, buckets = k + 1, a + 2, true
+      else
+        s_rkey[i] = false
+      end
+      if d[TPS] then
+        s_tkey[i], s_trate[i], s_tcap[i] = keys[k], num(args[a]), num(args[a + 1])
+        k, a, buckets = k + 1, a + 2, true
+      else
+        s_tkey[i] = false
+      end
+      s_maxa[i], s_maxm[i], s_maxt[i] = -1, -1, -1
+      if d[BUDGET] then
+        budgets = true
+        s_name[i] = args[a]
+        a = a + 1
+        if d[MAX_A] then s_maxa[i], a = num(args[a]), a + 1 end
+        if d[MAX_M] then s_maxm[i], a = num(args[a]), a + 1 end
+        if d[MAX_T] then s_maxt[i], a = num(args[a]), a + 1 end
+      end
+      if d[FAIR] then
+        nfair = nfair + 1
+        s_wait[i] = nfair
+      else
+        s_wait[i] = false
+      end
+    else
+      s_rkey[i], s_tkey[i], s_wait[i] = false, false, false
+      s_maxa[i], s_maxm[i], s_maxt[i] = -1, -1, -1
+    end
+  end
+  local bud_key = false
+  if budgets then
+    bud_key = keys[k]
+    k = k + 1
+  end
+  -- Wait keys: keys[k0 + j] for the j-th fair scope (s_wait[i] = j).
+  local k0 = k - 1
+  local pidx, principal, window, prefix = 0, '', 0, ''
+  if nfair > 0 then
+    for i = 1, n do
+      if s_wait[i] then s_wait[i] = keys[k0 + s_wait[i]] end
+    end
+    pidx, principal, window, prefix = num(args[a]), args[a + 1], num(args[a + 2]), args[a + 3]
+    a = a + 4
+    k = k + nfair
+  end
+  local threshold = -1
+  local bk_, pk_ = keys[k], keys[k + 1]
+  if args[a] then threshold = num(args[a]) end
+  -- Concurrency.
+  for i = 1, n do
+    local lk = s_lease[i]
+    if lk then
+      local conc = s_conc[i]
       -- Expired leases matter only at the limit: drop them then (a set below its limit holds
       -- fewer members than the limit, expired or not), and count again only then.
       local held = redis.call('ZCARD', lk)
@@ -257,9 +339,10 @@ local function acquire(keys, args)
       end
       if held >= conc then
         local index = i
-        if fair[i] then
-          fair_note_waiting(fair[i], principal, window, now)
-          if fair_next(fair[i], keys[3 + (pidx - 1) * 3], prefix, principal, window, now) then
+        local wk = s_wait[i]
+        if wk then
+          fair_note_waiting(wk, principal, window, now)
+          if fair_next(wk, s_lease[pidx], prefix, principal, window, now) then
             index = -i
           end
         end
@@ -268,18 +351,25 @@ local function acquire(keys, args)
         if first[2] then wake = tonumber(first[2]) end
         return {'defer', 'concurrency', index, wake, now}
       end
+      s_held[i] = held
     end
   end
-  -- Turns: every scope has room; a contended one goes to the principal furthest behind.
-  if pidx > 0 then
+  -- Turns: every scope has room; a contended one goes to the principal furthest behind. No
+  -- wait set at all (uncontended): one EXISTS over all of them.
+  local contended = false
+  if nfair > 0 then
+    contended = redis.call('EXISTS', unpack(keys, k0 + 1, k0 + nfair)) > 0
+  end
+  if contended then
     local mine = -1
     for i = 1, n do
-      local wk = fair[i]
-      -- Uncontended (no wait set): one ZCARD of a missing key.
+      local wk = s_wait[i]
+      s_alive[i] = false
       if wk and redis.call('ZCARD', wk) > 0 then
         fair_prune(wk, window, now)
         if redis.call('ZCARD', wk) > 0 then
-          if mine < 0 then mine = live_count(keys[3 + (pidx - 1) * 3], now) end
+          s_alive[i] = true
+          if mine < 0 then mine = live_count(s_lease[pidx], now) end
           if fair_behind_other(wk, prefix, principal, mine, now) then
             fair_note_waiting(wk, principal, window, now)
             return {'turn', 'concurrency', i, 0, now}
@@ -288,100 +378,117 @@ local function acquire(keys, args)
       end
     end
   end
-  local paused = tonumber(redis.call('GET', keys[1]) or '0')
-  if paused > now then
-    return {'paused', 'retry-after', 0, paused, now}
+  local paused = redis.call('GET', keys[1])
+  if paused then
+    paused = tonumber(paused)
+    if paused > now then
+      return {'paused', 'retry-after', 0, paused, now}
+    end
   end
   local probe = false
   if threshold >= 0 then
-    local gate, at = breaker_gate(bk_, pk_, tonumber(args[b + 1]), tonumber(args[b + 2]), now)
+    local gate, at = breaker_gate(bk_, pk_, num(args[a + 1]), num(args[a + 2]), now)
     if gate == 'open' then return {'open', 'circuit-open', 0, at, now} end
     -- Probes busy: no instant (a probe's release may come any time; waiters poll).
     if gate == 'busy' then return {'defer', 'circuit-open', 0, 0, now} end
     probe = gate == 'probe'
   end
-  -- Budgets: every line the lane reads, in one HMGET (none when no scope has a budget);
-  -- `lines` keeps (field, spent, charge) for the commit.
-  local bk = keys[2]
-  local fields, checks = {}, {}
-  for i = 1, n do
-    local a = 6 + (i - 1) * 9
-    local name = args[a + 1]
-    local max_a = tonumber(args[a + 7])
-    local max_m = tonumber(args[a + 8])
-    local max_t = tonumber(args[a + 9])
-    if max_a >= 0 then
-      fields[#fields + 1] = name .. ':a'
-      checks[#checks + 1] = {i, max_a, attempts, 'attempts', true}
+  local tokens, micro = -1, -1
+  if budgets or buckets then
+    tokens, micro = tonumber(args[4]), tonumber(args[5])
+  end
+  -- Budgets: every line the lane reads, in one HMGET; `lines` keeps (field, spent + charge)
+  -- for the commit.
+  local lines
+  if budgets then
+    local fields, checks = {}, {}
+    for i = 1, n do
+      local name = s_name[i]
+      if s_maxa[i] >= 0 then
+        fields[#fields + 1] = name .. ':a'
+        checks[#checks + 1] = {i, s_maxa[i], 1, 'attempts', true}
+      end
+      if s_maxm[i] >= 0 and micro >= 0 then
+        fields[#fields + 1] = name .. ':m'
+        checks[#checks + 1] = {i, s_maxm[i], micro, 'cost', micro > 0}
+      end
+      if s_maxt[i] >= 0 and tokens >= 0 then
+        fields[#fields + 1] = name .. ':t'
+        checks[#checks + 1] = {i, s_maxt[i], tokens, 'tokens', tokens > 0}
+      end
     end
-    if max_m >= 0 and micro >= 0 then
-      fields[#fields + 1] = name .. ':m'
-      checks[#checks + 1] = {i, max_m, micro, 'cost', micro > 0}
-    end
-    if max_t >= 0 and tokens >= 0 then
-      fields[#fields + 1] = name .. ':t'
-      checks[#checks + 1] = {i, max_t, tokens, 'tokens', tokens > 0}
+    if #fields > 0 then
+      lines = {}
+      local spent = redis.call('HMGET', bud_key, unpack(fields))
+      for j, c in ipairs(checks) do
+        local s = tonumber(spent[j] or '0')
+        if s + c[3] > c[2] then return {'reject', c[4], c[1], 0, now} end
+        if c[5] then lines[#lines + 1] = {fields[j], s + c[3]} end
+      end
     end
   end
-  local lines = {}
-  if #fields > 0 then
-    local spent = redis.call('HMGET', bk, unpack(fields))
-    for j, c in ipairs(checks) do
-      local s = tonumber(spent[j] or '0')
-      if s + c[3] > c[2] then return {'reject', c[4], c[1], 0, now} end
-      if c[5] then lines[#lines + 1] = {fields[j], s + c[3]} end
-    end
-  end
-  local units = math.max(tokens, 0)
-  local pending = {}
-  for i = 1, n do
-    local a = 6 + (i - 1) * 9
-    local rk = keys[4 + (i - 1) * 3]
-    local tk = keys[5 + (i - 1) * 3]
-    local r_rate = tonumber(args[a + 3])
-    if r_rate >= 0 then
-      local r_cap = tonumber(args[a + 4])
-      local ok, level, at, wait = bucket_try(rk, r_rate, r_cap, 60000, 1, now)
-      if not ok then
-        local wake = 0
-        if wait >= 0 then wake = now + wait end
-        return {'defer', 'requests-per-minute', i, wake, now}
+  local pending
+  if buckets then
+    local units = math.max(tokens, 0)
+    pending = {}
+    for i = 1, n do
+      local rk = s_rkey[i]
+      if rk then
+        local r_rate, r_cap = s_rrate[i], s_rcap[i]
+        local ok, level, at, wait = bucket_try(rk, r_rate, r_cap, 60000, 1, now)
+        if not ok then
+          local wake = 0
+          if wait >= 0 then wake = now + wait end
+          return {'defer', 'requests-per-minute', i, wake, now}
+        end
+        pending[#pending + 1] = {rk, level, at, r_rate, r_cap, 60000}
       end
-      pending[#pending + 1] = {rk, level, at, r_rate, r_cap, 60000}
-    end
-    local t_rate = tonumber(args[a + 5])
-    if t_rate >= 0 then
-      local t_cap = tonumber(args[a + 6])
-      local ok, level, at, wait = bucket_try(tk, t_rate, t_cap, 1000, units, now)
-      if not ok then
-        if wait < 0 then return {'reject', 'tokens-per-second', i, 0, now} end
-        return {'defer', 'tokens-per-second', i, now + wait, now}
+      local tk = s_tkey[i]
+      if tk then
+        local t_rate, t_cap = s_trate[i], s_tcap[i]
+        local ok, level, at, wait = bucket_try(tk, t_rate, t_cap, 1000, units, now)
+        if not ok then
+          if wait < 0 then return {'reject', 'tokens-per-second', i, 0, now} end
+          return {'defer', 'tokens-per-second', i, now + wait, now}
+        end
+        pending[#pending + 1] = {tk, level, at, t_rate, t_cap, 1000}
       end
-      pending[#pending + 1] = {tk, level, at, t_rate, t_cap, 1000}
     end
   end
   -- Commit.
   local score = fmt(now + liveness)
   for i = 1, n do
-    local a = 6 + (i - 1) * 9
-    if tonumber(args[a + 2]) >= 0 then
-      redis.call('ZADD', keys[3 + (i - 1) * 3], score, member)
-    end
+    local lk = s_lease[i]
+    if lk then redis.call('ZADD', lk, score, member) end
   end
   -- The budget lines charged (spent + charge, read above in this same call), in one HSET.
-  if #lines > 0 then
+  if lines and #lines > 0 then
     local hset = {}
     for _, l in ipairs(lines) do
       hset[#hset + 1] = l[1]
       hset[#hset + 1] = fmt(l[2])
     end
-    redis.call('HSET', bk, unpack(hset))
-    redis.call('PEXPIRE', bk, 86400000)
+    redis.call('HSET', bud_key, unpack(hset))
+    redis.call('PEXPIRE', bud_key, 86400000)
   end
-  for _, p in ipairs(pending) do
-    bucket_store(p[1], p[2], p[3], p[4], p[5], p[6])
+  if pending then
+    for _, p in ipairs(pending) do
+      bucket_store(p[1], p[2], p[3], p[4], p[5], p[6])
+    end
   end
-  fair_note_granted(fair, keys, args, principal, window, now)
+  -- A grant in a contended scope (someone is waiting, or this grant fills it: the member is
+  -- new, so the set now holds held + 1) keeps the principal's entry fresh too: a principal
+  -- whose clients come straight back for the slot they just released is still in the race, so
+  -- a faster poller holding more cannot take that slot in the gap between its release and its
+  -- next request.
+  if nfair > 0 then
+    for i = 1, n do
+      local wk = s_wait[i]
+      if wk and ((contended and s_alive[i]) or not s_lease[i] or s_held[i] + 1 >= s_conc[i]) then
+        fair_note_waiting(wk, principal, window, now)
+      end
+    end
+  end
   if probe then
     redis.call('ZADD', pk_, fmt(now + liveness), member)
     redis.call('PEXPIRE', pk_, BREAKER_TTL_MS)
@@ -390,74 +497,86 @@ local function acquire(keys, args)
   return {'granted', '', 0, 0, now}
 end
 
--- ts_release_v1
--- KEYS: pause, budget, then the lease zsets of the scopes; then (optional) the breaker hash
---       and probe zset.
--- ARGV: member, nscopes, pause_ms (0 none), charged_tokens, actual_tokens (-1 none),
---       charged_micro, actual_micro (-1 none), then (optional) '@brk', outcome
---       (success|failure|none), threshold, then the names of the scopes whose budgets were
---       charged. ('@brk' is no scope name: an older library reads it as a budget scope with no
---       lines, which changes nothing.)
+-- ts_release_v2
+-- ARGV: member, nleases, pause_ms (0 none), breaker outcome ('-' the lane has no shared
+--       breaker; success|failure|none), then the breaker threshold (only with a breaker); then,
+--       when budget lines are to be corrected: charged_tokens, actual_tokens (-1 none),
+--       charged_micro, actual_micro (-1 none), the names of the scopes whose budgets were
+--       charged.
+-- KEYS: the lease zsets (nleases), then the pause key (only with pause_ms > 0), then the
+--       budget hash (only with the correction block), then the breaker hash and probe zset
+--       (only with a breaker).
 -- Returns {now (0 when neither a pause nor a failure was given), paused_until (0 none),
 --          breaker state after the release ('' none)}.
 local function release(keys, args)
   local member = args[1]
-  local n = tonumber(args[2])
-  local pause_ms = tonumber(args[3])
-  local ct, at_, cm, am = tonumber(args[4]), tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
-  local names = 8
-  local outcome, threshold = 'none', -1
-  if args[8] == '@brk' then
-    outcome, threshold, names = args[9], tonumber(args[10]), 11
+  local n = num(args[2])
+  local pause_ms = 0
+  if args[3] ~= '0' then pause_ms = tonumber(args[3]) end
+  local outcome, threshold, a = args[4], -1, 5
+  if outcome ~= '-' then
+    threshold, a = num(args[5]), 6
+  end
+  local k = n + 1
+  local pause_key
+  if pause_ms > 0 then
+    pause_key, k = keys[k], k + 1
+  end
+  local bud_key
+  if args[a] then
+    bud_key, k = keys[k], k + 1
   end
   -- The clock is read only for a pause or a failure (otherwise the release answers now = 0).
   local now = 0
   if pause_ms > 0 or (threshold >= 0 and outcome == 'failure') then now = now_ms() end
   for i = 1, n do
-    redis.call('ZREM', keys[2 + i], member)
+    redis.call('ZREM', keys[i], member)
   end
   local state = ''
   if threshold >= 0 then
-    redis.call('ZREM', keys[n + 4], member)
-    state = breaker_record(keys[n + 3], keys[n + 4], outcome, threshold, now)
+    redis.call('ZREM', keys[k + 1], member)
+    state = breaker_record(keys[k], keys[k + 1], outcome, threshold, now)
   end
   -- Settle: each existing line of the charged scopes becomes max(line - charged, 0) + actual,
   -- read in one HMGET and written in one HSET.
-  local bk = keys[2]
-  if (at_ >= 0 or am >= 0) and #args >= names then
-    local fields, charged, actual = {}, {}, {}
-    for j = names, #args do
-      if at_ >= 0 then
-        fields[#fields + 1] = args[j] .. ':t'; charged[#fields] = ct; actual[#fields] = at_
+  if bud_key then
+    local ct, at_, cm, am = tonumber(args[a]), tonumber(args[a + 1]), tonumber(args[a + 2]), tonumber(args[a + 3])
+    local names = a + 4
+    if (at_ >= 0 or am >= 0) and #args >= names then
+      local fields, charged, actual = {}, {}, {}
+      for j = names, #args do
+        if at_ >= 0 then
+          fields[#fields + 1] = args[j] .. ':t'; charged[#fields] = ct; actual[#fields] = at_
+        end
+        if am >= 0 then
+          fields[#fields + 1] = args[j] .. ':m'; charged[#fields] = cm; actual[#fields] = am
+        end
       end
-      if am >= 0 then
-        fields[#fields + 1] = args[j] .. ':m'; charged[#fields] = cm; actual[#fields] = am
+      local cur = redis.call('HMGET', bud_key, unpack(fields))
+      local hset = {}
+      for j = 1, #fields do
+        if cur[j] then
+          hset[#hset + 1] = fields[j]
+          hset[#hset + 1] = fmt(math.max(tonumber(cur[j]) - charged[j], 0) + actual[j])
+        end
       end
+      if #hset > 0 then redis.call('HSET', bud_key, unpack(hset)) end
     end
-    local cur = redis.call('HMGET', bk, unpack(fields))
-    local hset = {}
-    for j = 1, #fields do
-      if cur[j] then
-        hset[#hset + 1] = fields[j]
-        hset[#hset + 1] = fmt(math.max(tonumber(cur[j]) - charged[j], 0) + actual[j])
-      end
-    end
-    if #hset > 0 then redis.call('HSET', bk, unpack(hset)) end
   end
   local until_ = 0
   if pause_ms > 0 then
     until_ = now + pause_ms
-    local cur = tonumber(redis.call('GET', keys[1]) or '0')
+    local cur = tonumber(redis.call('GET', pause_key) or '0')
     if cur >= until_ then
       until_ = cur
     else
-      redis.call('SET', keys[1], fmt(until_), 'PX', fmt(pause_ms))
+      redis.call('SET', pause_key, fmt(until_), 'PX', fmt(pause_ms))
     end
   end
   return {now, until_, state}
 end
 
--- ts_breaker_v1: KEYS breaker hash, probe zset; ARGV threshold, success_seen (0/1), failures.
+-- ts_breaker_v2: KEYS breaker hash, probe zset; ARGV threshold, success_seen (0/1), failures.
 -- The merge of the outcomes a degraded replica saw (its local breaker applied meanwhile): a
 -- success first (it closes and resets), then the failures after the last success, one by one
 -- as releases would have counted them. Returns {now, state}.
@@ -472,7 +591,7 @@ local function breaker_merge(keys, args)
   return {now, state}
 end
 
--- ts_pause_v1: KEYS pause; ARGV pause_ms. Monotonic: a shorter pause never shortens a longer
+-- ts_pause_v2: KEYS pause; ARGV pause_ms. Monotonic: a shorter pause never shortens a longer
 -- one. Returns {now, paused_until}.
 local function pause(keys, args)
   local ms = tonumber(args[1])
@@ -488,7 +607,7 @@ local function pause(keys, args)
   return {now, until_}
 end
 
--- ts_renew_v1: KEYS the lease zsets; ARGV liveness_ms, mode ('xx' renew only what is there,
+-- ts_renew_v2: KEYS the lease zsets; ARGV liveness_ms, mode ('xx' renew only what is there,
 -- 'add' re-register after a loss), then pairs (key index, member). One call per workspace
 -- renews all of this replica's leases in it. Returns {now, members written}.
 local function renew(keys, args)
@@ -509,8 +628,8 @@ local function renew(keys, args)
   return {now, written}
 end
 
--- ts_bucket_run_v1: the conformance hook of the bucket arithmetic (crates/coord/tests). Runs
--- bucket_try / bucket_store, exactly as ts_acquire_v1 does, over a sequence of (now, units)
+-- ts_bucket_run_v2: the conformance hook of the bucket arithmetic (crates/coord/tests). Runs
+-- bucket_try / bucket_store, exactly as ts_acquire_v2 does, over a sequence of (now, units)
 -- steps with an injected clock, on KEYS[1], which it deletes afterwards.
 -- ARGV: rate, capacity, period, then pairs (now, units). Returns per step {admitted (1/0),
 -- wait ms (-1 never; 0 when admitted), level in whole units after the step}.
@@ -534,15 +653,15 @@ local function bucket_run(keys, args)
   return out
 end
 
--- ts_time_v1: the server clock (the replicas' health probe).
+-- ts_time_v2: the server clock (the replicas' health probe).
 local function time(keys, args)
   return now_ms()
 end
 
-redis.register_function('ts_acquire_v1', acquire)
-redis.register_function('ts_release_v1', release)
-redis.register_function('ts_pause_v1', pause)
-redis.register_function('ts_breaker_v1', breaker_merge)
-redis.register_function('ts_renew_v1', renew)
-redis.register_function('ts_bucket_run_v1', bucket_run)
-redis.register_function{function_name = 'ts_time_v1', callback = time, flags = {'no-writes'}}
+redis.register_function('ts_acquire_v2', acquire)
+redis.register_function('ts_release_v2', release)
+redis.register_function('ts_pause_v2', pause)
+redis.register_function('ts_breaker_v2', breaker_merge)
+redis.register_function('ts_renew_v2', renew)
+redis.register_function('ts_bucket_run_v2', bucket_run)
+redis.register_function{function_name = 'ts_time_v2', callback = time, flags = {'no-writes'}}
