@@ -46,30 +46,30 @@ tps = {"pbbbb": ("100000000", "100000000")} if full else {}
 max_tokens = {"uaaaa": "1000000000000"} if full else {}
 tokens = "100" if full else "-1"
 def acquire_v2(member):
-    keys, args = [P + "pause:bbbb"], [member, "10000", "3", tokens, "-1"]
+    keys, shape = [P + "pause:bbbb"], ["10000", "50" if fair else "-", "-"]
     for i, (name, conc) in enumerate(scopes):
         flags = 1 + (2 if name in rpm else 0) + (4 if name in tps else 0) \
             + (32 if name in max_tokens else 0) + (64 if i in fair else 0)
         keys.append(P + "lease:" + name)
-        args += [str(flags), str(conc)]
+        values = [str(flags), str(conc)]
         if name in rpm:
-            keys.append(P + "bkt:" + name + ":rpm"); args += list(rpm[name])
+            keys.append(P + "bkt:" + name + ":rpm"); values += list(rpm[name])
         if name in tps:
-            keys.append(P + "bkt:" + name + ":tps"); args += list(tps[name])
+            keys.append(P + "bkt:" + name + ":tps"); values += list(tps[name])
         if name in max_tokens:
-            args += [name, max_tokens[name]]
+            values += [name, max_tokens[name]]
+        shape.append(",".join(values))
     if max_tokens:
         keys.append(P + "bud:cccc")
     keys += [P + "wait:" + scopes[i][0] for i in fair]
-    if fair:
-        args += ["1", "uaaaa", "50", P]
+    args = [member, ";".join(shape)] + (["uaaaa"] if fair else []) + ([tokens, "-1"] if full else [])
     return ["FCALL", "ts_acquire_v2", str(len(keys))] + keys + args
 def release_v2(member):
     keys = [P + "lease:" + n for n, _ in scopes]
-    args = [member, "3", "0", "-"]
+    args = [member]
     if full:
         keys.append(P + "bud:cccc")
-        args += ["100", "90", "0", "-1", "uaaaa"]
+        args += ["3", "0", "-", "100", "90", "0", "-1", "uaaaa"]
     return ["FCALL", "ts_release_v2", str(len(keys))] + keys + args
 def acquire_v1(member):
     keys = [P + "pause:bbbb", P + "bud:cccc"]

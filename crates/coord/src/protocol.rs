@@ -3,8 +3,10 @@
 //!
 //! Redis's time per `FCALL` grows with every key and argument passed (each is copied into a
 //! Lua table) and with every `tonumber` the script needs, so a call passes only what the
-//! lane's scopes use: per scope a flags word ([`ScopeFlags`]) followed by the values those
-//! flags announce, and bucket, budget, wait and breaker keys only when configured.
+//! lane's scopes use: bucket, budget, wait and breaker keys only when configured; the lane's
+//! limits as one shape string ([`lane_shape`]: per scope a flags word, [`ScopeFlags`], and the
+//! values those flags announce), which the script decodes once per distinct shape; a plain
+//! release passes its lease keys and the member, nothing else.
 //!
 //! Invariants:
 //! - The keys and values are in exactly the order the Lua header of each function documents;
@@ -104,41 +106,62 @@ pub fn acquire_command(
         key_list.push(keys.probes(&spec.provider));
     }
     cmd.arg("ts_acquire_v2").arg(key_list.len()).arg(&key_list);
-    cmd.arg(member)
-        .arg(liveness_ms)
-        .arg(spec.scopes.len())
-        .arg(signed(spec.tokens))
-        .arg(signed(spec.micro_usd));
-    for (scope, flags) in spec.scopes.iter().zip(&flags) {
-        cmd.arg(flags.0);
-        if let Some(limit) = scope.concurrency {
-            cmd.arg(limit);
-        }
+    cmd.arg(member).arg(lane_shape(
+        spec,
+        &flags,
+        liveness_ms,
+        turn_window_ms.filter(|_| nfair > 0),
+    ));
+    if nfair > 0 {
+        cmd.arg(spec.scopes.first().map_or("", |s| s.name.0.as_str()));
+    }
+    let buckets = spec
+        .scopes
+        .iter()
+        .any(|s| s.requests.is_some() || s.tokens.is_some());
+    if budgets || buckets {
+        cmd.arg(signed(spec.tokens)).arg(signed(spec.micro_usd));
+    }
+}
+
+/// The shape of `ts_acquire_v2`: what stays the same from one admission of the lane to the
+/// next (the script decodes each distinct shape once), e.g. `10000;50;-;1,4096;65,4096;65,4096`.
+pub fn lane_shape(
+    spec: &LaneSpec,
+    flags: &[ScopeFlags],
+    liveness_ms: Millis,
+    turn_window_ms: Option<Millis>,
+) -> String {
+    let mut shape = liveness_ms.to_string();
+    shape.push(';');
+    shape.push_str(&turn_window_ms.map_or("-".to_owned(), |w| w.to_string()));
+    shape.push(';');
+    shape.push_str(&spec.breaker.map_or("-".to_owned(), |b| {
+        format!(
+            "{},{},{}",
+            b.failure_threshold, b.open_ms, b.half_open_max_calls
+        )
+    }));
+    for (scope, flags) in spec.scopes.iter().zip(flags) {
+        let mut values = vec![flags.0.to_string()];
+        values.extend(scope.concurrency.map(|c| c.to_string()));
         for bucket in [scope.requests, scope.tokens].into_iter().flatten() {
-            cmd.arg(bucket.rate).arg(bucket.capacity);
+            values.push(bucket.rate.to_string());
+            values.push(bucket.capacity.to_string());
         }
         if scope.has_budget() {
-            cmd.arg(&scope.name.0);
-            for max in [scope.max_attempts, scope.max_micro_usd, scope.max_tokens]
-                .into_iter()
-                .flatten()
-            {
-                cmd.arg(max);
-            }
+            values.push(scope.name.0.clone());
+            values.extend(
+                [scope.max_attempts, scope.max_micro_usd, scope.max_tokens]
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.to_string()),
+            );
         }
+        shape.push(';');
+        shape.push_str(&values.join(","));
     }
-    if nfair > 0 {
-        let principal = spec.scopes.first().map_or("", |s| s.name.0.as_str());
-        cmd.arg(1)
-            .arg(principal)
-            .arg(turn_window_ms.unwrap_or(0))
-            .arg(keys.prefix());
-    }
-    if let Some(b) = spec.breaker {
-        cmd.arg(b.failure_threshold)
-            .arg(b.open_ms)
-            .arg(b.half_open_max_calls);
-    }
+    shape
 }
 
 /// Fills `cmd` (an `FCALL`) with `ts_release_v2` for `call`.
@@ -165,9 +188,12 @@ pub fn release_command(cmd: &mut Cmd, call: &ReleaseCall) {
     if let Some(b) = &call.breaker {
         cmd.arg(&b.key).arg(&b.probes);
     }
-    cmd.arg(&call.member)
-        .arg(call.lease_keys.len())
-        .arg(call.pause_ms);
+    cmd.arg(&call.member);
+    if call.pause_ms == 0 && call.breaker.is_none() && !settle {
+        // A plain release: every key is a lease zset.
+        return;
+    }
+    cmd.arg(call.lease_keys.len()).arg(call.pause_ms);
     match &call.breaker {
         Some(b) => cmd.arg(call.outcome.as_str()).arg(b.failure_threshold),
         None => cmd.arg("-"),
@@ -245,21 +271,22 @@ mod tests {
             keys.waiting(&ScopeName("pbbbb".into())),
         ]
         .into_iter()
-        .chain(
-            "r-0 10000 3 -1 -1 1 4096 65 4096 65 4096 1 uaaaa 50"
-                .split(' ')
-                .map(str::to_owned),
-        )
-        .chain([keys.prefix().to_owned()])
+        .chain(["r-0", "10000;50;-;1,4096;65,4096;65,4096", "uaaaa"].map(str::to_owned))
         .collect();
         assert_eq!(words(&cmd), expected);
 
         let mut cmd = redis::cmd("FCALL");
         acquire_command(&mut cmd, &spec, "r-0", 10_000, None);
         assert_eq!(
-            words(&cmd)[2..].join(" ").split(' ').count(),
-            1 + 4 + 5 + 6,
-            "no wait keys, no fairness block without turns"
+            words(&cmd)[2..].join(" "),
+            format!(
+                "4 {} {} {} {} r-0 10000;-;-;1,4096;1,4096;1,4096",
+                keys.pause("openai"),
+                keys.leases(&ScopeName("uaaaa".into())),
+                keys.leases(&ScopeName("w".into())),
+                keys.leases(&ScopeName("pbbbb".into())),
+            ),
+            "no wait keys, no principal, no window without turns"
         );
     }
 
@@ -307,15 +334,12 @@ mod tests {
         // uaaaa: concurrency + attempts + token budget = 1 + 8 + 32; pbbbb: 1 + 2 + 4 + 64.
         assert_eq!(
             w[12..].join(" "),
-            format!(
-                "m 10000 2 100 -1 41 8 uaaaa 3 500 71 4 10 600 1000 1000 1 uaaaa 50 {} 5 30000 1",
-                keys.prefix()
-            )
+            "m 10000;50;5,30000,1;41,8,uaaaa,3,500;71,4,10,600,1000,1000 uaaaa 100 -1"
         );
     }
 
     #[test]
-    fn a_plain_release_sends_its_lease_keys_and_four_values() {
+    fn a_plain_release_sends_its_lease_keys_and_the_member_only() {
         let call = ReleaseCall {
             member: "m".into(),
             lease_keys: vec!["a".into(), "b".into()],
@@ -332,7 +356,7 @@ mod tests {
         };
         let mut cmd = redis::cmd("FCALL");
         release_command(&mut cmd, &call);
-        assert_eq!(words(&cmd).join(" "), "FCALL ts_release_v2 2 a b m 2 0 -");
+        assert_eq!(words(&cmd).join(" "), "FCALL ts_release_v2 2 a b m");
 
         let settled = ReleaseCall {
             pause_ms: 1500,

@@ -8,12 +8,15 @@
 -- Numbers are Lua doubles: every integer stays below 2^53 (the client refuses limits that could
 -- not), and every number written to Redis goes through fmt() (%.0f), never Lua's %.14g.
 --
--- Cost (docs/performance.md, "Redis time per pair"): a redis.call, a tonumber() of a string, a
--- string.format and a table constructor each cost about as much as a cheap command on the
--- measured host, so the hot paths (acquire and release of a concurrency-only lane) make only the
--- calls the decision needs, parse each repeated argument once (num()), build no table, and keep
--- their per-scope state in scratch arrays reused by every call (a function never runs
--- concurrently with another: Redis runs one at a time).
+-- Cost (docs/performance.md, "Redis time per pair"): each key and argument passed (Redis copies
+-- them into Lua tables), each redis.call, each tonumber() of a string, string.format and table
+-- constructor costs about as much as a cheap command on the measured host. So the hot paths
+-- (acquire and release of a concurrency-only lane) make only the calls the decision needs; an
+-- acquire passes what stays the same between admissions of a lane (limits, liveness, window,
+-- breaker) as one "shape" string, decoded once and remembered (lane_of; per-call scratch such
+-- as the counts read is kept in the remembered lane: Redis runs one function at a time, and
+-- every field read is written first in the same call), and builds no table on its way to a
+-- grant.
 --
 -- Keys (all under one hash tag {W}, W = truncated sha256 of the workspace ID):
 --   ts:{W}:lease:<scope>      zset  member = lease, score = liveness expiry (server ms)
@@ -26,26 +29,6 @@
 
 local function fmt(x)
   return string.format('%.0f', x)
-end
-
--- The numbers callers send again and again (limits, rates, capacities, liveness, window,
--- flags) are parsed once and remembered by their text: tonumber() of a string costs about half
--- a microsecond. Bounded: the memo starts over past NUM_MAX entries.
-local NUM_MAX = 4096
-local nums, nnums = {}, 0
-local function num(s)
-  local v = nums[s]
-  if v == nil then
-    v = tonumber(s)
-    if nnums >= NUM_MAX then
-      nums, nnums = {}, 0
-    end
-    if v ~= nil then
-      nums[s] = v
-      nnums = nnums + 1
-    end
-  end
-  return v
 end
 
 local function now_ms()
@@ -203,19 +186,23 @@ local function breaker_record(bk, pk, outcome, threshold, now)
 end
 
 -- ts_acquire_v2
--- ARGV: member, liveness_ms, nscopes, tokens (-1 none), micro (-1 none), then per scope its
---       flags (the sum of: 1 concurrency, 2 requests-per-minute bucket, 4 tokens-per-second
---       bucket, 8 attempts budget, 16 money budget, 32 token budget, 64 fair turns) followed by
---       the values the flags announce, in this order: concurrency; rpm rate, rpm capacity; tps
---       rate, tps capacity; the scope's name (any budget flag), max attempts, max micro-dollars,
---       max tokens (each only with its flag);
---       then, when some scope has the fair flag: the principal scope's index, the principal
---       scope's name, window_ms, key prefix 'ts:{W}:';
---       then, when the lane has a shared breaker: threshold, open_ms, max_probes.
+-- ARGV: member, the lane's shape (below), then the principal scope's name when some scope has
+--       fair turns, then tokens (-1 none) and micro-dollars (-1 none) when some scope has a
+--       bucket or a budget.
+-- The shape: what stays the same from one admission of a lane to the next, in one string
+-- (decoded once per distinct string, then remembered: lane_of()):
+--       liveness_ms;window_ms (- no fair turns);threshold,open_ms,max_probes (- no breaker)
+--       then ';' and per scope its flags (the sum of: 1 concurrency, 2 requests-per-minute
+--       bucket, 4 tokens-per-second bucket, 8 attempts budget, 16 money budget, 32 token
+--       budget, 64 fair turns) followed by ',' and the values the flags announce, in this
+--       order: concurrency; rpm rate, rpm capacity; tps rate, tps capacity; the scope's name
+--       (any budget flag), max attempts, max micro-dollars, max tokens (each only with its
+--       flag). E.g. '10000;50;-;1,4096;65,4096;65,4096'.
 -- KEYS: pause, then per scope the keys its flags announce: lease zset (1), rpm bucket (2), tps
 --       bucket (4); then the budget hash when some scope has a budget flag; then one wait zset
 --       per fair scope, in scope order; then the breaker hash and probe zset when the lane has
---       a breaker.
+--       a breaker. The principal's lease zset and the other waiting principals' are derived
+--       from the key prefix 'ts:{W}:' of the pause key (same hash tag, same slot).
 -- Returns {verdict, reason, scope index, instant, now}:
 --   granted  ''|probe 0 0 now                  (probe: the lease is the half-open probe)
 --   defer    concurrency|requests-per-minute|tokens-per-second|circuit-open  i  wake_at (0 unknown)  now
@@ -229,106 +216,109 @@ end
 -- member, and neither the client nor redis-rs re-sends an FCALL that may have run), so there is
 -- no idempotency check: the member written is always new.
 local CONC, RPM, TPS, MAX_A, MAX_M, MAX_T, FAIR = 1, 2, 4, 8, 16, 32, 64
-local BUDGET = MAX_A + MAX_M + MAX_T
 
--- flags_of(f)[flag]: whether flags f include flag, decoded once per value of f (functions have
--- no bit library, and a library's load runs without Lua's standard functions, so lazily).
-local decoded = {}
-local function flags_of(f)
-  local d = decoded[f]
-  if d == nil then
-    d = {}
-    for _, flag in ipairs({CONC, RPM, TPS, MAX_A, MAX_M, MAX_T, FAIR}) do
-      d[flag] = math.floor(f / flag) % 2 == 1
-    end
-    d[BUDGET] = d[MAX_A] or d[MAX_M] or d[MAX_T]
-    decoded[f] = d
-  end
-  return d
+local function has(f, flag)
+  return math.floor(f / flag) % 2 == 1
 end
 
--- Per-scope scratch state of the running acquire (index = scope), overwritten by each call.
-local s_lease, s_conc, s_held = {}, {}, {}
-local s_rkey, s_rrate, s_rcap = {}, {}, {}
-local s_tkey, s_trate, s_tcap = {}, {}, {}
-local s_name, s_maxa, s_maxm, s_maxt = {}, {}, {}, {}
-local s_wait, s_alive = {}, {}
+-- Decodes a shape (see above) into a lane: per scope its limits and the index in KEYS of each
+-- of its keys (false: none).
+local function decode_lane(shape)
+  local parts = {}
+  for part in string.gmatch(shape, '[^;]+') do parts[#parts + 1] = part end
+  local lane = {
+    liveness = tonumber(parts[1]), window = tonumber(parts[2]) or 0, threshold = -1,
+    n = #parts - 3, nfair = 0, budgets = false, buckets = false,
+    lease = {}, conc = {}, held = {}, rkey = {}, rrate = {}, rcap = {}, tkey = {}, trate = {},
+    tcap = {}, name = {}, maxa = {}, maxm = {}, maxt = {}, wait = {}, bud = false, brk = false,
+  }
+  if parts[3] ~= '-' then
+    local b = {}
+    for v in string.gmatch(parts[3], '[^,]+') do b[#b + 1] = tonumber(v) end
+    lane.threshold, lane.open_ms, lane.probes = b[1], b[2], b[3]
+  end
+  local k = 2
+  for i = 1, lane.n do
+    local v = {}
+    for x in string.gmatch(parts[3 + i], '[^,]+') do v[#v + 1] = x end
+    local f, a = tonumber(v[1]), 2
+    lane.lease[i], lane.rkey[i], lane.tkey[i], lane.wait[i] = false, false, false, false
+    lane.maxa[i], lane.maxm[i], lane.maxt[i] = -1, -1, -1
+    if has(f, CONC) then
+      lane.lease[i], lane.conc[i], k, a = k, tonumber(v[a]), k + 1, a + 1
+    end
+    if has(f, RPM) then
+      lane.rkey[i], lane.rrate[i], lane.rcap[i] = k, tonumber(v[a]), tonumber(v[a + 1])
+      k, a, lane.buckets = k + 1, a + 2, true
+    end
+    if has(f, TPS) then
+      lane.tkey[i], lane.trate[i], lane.tcap[i] = k, tonumber(v[a]), tonumber(v[a + 1])
+      k, a, lane.buckets = k + 1, a + 2, true
+    end
+    if has(f, MAX_A) or has(f, MAX_M) or has(f, MAX_T) then
+      lane.name[i], a, lane.budgets = v[a], a + 1, true
+      if has(f, MAX_A) then lane.maxa[i], a = tonumber(v[a]), a + 1 end
+      if has(f, MAX_M) then lane.maxm[i], a = tonumber(v[a]), a + 1 end
+      if has(f, MAX_T) then lane.maxt[i], a = tonumber(v[a]), a + 1 end
+    end
+    if has(f, FAIR) then
+      lane.nfair = lane.nfair + 1
+      lane.wait[i] = lane.nfair
+    end
+  end
+  if lane.budgets then
+    lane.bud, k = k, k + 1
+  end
+  lane.wait0 = k
+  for i = 1, lane.n do
+    if lane.wait[i] then lane.wait[i] = k + lane.wait[i] - 1 end
+  end
+  k = k + lane.nfair
+  if lane.threshold >= 0 then lane.brk = k end
+  return lane
+end
+
+-- Lanes by shape; bounded: starts over past LANES_MAX distinct shapes.
+local LANES_MAX = 1024
+local lanes, nlanes = {}, 0
+local function lane_of(shape)
+  local lane = lanes[shape]
+  if lane == nil then
+    lane = decode_lane(shape)
+    if nlanes >= LANES_MAX then
+      lanes, nlanes = {}, 0
+    end
+    lanes[shape] = lane
+    nlanes = nlanes + 1
+  end
+  return lane
+end
+
+-- 'ts:{W}:' of a key of the workspace.
+local function prefix_of(key)
+  return string.sub(key, 1, string.find(key, '}', 1, true) + 1)
+end
 
 local function acquire(keys, args)
   local member = args[1]
-  local liveness = num(args[2])
-  local n = num(args[3])
+  local L = lane_of(args[2])
+  local n = L.n
+  local a = 3
+  local principal, window, prefix, own = '', L.window, '', ''
+  if L.nfair > 0 then
+    principal, a = args[3], 4
+  end
+  local tokens, micro = -1, -1
+  if L.budgets or L.buckets then
+    tokens, micro = tonumber(args[a]), tonumber(args[a + 1])
+  end
   local now = now_ms()
-  -- Decode the scopes.
-  local k, a = 2, 6
-  local nfair, budgets, buckets = 0, false, false
-  for i = 1, n do
-    local f = num(args[a])
-    local d = flags_of(f)
-    a = a + 1
-    if d[CONC] then
-      s_lease[i], s_conc[i] = keys[k], num(args[a])
-      k, a = k + 1, a + 1
-    else
-      s_lease[i] = false
-    end
-    if f >= RPM then
-      if d[RPM] then
-        s_rkey[i], s_rrate[i], s_rcap[i] = keys[k], num(args[a]), num(args[a + 1])
-        k, a, buckets = k + 1, a + 2, true
-      else
-        s_rkey[i] = false
-      end
-      if d[TPS] then
-        s_tkey[i], s_trate[i], s_tcap[i] = keys[k], num(args[a]), num(args[a + 1])
-        k, a, buckets = k + 1, a + 2, true
-      else
-        s_tkey[i] = false
-      end
-      s_maxa[i], s_maxm[i], s_maxt[i] = -1, -1, -1
-      if d[BUDGET] then
-        budgets = true
-        s_name[i] = args[a]
-        a = a + 1
-        if d[MAX_A] then s_maxa[i], a = num(args[a]), a + 1 end
-        if d[MAX_M] then s_maxm[i], a = num(args[a]), a + 1 end
-        if d[MAX_T] then s_maxt[i], a = num(args[a]), a + 1 end
-      end
-      if d[FAIR] then
-        nfair = nfair + 1
-        s_wait[i] = nfair
-      else
-        s_wait[i] = false
-      end
-    else
-      s_rkey[i], s_tkey[i], s_wait[i] = false, false, false
-      s_maxa[i], s_maxm[i], s_maxt[i] = -1, -1, -1
-    end
-  end
-  local bud_key = false
-  if budgets then
-    bud_key = keys[k]
-    k = k + 1
-  end
-  -- Wait keys: keys[k0 + j] for the j-th fair scope (s_wait[i] = j).
-  local k0 = k - 1
-  local pidx, principal, window, prefix = 0, '', 0, ''
-  if nfair > 0 then
-    for i = 1, n do
-      if s_wait[i] then s_wait[i] = keys[k0 + s_wait[i]] end
-    end
-    pidx, principal, window, prefix = num(args[a]), args[a + 1], num(args[a + 2]), args[a + 3]
-    a = a + 4
-    k = k + nfair
-  end
-  local threshold = -1
-  local bk_, pk_ = keys[k], keys[k + 1]
-  if args[a] then threshold = num(args[a]) end
   -- Concurrency.
+  local held_ = L.held
   for i = 1, n do
-    local lk = s_lease[i]
-    if lk then
-      local conc = s_conc[i]
+    local ki = L.lease[i]
+    if ki then
+      local lk, conc = keys[ki], L.conc[i]
       -- Expired leases matter only at the limit: drop them then (a set below its limit holds
       -- fewer members than the limit, expired or not), and count again only then.
       local held = redis.call('ZCARD', lk)
@@ -339,10 +329,11 @@ local function acquire(keys, args)
       end
       if held >= conc then
         local index = i
-        local wk = s_wait[i]
-        if wk then
+        if L.wait[i] then
+          local wk = keys[L.wait[i]]
+          prefix = prefix_of(keys[1])
           fair_note_waiting(wk, principal, window, now)
-          if fair_next(wk, s_lease[pidx], prefix, principal, window, now) then
+          if fair_next(wk, prefix .. 'lease:' .. principal, prefix, principal, window, now) then
             index = -i
           end
         end
@@ -351,28 +342,28 @@ local function acquire(keys, args)
         if first[2] then wake = tonumber(first[2]) end
         return {'defer', 'concurrency', index, wake, now}
       end
-      s_held[i] = held
+      held_[i] = held
     end
   end
   -- Turns: every scope has room; a contended one goes to the principal furthest behind. No
   -- wait set at all (uncontended): one EXISTS over all of them.
-  local contended = false
-  if nfair > 0 then
-    contended = redis.call('EXISTS', unpack(keys, k0 + 1, k0 + nfair)) > 0
-  end
-  if contended then
+  local alive
+  if L.nfair > 0 and redis.call('EXISTS', unpack(keys, L.wait0, L.wait0 + L.nfair - 1)) > 0 then
+    alive = {}
+    prefix = prefix_of(keys[1])
     local mine = -1
     for i = 1, n do
-      local wk = s_wait[i]
-      s_alive[i] = false
-      if wk and redis.call('ZCARD', wk) > 0 then
-        fair_prune(wk, window, now)
+      if L.wait[i] then
+        local wk = keys[L.wait[i]]
         if redis.call('ZCARD', wk) > 0 then
-          s_alive[i] = true
-          if mine < 0 then mine = live_count(s_lease[pidx], now) end
-          if fair_behind_other(wk, prefix, principal, mine, now) then
-            fair_note_waiting(wk, principal, window, now)
-            return {'turn', 'concurrency', i, 0, now}
+          fair_prune(wk, window, now)
+          if redis.call('ZCARD', wk) > 0 then
+            alive[i] = true
+            if mine < 0 then mine = live_count(prefix .. 'lease:' .. principal, now) end
+            if fair_behind_other(wk, prefix, principal, mine, now) then
+              fair_note_waiting(wk, principal, window, now)
+              return {'turn', 'concurrency', i, 0, now}
+            end
           end
         end
       end
@@ -386,40 +377,38 @@ local function acquire(keys, args)
     end
   end
   local probe = false
-  if threshold >= 0 then
-    local gate, at = breaker_gate(bk_, pk_, num(args[a + 1]), num(args[a + 2]), now)
+  local bk_, pk_
+  if L.brk then
+    bk_, pk_ = keys[L.brk], keys[L.brk + 1]
+    local gate, at = breaker_gate(bk_, pk_, L.open_ms, L.probes, now)
     if gate == 'open' then return {'open', 'circuit-open', 0, at, now} end
     -- Probes busy: no instant (a probe's release may come any time; waiters poll).
     if gate == 'busy' then return {'defer', 'circuit-open', 0, 0, now} end
     probe = gate == 'probe'
   end
-  local tokens, micro = -1, -1
-  if budgets or buckets then
-    tokens, micro = tonumber(args[4]), tonumber(args[5])
-  end
   -- Budgets: every line the lane reads, in one HMGET; `lines` keeps (field, spent + charge)
   -- for the commit.
   local lines
-  if budgets then
+  if L.budgets then
     local fields, checks = {}, {}
     for i = 1, n do
-      local name = s_name[i]
-      if s_maxa[i] >= 0 then
+      local name = L.name[i]
+      if L.maxa[i] >= 0 then
         fields[#fields + 1] = name .. ':a'
-        checks[#checks + 1] = {i, s_maxa[i], 1, 'attempts', true}
+        checks[#checks + 1] = {i, L.maxa[i], 1, 'attempts', true}
       end
-      if s_maxm[i] >= 0 and micro >= 0 then
+      if L.maxm[i] >= 0 and micro >= 0 then
         fields[#fields + 1] = name .. ':m'
-        checks[#checks + 1] = {i, s_maxm[i], micro, 'cost', micro > 0}
+        checks[#checks + 1] = {i, L.maxm[i], micro, 'cost', micro > 0}
       end
-      if s_maxt[i] >= 0 and tokens >= 0 then
+      if L.maxt[i] >= 0 and tokens >= 0 then
         fields[#fields + 1] = name .. ':t'
-        checks[#checks + 1] = {i, s_maxt[i], tokens, 'tokens', tokens > 0}
+        checks[#checks + 1] = {i, L.maxt[i], tokens, 'tokens', tokens > 0}
       end
     end
     if #fields > 0 then
       lines = {}
-      local spent = redis.call('HMGET', bud_key, unpack(fields))
+      local spent = redis.call('HMGET', keys[L.bud], unpack(fields))
       for j, c in ipairs(checks) do
         local s = tonumber(spent[j] or '0')
         if s + c[3] > c[2] then return {'reject', c[4], c[1], 0, now} end
@@ -428,13 +417,12 @@ local function acquire(keys, args)
     end
   end
   local pending
-  if buckets then
+  if L.buckets then
     local units = math.max(tokens, 0)
     pending = {}
     for i = 1, n do
-      local rk = s_rkey[i]
-      if rk then
-        local r_rate, r_cap = s_rrate[i], s_rcap[i]
+      if L.rkey[i] then
+        local rk, r_rate, r_cap = keys[L.rkey[i]], L.rrate[i], L.rcap[i]
         local ok, level, at, wait = bucket_try(rk, r_rate, r_cap, 60000, 1, now)
         if not ok then
           local wake = 0
@@ -443,9 +431,8 @@ local function acquire(keys, args)
         end
         pending[#pending + 1] = {rk, level, at, r_rate, r_cap, 60000}
       end
-      local tk = s_tkey[i]
-      if tk then
-        local t_rate, t_cap = s_trate[i], s_tcap[i]
+      if L.tkey[i] then
+        local tk, t_rate, t_cap = keys[L.tkey[i]], L.trate[i], L.tcap[i]
         local ok, level, at, wait = bucket_try(tk, t_rate, t_cap, 1000, units, now)
         if not ok then
           if wait < 0 then return {'reject', 'tokens-per-second', i, 0, now} end
@@ -456,10 +443,9 @@ local function acquire(keys, args)
     end
   end
   -- Commit.
-  local score = fmt(now + liveness)
+  local score = fmt(now + L.liveness)
   for i = 1, n do
-    local lk = s_lease[i]
-    if lk then redis.call('ZADD', lk, score, member) end
+    if L.lease[i] then redis.call('ZADD', keys[L.lease[i]], score, member) end
   end
   -- The budget lines charged (spent + charge, read above in this same call), in one HSET.
   if lines and #lines > 0 then
@@ -468,8 +454,8 @@ local function acquire(keys, args)
       hset[#hset + 1] = l[1]
       hset[#hset + 1] = fmt(l[2])
     end
-    redis.call('HSET', bud_key, unpack(hset))
-    redis.call('PEXPIRE', bud_key, 86400000)
+    redis.call('HSET', keys[L.bud], unpack(hset))
+    redis.call('PEXPIRE', keys[L.bud], 86400000)
   end
   if pending then
     for _, p in ipairs(pending) do
@@ -481,16 +467,15 @@ local function acquire(keys, args)
   -- whose clients come straight back for the slot they just released is still in the race, so
   -- a faster poller holding more cannot take that slot in the gap between its release and its
   -- next request.
-  if nfair > 0 then
+  if L.nfair > 0 then
     for i = 1, n do
-      local wk = s_wait[i]
-      if wk and ((contended and s_alive[i]) or not s_lease[i] or s_held[i] + 1 >= s_conc[i]) then
-        fair_note_waiting(wk, principal, window, now)
+      if L.wait[i] and ((alive and alive[i]) or not L.lease[i] or held_[i] + 1 >= L.conc[i]) then
+        fair_note_waiting(keys[L.wait[i]], principal, window, now)
       end
     end
   end
   if probe then
-    redis.call('ZADD', pk_, fmt(now + liveness), member)
+    redis.call('ZADD', pk_, fmt(now + L.liveness), member)
     redis.call('PEXPIRE', pk_, BREAKER_TTL_MS)
     return {'granted', 'probe', 0, 0, now}
   end
@@ -498,9 +483,10 @@ local function acquire(keys, args)
 end
 
 -- ts_release_v2
--- ARGV: member, nleases, pause_ms (0 none), breaker outcome ('-' the lane has no shared
---       breaker; success|failure|none), then the breaker threshold (only with a breaker); then,
---       when budget lines are to be corrected: charged_tokens, actual_tokens (-1 none),
+-- ARGV: member; nothing else for a plain release (every key is a lease zset). Otherwise:
+--       nleases, pause_ms (0 none), breaker outcome ('-' the lane has no shared breaker;
+--       success|failure|none), then the breaker threshold (only with a breaker); then, when
+--       budget lines are to be corrected: charged_tokens, actual_tokens (-1 none),
 --       charged_micro, actual_micro (-1 none), the names of the scopes whose budgets were
 --       charged.
 -- KEYS: the lease zsets (nleases), then the pause key (only with pause_ms > 0), then the
@@ -510,12 +496,18 @@ end
 --          breaker state after the release ('' none)}.
 local function release(keys, args)
   local member = args[1]
-  local n = num(args[2])
+  if not args[2] then
+    for i = 1, #keys do
+      redis.call('ZREM', keys[i], member)
+    end
+    return {0, 0, ''}
+  end
+  local n = tonumber(args[2])
   local pause_ms = 0
   if args[3] ~= '0' then pause_ms = tonumber(args[3]) end
   local outcome, threshold, a = args[4], -1, 5
   if outcome ~= '-' then
-    threshold, a = num(args[5]), 6
+    threshold, a = tonumber(args[5]), 6
   end
   local k = n + 1
   local pause_key
