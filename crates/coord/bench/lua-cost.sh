@@ -30,7 +30,8 @@ redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/nul
 redis_pid=$!
 trap 'kill $redis_pid 2>/dev/null || true' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
-redis-cli -p "$port" -x FUNCTION LOAD REPLACE < "$lib" >/dev/null
+loaded="$(redis-cli -p "$port" -x FUNCTION LOAD REPLACE < "$lib")"
+case "$loaded" in turnstile_v*) ;; *) echo "FUNCTION LOAD failed: $loaded" >&2; exit 1 ;; esac
 proto=v2
 if grep -q '^#!lua name=turnstile_v1' "$lib"; then proto=v1; fi
 python3 - "$pairs" "$workload" "$proto" "${TURNS:-1}" > /tmp/lua-cost-$$.txt <<'PY'

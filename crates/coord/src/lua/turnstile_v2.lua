@@ -27,7 +27,13 @@
 --   ts:{W}:brk:<provider>     hash  s = c|o|h (closed, open, half-open), f = failures, o = opened at
 --   ts:{W}:probe:<provider>   zset  member = lease, score = liveness expiry: half-open probe leases
 
+-- A number written to Redis, as '%.0f' writes it. Every number the scripts write is an
+-- integer below 2^53, for which '%d' writes the same digits at a third of the cost ('%.0f'
+-- goes through glibc's multi-precision arithmetic); anything else still goes through '%.0f'.
 local function fmt(x)
+  if x == math.floor(x) and x < 9007199254740992 and x > -9007199254740992 then
+    return string.format('%d', x)
+  end
   return string.format('%.0f', x)
 end
 
@@ -345,10 +351,13 @@ local function acquire(keys, args)
       held_[i] = held
     end
   end
-  -- Turns: every scope has room; a contended one goes to the principal furthest behind. No
-  -- wait set at all (uncontended): one EXISTS over all of them.
+  -- Turns: every scope has room; a contended one goes to the principal furthest behind. Then
+  -- the pause. Neither a wait set nor a pause (uncontended, not paused: the common case): one
+  -- EXISTS over all of them answers both.
   local alive
-  if L.nfair > 0 and redis.call('EXISTS', unpack(keys, L.wait0, L.wait0 + L.nfair - 1)) > 0 then
+  local quiet = L.nfair > 0
+    and redis.call('EXISTS', keys[1], unpack(keys, L.wait0, L.wait0 + L.nfair - 1)) == 0
+  if L.nfair > 0 and not quiet then
     alive = {}
     prefix = prefix_of(keys[1])
     local mine = -1
@@ -369,11 +378,13 @@ local function acquire(keys, args)
       end
     end
   end
-  local paused = redis.call('GET', keys[1])
-  if paused then
-    paused = tonumber(paused)
-    if paused > now then
-      return {'paused', 'retry-after', 0, paused, now}
+  if not quiet then
+    local paused = redis.call('GET', keys[1])
+    if paused then
+      paused = tonumber(paused)
+      if paused > now then
+        return {'paused', 'retry-after', 0, paused, now}
+      end
     end
   end
   local probe = false
@@ -475,7 +486,7 @@ local function acquire(keys, args)
     end
   end
   if probe then
-    redis.call('ZADD', pk_, fmt(now + L.liveness), member)
+    redis.call('ZADD', pk_, score, member)
     redis.call('PEXPIRE', pk_, BREAKER_TTL_MS)
     return {'granted', 'probe', 0, 0, now}
   end
