@@ -260,6 +260,12 @@ impl RedisStore {
         let mut cmd = redis::cmd("FCALL");
         acquire_command(&mut cmd, spec, member, liveness_ms, turn_window_ms);
         let (value, _) = self.fcall(&cmd).await?;
+        if let Value::Int(now) = value {
+            // A plain grant answers its instant alone.
+            let now =
+                u64::try_from(now).map_err(|_| CoordError::Protocol("negative time".into()))?;
+            return Ok(Verdict::Granted { now, probe: false });
+        }
         let items = array(value)?;
         let [verdict, reason, scope, instant, now] = items.as_slice() else {
             return Err(CoordError::Protocol("acquire answer".into()));
@@ -278,6 +284,14 @@ impl RedisStore {
         let mut cmd = redis::cmd("FCALL");
         release_command(&mut cmd, call);
         let (value, _) = self.fcall(&cmd).await?;
+        if let Value::Int(_) = value {
+            // A plain release: no clock read, no pause, no breaker.
+            return Ok(Released {
+                now: 0,
+                paused_until: None,
+                breaker: None,
+            });
+        }
         let items = array(value)?;
         let (now, until, state) = match items.as_slice() {
             [now, until] => (now, until, None),

@@ -209,8 +209,9 @@ end
 --       per fair scope, in scope order; then the breaker hash and probe zset when the lane has
 --       a breaker. The principal's lease zset and the other waiting principals' are derived
 --       from the key prefix 'ts:{W}:' of the pause key (same hash tag, same slot).
--- Returns {verdict, reason, scope index, instant, now}:
---   granted  ''|probe 0 0 now                  (probe: the lease is the half-open probe)
+-- Returns now (an integer) for a plain grant; otherwise {verdict, reason, scope index,
+-- instant, now}:
+--   granted  probe 0 0 now                     (the lease is the half-open probe)
 --   defer    concurrency|requests-per-minute|tokens-per-second|circuit-open  i  wake_at (0 unknown)  now
 --            (a full fair scope answers -i when this principal has the next turn)
 --   turn     concurrency  i 0 now               (another waiting principal is further behind)
@@ -490,7 +491,8 @@ local function acquire(keys, args)
     redis.call('PEXPIRE', pk_, BREAKER_TTL_MS)
     return {'granted', 'probe', 0, 0, now}
   end
-  return {'granted', '', 0, 0, now}
+  -- A plain grant answers its instant alone (an integer, not a five-element array).
+  return now
 end
 
 -- ts_release_v2
@@ -503,15 +505,15 @@ end
 -- KEYS: the lease zsets (nleases), then the pause key (only with pause_ms > 0), then the
 --       budget hash (only with the correction block), then the breaker hash and probe zset
 --       (only with a breaker).
--- Returns {now (0 when neither a pause nor a failure was given), paused_until (0 none),
---          breaker state after the release ('' none)}.
+-- Returns 0 for a plain release; otherwise {now (0 when neither a pause nor a failure was
+--          given), paused_until (0 none), breaker state after the release ('' none)}.
 local function release(keys, args)
   local member = args[1]
   if not args[2] then
     for i = 1, #keys do
       redis.call('ZREM', keys[i], member)
     end
-    return {0, 0, ''}
+    return 0
   end
   local n = tonumber(args[2])
   local pause_ms = 0
