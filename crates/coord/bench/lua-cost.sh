@@ -125,6 +125,6 @@ echo "$stats" | grep -E '^cmdstat_fcall:' | sed 's/,rejected.*//'
 printf '%s\n' "${per_batch[@]}" | sort -n | awk '{v[NR] = $1} END {printf "FCALL usec per pair over 10 batches: min %.1f, median %.1f, max %.1f\n", v[1], (v[5] + v[6]) / 2, v[NR]}'
 echo "$stats" | awk -F'[:=,]' -v pairs="$pairs" '
   /^cmdstat_fcall:/ { printf "FCALL usec per pair: %.1f\n", $5 / pairs }
-  /^cmdstat_/ && !/^cmdstat_(fcall|config|function|ping|info)/ { sub("cmdstat_", "", $1); calls[$1] = $3; usec[$1] = $5 }
+  /^cmdstat_/ && !/^cmdstat_(fcall|config|function|ping|info|command)/ { sub("cmdstat_", "", $1); calls[$1] = $3; usec[$1] = $5 }
   END { n = 0; for (c in calls) { printf "  %-18s %.2f per pair, %.1f usec per pair\n", c, calls[c] / pairs, usec[c] / pairs; n += calls[c] }
         printf "redis.call()s per pair: %.2f\n", n / pairs }'
