@@ -15,8 +15,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio::runtime::Handle;
-
 use turnstile_admission::BreakerTransition;
 use turnstile_shell::journal::Done;
 use turnstile_shell::{
@@ -38,8 +36,6 @@ pub struct StoreJournal {
     /// Replicas: a lease that leaves the driver's table without a release by its holder (TTL
     /// reclaim, an undelivered grant) is released in the shared limits too.
     coord: Option<Arc<turnstile_coord::Coordinator>>,
-    /// The service's runtime: what the journal starts runs there, not on the driver's thread.
-    runtime: Handle,
     /// Replicas: breaker transitions and pauses also go to the shared feed.
     shared_audit: SharedAudit,
 }
@@ -48,33 +44,30 @@ pub struct StoreJournal {
 /// pauses) with the other replicas' mirrors; set once the mirror exists (the driver journals
 /// from its start). Registrations and revocations reach the feed through their own writes.
 #[derive(Clone, Default)]
-pub struct SharedAudit(Arc<std::sync::OnceLock<(Arc<crate::identity::Mirror>, Handle)>>);
+pub struct SharedAudit(Arc<std::sync::OnceLock<Arc<crate::identity::Mirror>>>);
 
 impl SharedAudit {
-    /// Shares from now on through `mirror` (nothing without one), on the runtime of the caller
-    /// (the service's; the driver that calls [`SharedAudit::share`] runs on a thread of its own).
+    /// Shares from now on through `mirror` (nothing without one).
     pub fn set(&self, mirror: Option<Arc<crate::identity::Mirror>>) {
         if let Some(mirror) = mirror {
-            let _ = self.0.set((mirror, Handle::current()));
+            let _ = self.0.set(mirror);
         }
     }
 
     fn share(&self, records: &[AuditRecord]) {
-        if let Some((mirror, runtime)) = self.0.get() {
+        if let Some(mirror) = self.0.get() {
             if records.is_empty() {
                 return;
             }
             let (mirror, records) = (mirror.clone(), records.to_vec());
-            runtime.spawn(async move { mirror.share_audit(records).await });
+            tokio::spawn(async move { mirror.share_audit(records).await });
         }
     }
 }
 
 impl StoreJournal {
-    /// A journal for a driver; must be called on the service's runtime.
     pub fn new(store: StoreHandle, leases: LeaseLog, metrics: Arc<Metrics>) -> Self {
         StoreJournal {
-            runtime: Handle::current(),
             store,
             leases,
             metrics,
@@ -160,8 +153,7 @@ impl Journal for StoreJournal {
                 if let LeaseEvent::Released { token, .. } = event {
                     if let Some(held) = coord.claim(&token.to_string()) {
                         let coord = coord.clone();
-                        self.runtime
-                            .spawn(async move { coord.finish(held, 0, None, None, 0).await });
+                        tokio::spawn(async move { coord.finish(held, 0, None, None, 0).await });
                     }
                 }
             }

@@ -35,7 +35,6 @@ pub mod bootstrap;
 pub mod config;
 pub mod conn;
 pub mod data_lock;
-pub mod driver_thread;
 pub mod error;
 pub mod gate;
 pub mod identity;
