@@ -46,6 +46,9 @@ pub struct BenchProxyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Skip the streamed phase (profiling the non-streamed path alone).
+    #[arg(long)]
+    pub no_stream: bool,
 }
 
 const PROFILE: &str = r#"{
@@ -159,7 +162,9 @@ pub fn run(args: BenchProxyArgs) -> anyhow::Result<()> {
             key: Some(key.clone()),
         };
         let mut plan: Vec<(usize, bool)> = args.clients.iter().map(|c| (*c, false)).collect();
-        plan.push((1, true));
+        if !args.no_stream {
+            plan.push((1, true));
+        }
         for (clients, stream) in plan {
             let d = phase(&direct, "direct", clients, stream, args.seconds).await?;
             let p = phase(&proxied, "proxied", clients, stream, args.seconds).await?;
