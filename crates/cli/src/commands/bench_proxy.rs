@@ -73,6 +73,8 @@ struct Phase {
     first_byte_p99_ms: Option<f64>,
     /// Service CPU (ts-svc threads) per call, ms; proxied phases only.
     service_cpu_per_call_ms: Option<f64>,
+    /// The system (kernel) part of `service_cpu_per_call_ms`.
+    service_sys_cpu_per_call_ms: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -221,8 +223,11 @@ fn print(report: &Report) {
             p.p99_ms,
             p.first_byte_p50_ms
                 .map_or("-".into(), |v| format!("{v:.3}")),
-            p.service_cpu_per_call_ms
-                .map_or("-".into(), |v| format!("{v:.4} ms")),
+            match (p.service_cpu_per_call_ms, p.service_sys_cpu_per_call_ms) {
+                (Some(all), Some(sys)) => format!("{all:.4} ms ({sys:.4} sys)"),
+                (Some(all), None) => format!("{all:.4} ms"),
+                _ => "-".into(),
+            },
         );
         if p.failures > 0 {
             println!("         {} failures", p.failures);
@@ -350,7 +355,7 @@ async fn phase(
     }
     let cpu = service_cpu()
         .zip(cpu_before)
-        .map(|(after, before)| after.saturating_sub(before));
+        .map(|(after, before)| after - before);
     latencies.sort_unstable();
     first_bytes.sort_unstable();
     let calls = latencies.len() as u64;
@@ -369,7 +374,11 @@ async fn phase(
         service_cpu_per_call_ms: (name == "proxied")
             .then_some(cpu)
             .flatten()
-            .map(|cpu| cpu.as_secs_f64() * 1000.0 / calls.max(1) as f64),
+            .map(|cpu| cpu.total().as_secs_f64() * 1000.0 / calls.max(1) as f64),
+        service_sys_cpu_per_call_ms: (name == "proxied")
+            .then_some(cpu)
+            .flatten()
+            .map(|cpu| cpu.sys.as_secs_f64() * 1000.0 / calls.max(1) as f64),
     })
 }
 
@@ -383,11 +392,34 @@ async fn connect(authority: &str) -> anyhow::Result<SendRequest<Full<Bytes>>> {
     Ok(sender)
 }
 
-/// User + system CPU of the service: its runtime's threads (`ts-svc`) and its store thread
+/// CPU time of the service, user and system (kernel) apart.
+#[derive(Debug, Clone, Copy)]
+struct Cpu {
+    user: Duration,
+    sys: Duration,
+}
+
+impl Cpu {
+    fn total(self) -> Duration {
+        self.user + self.sys
+    }
+}
+
+impl std::ops::Sub for Cpu {
+    type Output = Cpu;
+    fn sub(self, before: Cpu) -> Cpu {
+        Cpu {
+            user: self.user.saturating_sub(before.user),
+            sys: self.sys.saturating_sub(before.sys),
+        }
+    }
+}
+
+/// User and system CPU of the service: its runtime's threads (`ts-svc`) and its store thread
 /// (`turnstile-store`, which commits the lease journal). Linux only.
-fn service_cpu() -> Option<Duration> {
+fn service_cpu() -> Option<Cpu> {
     let ticks_per_sec = 100.0; // USER_HZ on Linux
-    let mut total = 0u64;
+    let (mut user, mut sys) = (0u64, 0u64);
     for entry in std::fs::read_dir("/proc/self/task").ok()? {
         let Ok(entry) = entry else { continue };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
@@ -406,9 +438,13 @@ fn service_cpu() -> Option<Duration> {
         // After the comm: state is field 0; utime is field 11, stime field 12.
         let utime: u64 = fields.get(11)?.parse().ok()?;
         let stime: u64 = fields.get(12)?.parse().ok()?;
-        total += utime + stime;
+        user += utime;
+        sys += stime;
     }
-    Some(Duration::from_secs_f64(total as f64 / ticks_per_sec))
+    Some(Cpu {
+        user: Duration::from_secs_f64(user as f64 / ticks_per_sec),
+        sys: Duration::from_secs_f64(sys as f64 / ticks_per_sec),
+    })
 }
 
 /// Registers the bench profile and creates the bench principal's key.
