@@ -78,7 +78,10 @@ impl TappedStream {
             idle,
             idle_deadline,
             heartbeat,
-            timer: Box::pin(tokio::time::sleep_until(next_wake(idle_deadline, heartbeat))),
+            timer: Box::pin(tokio::time::sleep_until(next_wake(
+                idle_deadline,
+                heartbeat,
+            ))),
             tail: None,
             done: false,
         }

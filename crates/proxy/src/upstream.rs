@@ -100,9 +100,8 @@ impl std::fmt::Debug for Outbound {
 impl Outbound {
     /// Builds the parts of an upstream with base URL `base_url` (no trailing slash).
     pub fn new(format: ApiFormat, base_url: &str, api_key: Option<&str>) -> Self {
-        let uris = Endpoint::ALL.map(|endpoint| {
-            Uri::try_from(format!("{base_url}{}", endpoint.upstream_path())).ok()
-        });
+        let uris = Endpoint::ALL
+            .map(|endpoint| Uri::try_from(format!("{base_url}{}", endpoint.upstream_path())).ok());
         let credential = api_key.and_then(|key| {
             let (name, value) = match format {
                 ApiFormat::Openai => (header::AUTHORIZATION, format!("Bearer {key}")),

@@ -319,7 +319,9 @@ mod tests {
             r#"[{"prompt_tokens":1}]"#,
             r#"true"#,
         ] {
-            let body = format!(r#"{{"id":"x","choices":[{{"usage":{{"prompt_tokens":99}}}}],"usage":{usage}}}"#);
+            let body = format!(
+                r#"{{"id":"x","choices":[{{"usage":{{"prompt_tokens":99}}}}],"usage":{usage}}}"#
+            );
             let mut by_value = Usage::default();
             let document: Value = serde_json::from_str(&body).unwrap();
             if let Some(value) = document.get("usage").filter(|v| v.is_object()) {
