@@ -34,7 +34,9 @@
 //! the registrations: [`Registry::restore_spend`] then [`Registry::reinstate`] (see
 //! `controller/reinstate.rs`). Neither decides, queues or emits anything.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use foldhash::HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -238,9 +240,9 @@ impl Registry {
                     WorkspaceEntry {
                         controller,
                         current: profile_version.to_owned(),
-                        revisions: HashMap::new(),
+                        revisions: HashMap::default(),
                         revision_order: VecDeque::new(),
-                        principal_revisions: HashMap::new(),
+                        principal_revisions: HashMap::default(),
                         principal_order: VecDeque::new(),
                         principals: BTreeMap::new(),
                         history: VecDeque::new(),

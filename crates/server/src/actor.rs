@@ -1,7 +1,7 @@
 //! The acting credential of a request: the key ID (`key_…`, see [`crate::keys::key_id`]) of
 //! the API key that authenticated it.
 //!
-//! The gate ([`crate::auth::gate`]) attaches an [`ActingKey`] to every authenticated request;
+//! The gate ([`crate::gate`]) attaches an [`ActingKey`] to every authenticated request;
 //! handlers that make an admin change (profile registrations and rollbacks, key revocations)
 //! store it with the change's audit record, so the audit log says who changed what and when.
 //!

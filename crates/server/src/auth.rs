@@ -5,7 +5,7 @@
 //! malformed or unknown key is 401; a valid key that may not perform the call is 403 (see
 //! the role table, [`access`], applied by [`authorize`]).
 //!
-//! [`gate`] runs before every handler: it authenticates once, takes one of the key's
+//! The gate ([`admit`], as the [`crate::gate`] layer) runs before every handler: it authenticates once, takes one of the key's
 //! `http.max_requests_per_key` request slots for the whole request (429 `key-busy` and the
 //! connection closed past it), and on a connection of the operators' reserved slice lets only
 //! health, metrics, the OpenAPI document, the console page (`/ui`) and admin-key calls through
@@ -13,16 +13,15 @@
 
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, Request};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::AppState;
 use crate::error::ApiError;
-use crate::keys::{self, Caller};
+use crate::keys::Caller;
 use crate::metrics::Cut;
 use turnstile_shell::{Command, Standing};
 
@@ -46,8 +45,9 @@ pub fn x_api_key(headers: &HeaderMap) -> Option<&str> {
 
 /// The caller and its key hash, if the request carries a known key.
 fn authenticate(headers: &HeaderMap, state: &AppState) -> Option<([u8; 32], Caller)> {
-    let hash = keys::hash(bearer(headers).or_else(|| x_api_key(headers))?);
-    state.keys.lookup_hash(&hash).map(|caller| (hash, caller))
+    state
+        .keys
+        .authenticate(bearer(headers).or_else(|| x_api_key(headers))?)
 }
 
 impl FromRequestParts<AppState> for Caller {
@@ -100,16 +100,19 @@ const OPERATOR_PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/openapi.
 #[derive(Debug, Clone, Copy)]
 pub struct ReservedSlice;
 
-/// Authenticates once, holds a per-key request slot, and guards the reserved slice.
-pub async fn gate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+/// What the gate ([`crate::gate`]) decides before the handler runs: authenticates once, takes
+/// a per-key request slot (held until the handler answered), and guards the reserved slice.
+pub fn admit(state: &AppState, request: &mut Request) -> Admitted {
     if !path_is_utf8(request.uri().path()) {
-        return ApiError::invalid(
-            "path",
-            "the request path is not valid UTF-8 once percent-decoded",
-        )
-        .into_response();
+        return Admitted::Answered(
+            ApiError::invalid(
+                "path",
+                "the request path is not valid UTF-8 once percent-decoded",
+            )
+            .into_response(),
+        );
     }
-    let authenticated = authenticate(request.headers(), &state);
+    let authenticated = authenticate(request.headers(), state);
     if request.extensions().get::<ReservedSlice>().is_some() {
         let path = request.uri().path();
         // The console's page and assets carry no data; its API calls use the admin key.
@@ -119,23 +122,36 @@ pub async fn gate(State(state): State<AppState>, mut request: Request, next: Nex
             || matches!(authenticated, Some((_, Caller::Admin)));
         if !operator {
             state.metrics.cut(Cut::Overloaded);
-            return ApiError::Overloaded.into_response();
+            return Admitted::Answered(ApiError::Overloaded.into_response());
         }
     }
     let Some((hash, caller)) = authenticated else {
-        return next.run(request).await;
+        return Admitted::Through(None);
     };
-    let Some(_slot) = state.key_slots.take(hash) else {
+    let Some(slot) = state.key_slots.take(hash) else {
         state.metrics.cut(Cut::KeyCap);
-        return ApiError::KeyBusy("this key has http.max_requests_per_key requests in flight")
-            .into_response();
+        return Admitted::Answered(
+            ApiError::KeyBusy("this key has http.max_requests_per_key requests in flight")
+                .into_response(),
+        );
     };
     request.extensions_mut().insert(caller);
     request
         .extensions_mut()
         .insert(crate::actor::ActingKey::of_hash(&hash));
-    next.run(request).await
+    Admitted::Through(Some(slot))
 }
+
+/// What the gate decided.
+pub enum Admitted {
+    /// The handler runs; with the key's slot when a key authenticated.
+    Through(Option<KeySlot>),
+    /// The gate's own answer (the handler does not run).
+    Answered(Response),
+}
+
+/// One of a key's in-flight request slots.
+pub type KeySlot = crate::slots::Slot<[u8; 32]>;
 
 /// Every call that needs a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,11 +15,15 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use tokio::runtime::Handle;
+
 use turnstile_admission::BreakerTransition;
 use turnstile_shell::journal::Done;
-use turnstile_shell::{HeldLease, Journal, LeaseEvent, Pause, Registration, PAUSE_RECORD_SCHEMA};
+use turnstile_shell::{
+    HeldLease, Journal, LeaseEvent, LeaseToken, Pause, Registration, PAUSE_RECORD_SCHEMA,
+};
 use turnstile_store::service::{
-    AuditKind, AuditRecord, LeaseChange, LeaseLog, StoredLease, StoredProfile,
+    AuditKind, AuditRecord, LeaseChangeRef, LeaseLog, StoredLease, StoredLeaseRef, StoredProfile,
 };
 
 use crate::metrics::Metrics;
@@ -30,11 +34,12 @@ use crate::persist::{StoreHandle, StoreOp};
 pub struct StoreJournal {
     store: StoreHandle,
     leases: LeaseLog,
-    changes: Vec<LeaseChange>,
     metrics: Arc<Metrics>,
     /// Replicas: a lease that leaves the driver's table without a release by its holder (TTL
     /// reclaim, an undelivered grant) is released in the shared limits too.
     coord: Option<Arc<turnstile_coord::Coordinator>>,
+    /// The service's runtime: what the journal starts runs there, not on the driver's thread.
+    runtime: Handle,
     /// Replicas: breaker transitions and pauses also go to the shared feed.
     shared_audit: SharedAudit,
 }
@@ -43,33 +48,35 @@ pub struct StoreJournal {
 /// pauses) with the other replicas' mirrors; set once the mirror exists (the driver journals
 /// from its start). Registrations and revocations reach the feed through their own writes.
 #[derive(Clone, Default)]
-pub struct SharedAudit(Arc<std::sync::OnceLock<Arc<crate::identity::Mirror>>>);
+pub struct SharedAudit(Arc<std::sync::OnceLock<(Arc<crate::identity::Mirror>, Handle)>>);
 
 impl SharedAudit {
-    /// Shares from now on through `mirror` (nothing without one).
+    /// Shares from now on through `mirror` (nothing without one), on the runtime of the caller
+    /// (the service's; the driver that calls [`SharedAudit::share`] runs on a thread of its own).
     pub fn set(&self, mirror: Option<Arc<crate::identity::Mirror>>) {
         if let Some(mirror) = mirror {
-            let _ = self.0.set(mirror);
+            let _ = self.0.set((mirror, Handle::current()));
         }
     }
 
     fn share(&self, records: &[AuditRecord]) {
-        if let Some(mirror) = self.0.get() {
+        if let Some((mirror, runtime)) = self.0.get() {
             if records.is_empty() {
                 return;
             }
             let (mirror, records) = (mirror.clone(), records.to_vec());
-            tokio::spawn(async move { mirror.share_audit(records).await });
+            runtime.spawn(async move { mirror.share_audit(records).await });
         }
     }
 }
 
 impl StoreJournal {
+    /// A journal for a driver; must be called on the service's runtime.
     pub fn new(store: StoreHandle, leases: LeaseLog, metrics: Arc<Metrics>) -> Self {
         StoreJournal {
+            runtime: Handle::current(),
             store,
             leases,
-            changes: Vec::new(),
             metrics,
             coord: None,
             shared_audit: SharedAudit::default(),
@@ -153,14 +160,13 @@ impl Journal for StoreJournal {
                 if let LeaseEvent::Released { token, .. } = event {
                     if let Some(held) = coord.claim(&token.to_string()) {
                         let coord = coord.clone();
-                        tokio::spawn(async move { coord.finish(held, 0, None, None, 0).await });
+                        self.runtime
+                            .spawn(async move { coord.finish(held, 0, None, None, 0).await });
                     }
                 }
             }
         }
-        self.changes.clear();
-        self.changes.extend(events.into_iter().map(lease_change));
-        self.leases.append(&self.changes, done);
+        self.leases.append(events.iter().map(lease_change), done);
     }
 }
 
@@ -195,16 +201,28 @@ pub fn stored_lease(held: HeldLease) -> StoredLease {
     }
 }
 
-fn lease_change(event: LeaseEvent) -> LeaseChange {
+/// The record of a lease event, borrowed from it (no copy of its IDs).
+fn lease_change(event: &LeaseEvent) -> LeaseChangeRef<'_, LeaseToken> {
     match event {
-        LeaseEvent::Granted(held) => LeaseChange::Granted(stored_lease(held)),
-        LeaseEvent::Released { token, usage } => LeaseChange::Released {
-            token: token.to_string(),
+        LeaseEvent::Granted(held) => LeaseChangeRef::Granted(StoredLeaseRef {
+            token: &held.token,
+            workspace_id: &held.workspace,
+            principal_id: &held.principal,
+            provider_id: &held.lease.provider_id,
+            budget_id: held.lease.budget_id.as_deref(),
+            attempts: held.lease.charge.attempts,
+            tokens: held.lease.charge.tokens,
+            cost_usd: held.lease.charge.cost_usd,
+            admitted_at_ms: held.lease.admitted_at,
+            expires_at_ms: held.expires_at,
+        }),
+        LeaseEvent::Released { token, usage } => LeaseChangeRef::Released {
+            token,
             actual_tokens: usage.tokens,
             actual_cost_usd: usage.cost_usd(),
         },
-        LeaseEvent::BudgetReleased { workspace, budget } => LeaseChange::BudgetReleased {
-            workspace_id: workspace.to_string(),
+        LeaseEvent::BudgetReleased { workspace, budget } => LeaseChangeRef::BudgetReleased {
+            workspace_id: workspace,
             budget_id: budget,
         },
     }

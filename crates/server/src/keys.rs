@@ -8,10 +8,12 @@
 //! Invariant: the plaintext of a key exists only in the response (or first-start banner) that
 //! created it.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, RwLock};
 
 use sha2::{Digest, Sha256};
+
+use crate::key_cache::KeyHashCache;
 use turnstile_store::service::{KeyRole, StoredKey};
 
 /// Who an authenticated request acts as.
@@ -81,6 +83,8 @@ pub fn key_id(hash_hex: &str) -> String {
 #[derive(Debug, Default)]
 pub struct KeyRing {
     keys: RwLock<HashMap<[u8; 32], Caller>>,
+    /// The hashes of keys presented recently (`lookup` hashes a busy key once).
+    recent: KeyHashCache,
 }
 
 impl KeyRing {
@@ -128,7 +132,24 @@ impl KeyRing {
 
     /// Who `key` authenticates, if anyone.
     pub fn lookup(&self, key: &str) -> Option<Caller> {
-        self.lookup_hash(&hash(key))
+        self.authenticate(key).map(|(_, caller)| caller)
+    }
+
+    /// The hash of `key` and who it authenticates, if anyone. A key that authenticated
+    /// recently is not hashed again ([`KeyHashCache`]); who it is still comes from the ring.
+    pub fn authenticate(&self, key: &str) -> Option<([u8; 32], Caller)> {
+        let tag = self.recent.tag(key);
+        if let Some(remembered) = tag.and_then(|tag| self.recent.get(tag)) {
+            if let Some(caller) = self.lookup_hash(&remembered) {
+                return Some((remembered, caller));
+            }
+        }
+        let hash = hash(key);
+        let caller = self.lookup_hash(&hash)?;
+        if let Some(tag) = tag {
+            self.recent.remember(tag, hash);
+        }
+        Some((hash, caller))
     }
 
     /// Who the key with this hash authenticates, if anyone.
@@ -157,5 +178,38 @@ mod tests {
             })
         );
         assert_eq!(ring.lookup("tsk_wrong"), None);
+    }
+
+    #[test]
+    fn a_remembered_key_is_refused_once_revoked_and_a_wrong_key_is_never_remembered() {
+        let key = generate(KeyRole::Principal).unwrap();
+        let stored = stored(&key, KeyRole::Principal, Some("w"), Some("p"), 0);
+        let ring = KeyRing::from_stored(std::slice::from_ref(&stored));
+        let first = ring.authenticate(&key).unwrap();
+        // The second lookup is served from the cache, with the same hash and caller.
+        let tag = ring.recent.tag(&key).unwrap();
+        assert_eq!(ring.recent.get(tag), Some(first.0));
+        assert_eq!(ring.authenticate(&key), Some(first.clone()));
+        assert_eq!(first.0, hash(&key));
+        ring.remove(&stored.hash);
+        assert_eq!(ring.authenticate(&key), None);
+        // A wrong key that differs in one character is neither authenticated nor remembered.
+        let mut wrong = key.clone();
+        wrong.pop();
+        wrong.push(if key.ends_with('0') { '1' } else { '0' });
+        assert_eq!(ring.authenticate(&wrong), None);
+        assert_eq!(ring.recent.get(ring.recent.tag(&wrong).unwrap()), None);
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_tags_are_keyed_per_process() {
+        let cache = KeyHashCache::default();
+        for i in 0..(crate::key_cache::CAPACITY as u128 + 10) {
+            cache.remember(i, [0; 32]);
+        }
+        assert!(cache.get(0).is_none(), "a full cache starts over");
+        assert!(cache.get(crate::key_cache::CAPACITY as u128 + 9).is_some());
+        let other = KeyHashCache::default();
+        assert_ne!(cache.tag("tsk_same"), other.tag("tsk_same"));
     }
 }

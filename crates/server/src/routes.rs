@@ -4,12 +4,13 @@
 //! agree and that each listed route is served.
 
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::middleware::{from_fn, from_fn_with_state, Next};
+use axum::middleware::{from_fn, Next};
 use axum::response::Response;
 use axum::routing::{delete, get, post, put};
 use axum::Router;
 
-use crate::auth::{gate, ReservedSlice};
+use crate::auth::ReservedSlice;
+use crate::gate::GateLayer;
 use crate::keys::Caller;
 
 use crate::api::{
@@ -108,7 +109,7 @@ pub fn router(state: AppState, reserved: bool) -> Router {
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
-        .layer(from_fn_with_state(state.clone(), gate));
+        .layer(GateLayer::new(state.clone()));
     let router = if reserved {
         router.layer(from_fn(mark_reserved))
     } else {

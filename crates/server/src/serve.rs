@@ -43,6 +43,7 @@ use crate::metrics::Cut;
 use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, Feed, LeaseMetrics, Telemetry};
 
 use crate::data_lock::{DataDirLock, DataLockError};
+use crate::driver_thread::DriverThread;
 use crate::journal::StoreJournal;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
@@ -255,7 +256,8 @@ pub async fn start_with_telemetry(
         }
         None => None,
     };
-    let driver_task = tokio::spawn(driver.with_feed(feed.clone()).run());
+    let driver_task =
+        DriverThread::spawn(driver.with_feed(feed.clone()).run()).map_err(ServerError::Thread)?;
 
     let mut proxy = turnstile_proxy::Proxy::new(
         config.proxy.clone(),
@@ -327,7 +329,7 @@ struct AcceptParts {
     /// Replicas: the follower of the shared identity feed (stopped at shutdown).
     mirror: Option<Arc<crate::identity::Mirror>>,
     driver: DriverHandle,
-    driver_task: JoinHandle<()>,
+    driver_task: DriverThread,
     store_thread: std::thread::JoinHandle<()>,
     ready: Arc<AtomicBool>,
 }
@@ -422,7 +424,7 @@ async fn accept_loop(
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
     drop((app, operators_app));
     parts.driver.stop();
-    let _ = parts.driver_task.await;
+    parts.driver_task.join().await;
     drop(parts.driver);
     // The store thread ends once every handle is gone; wait for its last writes.
     let store_thread = parts.store_thread;

@@ -9,7 +9,7 @@
 //!
 //! Complexity: one hash lookup under a mutex per take and per drop.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
@@ -32,7 +32,7 @@ impl<K: Eq + Hash + Clone> Slots<K> {
     pub fn new(cap: usize) -> Arc<Self> {
         Arc::new(Slots {
             cap,
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::default()),
         })
     }
 

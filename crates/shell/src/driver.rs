@@ -46,7 +46,7 @@
 //! - Every decision is counted once, by the request's span (one metrics family).
 //! - Workspace and principal IDs are never logged; metrics get decisions and reasons only.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -165,8 +165,8 @@ impl Driver {
             clock,
             config,
             leases: LeaseTable::new(),
-            pending: HashMap::new(),
-            tickets: HashMap::new(),
+            pending: HashMap::default(),
+            tickets: HashMap::default(),
             journal,
             keeps_leases,
             lease_events: Vec::new(),

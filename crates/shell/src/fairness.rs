@@ -22,7 +22,7 @@
 //! - **IDs stay here.** Principal IDs leave this structure only in a [`FairnessView`], which the
 //!   service returns to authenticated callers only; never to a log line, span or metric label.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -175,7 +175,7 @@ impl FairnessWindows {
         };
         let mut total = Counts::default();
         let mut unattributed = 0u64;
-        let mut per_principal: HashMap<&Arc<str>, Counts> = HashMap::new();
+        let mut per_principal: HashMap<&Arc<str>, Counts> = HashMap::default();
         let mut minutes = Vec::with_capacity(WINDOW_MINUTES);
         for minute in oldest..=current {
             let bucket = in_window(minute);

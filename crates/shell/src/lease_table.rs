@@ -14,7 +14,9 @@
 //! leaves the table exactly once (release, reclaim, expiry), and its span ends when it leaves
 //! (the entry owns the span: ended with the release's transitions, or on drop).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
@@ -52,7 +54,12 @@ impl LeaseToken {
 
 impl std::fmt::Display for LeaseToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&hex::encode(self.0))
+        let mut digits = [0u8; 32];
+        // Cannot fail: 16 bytes are exactly 32 hex digits.
+        if hex::encode_to_slice(self.0, &mut digits).is_err() {
+            return Err(std::fmt::Error);
+        }
+        f.write_str(std::str::from_utf8(&digits).map_err(|_| std::fmt::Error)?)
     }
 }
 

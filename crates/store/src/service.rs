@@ -22,12 +22,14 @@
 //! the JSON documents the service produced, so this crate stays below `turnstile-admission`'s
 //! vocabulary changes.
 
+mod change_ref;
 mod lease_log;
 mod leases;
 mod memory;
 mod sqlite;
 mod types;
 
+pub use change_ref::{LeaseChangeRef, StoredLeaseRef};
 pub use lease_log::{
     Done as LeaseLogDone, LeaseLog, LeaseLogError, LeaseLogStats, LeaseState, Recovered,
     DEFAULT_SEGMENT_BYTES, LEASE_LOG_DIR,

@@ -42,6 +42,7 @@ mod record;
 mod state;
 mod sync;
 
+use serde::Serialize;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -355,7 +356,8 @@ impl LeaseLog {
 
     /// Appends one batch of changes, in order; `done` runs once they are durable (at once for
     /// `Process`, on the sync thread for `Machine`) or failed.
-    pub fn append(&mut self, changes: &[LeaseChange], done: Done) {
+    /// A change is a [`LeaseChange`] or its borrowed form ([`LeaseChangeRef`](crate::service::LeaseChangeRef)).
+    pub fn append<C: Serialize>(&mut self, changes: impl IntoIterator<Item = C>, done: Done) {
         match self.write_batch(changes) {
             Err(error) => done(Err(error.to_string())),
             Ok(()) => match &self.syncer {
@@ -368,13 +370,16 @@ impl LeaseLog {
         }
     }
 
-    fn write_batch(&mut self, changes: &[LeaseChange]) -> Result<(), LeaseLogError> {
+    fn write_batch<C: Serialize>(
+        &mut self,
+        changes: impl IntoIterator<Item = C>,
+    ) -> Result<(), LeaseLogError> {
         if self.broken {
             return Err(LeaseLogError::Broken);
         }
         self.buf.clear();
         for change in changes {
-            encode_line(&mut self.buf, change)?;
+            encode_line(&mut self.buf, &change)?;
         }
         if let Err(source) = (&*self.file).write_all(&self.buf) {
             self.broken = true;
