@@ -1,53 +1,97 @@
 #!/usr/bin/env bash
-# Redis time per acquire + release pair of the turnstile_v1 library on a known workload, with
-# no turnstile process at all: loads crates/coord/src/lua/turnstile_v1.lua into a fresh
-# redis-server, sends N pairs of FCALL ts_acquire_v1 / ts_release_v1 (unique members, the same
-# arguments crates/coord/src/store.rs sends) through redis-cli, and prints INFO commandstats:
-# usec per FCALL and per pair, and the redis.call()s per pair by command.
+# Redis time per acquire + release pair of the turnstile function library on a known workload,
+# with no turnstile process at all: loads crates/coord/src/lua/turnstile_v2.lua into a fresh
+# redis-server, sends N pairs of FCALL ts_acquire_v2 / ts_release_v2 (unique members, exactly
+# the keys and arguments crates/coord/src/protocol.rs sends; its unit tests pin the `conc` lane)
+# through redis-cli, and prints INFO commandstats: usec per FCALL and per pair, and the
+# redis.call()s per pair by command.
 #
 #   crates/coord/bench/lua-cost.sh [pairs] [workload]
 #
 # LIB=path/to/other.lua measures another version of the library (e.g. `git show
-# main:crates/coord/src/lua/turnstile_v1.lua > /tmp/before.lua`), to alternate before/after runs.
+# <rev>:crates/coord/src/lua/turnstile_v1.lua > /tmp/before.lua`), to alternate before/after
+# runs: a turnstile_v1 library gets the v1 protocol, as the v1 client (store.rs before v2) sent
+# it. TURNS=0 sends what a replica with `turn_window_ms = 0` sends (no fair turns); the default
+# is the default configuration (turns on, 50 ms window: two wait keys on the bench lane).
 #
 # workloads: conc   three scopes (principal, workspace, provider) with concurrency only
 #                   (the bench profile)
 #            full   the same, plus a requests-per-minute and a tokens-per-second bucket on the
-#                   provider and a token budget on the principal
+#                   provider and a token budget on the principal (release corrects it)
 #            held   conc with 3 leases held on the provider of concurrency 4 (the set near
 #                   its limit: the expired-lease sweep runs)
 set -euo pipefail
 pairs="${1:-20000}"
 workload="${2:-conc}"
 here="$(cd "$(dirname "$0")" && pwd)"
-lib="${LIB:-$here/../src/lua/turnstile_v1.lua}"
+lib="${LIB:-$here/../src/lua/turnstile_v2.lua}"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
 redis_pid=$!
 trap 'kill $redis_pid 2>/dev/null || true' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
-redis-cli -p "$port" -x FUNCTION LOAD REPLACE < "$lib" >/dev/null
-python3 - "$pairs" "$workload" > /tmp/lua-cost-$$.txt <<'PY'
+loaded="$(redis-cli -p "$port" -x FUNCTION LOAD REPLACE < "$lib")"
+case "$loaded" in turnstile_v*) ;; *) echo "FUNCTION LOAD failed: $loaded" >&2; exit 1 ;; esac
+proto=v2
+if grep -q '^#!lua name=turnstile_v1' "$lib"; then proto=v1; fi
+python3 - "$pairs" "$workload" "$proto" "${TURNS:-1}" > /tmp/lua-cost-$$.txt <<'PY'
 import sys
-pairs, workload = int(sys.argv[1]), sys.argv[2]
-W = "ts:{0123456789abcdef}:"
+pairs, workload, proto, turns = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+P = "ts:{0123456789abcdef}:"
+full = workload == "full"
 scopes = [("uaaaa", 4096), ("w", 4096), ("pbbbb", 4 if workload == "held" else 4096)]
-def acquire(member):
-    keys = [W + "pause:bbbb", W + "bud:cccc"]
+# Fair scopes: every scope but the principal's (all of them have a concurrency here).
+fair = [1, 2] if turns else []
+rpm = {"pbbbb": ("600000", "600000")} if full else {}
+tps = {"pbbbb": ("100000000", "100000000")} if full else {}
+max_tokens = {"uaaaa": "1000000000000"} if full else {}
+tokens = "100" if full else "-1"
+def acquire_v2(member):
+    keys, shape = [P + "pause:bbbb"], ["10000", "50" if fair else "-", "-"]
+    for i, (name, conc) in enumerate(scopes):
+        flags = 1 + (2 if name in rpm else 0) + (4 if name in tps else 0) \
+            + (32 if name in max_tokens else 0) + (64 if i in fair else 0)
+        keys.append(P + "lease:" + name)
+        values = [str(flags), str(conc)]
+        if name in rpm:
+            keys.append(P + "bkt:" + name + ":rpm"); values += list(rpm[name])
+        if name in tps:
+            keys.append(P + "bkt:" + name + ":tps"); values += list(tps[name])
+        if name in max_tokens:
+            values += [name, max_tokens[name]]
+        shape.append(",".join(values))
+    if max_tokens:
+        keys.append(P + "bud:cccc")
+    keys += [P + "wait:" + scopes[i][0] for i in fair]
+    args = [member, ";".join(shape)] + (["uaaaa"] if fair else []) + ([tokens, "-1"] if full else [])
+    return ["FCALL", "ts_acquire_v2", str(len(keys))] + keys + args
+def release_v2(member):
+    keys = [P + "lease:" + n for n, _ in scopes]
+    args = [member]
+    if full:
+        keys.append(P + "bud:cccc")
+        args += ["3", "0", "-", "100", "90", "0", "-1", "uaaaa"]
+    return ["FCALL", "ts_release_v2", str(len(keys))] + keys + args
+def acquire_v1(member):
+    keys = [P + "pause:bbbb", P + "bud:cccc"]
     for name, _ in scopes:
-        keys += [W + "lease:" + name, W + "bkt:" + name + ":rpm", W + "bkt:" + name + ":tps"]
-    args = [member, "10000", "3", "100" if workload == "full" else "-1", "-1", "1"]
+        keys += [P + "lease:" + name, P + "bkt:" + name + ":rpm", P + "bkt:" + name + ":tps"]
+    keys += [P + "wait:" + scopes[i][0] for i in fair]
+    args = [member, "10000", "3", tokens, "-1", "1"]
     for name, conc in scopes:
-        rpm = ["600000", "600000"] if workload == "full" and name == "pbbbb" else ["-1", "-1"]
-        tps = ["100000000", "100000000"] if workload == "full" and name == "pbbbb" else ["-1", "-1"]
-        budget = ["-1", "-1", "1000000000000"] if workload == "full" and name == "uaaaa" else ["-1", "-1", "-1"]
-        args += [name, str(conc)] + rpm + tps + budget
+        args += [name, str(conc)] + list(rpm.get(name, ("-1", "-1"))) + list(tps.get(name, ("-1", "-1")))
+        args += ["-1", "-1", max_tokens.get(name, "-1")]
+    args.append(str(len(fair)))
+    if fair:
+        args += [str(i + 1) for i in fair] + ["1", "50", P]
+    args.append("-1")
     return ["FCALL", "ts_acquire_v1", str(len(keys))] + keys + args
-def release(member):
-    keys = [W + "pause:bbbb", W + "bud:cccc"] + [W + "lease:" + n for n, _ in scopes]
-    budgeted = ["uaaaa"] if workload == "full" else []
-    args = [member, "3", "0", "100" if workload == "full" else "0", "90" if workload == "full" else "-1", "0", "-1"] + budgeted
+def release_v1(member):
+    keys = [P + "pause:bbbb", P + "bud:cccc"] + [P + "lease:" + n for n, _ in scopes]
+    args = [member, "3", "0", "100" if full else "0", "90" if full else "-1", "0", "-1"]
+    args += ["uaaaa"] if full else []
     return ["FCALL", "ts_release_v1", str(len(keys))] + keys + args
+acquire, release = (acquire_v2, release_v2) if proto == "v2" else (acquire_v1, release_v1)
 out = sys.stdout
 if workload == "held":
     for i in range(3):
@@ -76,11 +120,11 @@ for b in $(seq 0 9); do
 done
 rm -f /tmp/lua-cost-$$.txt
 stats="$(redis-cli -p "$port" INFO commandstats | tr -d '\r')"
-echo "workload $workload, $pairs pairs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "workload $workload ($proto, turns ${TURNS:-1}), $pairs pairs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$stats" | grep -E '^cmdstat_fcall:' | sed 's/,rejected.*//'
 printf '%s\n' "${per_batch[@]}" | sort -n | awk '{v[NR] = $1} END {printf "FCALL usec per pair over 10 batches: min %.1f, median %.1f, max %.1f\n", v[1], (v[5] + v[6]) / 2, v[NR]}'
 echo "$stats" | awk -F'[:=,]' -v pairs="$pairs" '
   /^cmdstat_fcall:/ { printf "FCALL usec per pair: %.1f\n", $5 / pairs }
-  /^cmdstat_/ && !/^cmdstat_(fcall|config|function|ping|info)/ { sub("cmdstat_", "", $1); calls[$1] = $3; usec[$1] = $5 }
+  /^cmdstat_/ && !/^cmdstat_(fcall|config|function|ping|info|command)/ { sub("cmdstat_", "", $1); calls[$1] = $3; usec[$1] = $5 }
   END { n = 0; for (c in calls) { printf "  %-18s %.2f per pair, %.1f usec per pair\n", c, calls[c] / pairs, usec[c] / pairs; n += calls[c] }
         printf "redis.call()s per pair: %.2f\n", n / pairs }'

@@ -3,11 +3,11 @@
 //!
 //! # Protocol
 //!
-//! - `acquire` (after the local core granted): healthy, one `ts_acquire_v1`; degraded, the
+//! - `acquire` (after the local core granted): healthy, one `ts_acquire_v2`; degraded, the
 //!   declared share alone (no Redis call). A failed or timed-out call makes the replica
 //!   degraded at once and the same admission is decided by the share, so no admission waits
 //!   on Redis for longer than the command timeout.
-//! - `release` / `forget`: one `ts_release_v1` when healthy; degraded, nothing (Redis drops
+//! - `release` / `forget`: one `ts_release_v2` when healthy; degraded, nothing (Redis drops
 //!   the lease when its liveness runs out).
 //! - The background task ([`Coordinator::run`]) probes every `probe_every` (an idle replica
 //!   notices a hung Redis within probe + timeout), renews this replica's leases every
@@ -233,8 +233,13 @@ impl Coordinator {
     /// half-open probe lease (renewed and released with the lease's other zsets).
     fn held_for(spec: &LaneSpec, member: String, probe: bool) -> HeldShared {
         let keys = WorkspaceKeys::new(&spec.workspace);
-        let mut lease_keys: Vec<String> =
-            spec.scopes.iter().map(|s| keys.leases(&s.name)).collect();
+        // The zsets the acquire wrote: scopes without a concurrency hold no lease.
+        let mut lease_keys: Vec<String> = spec
+            .scopes
+            .iter()
+            .filter(|s| s.concurrency.is_some())
+            .map(|s| keys.leases(&s.name))
+            .collect();
         if probe {
             lease_keys.push(keys.probes(&spec.provider));
         }

@@ -1,5 +1,5 @@
 //! The Redis client: one multiplexed connection (redis-rs `ConnectionManager`, reconnecting in
-//! the background), the `turnstile_v1` function library, and a hard timeout on every call.
+//! the background), the `turnstile_v2` function library, and a hard timeout on every call.
 //!
 //! Invariants:
 //! - No call waits longer than the command timeout ([`RedisStore::timeout`], 100 ms by
@@ -19,11 +19,12 @@ use turnstile_admission::Millis;
 use crate::breaker::{BreakerKeys, BreakerState, Outcome, SeenOutcomes};
 use crate::error::CoordError;
 use crate::keys::WorkspaceKeys;
+use crate::protocol::{acquire_command, release_command};
 use crate::spec::LaneSpec;
 use crate::verdict::Verdict;
 
 /// The function library (Lua), versioned by name.
-pub const LIBRARY: &str = include_str!("lua/turnstile_v1.lua");
+pub const LIBRARY: &str = include_str!("lua/turnstile_v2.lua");
 
 /// A conformance run: (rate, capacity, period ms, steps of (now, units)).
 pub type BucketRun = (u64, u64, u64, Vec<(u64, u64)>);
@@ -240,13 +241,13 @@ impl RedisStore {
     /// The server clock; the health probe. Answers whether the library had to be loaded.
     pub async fn time(&self) -> Result<(Millis, bool), CoordError> {
         let mut cmd = redis::cmd("FCALL_RO");
-        cmd.arg("ts_time_v1").arg(0);
+        cmd.arg("ts_time_v2").arg(0);
         let (value, loaded) = self.fcall(&cmd).await?;
         let now = u64::try_from(int(&value)?).map_err(|_| CoordError::Protocol("time".into()))?;
         Ok((now, loaded))
     }
 
-    /// `ts_acquire_v1` for `spec`, registering `member` with a liveness of `liveness_ms`.
+    /// `ts_acquire_v2` for `spec`, registering `member` with a liveness of `liveness_ms`.
     /// `turn_window_ms`: fair turns on the lane's shared scopes, a waiting principal counting
     /// for that long after it was last refused (`None`: first come, first served).
     pub async fn acquire(
@@ -256,67 +257,15 @@ impl RedisStore {
         liveness_ms: Millis,
         turn_window_ms: Option<Millis>,
     ) -> Result<Verdict, CoordError> {
-        let keys = WorkspaceKeys::new(&spec.workspace);
-        // Fair scopes: every scope but the principal's own (the first) with a concurrency.
-        let fair: Vec<usize> = match turn_window_ms {
-            Some(_) if !spec.scopes.is_empty() => (1..spec.scopes.len())
-                .filter(|&i| spec.scopes[i].concurrency.is_some())
-                .collect(),
-            _ => Vec::new(),
-        };
-        let breaker_keys = if spec.breaker.is_some() { 2 } else { 0 };
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg("ts_acquire_v1")
-            .arg(2 + 3 * spec.scopes.len() + fair.len() + breaker_keys);
-        cmd.arg(keys.pause(&spec.provider))
-            .arg(keys.budget(&spec.budget_id));
-        for scope in &spec.scopes {
-            cmd.arg(keys.leases(&scope.name))
-                .arg(keys.requests(&scope.name))
-                .arg(keys.tokens(&scope.name));
-        }
-        for &i in &fair {
-            cmd.arg(keys.waiting(&spec.scopes[i].name));
-        }
-        if spec.breaker.is_some() {
-            cmd.arg(keys.breaker(&spec.provider))
-                .arg(keys.probes(&spec.provider));
-        }
-        let opt = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
-        cmd.arg(member)
-            .arg(liveness_ms)
-            .arg(spec.scopes.len())
-            .arg(opt(spec.tokens))
-            .arg(opt(spec.micro_usd))
-            .arg(1);
-        for scope in &spec.scopes {
-            cmd.arg(&scope.name.0)
-                .arg(scope.concurrency.map_or(-1, i64::from))
-                .arg(opt(scope.requests.map(|b| b.rate)))
-                .arg(opt(scope.requests.map(|b| b.capacity)))
-                .arg(opt(scope.tokens.map(|b| b.rate)))
-                .arg(opt(scope.tokens.map(|b| b.capacity)))
-                .arg(opt(scope.max_attempts))
-                .arg(opt(scope.max_micro_usd))
-                .arg(opt(scope.max_tokens));
-        }
-        cmd.arg(fair.len());
-        if !fair.is_empty() {
-            for &i in &fair {
-                cmd.arg(i + 1);
-            }
-            cmd.arg(1)
-                .arg(turn_window_ms.unwrap_or(0))
-                .arg(keys.prefix());
-        }
-        match spec.breaker {
-            Some(b) => cmd
-                .arg(b.failure_threshold)
-                .arg(b.open_ms)
-                .arg(b.half_open_max_calls),
-            None => cmd.arg(-1),
-        };
+        acquire_command(&mut cmd, spec, member, liveness_ms, turn_window_ms);
         let (value, _) = self.fcall(&cmd).await?;
+        if let Value::Int(now) = value {
+            // A plain grant answers its instant alone.
+            let now =
+                u64::try_from(now).map_err(|_| CoordError::Protocol("negative time".into()))?;
+            return Ok(Verdict::Granted { now, probe: false });
+        }
         let items = array(value)?;
         let [verdict, reason, scope, instant, now] = items.as_slice() else {
             return Err(CoordError::Protocol("acquire answer".into()));
@@ -330,36 +279,19 @@ impl RedisStore {
         )
     }
 
-    /// `ts_release_v1`.
+    /// `ts_release_v2`.
     pub async fn release(&self, call: &ReleaseCall) -> Result<Released, CoordError> {
         let mut cmd = redis::cmd("FCALL");
-        let breaker_keys = if call.breaker.is_some() { 2 } else { 0 };
-        cmd.arg("ts_release_v1")
-            .arg(2 + call.lease_keys.len() + breaker_keys);
-        cmd.arg(&call.pause_key).arg(&call.budget_key);
-        for key in &call.lease_keys {
-            cmd.arg(key);
-        }
-        if let Some(b) = &call.breaker {
-            cmd.arg(&b.key).arg(&b.probes);
-        }
-        let opt = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
-        cmd.arg(&call.member)
-            .arg(call.lease_keys.len())
-            .arg(call.pause_ms)
-            .arg(call.charged_tokens)
-            .arg(opt(call.actual_tokens))
-            .arg(call.charged_micro)
-            .arg(opt(call.actual_micro));
-        if let Some(b) = &call.breaker {
-            cmd.arg("@brk")
-                .arg(call.outcome.as_str())
-                .arg(b.failure_threshold);
-        }
-        for name in &call.budget_scopes {
-            cmd.arg(name);
-        }
+        release_command(&mut cmd, call);
         let (value, _) = self.fcall(&cmd).await?;
+        if let Value::Int(_) = value {
+            // A plain release: no clock read, no pause, no breaker.
+            return Ok(Released {
+                now: 0,
+                paused_until: None,
+                breaker: None,
+            });
+        }
         let items = array(value)?;
         let (now, until, state) = match items.as_slice() {
             [now, until] => (now, until, None),
@@ -378,7 +310,7 @@ impl RedisStore {
         })
     }
 
-    /// `ts_breaker_v1`: merges the outcomes a degraded replica saw into the shared breaker (a
+    /// `ts_breaker_v2`: merges the outcomes a degraded replica saw into the shared breaker (a
     /// success first if one was seen, then the failures after the last success). Answers the
     /// state after the merge.
     pub async fn merge_breaker(
@@ -387,7 +319,7 @@ impl RedisStore {
         seen: &SeenOutcomes,
     ) -> Result<Option<BreakerState>, CoordError> {
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg("ts_breaker_v1")
+        cmd.arg("ts_breaker_v2")
             .arg(2)
             .arg(&breaker.key)
             .arg(&breaker.probes)
@@ -402,7 +334,7 @@ impl RedisStore {
         BreakerState::decode(&text(state)?)
     }
 
-    /// `ts_pause_v1`: answers the pause's end (server ms) and the server's now.
+    /// `ts_pause_v2`: answers the pause's end (server ms) and the server's now.
     pub async fn pause(
         &self,
         workspace: &str,
@@ -413,7 +345,7 @@ impl RedisStore {
         self.pause_key(&keys, &keys.pause(provider), pause_ms).await
     }
 
-    /// `ts_pause_v1` on a pause key of `keys`' workspace.
+    /// `ts_pause_v2` on a pause key of `keys`' workspace.
     pub async fn pause_key(
         &self,
         _keys: &WorkspaceKeys,
@@ -421,7 +353,7 @@ impl RedisStore {
         pause_ms: Millis,
     ) -> Result<(Millis, Millis), CoordError> {
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg("ts_pause_v1").arg(1).arg(pause_key).arg(pause_ms);
+        cmd.arg("ts_pause_v2").arg(1).arg(pause_key).arg(pause_ms);
         let (value, _) = self.fcall(&cmd).await?;
         let items = array(value)?;
         let [now, until] = items.as_slice() else {
@@ -433,7 +365,7 @@ impl RedisStore {
         ))
     }
 
-    /// `ts_renew_v1` for every batch, in one pipeline (one round trip).
+    /// `ts_renew_v2` for every batch, in one pipeline (one round trip).
     pub async fn renew(
         &self,
         batches: &[RenewBatch],
@@ -445,7 +377,7 @@ impl RedisStore {
         }
         let mut pipe = redis::pipe();
         for batch in batches {
-            let cmd = pipe.cmd("FCALL").arg("ts_renew_v1").arg(batch.keys.len());
+            let cmd = pipe.cmd("FCALL").arg("ts_renew_v2").arg(batch.keys.len());
             for key in &batch.keys {
                 cmd.arg(key);
             }
@@ -476,7 +408,7 @@ impl RedisStore {
         }
     }
 
-    /// `ts_bucket_run_v1`: the script's bucket arithmetic over `steps` of (now, units) with an
+    /// `ts_bucket_run_v2`: the script's bucket arithmetic over `steps` of (now, units) with an
     /// injected clock; per step (admitted, wait ms or -1 for never, level in whole units). The
     /// conformance hook that tests the script against `bucket.rs`; pipelined over `runs`.
     pub async fn bucket_runs(
@@ -488,7 +420,7 @@ impl RedisStore {
         for (rate, capacity, period, steps) in runs {
             let cmd = pipe
                 .cmd("FCALL")
-                .arg("ts_bucket_run_v1")
+                .arg("ts_bucket_run_v2")
                 .arg(1)
                 .arg(key)
                 .arg(*rate)

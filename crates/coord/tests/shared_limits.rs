@@ -348,3 +348,48 @@ fn a_stopped_or_killed_redis_degrades_to_the_declared_share_and_reconciles() {
         task.abort();
     });
 }
+
+/// Without fair turns (`turn_window_ms = None`) `ts_acquire_v2` gets no wait keys: the pause
+/// is read on its own and the limit still holds; a plain release frees the slot.
+#[test]
+fn without_turns_the_limit_and_the_pause_still_hold() {
+    let rt = runtime();
+    let server = RedisServer::start().unwrap();
+    rt.block_on(async {
+        let mut config = config(&server, DegradedShare::Closed);
+        config.turn_window_ms = None;
+        let a = replica_with(config).await;
+        let lane = spec("ws-nt", "alice", limits(1), "");
+        assert_eq!(
+            a.acquire(&lane, "x1", 0).await,
+            Admission::Granted(Mode::Shared)
+        );
+        assert!(matches!(
+            a.acquire(&lane, "x2", 0).await,
+            Admission::Wait {
+                reason: Reason::Concurrency,
+                mode: Mode::Shared,
+                ..
+            }
+        ));
+        assert!(a.release("x1", 0, None, None, 0).await);
+        assert_eq!(
+            a.acquire(&lane, "x2", 0).await,
+            Admission::Granted(Mode::Shared)
+        );
+        assert!(a.release("x2", 0, None, None, 0).await);
+        let keys = WorkspaceKeys::new("ws-nt");
+        assert_eq!(
+            redis_cli(
+                &server,
+                &["EXISTS", &keys.waiting(&ScopeName::provider("openai"))]
+            ),
+            "0"
+        );
+        a.pause("ws-nt", "openai", 5_000, 0).await;
+        assert!(matches!(
+            a.acquire(&lane, "x3", 0).await,
+            Admission::Paused { remaining_ms } if remaining_ms > 4_000
+        ));
+    });
+}

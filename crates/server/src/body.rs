@@ -274,6 +274,42 @@ impl<'de> Visitor<'de> for KeyVisitor {
     }
 }
 
+/// Reads the extracted body into a `T` that refuses every duplicate key itself: see
+/// [`parse_self_checked_slice`].
+pub fn parse_self_checked<T: DeserializeOwned + SelfChecked>(body: RawBody) -> Result<T, ApiError> {
+    parse_self_checked_slice(&bytes(body)?)
+}
+
+/// A body type whose derived parse refuses a duplicate key by itself, except where it read a
+/// value loosely (a lenient field that swallowed an object or an array): [`SelfChecked::
+/// read_loosely`] says when, and the body is then checked by the full parse.
+pub trait SelfChecked {
+    fn read_loosely(&self) -> bool;
+}
+
+/// [`parse_slice`] without the separate duplicate-key pass on a valid body, for a `T` whose
+/// every JSON object is a derived struct with `deny_unknown_fields` (or read with [`object`]),
+/// with no `serde_json::Value`, map or `flatten` inside: serde's derived code refuses a repeated
+/// field of such a struct by itself. A body that fails, or that `T` says it read loosely, is
+/// parsed again exactly as [`parse_slice`] does, so every answer is the same; a test holds each
+/// such `T` to it.
+pub fn parse_self_checked_slice<T: DeserializeOwned + SelfChecked>(
+    bytes: &[u8],
+) -> Result<T, ApiError> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+        if let Ok(value) = T::deserialize(&mut deserializer).and_then(|value| {
+            deserializer.end()?;
+            Ok(value)
+        }) {
+            if !value.read_loosely() {
+                return Ok(value);
+            }
+        }
+    }
+    parse_slice(bytes)
+}
+
 /// Parses a complete JSON document into `T`.
 pub fn parse_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // Serde's derived structs also accept a JSON array of positional fields; bodies are
@@ -361,19 +397,29 @@ where
         .ok_or_else(|| D::Error::custom(format!("expected a whole number >= 0, found {value}")))
 }
 
-/// Deserializes a field that must be a JSON object (not a positional array) into `T`.
+/// Deserializes a field that must be a JSON object (not a positional array) into `T`, straight
+/// from the document (no intermediate `Value`): a derived `T` then refuses a duplicate key of
+/// the object itself.
 pub fn object<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: serde::Deserializer<'de>,
-    T: DeserializeOwned,
+    T: Deserialize<'de>,
 {
-    use serde::de::Error;
-    use serde::Deserialize;
-    let value = serde_json::Value::deserialize(deserializer)?;
-    if !value.is_object() {
-        return Err(D::Error::custom("expected a JSON object"));
+    struct ObjectOnly<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectOnly<T> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
     }
-    T::deserialize(value).map_err(D::Error::custom)
+
+    deserializer.deserialize_map(ObjectOnly(std::marker::PhantomData))
 }
 
 fn classify(path: String, error: serde_json::Error) -> ApiError {
@@ -438,6 +484,35 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_admission_body_refuses_every_duplicate_without_the_extra_pass() {
+        use crate::api::admissions::AdmissionBody;
+        let bodies: [&str; 14] = [
+            r#"{"providerId":"p","budgetId":"b","estimate":{"tokens":5},"deadlineMs":10}"#,
+            r#"{"providerId":"p","budgetId":"b","estimate":{}}"#,
+            r#"{"providerId":"p","providerId":"q","budgetId":"b","estimate":{}}"#,
+            r#"{"providerId":"p","budgetId":"b","estimate":{"tokens":1,"tokens":2}}"#,
+            r#"{"providerId":"p","budgetId":"b","estimate":{"tokens":1,"\u0074okens":2}}"#,
+            r#"{"providerId":"p","budgetId":"b","estimate":{"tokens":{"a":1,"a":2}}}"#,
+            r#"{"providerId":"p","budgetId":"b","estimate":{"costUsd":[{"a":1,"a":2}]}}"#,
+            r#"{"providerId":"p","budgetId":"b","estimate":{"items":"NaN"}}"#,
+            r#"{"providerId":"p","budgetId":"b","estimate":{"bogus":1}}"#,
+            r#"{"providerId":"p","budgetId":"b","estimate":[1]}"#,
+            r#"{"providerId":"p","budgetId":"b","estimate":{},"deadlineMs":{"x":1,"x":2}}"#,
+            r#"{"providerId":"p","budgetId":"b","estimate":{},"extra":1}"#,
+            r#"["p","b",{}]"#,
+            r#"{"providerId":"p","budgetId":"b","estimate":{}} trailing"#,
+        ];
+        for body in bodies {
+            let fast = parse_self_checked_slice::<AdmissionBody>(body.as_bytes());
+            let full = parse_slice::<AdmissionBody>(body.as_bytes());
+            assert_eq!(format!("{fast:?}"), format!("{full:?}"), "{body}");
+        }
+        assert!(parse_self_checked_slice::<AdmissionBody>(bodies[3].as_bytes()).is_err());
+        assert!(parse_self_checked_slice::<AdmissionBody>(bodies[4].as_bytes()).is_err());
+        assert!(parse_self_checked_slice::<AdmissionBody>(bodies[5].as_bytes()).is_err());
     }
 
     #[test]

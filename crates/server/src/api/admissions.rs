@@ -36,6 +36,35 @@ pub struct AdmissionBody {
     pub deadline_ms: Option<Millis>,
 }
 
+impl body::SelfChecked for AdmissionBody {
+    /// A lenient estimate field reads anything that is not a number as NaN (an object or an
+    /// array among them, whose keys the derived parse did not check).
+    fn read_loosely(&self) -> bool {
+        // Destructured whole: a new estimate field must be added here.
+        let Estimate {
+            tokens,
+            cost_usd,
+            request_bytes,
+            items,
+            attempts,
+            batch_size,
+            retained_work,
+        } = &self.estimate;
+        [
+            tokens,
+            cost_usd,
+            request_bytes,
+            items,
+            attempts,
+            batch_size,
+            retained_work,
+        ]
+        .into_iter()
+        .flatten()
+        .any(|value| value.is_nan())
+    }
+}
+
 /// A granted lease.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -53,7 +82,9 @@ pub async fn acquire(
 ) -> Result<Response, ApiError> {
     authorize(&state, &caller, Operation::Acquire, None).await?;
     let (workspace, principal) = require_principal(&caller)?;
-    let request: AdmissionBody = body::parse(body)?;
+    // Every object of the body is a derived struct that refuses unknown fields (the estimate
+    // is read with `body::object`): duplicates are refused without a separate pass.
+    let request: AdmissionBody = body::parse_self_checked(body)?;
     // Held while the request waits: one key cannot fill the queues of the whole service.
     let Some(_pending) = state.pending.take((workspace.clone(), principal.clone())) else {
         state.metrics.cut(Cut::PendingCap);

@@ -1,0 +1,672 @@
+#!lua name=turnstile_v2
+-- turnstile's shared limits (crates/coord, docs/replicas.md). Library and function names carry
+-- a version: a changed contract gets new names, so replicas of two releases never call each
+-- other's functions during a rolling deploy (v2: the compact acquire / release protocol, which
+-- passes only the keys and values a lane's scopes use).
+--
+-- Every function reads the server clock (TIME) at most once; no replica's clock is ever used.
+-- Numbers are Lua doubles: every integer stays below 2^53 (the client refuses limits that could
+-- not), and every number written to Redis goes through fmt() (%.0f), never Lua's %.14g.
+--
+-- Cost (docs/performance.md, "Redis time per pair"): each key and argument passed (Redis copies
+-- them into Lua tables), each redis.call, each tonumber() of a string, string.format and table
+-- constructor costs about as much as a cheap command on the measured host. So the hot paths
+-- (acquire and release of a concurrency-only lane) make only the calls the decision needs; an
+-- acquire passes what stays the same between admissions of a lane (limits, liveness, window,
+-- breaker) as one "shape" string, decoded once and remembered (lane_of; per-call scratch such
+-- as the counts read is kept in the remembered lane: Redis runs one function at a time, and
+-- every field read is written first in the same call), and builds no table on its way to a
+-- grant.
+--
+-- Keys (all under one hash tag {W}, W = truncated sha256 of the workspace ID):
+--   ts:{W}:lease:<scope>      zset  member = lease, score = liveness expiry (server ms)
+--   ts:{W}:bkt:<scope>:rpm|tps hash l = level (units x period_ms), t = refilled at (ms)
+--   ts:{W}:pause:<provider>   string paused-until (server ms), PX = remaining pause
+--   ts:{W}:bud:<budget>       hash  <scope>:a attempts, <scope>:m micro-dollars, <scope>:t tokens
+--   ts:{W}:wait:<scope>       zset  member = principal scope (u<h>), score = last seen waiting (ms)
+--   ts:{W}:brk:<provider>     hash  s = c|o|h (closed, open, half-open), f = failures, o = opened at
+--   ts:{W}:probe:<provider>   zset  member = lease, score = liveness expiry: half-open probe leases
+
+-- A number written to Redis, as '%.0f' writes it. Every number the scripts write is an
+-- integer below 2^53, for which '%d' writes the same digits at a third of the cost ('%.0f'
+-- goes through glibc's multi-precision arithmetic); anything else still goes through '%.0f'.
+local function fmt(x)
+  if x == math.floor(x) and x < 9007199254740992 and x > -9007199254740992 then
+    return string.format('%d', x)
+  end
+  return string.format('%.0f', x)
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The core's TokenBucket (crates/admission/src/bucket.rs): level scaled by period, lazy
+-- refill only when now is later than the last refill, capped at capacity x period. A missing
+-- key is a full bucket refilled now (the core's buckets start full).
+local function bucket_load(key, rate, cap, period, now)
+  local v = redis.call('HMGET', key, 'l', 't')
+  local full = cap * period
+  local level, at
+  if v[1] then
+    level = math.min(tonumber(v[1]), full)
+    at = tonumber(v[2])
+  else
+    level = full
+    at = now
+  end
+  if now > at then
+    level = math.min(level + (now - at) * rate, full)
+    at = now
+  end
+  return level, at
+end
+
+-- Milliseconds until `need` scaled units are there; -1 if never.
+local function bucket_wait(level, need, rate, cap, period)
+  if need > cap * period or rate == 0 then
+    return -1
+  end
+  local deficit = need - level
+  if deficit <= 0 then
+    return 0
+  end
+  return math.ceil(deficit / rate)
+end
+
+-- One admission's look at a bucket: the core's refill, then has(units). Answers
+-- (admitted, level after taking, refilled at, wait ms if not admitted: -1 never).
+local function bucket_try(key, rate, cap, period, units, now)
+  local level, at = bucket_load(key, rate, cap, period, now)
+  local need = units * period
+  if level >= need then
+    return true, level - need, at, 0
+  end
+  return false, level, at, bucket_wait(level, need, rate, cap, period)
+end
+
+-- Writes a bucket; it expires when it would be full again (a missing bucket is full).
+local function bucket_store(key, level, at, rate, cap, period)
+  redis.call('HSET', key, 'l', fmt(level), 't', fmt(at))
+  if rate > 0 then
+    local ttl = math.ceil((cap * period - level) / rate) + 1000
+    redis.call('PEXPIRE', key, fmt(ttl))
+  end
+end
+
+-- Fair turns across replicas (docs/replicas.md, "Fairness across replicas"). A contended scope
+-- (one shared by several principals: workspace, provider) keeps a zset of the principals
+-- waiting for it, scored by when each was last seen waiting (server ms); entries older than
+-- the window are dropped. A request whose principal holds more live leases than some other
+-- waiting principal is refused with `turn`, so the next free slot goes to the principal
+-- furthest behind (equal shares: fewest held), whichever replica its waiter polls from. A
+-- principal's holding is the live count of its principal-scope lease zset (all its leases in
+-- the workspace), read at ts:{W}:lease:<principal>: derived from the wait key's hash tag, so
+-- it is in the call's slot.
+local function live_count(key, now)
+  return redis.call('ZCOUNT', key, '(' .. fmt(now), '+inf')
+end
+
+local function fair_prune(wk, window, now)
+  redis.call('ZREMRANGEBYSCORE', wk, '-inf', '(' .. fmt(now - window))
+end
+
+local function fair_note_waiting(wk, principal, window, now)
+  redis.call('ZADD', wk, fmt(now), principal)
+  redis.call('PEXPIRE', wk, fmt(math.max(window * 4, 1000)))
+end
+
+-- Whether `principal` (holding `mine`) must let another waiting principal go first.
+local function fair_behind_other(wk, prefix, principal, mine, now)
+  local waiting = redis.call('ZRANGE', wk, 0, -1)
+  for _, other in ipairs(waiting) do
+    if other ~= principal and live_count(prefix .. 'lease:' .. other, now) < mine then
+      return true
+    end
+  end
+  return false
+end
+
+-- Whether `principal`, refused by a full fair scope, has the next turn (no other waiting
+-- principal holds fewer): its waiters poll faster, so the slot freed on another replica is
+-- not left idle for a whole poll interval.
+local function fair_next(wk, own_leases, prefix, principal, window, now)
+  fair_prune(wk, window, now)
+  return not fair_behind_other(wk, prefix, principal, live_count(own_leases, now), now)
+end
+
+-- The shared breaker of a provider lane, with the core's semantics (crates/admission,
+-- breaker.rs): closed counts failures, at the threshold it opens for open_ms; the first look
+-- after that moves it to half-open, where at most max_probes probe leases are held (a probe is
+-- a lease in the probe zset, with the lease's liveness: a dead holder's probe expires); a
+-- success closes it from any state and resets the count; a failure at or past the threshold
+-- opens it again. State: hash s (c/o/h), f (failures), o (opened at, server ms).
+local BREAKER_TTL_MS = 86400000
+
+-- Answers 'pass' (closed), 'probe' (half-open with a free probe slot), 'open' with the
+-- reopening instant, or 'busy' (every probe slot held) with the first probe's expiry.
+local function breaker_gate(bk, pk, open_ms, max_probes, now)
+  local v = redis.call('HMGET', bk, 's', 'o')
+  local state = v[1] or 'c'
+  if state == 'o' then
+    local reopens = tonumber(v[2] or '0') + open_ms
+    if now < reopens then return 'open', reopens end
+    redis.call('HSET', bk, 's', 'h')
+    state = 'h'
+  end
+  if state == 'h' then
+    redis.call('ZREMRANGEBYSCORE', pk, '-inf', fmt(now))
+    if redis.call('ZCARD', pk) >= max_probes then
+      local first = redis.call('ZRANGE', pk, 0, 0, 'WITHSCORES')
+      return 'busy', tonumber(first[2] or '0')
+    end
+    return 'probe', 0
+  end
+  return 'pass', 0
+end
+
+-- Records one outcome ('success' or 'failure'); answers the state after it.
+local function breaker_record(bk, pk, outcome, threshold, now)
+  if outcome == 'success' then
+    local v = redis.call('HMGET', bk, 's', 'f')
+    local state = v[1]
+    -- Closed with no failure counted (the common case): nothing to write.
+    if (not state or state == 'c') and (not v[2] or v[2] == '0') then return 'c' end
+    redis.call('HSET', bk, 's', 'c', 'f', '0')
+    redis.call('PEXPIRE', bk, BREAKER_TTL_MS)
+    if state and state ~= 'c' then redis.call('DEL', pk) end
+    return 'c'
+  end
+  if outcome ~= 'failure' then
+    return redis.call('HGET', bk, 's') or 'c'
+  end
+  local f = redis.call('HINCRBY', bk, 'f', 1)
+  local state = redis.call('HGET', bk, 's') or 'c'
+  if f >= threshold and state ~= 'o' then
+    redis.call('HSET', bk, 's', 'o', 'o', fmt(now))
+    state = 'o'
+  end
+  redis.call('PEXPIRE', bk, BREAKER_TTL_MS)
+  return state
+end
+
+-- ts_acquire_v2
+-- ARGV: member, the lane's shape (below), then the principal scope's name when some scope has
+--       fair turns, then tokens (-1 none) and micro-dollars (-1 none) when some scope has a
+--       bucket or a budget.
+-- The shape: what stays the same from one admission of a lane to the next, in one string
+-- (decoded once per distinct string, then remembered: lane_of()):
+--       liveness_ms;window_ms (- no fair turns);threshold,open_ms,max_probes (- no breaker)
+--       then ';' and per scope its flags (the sum of: 1 concurrency, 2 requests-per-minute
+--       bucket, 4 tokens-per-second bucket, 8 attempts budget, 16 money budget, 32 token
+--       budget, 64 fair turns) followed by ',' and the values the flags announce, in this
+--       order: concurrency; rpm rate, rpm capacity; tps rate, tps capacity; the scope's name
+--       (any budget flag), max attempts, max micro-dollars, max tokens (each only with its
+--       flag). E.g. '10000;50;-;1,4096;65,4096;65,4096'.
+-- KEYS: pause, then per scope the keys its flags announce: lease zset (1), rpm bucket (2), tps
+--       bucket (4); then the budget hash when some scope has a budget flag; then one wait zset
+--       per fair scope, in scope order; then the breaker hash and probe zset when the lane has
+--       a breaker. The principal's lease zset and the other waiting principals' are derived
+--       from the key prefix 'ts:{W}:' of the pause key (same hash tag, same slot).
+-- Returns now (an integer) for a plain grant; otherwise {verdict, reason, scope index,
+-- instant, now}:
+--   granted  probe 0 0 now                     (the lease is the half-open probe)
+--   defer    concurrency|requests-per-minute|tokens-per-second|circuit-open  i  wake_at (0 unknown)  now
+--            (a full fair scope answers -i when this principal has the next turn)
+--   turn     concurrency  i 0 now               (another waiting principal is further behind)
+--   paused   retry-after 0 paused_until now
+--   open     circuit-open 0 reopens_at now
+--   reject   attempts|cost|tokens|tokens-per-second  i 0 now
+-- Check order as the core's tryAdmit: concurrency (and turns), pause, breaker, budgets,
+-- buckets; all or nothing. A member is never sent twice (each acquire of a replica has a fresh
+-- member, and neither the client nor redis-rs re-sends an FCALL that may have run), so there is
+-- no idempotency check: the member written is always new.
+local CONC, RPM, TPS, MAX_A, MAX_M, MAX_T, FAIR = 1, 2, 4, 8, 16, 32, 64
+
+local function has(f, flag)
+  return math.floor(f / flag) % 2 == 1
+end
+
+-- Decodes a shape (see above) into a lane: per scope its limits and the index in KEYS of each
+-- of its keys (false: none).
+local function decode_lane(shape)
+  local parts = {}
+  for part in string.gmatch(shape, '[^;]+') do parts[#parts + 1] = part end
+  local lane = {
+    liveness = tonumber(parts[1]), window = tonumber(parts[2]) or 0, threshold = -1,
+    n = #parts - 3, nfair = 0, budgets = false, buckets = false,
+    lease = {}, conc = {}, held = {}, rkey = {}, rrate = {}, rcap = {}, tkey = {}, trate = {},
+    tcap = {}, name = {}, maxa = {}, maxm = {}, maxt = {}, wait = {}, bud = false, brk = false,
+  }
+  if parts[3] ~= '-' then
+    local b = {}
+    for v in string.gmatch(parts[3], '[^,]+') do b[#b + 1] = tonumber(v) end
+    lane.threshold, lane.open_ms, lane.probes = b[1], b[2], b[3]
+  end
+  local k = 2
+  for i = 1, lane.n do
+    local v = {}
+    for x in string.gmatch(parts[3 + i], '[^,]+') do v[#v + 1] = x end
+    local f, a = tonumber(v[1]), 2
+    lane.lease[i], lane.rkey[i], lane.tkey[i], lane.wait[i] = false, false, false, false
+    lane.maxa[i], lane.maxm[i], lane.maxt[i] = -1, -1, -1
+    if has(f, CONC) then
+      lane.lease[i], lane.conc[i], k, a = k, tonumber(v[a]), k + 1, a + 1
+    end
+    if has(f, RPM) then
+      lane.rkey[i], lane.rrate[i], lane.rcap[i] = k, tonumber(v[a]), tonumber(v[a + 1])
+      k, a, lane.buckets = k + 1, a + 2, true
+    end
+    if has(f, TPS) then
+      lane.tkey[i], lane.trate[i], lane.tcap[i] = k, tonumber(v[a]), tonumber(v[a + 1])
+      k, a, lane.buckets = k + 1, a + 2, true
+    end
+    if has(f, MAX_A) or has(f, MAX_M) or has(f, MAX_T) then
+      lane.name[i], a, lane.budgets = v[a], a + 1, true
+      if has(f, MAX_A) then lane.maxa[i], a = tonumber(v[a]), a + 1 end
+      if has(f, MAX_M) then lane.maxm[i], a = tonumber(v[a]), a + 1 end
+      if has(f, MAX_T) then lane.maxt[i], a = tonumber(v[a]), a + 1 end
+    end
+    if has(f, FAIR) then
+      lane.nfair = lane.nfair + 1
+      lane.wait[i] = lane.nfair
+    end
+  end
+  if lane.budgets then
+    lane.bud, k = k, k + 1
+  end
+  lane.wait0 = k
+  for i = 1, lane.n do
+    if lane.wait[i] then lane.wait[i] = k + lane.wait[i] - 1 end
+  end
+  k = k + lane.nfair
+  if lane.threshold >= 0 then lane.brk = k end
+  return lane
+end
+
+-- Lanes by shape; bounded: starts over past LANES_MAX distinct shapes.
+local LANES_MAX = 1024
+local lanes, nlanes = {}, 0
+local function lane_of(shape)
+  local lane = lanes[shape]
+  if lane == nil then
+    lane = decode_lane(shape)
+    if nlanes >= LANES_MAX then
+      lanes, nlanes = {}, 0
+    end
+    lanes[shape] = lane
+    nlanes = nlanes + 1
+  end
+  return lane
+end
+
+-- 'ts:{W}:' of a key of the workspace.
+local function prefix_of(key)
+  return string.sub(key, 1, string.find(key, '}', 1, true) + 1)
+end
+
+local function acquire(keys, args)
+  local member = args[1]
+  local L = lane_of(args[2])
+  local n = L.n
+  local a = 3
+  local principal, window, prefix, own = '', L.window, '', ''
+  if L.nfair > 0 then
+    principal, a = args[3], 4
+  end
+  local tokens, micro = -1, -1
+  if L.budgets or L.buckets then
+    tokens, micro = tonumber(args[a]), tonumber(args[a + 1])
+  end
+  local now = now_ms()
+  -- Concurrency.
+  local held_ = L.held
+  for i = 1, n do
+    local ki = L.lease[i]
+    if ki then
+      local lk, conc = keys[ki], L.conc[i]
+      -- Expired leases matter only at the limit: drop them then (a set below its limit holds
+      -- fewer members than the limit, expired or not), and count again only then.
+      local held = redis.call('ZCARD', lk)
+      if held >= conc then
+        if redis.call('ZREMRANGEBYSCORE', lk, '-inf', now) > 0 then
+          held = redis.call('ZCARD', lk)
+        end
+      end
+      if held >= conc then
+        local index = i
+        if L.wait[i] then
+          local wk = keys[L.wait[i]]
+          prefix = prefix_of(keys[1])
+          fair_note_waiting(wk, principal, window, now)
+          if fair_next(wk, prefix .. 'lease:' .. principal, prefix, principal, window, now) then
+            index = -i
+          end
+        end
+        local first = redis.call('ZRANGE', lk, 0, 0, 'WITHSCORES')
+        local wake = 0
+        if first[2] then wake = tonumber(first[2]) end
+        return {'defer', 'concurrency', index, wake, now}
+      end
+      held_[i] = held
+    end
+  end
+  -- Turns: every scope has room; a contended one goes to the principal furthest behind. Then
+  -- the pause. Neither a wait set nor a pause (uncontended, not paused: the common case): one
+  -- EXISTS over all of them answers both.
+  local alive
+  local quiet = L.nfair > 0
+    and redis.call('EXISTS', keys[1], unpack(keys, L.wait0, L.wait0 + L.nfair - 1)) == 0
+  if L.nfair > 0 and not quiet then
+    alive = {}
+    prefix = prefix_of(keys[1])
+    local mine = -1
+    for i = 1, n do
+      if L.wait[i] then
+        local wk = keys[L.wait[i]]
+        if redis.call('ZCARD', wk) > 0 then
+          fair_prune(wk, window, now)
+          if redis.call('ZCARD', wk) > 0 then
+            alive[i] = true
+            if mine < 0 then mine = live_count(prefix .. 'lease:' .. principal, now) end
+            if fair_behind_other(wk, prefix, principal, mine, now) then
+              fair_note_waiting(wk, principal, window, now)
+              return {'turn', 'concurrency', i, 0, now}
+            end
+          end
+        end
+      end
+    end
+  end
+  if not quiet then
+    local paused = redis.call('GET', keys[1])
+    if paused then
+      paused = tonumber(paused)
+      if paused > now then
+        return {'paused', 'retry-after', 0, paused, now}
+      end
+    end
+  end
+  local probe = false
+  local bk_, pk_
+  if L.brk then
+    bk_, pk_ = keys[L.brk], keys[L.brk + 1]
+    local gate, at = breaker_gate(bk_, pk_, L.open_ms, L.probes, now)
+    if gate == 'open' then return {'open', 'circuit-open', 0, at, now} end
+    -- Probes busy: no instant (a probe's release may come any time; waiters poll).
+    if gate == 'busy' then return {'defer', 'circuit-open', 0, 0, now} end
+    probe = gate == 'probe'
+  end
+  -- Budgets: every line the lane reads, in one HMGET; `lines` keeps (field, spent + charge)
+  -- for the commit.
+  local lines
+  if L.budgets then
+    local fields, checks = {}, {}
+    for i = 1, n do
+      local name = L.name[i]
+      if L.maxa[i] >= 0 then
+        fields[#fields + 1] = name .. ':a'
+        checks[#checks + 1] = {i, L.maxa[i], 1, 'attempts', true}
+      end
+      if L.maxm[i] >= 0 and micro >= 0 then
+        fields[#fields + 1] = name .. ':m'
+        checks[#checks + 1] = {i, L.maxm[i], micro, 'cost', micro > 0}
+      end
+      if L.maxt[i] >= 0 and tokens >= 0 then
+        fields[#fields + 1] = name .. ':t'
+        checks[#checks + 1] = {i, L.maxt[i], tokens, 'tokens', tokens > 0}
+      end
+    end
+    if #fields > 0 then
+      lines = {}
+      local spent = redis.call('HMGET', keys[L.bud], unpack(fields))
+      for j, c in ipairs(checks) do
+        local s = tonumber(spent[j] or '0')
+        if s + c[3] > c[2] then return {'reject', c[4], c[1], 0, now} end
+        if c[5] then lines[#lines + 1] = {fields[j], s + c[3]} end
+      end
+    end
+  end
+  local pending
+  if L.buckets then
+    local units = math.max(tokens, 0)
+    pending = {}
+    for i = 1, n do
+      if L.rkey[i] then
+        local rk, r_rate, r_cap = keys[L.rkey[i]], L.rrate[i], L.rcap[i]
+        local ok, level, at, wait = bucket_try(rk, r_rate, r_cap, 60000, 1, now)
+        if not ok then
+          local wake = 0
+          if wait >= 0 then wake = now + wait end
+          return {'defer', 'requests-per-minute', i, wake, now}
+        end
+        pending[#pending + 1] = {rk, level, at, r_rate, r_cap, 60000}
+      end
+      if L.tkey[i] then
+        local tk, t_rate, t_cap = keys[L.tkey[i]], L.trate[i], L.tcap[i]
+        local ok, level, at, wait = bucket_try(tk, t_rate, t_cap, 1000, units, now)
+        if not ok then
+          if wait < 0 then return {'reject', 'tokens-per-second', i, 0, now} end
+          return {'defer', 'tokens-per-second', i, now + wait, now}
+        end
+        pending[#pending + 1] = {tk, level, at, t_rate, t_cap, 1000}
+      end
+    end
+  end
+  -- Commit.
+  local score = fmt(now + L.liveness)
+  for i = 1, n do
+    if L.lease[i] then redis.call('ZADD', keys[L.lease[i]], score, member) end
+  end
+  -- The budget lines charged (spent + charge, read above in this same call), in one HSET.
+  if lines and #lines > 0 then
+    local hset = {}
+    for _, l in ipairs(lines) do
+      hset[#hset + 1] = l[1]
+      hset[#hset + 1] = fmt(l[2])
+    end
+    redis.call('HSET', keys[L.bud], unpack(hset))
+    redis.call('PEXPIRE', keys[L.bud], 86400000)
+  end
+  if pending then
+    for _, p in ipairs(pending) do
+      bucket_store(p[1], p[2], p[3], p[4], p[5], p[6])
+    end
+  end
+  -- A grant in a contended scope (someone is waiting, or this grant fills it: the member is
+  -- new, so the set now holds held + 1) keeps the principal's entry fresh too: a principal
+  -- whose clients come straight back for the slot they just released is still in the race, so
+  -- a faster poller holding more cannot take that slot in the gap between its release and its
+  -- next request.
+  if L.nfair > 0 then
+    for i = 1, n do
+      if L.wait[i] and ((alive and alive[i]) or not L.lease[i] or held_[i] + 1 >= L.conc[i]) then
+        fair_note_waiting(keys[L.wait[i]], principal, window, now)
+      end
+    end
+  end
+  if probe then
+    redis.call('ZADD', pk_, score, member)
+    redis.call('PEXPIRE', pk_, BREAKER_TTL_MS)
+    return {'granted', 'probe', 0, 0, now}
+  end
+  -- A plain grant answers its instant alone (an integer, not a five-element array).
+  return now
+end
+
+-- ts_release_v2
+-- ARGV: member; nothing else for a plain release (every key is a lease zset). Otherwise:
+--       nleases, pause_ms (0 none), breaker outcome ('-' the lane has no shared breaker;
+--       success|failure|none), then the breaker threshold (only with a breaker); then, when
+--       budget lines are to be corrected: charged_tokens, actual_tokens (-1 none),
+--       charged_micro, actual_micro (-1 none), the names of the scopes whose budgets were
+--       charged.
+-- KEYS: the lease zsets (nleases), then the pause key (only with pause_ms > 0), then the
+--       budget hash (only with the correction block), then the breaker hash and probe zset
+--       (only with a breaker).
+-- Returns 0 for a plain release; otherwise {now (0 when neither a pause nor a failure was
+--          given), paused_until (0 none), breaker state after the release ('' none)}.
+local function release(keys, args)
+  local member = args[1]
+  if not args[2] then
+    for i = 1, #keys do
+      redis.call('ZREM', keys[i], member)
+    end
+    return 0
+  end
+  local n = tonumber(args[2])
+  local pause_ms = 0
+  if args[3] ~= '0' then pause_ms = tonumber(args[3]) end
+  local outcome, threshold, a = args[4], -1, 5
+  if outcome ~= '-' then
+    threshold, a = tonumber(args[5]), 6
+  end
+  local k = n + 1
+  local pause_key
+  if pause_ms > 0 then
+    pause_key, k = keys[k], k + 1
+  end
+  local bud_key
+  if args[a] then
+    bud_key, k = keys[k], k + 1
+  end
+  -- The clock is read only for a pause or a failure (otherwise the release answers now = 0).
+  local now = 0
+  if pause_ms > 0 or (threshold >= 0 and outcome == 'failure') then now = now_ms() end
+  for i = 1, n do
+    redis.call('ZREM', keys[i], member)
+  end
+  local state = ''
+  if threshold >= 0 then
+    redis.call('ZREM', keys[k + 1], member)
+    state = breaker_record(keys[k], keys[k + 1], outcome, threshold, now)
+  end
+  -- Settle: each existing line of the charged scopes becomes max(line - charged, 0) + actual,
+  -- read in one HMGET and written in one HSET.
+  if bud_key then
+    local ct, at_, cm, am = tonumber(args[a]), tonumber(args[a + 1]), tonumber(args[a + 2]), tonumber(args[a + 3])
+    local names = a + 4
+    if (at_ >= 0 or am >= 0) and #args >= names then
+      local fields, charged, actual = {}, {}, {}
+      for j = names, #args do
+        if at_ >= 0 then
+          fields[#fields + 1] = args[j] .. ':t'; charged[#fields] = ct; actual[#fields] = at_
+        end
+        if am >= 0 then
+          fields[#fields + 1] = args[j] .. ':m'; charged[#fields] = cm; actual[#fields] = am
+        end
+      end
+      local cur = redis.call('HMGET', bud_key, unpack(fields))
+      local hset = {}
+      for j = 1, #fields do
+        if cur[j] then
+          hset[#hset + 1] = fields[j]
+          hset[#hset + 1] = fmt(math.max(tonumber(cur[j]) - charged[j], 0) + actual[j])
+        end
+      end
+      if #hset > 0 then redis.call('HSET', bud_key, unpack(hset)) end
+    end
+  end
+  local until_ = 0
+  if pause_ms > 0 then
+    until_ = now + pause_ms
+    local cur = tonumber(redis.call('GET', pause_key) or '0')
+    if cur >= until_ then
+      until_ = cur
+    else
+      redis.call('SET', pause_key, fmt(until_), 'PX', fmt(pause_ms))
+    end
+  end
+  return {now, until_, state}
+end
+
+-- ts_breaker_v2: KEYS breaker hash, probe zset; ARGV threshold, success_seen (0/1), failures.
+-- The merge of the outcomes a degraded replica saw (its local breaker applied meanwhile): a
+-- success first (it closes and resets), then the failures after the last success, one by one
+-- as releases would have counted them. Returns {now, state}.
+local function breaker_merge(keys, args)
+  local threshold = tonumber(args[1])
+  local now = now_ms()
+  local state = redis.call('HGET', keys[1], 's') or 'c'
+  if args[2] == '1' then state = breaker_record(keys[1], keys[2], 'success', threshold, now) end
+  for _ = 1, tonumber(args[3]) do
+    state = breaker_record(keys[1], keys[2], 'failure', threshold, now)
+  end
+  return {now, state}
+end
+
+-- ts_pause_v2: KEYS pause; ARGV pause_ms. Monotonic: a shorter pause never shortens a longer
+-- one. Returns {now, paused_until}.
+local function pause(keys, args)
+  local ms = tonumber(args[1])
+  local now = now_ms()
+  local until_ = now + ms
+  local cur = tonumber(redis.call('GET', keys[1]) or '0')
+  if cur >= until_ then
+    return {now, cur}
+  end
+  if ms > 0 then
+    redis.call('SET', keys[1], fmt(until_), 'PX', fmt(ms))
+  end
+  return {now, until_}
+end
+
+-- ts_renew_v2: KEYS the lease zsets; ARGV liveness_ms, mode ('xx' renew only what is there,
+-- 'add' re-register after a loss), then pairs (key index, member). One call per workspace
+-- renews all of this replica's leases in it. Returns {now, members written}.
+local function renew(keys, args)
+  local liveness = tonumber(args[1])
+  local mode = args[2]
+  local now = now_ms()
+  local score = fmt(now + liveness)
+  local written = 0
+  for j = 3, #args, 2 do
+    local key = keys[tonumber(args[j])]
+    if mode == 'xx' then
+      written = written + redis.call('ZADD', key, 'XX', 'CH', score, args[j + 1])
+    else
+      redis.call('ZADD', key, score, args[j + 1])
+      written = written + 1
+    end
+  end
+  return {now, written}
+end
+
+-- ts_bucket_run_v2: the conformance hook of the bucket arithmetic (crates/coord/tests). Runs
+-- bucket_try / bucket_store, exactly as ts_acquire_v2 does, over a sequence of (now, units)
+-- steps with an injected clock, on KEYS[1], which it deletes afterwards.
+-- ARGV: rate, capacity, period, then pairs (now, units). Returns per step {admitted (1/0),
+-- wait ms (-1 never; 0 when admitted), level in whole units after the step}.
+local function bucket_run(keys, args)
+  local rate, cap, period = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
+  local out = {}
+  for j = 4, #args, 2 do
+    local now, units = tonumber(args[j]), tonumber(args[j + 1])
+    local ok, level, at, wait = bucket_try(keys[1], rate, cap, period, units, now)
+    if ok then
+      bucket_store(keys[1], level, at, rate, cap, period)
+      out[#out + 1] = 1
+      out[#out + 1] = 0
+    else
+      out[#out + 1] = 0
+      out[#out + 1] = wait
+    end
+    out[#out + 1] = (level - math.fmod(level, period)) / period
+  end
+  redis.call('DEL', keys[1])
+  return out
+end
+
+-- ts_time_v2: the server clock (the replicas' health probe).
+local function time(keys, args)
+  return now_ms()
+end
+
+redis.register_function('ts_acquire_v2', acquire)
+redis.register_function('ts_release_v2', release)
+redis.register_function('ts_pause_v2', pause)
+redis.register_function('ts_breaker_v2', breaker_merge)
+redis.register_function('ts_renew_v2', renew)
+redis.register_function('ts_bucket_run_v2', bucket_run)
+redis.register_function{function_name = 'ts_time_v2', callback = time, flags = {'no-writes'}}

@@ -1,0 +1,374 @@
+//! The compact call protocol of `ts_acquire_v2` and `ts_release_v2` (library `turnstile_v2`,
+//! `lua/turnstile_v2.lua`): which keys and arguments one admission and one release send.
+//!
+//! Redis's time per `FCALL` grows with every key and argument passed (each is copied into a
+//! Lua table) and with every `tonumber` the script needs, so a call passes only what the
+//! lane's scopes use: bucket, budget, wait and breaker keys only when configured; the lane's
+//! limits as one shape string ([`lane_shape`]: per scope a flags word, [`ScopeFlags`], and the
+//! values those flags announce), which the script decodes once per distinct shape; a plain
+//! release passes its lease keys and the member, nothing else.
+//!
+//! Invariants:
+//! - The keys and values are in exactly the order the Lua header of each function documents;
+//!   a change to either side is a change of contract and gets new function names.
+//! - Scope indices in the answers are the positions in `LaneSpec::scopes` (1-based), as in v1.
+//! - A release names only lease zsets the acquire wrote (scopes with a concurrency, plus the
+//!   probe zset of a probe lease): see `Coordinator::held_for`.
+
+use redis::Cmd;
+use turnstile_admission::Millis;
+
+use crate::keys::WorkspaceKeys;
+use crate::spec::{LaneSpec, ScopeLimits};
+use crate::store::ReleaseCall;
+
+/// The per-scope flags word of `ts_acquire_v2`: which values (and keys) follow for a scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScopeFlags(pub u8);
+
+impl ScopeFlags {
+    pub const CONCURRENCY: u8 = 1;
+    pub const REQUESTS: u8 = 2;
+    pub const TOKENS: u8 = 4;
+    pub const MAX_ATTEMPTS: u8 = 8;
+    pub const MAX_MICRO: u8 = 16;
+    pub const MAX_TOKENS: u8 = 32;
+    pub const FAIR: u8 = 64;
+
+    /// The flags of `scope`; `fair`: the scope takes part in fair turns.
+    pub fn of(scope: &ScopeLimits, fair: bool) -> Self {
+        let mut flags = 0;
+        let mut set = |on: bool, flag: u8| {
+            if on {
+                flags |= flag;
+            }
+        };
+        set(scope.concurrency.is_some(), Self::CONCURRENCY);
+        set(scope.requests.is_some(), Self::REQUESTS);
+        set(scope.tokens.is_some(), Self::TOKENS);
+        set(scope.max_attempts.is_some(), Self::MAX_ATTEMPTS);
+        set(scope.max_micro_usd.is_some(), Self::MAX_MICRO);
+        set(scope.max_tokens.is_some(), Self::MAX_TOKENS);
+        set(fair, Self::FAIR);
+        ScopeFlags(flags)
+    }
+}
+
+fn signed(v: Option<u64>) -> i64 {
+    v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// Fills `cmd` (an `FCALL`) with `ts_acquire_v2` for `spec`. Fair turns: every scope but the
+/// principal's own (the first) with a concurrency, when `turn_window_ms` is set.
+pub fn acquire_command(
+    cmd: &mut Cmd,
+    spec: &LaneSpec,
+    member: &str,
+    liveness_ms: Millis,
+    turn_window_ms: Option<Millis>,
+) {
+    let keys = WorkspaceKeys::new(&spec.workspace);
+    let fair = |i: usize| {
+        turn_window_ms.is_some()
+            && i > 0
+            && spec.scopes.get(i).is_some_and(|s| s.concurrency.is_some())
+    };
+    let flags: Vec<ScopeFlags> = spec
+        .scopes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ScopeFlags::of(s, fair(i)))
+        .collect();
+    let nfair = (0..spec.scopes.len()).filter(|&i| fair(i)).count();
+    let budgets = spec.scopes.iter().any(ScopeLimits::has_budget);
+    let mut key_list: Vec<String> = vec![keys.pause(&spec.provider)];
+    for scope in &spec.scopes {
+        if scope.concurrency.is_some() {
+            key_list.push(keys.leases(&scope.name));
+        }
+        if scope.requests.is_some() {
+            key_list.push(keys.requests(&scope.name));
+        }
+        if scope.tokens.is_some() {
+            key_list.push(keys.tokens(&scope.name));
+        }
+    }
+    if budgets {
+        key_list.push(keys.budget(&spec.budget_id));
+    }
+    for (i, scope) in spec.scopes.iter().enumerate() {
+        if fair(i) {
+            key_list.push(keys.waiting(&scope.name));
+        }
+    }
+    if spec.breaker.is_some() {
+        key_list.push(keys.breaker(&spec.provider));
+        key_list.push(keys.probes(&spec.provider));
+    }
+    cmd.arg("ts_acquire_v2").arg(key_list.len()).arg(&key_list);
+    cmd.arg(member).arg(lane_shape(
+        spec,
+        &flags,
+        liveness_ms,
+        turn_window_ms.filter(|_| nfair > 0),
+    ));
+    if nfair > 0 {
+        cmd.arg(spec.scopes.first().map_or("", |s| s.name.0.as_str()));
+    }
+    let buckets = spec
+        .scopes
+        .iter()
+        .any(|s| s.requests.is_some() || s.tokens.is_some());
+    if budgets || buckets {
+        cmd.arg(signed(spec.tokens)).arg(signed(spec.micro_usd));
+    }
+}
+
+/// The shape of `ts_acquire_v2`: what stays the same from one admission of the lane to the
+/// next (the script decodes each distinct shape once), e.g. `10000;50;-;1,4096;65,4096;65,4096`.
+pub fn lane_shape(
+    spec: &LaneSpec,
+    flags: &[ScopeFlags],
+    liveness_ms: Millis,
+    turn_window_ms: Option<Millis>,
+) -> String {
+    let mut shape = liveness_ms.to_string();
+    shape.push(';');
+    shape.push_str(&turn_window_ms.map_or("-".to_owned(), |w| w.to_string()));
+    shape.push(';');
+    shape.push_str(&spec.breaker.map_or("-".to_owned(), |b| {
+        format!(
+            "{},{},{}",
+            b.failure_threshold, b.open_ms, b.half_open_max_calls
+        )
+    }));
+    for (scope, flags) in spec.scopes.iter().zip(flags) {
+        let mut values = vec![flags.0.to_string()];
+        values.extend(scope.concurrency.map(|c| c.to_string()));
+        for bucket in [scope.requests, scope.tokens].into_iter().flatten() {
+            values.push(bucket.rate.to_string());
+            values.push(bucket.capacity.to_string());
+        }
+        if scope.has_budget() {
+            values.push(scope.name.0.clone());
+            values.extend(
+                [scope.max_attempts, scope.max_micro_usd, scope.max_tokens]
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.to_string()),
+            );
+        }
+        shape.push(';');
+        shape.push_str(&values.join(","));
+    }
+    shape
+}
+
+/// Fills `cmd` (an `FCALL`) with `ts_release_v2` for `call`.
+pub fn release_command(cmd: &mut Cmd, call: &ReleaseCall) {
+    let settle = !call.budget_scopes.is_empty()
+        && (call.actual_tokens.is_some() || call.actual_micro.is_some());
+    let mut nkeys = call.lease_keys.len();
+    if call.pause_ms > 0 {
+        nkeys += 1;
+    }
+    if settle {
+        nkeys += 1;
+    }
+    if call.breaker.is_some() {
+        nkeys += 2;
+    }
+    cmd.arg("ts_release_v2").arg(nkeys).arg(&call.lease_keys);
+    if call.pause_ms > 0 {
+        cmd.arg(&call.pause_key);
+    }
+    if settle {
+        cmd.arg(&call.budget_key);
+    }
+    if let Some(b) = &call.breaker {
+        cmd.arg(&b.key).arg(&b.probes);
+    }
+    cmd.arg(&call.member);
+    if call.pause_ms == 0 && call.breaker.is_none() && !settle {
+        // A plain release: every key is a lease zset.
+        return;
+    }
+    cmd.arg(call.lease_keys.len()).arg(call.pause_ms);
+    match &call.breaker {
+        Some(b) => cmd.arg(call.outcome.as_str()).arg(b.failure_threshold),
+        None => cmd.arg("-"),
+    };
+    if settle {
+        cmd.arg(call.charged_tokens)
+            .arg(signed(call.actual_tokens))
+            .arg(call.charged_micro)
+            .arg(signed(call.actual_micro))
+            .arg(&call.budget_scopes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::breaker::Outcome;
+    use crate::keys::ScopeName;
+    use crate::spec::BucketSpec;
+
+    fn words(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<cursor>".into(),
+            })
+            .collect()
+    }
+
+    fn scope(name: &str, concurrency: u32) -> ScopeLimits {
+        ScopeLimits {
+            name: ScopeName(name.into()),
+            concurrency: Some(concurrency),
+            requests: None,
+            tokens: None,
+            max_attempts: None,
+            max_micro_usd: None,
+            max_tokens: None,
+        }
+    }
+
+    fn lane(scopes: Vec<ScopeLimits>) -> LaneSpec {
+        LaneSpec {
+            workspace: "ws".into(),
+            provider: "openai".into(),
+            budget_id: "b".into(),
+            scopes,
+            tokens: None,
+            micro_usd: None,
+            breaker: None,
+        }
+    }
+
+    /// The concurrency-only three-scope lane with fair turns (the default): what
+    /// `bench/lua-cost.sh conc` sends, key for key.
+    #[test]
+    fn a_concurrency_only_lane_sends_its_lease_and_wait_keys_only() {
+        let spec = lane(vec![
+            scope("uaaaa", 4096),
+            scope("w", 4096),
+            scope("pbbbb", 4096),
+        ]);
+        let keys = WorkspaceKeys::new("ws");
+        let mut cmd = redis::cmd("FCALL");
+        acquire_command(&mut cmd, &spec, "r-0", 10_000, Some(50));
+        let expected: Vec<String> = [
+            "FCALL".to_owned(),
+            "ts_acquire_v2".into(),
+            "6".into(),
+            keys.pause("openai"),
+            keys.leases(&ScopeName("uaaaa".into())),
+            keys.leases(&ScopeName("w".into())),
+            keys.leases(&ScopeName("pbbbb".into())),
+            keys.waiting(&ScopeName("w".into())),
+            keys.waiting(&ScopeName("pbbbb".into())),
+        ]
+        .into_iter()
+        .chain(["r-0", "10000;50;-;1,4096;65,4096;65,4096", "uaaaa"].map(str::to_owned))
+        .collect();
+        assert_eq!(words(&cmd), expected);
+
+        let mut cmd = redis::cmd("FCALL");
+        acquire_command(&mut cmd, &spec, "r-0", 10_000, None);
+        assert_eq!(
+            words(&cmd)[2..].join(" "),
+            format!(
+                "4 {} {} {} {} r-0 10000;-;-;1,4096;1,4096;1,4096",
+                keys.pause("openai"),
+                keys.leases(&ScopeName("uaaaa".into())),
+                keys.leases(&ScopeName("w".into())),
+                keys.leases(&ScopeName("pbbbb".into())),
+            ),
+            "no wait keys, no principal, no window without turns"
+        );
+    }
+
+    #[test]
+    fn buckets_budgets_and_breaker_add_their_keys_and_values_in_order() {
+        let mut provider = scope("pbbbb", 4);
+        provider.requests = Some(BucketSpec {
+            rate: 10,
+            capacity: 600,
+        });
+        provider.tokens = Some(BucketSpec {
+            rate: 1000,
+            capacity: 1000,
+        });
+        let mut principal = scope("uaaaa", 8);
+        principal.max_attempts = Some(3);
+        principal.max_tokens = Some(500);
+        let mut spec = lane(vec![principal, provider]);
+        spec.tokens = Some(100);
+        spec.breaker = Some(crate::spec::BreakerSpec {
+            failure_threshold: 5,
+            open_ms: 30_000,
+            half_open_max_calls: 1,
+        });
+        let keys = WorkspaceKeys::new("ws");
+        let mut cmd = redis::cmd("FCALL");
+        acquire_command(&mut cmd, &spec, "m", 10_000, Some(50));
+        let w = words(&cmd);
+        let p = ScopeName("pbbbb".into());
+        assert_eq!(w[2], "9");
+        assert_eq!(
+            w[3..12],
+            [
+                keys.pause("openai"),
+                keys.leases(&ScopeName("uaaaa".into())),
+                keys.leases(&p),
+                keys.requests(&p),
+                keys.tokens(&p),
+                keys.budget("b"),
+                keys.waiting(&p),
+                keys.breaker("openai"),
+                keys.probes("openai"),
+            ]
+        );
+        // uaaaa: concurrency + attempts + token budget = 1 + 8 + 32; pbbbb: 1 + 2 + 4 + 64.
+        assert_eq!(
+            w[12..].join(" "),
+            "m 10000;50;5,30000,1;41,8,uaaaa,3,500;71,4,10,600,1000,1000 uaaaa 100 -1"
+        );
+    }
+
+    #[test]
+    fn a_plain_release_sends_its_lease_keys_and_the_member_only() {
+        let call = ReleaseCall {
+            member: "m".into(),
+            lease_keys: vec!["a".into(), "b".into()],
+            pause_key: "pause".into(),
+            budget_key: "bud".into(),
+            budget_scopes: vec!["uaaaa".into()],
+            pause_ms: 0,
+            charged_tokens: 0,
+            actual_tokens: None,
+            charged_micro: 0,
+            actual_micro: None,
+            breaker: None,
+            outcome: Outcome::None,
+        };
+        let mut cmd = redis::cmd("FCALL");
+        release_command(&mut cmd, &call);
+        assert_eq!(words(&cmd).join(" "), "FCALL ts_release_v2 2 a b m");
+
+        let settled = ReleaseCall {
+            pause_ms: 1500,
+            charged_tokens: 100,
+            actual_tokens: Some(90),
+            ..call
+        };
+        let mut cmd = redis::cmd("FCALL");
+        release_command(&mut cmd, &settled);
+        assert_eq!(
+            words(&cmd).join(" "),
+            "FCALL ts_release_v2 4 a b pause bud m 2 1500 - 100 90 0 -1 uaaaa"
+        );
+    }
+}
