@@ -5,8 +5,10 @@
 //! - The body must arrive whole within `http.body_read_timeout_ms` and, after a one-second
 //!   grace, at `http.body_min_bytes_per_sec` on average (408 otherwise), as on the admission API.
 //!
-//! Invariant: no body makes the proxy answer 5xx.
+//! Invariant: no body makes the proxy answer 5xx. A body that arrives in one frame is kept as
+//! that frame (no copy); a frame already received is taken without arming the deadline timer.
 
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -17,6 +19,7 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use crate::error::ProxyError;
+use crate::wait::poll_once;
 
 /// The service's body deadlines, as the proxy applies them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,26 +47,48 @@ pub async fn read(
     }
     let start = Instant::now();
     let mut body = body;
-    let mut buf = BytesMut::with_capacity(declared.map_or(1024, |n| n as usize));
+    // The common case is one frame: kept without a copy.
+    let mut first: Option<Bytes> = None;
+    let mut buf = BytesMut::new();
     loop {
-        let by_rate = RATE_GRACE
-            + Duration::from_millis(
-                (buf.len() as u64 + 1).saturating_mul(1000) / limits.min_bytes_per_sec.max(1),
-            );
-        let deadline = start + by_rate.min(limits.read_timeout);
-        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
-            Ok(frame) => frame,
-            Err(_) => return Err(ProxyError::body_timeout()),
+        // A frame already there needs no timer.
+        let mut next = body.frame();
+        let frame = match poll_once(&mut next).await {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => {
+                let held = first.as_ref().map_or(0, Bytes::len) + buf.len();
+                let by_rate = RATE_GRACE
+                    + Duration::from_millis(
+                        (held as u64 + 1).saturating_mul(1000) / limits.min_bytes_per_sec.max(1),
+                    );
+                let deadline = start + by_rate.min(limits.read_timeout);
+                match tokio::time::timeout_at(deadline, next).await {
+                    Ok(frame) => frame,
+                    Err(_) => return Err(ProxyError::body_timeout()),
+                }
+            }
         };
         let Some(frame) = frame else { break };
         let frame =
             frame.map_err(|_| ProxyError::invalid(None, "the request body could not be read"))?;
         if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > limits.max_bytes {
+            let held = first.as_ref().map_or(0, Bytes::len) + buf.len();
+            if held + data.len() > limits.max_bytes {
                 return Err(ProxyError::too_large(limits.max_bytes));
             }
-            buf.extend_from_slice(&data);
+            match first.take() {
+                None if buf.is_empty() => first = Some(data),
+                Some(earlier) => {
+                    buf.reserve(declared.map_or(0, |n| n as usize).max(held + data.len()));
+                    buf.extend_from_slice(&earlier);
+                    buf.extend_from_slice(&data);
+                }
+                None => buf.extend_from_slice(&data),
+            }
         }
     }
-    Ok(buf.freeze())
+    Ok(match first {
+        Some(first) if buf.is_empty() => first,
+        _ => buf.freeze(),
+    })
 }

@@ -31,6 +31,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::upstream::Outbound;
+
 /// The wire format of an upstream (and of the surface its models are served on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -174,6 +176,26 @@ pub struct Upstream {
     pub base_url: Arc<str>,
     /// The provider key (never logged; `Debug` hides it).
     pub api_key: Option<Arc<str>>,
+    /// Each endpoint's URI and the credential header, built from the above once.
+    pub outbound: Outbound,
+}
+
+impl Upstream {
+    /// An upstream and its outbound parts.
+    pub fn new(
+        name: &str,
+        format: ApiFormat,
+        base_url: &str,
+        api_key: Option<Arc<str>>,
+    ) -> Upstream {
+        Upstream {
+            name: Arc::from(name),
+            format,
+            base_url: Arc::from(base_url),
+            outbound: Outbound::new(format, base_url, api_key.as_deref()),
+            api_key,
+        }
+    }
 }
 
 impl std::fmt::Debug for Upstream {
@@ -290,12 +312,7 @@ impl ProxyConfig {
             };
             upstreams.insert(
                 name.clone(),
-                Upstream {
-                    name: Arc::from(name.as_str()),
-                    format: upstream.format,
-                    base_url: Arc::from(base.as_str()),
-                    api_key,
-                },
+                Upstream::new(name, upstream.format, &base, api_key),
             );
         }
         let mut routes = BTreeMap::new();

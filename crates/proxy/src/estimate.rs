@@ -68,12 +68,7 @@ mod tests {
     fn route(prices: Option<Prices>) -> Route {
         Route {
             model: Arc::from("m"),
-            upstream: Upstream {
-                name: Arc::from("u"),
-                format: ApiFormat::Openai,
-                base_url: Arc::from("http://x"),
-                api_key: None,
-            },
+            upstream: Upstream::new("u", ApiFormat::Openai, "http://x", None),
             provider: Arc::from("p"),
             upstream_model: None,
             prices,

@@ -9,11 +9,12 @@
 //! twice, and after a 429 the lane is paused and the client told how long.
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
@@ -31,6 +32,7 @@ use crate::shared::{SharedAnswer, SharedLane, SHARED_POLL_MS};
 use crate::sse::SseTap;
 use crate::tap::TappedStream;
 use crate::upstream;
+use crate::wait;
 use crate::{Identity, Proxy};
 
 /// The header naming how long a call may wait for a permit, in milliseconds.
@@ -47,7 +49,14 @@ pub async fn call(proxy: Arc<Proxy>, endpoint: Endpoint, request: Request) -> Re
     }
 }
 
-fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ProxyError> {
+/// [`WAIT_HEADER`] and [`BUDGET_HEADER`] as names (looked up without parsing them per call).
+static WAIT_NAME: HeaderName = HeaderName::from_static(WAIT_HEADER);
+static BUDGET_NAME: HeaderName = HeaderName::from_static(BUDGET_HEADER);
+
+fn header_text<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<&'a str>, ProxyError> {
     match headers.get(name) {
         None => Ok(None),
         Some(value) => value
@@ -86,7 +95,7 @@ async fn serve(
         }
         None => return Err(ProxyError::unauthorized()),
     };
-    let wait_ms = match header_text(&parts.headers, WAIT_HEADER)? {
+    let wait_ms = match header_text(&parts.headers, &WAIT_NAME)? {
         None => proxy.config.default_wait_ms,
         Some(text) => match text.parse::<u64>() {
             Ok(ms) if ms <= proxy.config.max_wait_ms => ms,
@@ -101,7 +110,7 @@ async fn serve(
             }
         },
     };
-    let budget = match header_text(&parts.headers, BUDGET_HEADER)? {
+    let budget = match header_text(&parts.headers, &BUDGET_NAME)? {
         Some(id) if valid_budget(id) => Some(id.to_owned()),
         Some(_) => {
             return Err(ProxyError::invalid(
@@ -115,16 +124,16 @@ async fn serve(
     let parsed = request::parse(endpoint, &body)
         .map_err(|error| ProxyError::invalid(error.param(), error.to_string()))?;
     let route = match proxy.routes.get(parsed.model.as_str()) {
-        Some(route) if route.upstream.format == format => route.clone(),
+        Some(route) if route.upstream.format == format => route,
         _ => return Err(ProxyError::unknown_model(&parsed.model)),
     };
     let tokens = estimate::tokens(
         endpoint,
         &parsed,
-        &route,
+        route,
         proxy.config.prompt_bytes_per_token,
     );
-    let admission_estimate = estimate::estimate(tokens, &route, parsed.body_bytes);
+    let admission_estimate = estimate::estimate(tokens, route, parsed.body_bytes);
     let upstream_body =
         request::upstream_body(endpoint, &parsed, body, route.upstream_model.as_deref())
             .map_err(|error| ProxyError::invalid(error.param(), error.to_string()))?;
@@ -220,20 +229,14 @@ async fn serve(
         grant,
         (workspace, principal),
         ephemeral.then_some(budget_id),
-        (proxy.driver.clone(), proxy.shared.clone()),
-        proxy.metrics.clone(),
+        proxy.clone(),
         route.provider.clone(),
         route.prices,
         tokens,
     );
 
     // Forward.
-    let uri = format!("{}{}", route.upstream.base_url, endpoint.upstream_path());
-    let mut builder = hyper::Request::post(uri);
-    if let Some(headers) = builder.headers_mut() {
-        *headers = upstream::request_headers(&parts.headers, &route.upstream);
-    }
-    let Ok(upstream_request) = builder.body(Full::new(upstream_body)) else {
+    let Some(uri) = route.upstream.outbound.uri(endpoint) else {
         settlement.settle(CallClass::UpstreamError, Outcome::None, Charge::Nothing);
         return Err(ProxyError::upstream(
             StatusCode::BAD_GATEWAY,
@@ -242,19 +245,22 @@ async fn serve(
             false,
         ));
     };
+    let mut headers = parts.headers;
+    upstream::request_headers(&mut headers, &route.upstream.outbound);
+    let mut upstream_request = hyper::Request::new(Full::new(upstream_body));
+    *upstream_request.method_mut() = Method::POST;
+    *upstream_request.uri_mut() = uri;
+    *upstream_request.headers_mut() = headers;
     let sent = proxy.client.request(upstream_request);
-    let head = heartbeating(
-        tokio::time::timeout(
-            Duration::from_millis(proxy.config.first_byte_timeout_ms),
-            sent,
-        ),
-        &settlement,
-        heartbeat_every,
-    )
+    let first_byte_deadline =
+        tokio::time::Instant::now() + Duration::from_millis(proxy.config.first_byte_timeout_ms);
+    let head = wait::within(sent, Some(first_byte_deadline), heartbeat_every, || {
+        settlement.heartbeat()
+    })
     .await;
     let response = match head {
-        Ok(Ok(response)) => response,
-        Ok(Err(error)) => {
+        Some(Ok(response)) => response,
+        Some(Err(error)) => {
             settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
             // A connect error means the request never left: sending it again cannot bill twice.
             let never_sent = error.is_connect();
@@ -265,7 +271,7 @@ async fn serve(
                 never_sent,
             ));
         }
-        Err(_) => {
+        None => {
             settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
             return Err(ProxyError::upstream(
                 StatusCode::GATEWAY_TIMEOUT,
@@ -277,7 +283,6 @@ async fn serve(
     };
     let (head, upstream_body) = response.into_parts();
     let status = head.status;
-    let mut headers = upstream::response_headers(&head.headers);
     let is_stream = parsed.stream
         && status.is_success()
         && head
@@ -285,6 +290,14 @@ async fn serve(
             .get(axum::http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
+    // An upstream 429's pause, read before its retry headers are dropped below.
+    let retry_after_ms = (status == StatusCode::TOO_MANY_REQUESTS).then(|| {
+        retry_after::parse(&head.headers, SystemTime::now(), proxy.max_retry_after_ms)
+            .unwrap_or(proxy.config.fallback_retry_after_ms)
+            .max(1)
+    });
+    let mut headers = head.headers;
+    upstream::response_headers(&mut headers);
     if is_stream {
         let strip = endpoint.needs_include_usage() && !parsed.client_wants_usage;
         let body = TappedStream::new(
@@ -301,16 +314,18 @@ async fn serve(
     }
 
     // A whole answer: read it (bounded), settle, forward.
-    let read = heartbeating(
+    let read = wait::within(
         read_bounded(
             upstream_body,
             proxy.config.max_response_bytes,
             Duration::from_millis(proxy.config.idle_timeout_ms),
         ),
-        &settlement,
+        None,
         heartbeat_every,
+        || settlement.heartbeat(),
     )
-    .await;
+    .await
+    .flatten();
     let Some(bytes) = read else {
         settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
         return Err(ProxyError::upstream(
@@ -321,10 +336,7 @@ async fn serve(
         ));
     };
     let code = status.as_u16();
-    if code == 429 {
-        let ms = retry_after::parse(&head.headers, SystemTime::now(), proxy.max_retry_after_ms)
-            .unwrap_or(proxy.config.fallback_retry_after_ms)
-            .max(1);
+    if let Some(ms) = retry_after_ms {
         settlement.settle(
             CallClass::Upstream429,
             Outcome::RetryAfter { retry_after_ms: ms },
@@ -348,32 +360,14 @@ async fn serve(
         settlement.settle(CallClass::of_status(code), Outcome::None, Charge::Nothing);
     }
     settlement.shared_released().await;
-    if let Ok(length) = HeaderValue::from_str(&bytes.len().to_string()) {
-        headers.insert(axum::http::header::CONTENT_LENGTH, length);
-    }
+    headers.insert(
+        axum::http::header::CONTENT_LENGTH,
+        HeaderValue::from(bytes.len()),
+    );
     let mut response = Response::new(Body::from(bytes));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     Ok(response)
-}
-
-/// Runs `future`, heartbeating the lease every `every` meanwhile.
-async fn heartbeating<T>(
-    future: impl std::future::Future<Output = T>,
-    settlement: &Settlement,
-    every: Option<Duration>,
-) -> T {
-    let Some(every) = every else {
-        return future.await;
-    };
-    tokio::pin!(future);
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    loop {
-        tokio::select! {
-            out = &mut future => return out,
-            _ = ticker.tick() => settlement.heartbeat(),
-        }
-    }
 }
 
 /// The whole upstream body, or `None` when it broke, stalled for `idle`, or passed `max`.
@@ -382,7 +376,12 @@ async fn read_bounded(mut body: Incoming, max: usize, idle: Duration) -> Option<
     let mut first: Option<Bytes> = None;
     let mut buf = BytesMut::new();
     loop {
-        let frame = tokio::time::timeout(idle, body.frame()).await.ok()?;
+        // A frame already there needs no idle timer.
+        let mut next = body.frame();
+        let frame = match wait::poll_once(&mut next).await {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => tokio::time::timeout(idle, next).await.ok()?,
+        };
         let Some(frame) = frame else {
             return Some(match first {
                 Some(first) if buf.is_empty() => first,

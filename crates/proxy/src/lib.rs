@@ -41,6 +41,7 @@ pub mod sse;
 pub mod tap;
 pub mod upstream;
 pub mod usage;
+pub mod wait;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,8 +87,9 @@ pub struct Proxy {
     pub shared: shared::SharedHook,
     /// Numbers per-call budgets.
     calls: AtomicU64,
-    /// Makes per-call budget IDs unique to this process (replicas share budget names).
-    nonce: u64,
+    /// `~proxy-{a per-process random number}-`: per-call budget IDs are this and a counter,
+    /// unique to this process (replicas share budget names).
+    budget_prefix: String,
 }
 
 /// A proxy that could not be set up.
@@ -136,7 +138,7 @@ impl Proxy {
             metrics,
             shared: None,
             calls: AtomicU64::new(0),
-            nonce: process_nonce(),
+            budget_prefix: format!("~proxy-{:016x}-", process_nonce()),
         })
     }
 
@@ -149,8 +151,12 @@ impl Proxy {
     /// A fresh per-call budget ID, in a namespace the admission API cannot name (`~`), unique
     /// across replicas (their shared budget lines live under the same workspace).
     pub(crate) fn call_budget(&self) -> String {
+        use std::fmt::Write;
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        format!("~proxy-{:016x}-{n}", self.nonce)
+        let mut id = String::with_capacity(self.budget_prefix.len() + 20);
+        id.push_str(&self.budget_prefix);
+        let _ = write!(id, "{n}");
+        id
     }
 }
 

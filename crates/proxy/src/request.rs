@@ -34,6 +34,17 @@ impl Endpoint {
         Endpoint::Messages,
     ];
 
+    /// The endpoint's position in [`Endpoint::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            Endpoint::ChatCompletions => 0,
+            Endpoint::Responses => 1,
+            Endpoint::Embeddings => 2,
+            Endpoint::Completions => 3,
+            Endpoint::Messages => 4,
+        }
+    }
+
     /// The surface (and so the wire format) the endpoint belongs to.
     pub fn format(self) -> ApiFormat {
         match self {

@@ -19,13 +19,13 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 use turnstile_admission::{ActualUsage, Outcome};
-use turnstile_shell::{Command, DriverHandle, Grant, LeaseToken};
+use turnstile_shell::{Command, Grant, LeaseToken};
 
 use crate::config::Prices;
 use crate::estimate::TokenEstimate;
-use crate::metrics::{Basis, CallClass, ProxyMetrics};
-use crate::shared::SharedHook;
+use crate::metrics::{Basis, CallClass};
 use crate::usage::Usage;
+use crate::Proxy;
 
 /// What to charge on release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,10 +56,9 @@ pub struct Settlement {
     principal: Arc<str>,
     /// A per-call budget to forget after release.
     ephemeral_budget: Option<String>,
-    driver: DriverHandle,
-    /// Replicas: the host's shared limits, released before the local lease.
-    shared: SharedHook,
-    metrics: Arc<ProxyMetrics>,
+    /// The driver, the host's shared limits (replicas: released before the local lease) and
+    /// the metrics, through one reference.
+    proxy: Arc<Proxy>,
     lane: Arc<str>,
     prices: Option<Prices>,
     estimate: TokenEstimate,
@@ -72,13 +71,11 @@ pub struct Settlement {
 
 impl Settlement {
     /// Takes over `grant`: from now on this settlement releases it.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         mut grant: Grant,
         owner: (Arc<str>, Arc<str>),
         ephemeral_budget: Option<String>,
-        (driver, shared): (DriverHandle, SharedHook),
-        metrics: Arc<ProxyMetrics>,
+        proxy: Arc<Proxy>,
         lane: Arc<str>,
         prices: Option<Prices>,
         estimate: TokenEstimate,
@@ -89,9 +86,7 @@ impl Settlement {
             workspace: owner.0,
             principal: owner.1,
             ephemeral_budget,
-            driver,
-            shared,
-            metrics,
+            proxy,
             lane,
             prices,
             estimate,
@@ -104,7 +99,7 @@ impl Settlement {
     /// Extends the lease's TTL (fire and forget).
     pub fn heartbeat(&self) {
         let (reply, _) = oneshot::channel();
-        let _ = self.driver.send(Command::Heartbeat {
+        let _ = self.proxy.driver.send(Command::Heartbeat {
             token: self.token,
             workspace: self.workspace.clone(),
             principal: self.principal.clone(),
@@ -117,7 +112,7 @@ impl Settlement {
         if std::mem::replace(&mut self.settled, true) {
             return;
         }
-        let lane = self.metrics.lane(&self.lane);
+        let lane = self.proxy.metrics.lane(&self.lane);
         lane.call(class);
         let (usage, basis, tokens, cost) = match charge {
             Charge::Reported(usage) => {
@@ -155,11 +150,11 @@ impl Settlement {
         }
         // Replicas: out of the shared books (with the pause and the actual usage) before the
         // local release, whose fallback would release the shared lease without them.
-        if let Some(shared) = &self.shared {
+        if let Some(shared) = &self.proxy.shared {
             self.shared_release = shared.release(&self.token.to_string(), outcome, usage);
         }
         let (reply, _) = oneshot::channel();
-        let _ = self.driver.send(Command::Release {
+        let _ = self.proxy.driver.send(Command::Release {
             token: self.token,
             workspace: self.workspace.clone(),
             principal: self.principal.clone(),
@@ -168,11 +163,11 @@ impl Settlement {
             reply,
         });
         if let Some(budget) = self.ephemeral_budget.take() {
-            if let Some(shared) = &self.shared {
+            if let Some(shared) = &self.proxy.shared {
                 shared.forget_budget(&self.workspace, &budget);
             }
             let (reply, _) = oneshot::channel();
-            let _ = self.driver.send(Command::ReleaseBudget {
+            let _ = self.proxy.driver.send(Command::ReleaseBudget {
                 workspace: self.workspace.clone(),
                 budget,
                 reply,

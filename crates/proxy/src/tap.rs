@@ -12,6 +12,9 @@
 //! - The client goes away: hyper drops this body, which drops the upstream body (closing that
 //!   upstream connection at once) and the settlement (released as `none` with the usage seen).
 //! - While the stream lives the lease is heartbeated every third of its TTL.
+//! - One timer serves both the idle bound and the heartbeats: it is set to whichever comes
+//!   first, and a frame only moves the idle deadline (a timer that fires early re-arms itself),
+//!   so a frame costs no timer operation.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,6 +31,11 @@ use crate::metrics::CallClass;
 use crate::settle::{Charge, Settlement};
 use crate::sse::SseTap;
 
+/// When the one timer must fire: the idle deadline or the next heartbeat, whichever is first.
+fn next_wake(idle_deadline: Instant, heartbeat: Option<(Duration, Instant)>) -> Instant {
+    heartbeat.map_or(idle_deadline, |(_, at)| at.min(idle_deadline))
+}
+
 /// An error ending the client's stream.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -37,8 +45,12 @@ pub struct TappedStream {
     tap: SseTap,
     settlement: Settlement,
     idle: Duration,
-    idle_timer: Pin<Box<Sleep>>,
-    heartbeat: Option<(Duration, Pin<Box<Sleep>>)>,
+    /// The upstream has been silent too long once this passes.
+    idle_deadline: Instant,
+    /// The heartbeat period and when the next heartbeat is due.
+    heartbeat: Option<(Duration, Instant)>,
+    /// Set to the earlier of `idle_deadline` and the next heartbeat (or earlier).
+    timer: Pin<Box<Sleep>>,
     /// Bytes to send after the upstream ended (an unfinished last event), then the end.
     tail: Option<Bytes>,
     done: bool,
@@ -56,16 +68,43 @@ impl TappedStream {
         idle: Duration,
         heartbeat_every: Option<Duration>,
     ) -> Self {
+        let now = Instant::now();
+        let idle_deadline = now + idle;
+        let heartbeat = heartbeat_every.map(|every| (every, now + every));
         TappedStream {
             upstream,
             tap,
             settlement,
             idle,
-            idle_timer: Box::pin(tokio::time::sleep(idle)),
-            heartbeat: heartbeat_every.map(|d| (d, Box::pin(tokio::time::sleep(d)))),
+            idle_deadline,
+            heartbeat,
+            timer: Box::pin(tokio::time::sleep_until(next_wake(
+                idle_deadline,
+                heartbeat,
+            ))),
             tail: None,
             done: false,
         }
+    }
+
+    /// Handles the timer: sends a heartbeat that is due and re-arms; answers whether the idle
+    /// deadline has passed (the timer is then left fired until a frame moves the deadline).
+    fn on_timer(&mut self, cx: &mut Context<'_>) -> bool {
+        while self.timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            if let Some((every, at)) = &mut self.heartbeat {
+                if now >= *at {
+                    self.settlement.heartbeat();
+                    *at = now + *every;
+                }
+            }
+            if now >= self.idle_deadline {
+                return true;
+            }
+            let wake = next_wake(self.idle_deadline, self.heartbeat);
+            self.timer.as_mut().reset(wake);
+        }
+        false
     }
 
     fn fail(&mut self, why: &'static str) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
@@ -90,23 +129,26 @@ impl Body for TappedStream {
         if this.done {
             return Poll::Ready(this.tail.take().map(|b| Ok(Frame::data(b))));
         }
-        if let Some((every, timer)) = &mut this.heartbeat {
-            if timer.as_mut().poll(cx).is_ready() {
-                this.settlement.heartbeat();
-                timer.as_mut().reset(Instant::now() + *every);
-                let _ = timer.as_mut().poll(cx);
-            }
-        }
+        // Heartbeats are due whatever the upstream does.
+        let mut idle_passed = this.on_timer(cx);
+        let mut rearmed = false;
         loop {
             match Pin::new(&mut this.upstream).poll_frame(cx) {
                 Poll::Pending => {
-                    if this.idle_timer.as_mut().poll(cx).is_ready() {
+                    // A timer re-armed after a frame must be polled to wake this task.
+                    if idle_passed || (rearmed && this.on_timer(cx)) {
                         return this.fail("the upstream stream stalled (proxy.idle_timeout_ms)");
                     }
                     return Poll::Pending;
                 }
                 Poll::Ready(Some(Ok(frame))) => {
-                    this.idle_timer.as_mut().reset(Instant::now() + this.idle);
+                    this.idle_deadline = Instant::now() + this.idle;
+                    idle_passed = false;
+                    if this.timer.is_elapsed() {
+                        let wake = next_wake(this.idle_deadline, this.heartbeat);
+                        this.timer.as_mut().reset(wake);
+                        rearmed = true;
+                    }
                     match frame.into_data() {
                         Ok(data) => {
                             let out = this.tap.feed(data);

@@ -2,7 +2,9 @@
 //!
 //! One pooled hyper client (HTTP/1.1, keep-alive, `TCP_NODELAY`, rustls with the webpki roots
 //! for `https://` upstreams), shared by every call. Bodies are never copied on the way out
-//! (`Full<Bytes>`) and streamed on the way back (`Incoming`).
+//! (`Full<Bytes>`) and streamed on the way back (`Incoming`). What is the same for every call
+//! to an upstream (each endpoint's URI, the credential header) is built once at start
+//! ([`Outbound`]); headers are filtered in place in both directions (no new map per call).
 //!
 //! **Toward the upstream**: the client's headers minus its credentials (`authorization`,
 //! `x-api-key`), hop-by-hop headers, cookies, `x-turnstile-*`, the OpenAI organization/project
@@ -25,7 +27,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::config::{ApiFormat, Upstream};
+use axum::http::Uri;
+
+use crate::config::ApiFormat;
+use crate::request::Endpoint;
 
 /// The pooled upstream client.
 pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -69,109 +74,203 @@ fn hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
-/// The headers sent upstream for a client request with `client` headers.
-pub fn request_headers(client: &HeaderMap, upstream: &Upstream) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(client.len() + 4);
-    for (name, value) in client {
-        let n = name.as_str();
-        let dropped = hop_by_hop(name)
-            || matches!(
-                n,
-                "authorization"
-                    | "x-api-key"
-                    | "cookie"
-                    | "accept-encoding"
-                    | "openai-organization"
-                    | "openai-project"
-            )
-            || n.starts_with("x-turnstile-");
-        if !dropped {
-            out.append(name.clone(), value.clone());
+/// What every call to one upstream sends the same way, built once when the service starts: the
+/// URI of each endpoint under the base URL and the credential header. A base URL that does not
+/// make a valid URI leaves that endpoint's URI empty (each call to it answers 502).
+#[derive(Clone)]
+pub struct Outbound {
+    /// Indexed by [`Endpoint::index`].
+    uris: [Option<Uri>; Endpoint::ALL.len()],
+    /// `Authorization: Bearer …` (OpenAI) or `x-api-key` (Anthropic), marked sensitive.
+    credential: Option<(HeaderName, HeaderValue)>,
+    /// The `Host` header, exactly as the pooled client would derive it from the URI per call.
+    host: Option<HeaderValue>,
+    format: ApiFormat,
+}
+
+impl std::fmt::Debug for Outbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbound")
+            .field("uris", &self.uris)
+            .field("credential", &self.credential.as_ref().map(|_| "<hidden>"))
+            .finish()
+    }
+}
+
+impl Outbound {
+    /// Builds the parts of an upstream with base URL `base_url` (no trailing slash).
+    pub fn new(format: ApiFormat, base_url: &str, api_key: Option<&str>) -> Self {
+        let uris = Endpoint::ALL
+            .map(|endpoint| Uri::try_from(format!("{base_url}{}", endpoint.upstream_path())).ok());
+        let credential = api_key.and_then(|key| {
+            let (name, value) = match format {
+                ApiFormat::Openai => (header::AUTHORIZATION, format!("Bearer {key}")),
+                ApiFormat::Anthropic => (HeaderName::from_static("x-api-key"), key.to_owned()),
+            };
+            let mut value = HeaderValue::from_str(&value).ok()?;
+            value.set_sensitive(true);
+            Some((name, value))
+        });
+        let host = uris.iter().flatten().next().and_then(host_header);
+        Outbound {
+            uris,
+            credential,
+            host,
+            format,
         }
     }
-    out.insert(
+
+    /// The URI of `endpoint` on this upstream (`None`: the base URL makes no valid URI).
+    pub fn uri(&self, endpoint: Endpoint) -> Option<Uri> {
+        self.uris[endpoint.index()].clone()
+    }
+}
+
+/// The `Host` header of `uri` as hyper-util's client sets it: the host, and the port unless it
+/// is the scheme's default.
+fn host_header(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
+    let value = match uri.port() {
+        Some(port) if !matches!((port.as_u16(), secure), (443, true) | (80, false)) => {
+            HeaderValue::from_str(&format!("{host}:{port}"))
+        }
+        _ => HeaderValue::from_str(host),
+    };
+    value.ok()
+}
+
+/// Whether a client header stays out of the upstream request.
+fn dropped_upstream(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    hop_by_hop(name)
+        || matches!(
+            n,
+            "authorization"
+                | "x-api-key"
+                | "cookie"
+                | "accept-encoding"
+                | "openai-organization"
+                | "openai-project"
+        )
+        || n.starts_with("x-turnstile-")
+}
+
+/// Whether an upstream header stays out of the client's answer.
+fn dropped_downstream(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    hop_by_hop(name)
+        || n == "set-cookie"
+        || n.starts_with("x-ratelimit-")
+        || n.starts_with("anthropic-ratelimit-")
+        || n == "retry-after"
+        || n == "retry-after-ms"
+}
+
+/// Removes every header `dropped` names (all of its values), in place: no new map, no copied
+/// values.
+fn remove_where(headers: &mut HeaderMap, dropped: fn(&HeaderName) -> bool) {
+    let names: Vec<HeaderName> = headers.keys().filter(|n| dropped(n)).cloned().collect();
+    for name in &names {
+        headers.remove(name);
+    }
+}
+
+/// Turns the client's request headers into the headers sent upstream, in place.
+pub fn request_headers(headers: &mut HeaderMap, outbound: &Outbound) {
+    remove_where(headers, dropped_upstream);
+    headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    out.insert(
+    headers.insert(
         header::ACCEPT_ENCODING,
         HeaderValue::from_static("identity"),
     );
-    if let Some(key) = &upstream.api_key {
-        match upstream.format {
-            ApiFormat::Openai => {
-                if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {key}")) {
-                    value.set_sensitive(true);
-                    out.insert(header::AUTHORIZATION, value);
-                }
-            }
-            ApiFormat::Anthropic => {
-                if let Ok(mut value) = HeaderValue::from_str(key) {
-                    value.set_sensitive(true);
-                    out.insert(HeaderName::from_static("x-api-key"), value);
-                }
-            }
-        }
+    if let Some((name, value)) = &outbound.credential {
+        headers.insert(name.clone(), value.clone());
     }
-    if upstream.format == ApiFormat::Anthropic && !out.contains_key("anthropic-version") {
-        out.insert(
+    if let Some(host) = &outbound.host {
+        headers.insert(header::HOST, host.clone());
+    }
+    if outbound.format == ApiFormat::Anthropic && !headers.contains_key("anthropic-version") {
+        headers.insert(
             HeaderName::from_static("anthropic-version"),
             HeaderValue::from_static("2023-06-01"),
         );
     }
-    out
 }
 
-/// The upstream answer's headers as forwarded to the client.
-pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(upstream.len());
-    for (name, value) in upstream {
-        let n = name.as_str();
-        let dropped = hop_by_hop(name)
-            || n == "set-cookie"
-            || n.starts_with("x-ratelimit-")
-            || n.starts_with("anthropic-ratelimit-")
-            || n == "retry-after"
-            || n == "retry-after-ms";
-        if !dropped {
-            out.append(name.clone(), value.clone());
-        }
-    }
-    out
+/// Turns the upstream answer's headers into the headers forwarded to the client, in place.
+pub fn response_headers(headers: &mut HeaderMap) {
+    remove_where(headers, dropped_downstream);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn credentials_never_cross_in_either_direction() {
-        let upstream = Upstream {
-            name: Arc::from("a"),
-            format: ApiFormat::Anthropic,
-            base_url: Arc::from("http://x"),
-            api_key: Some(Arc::from("sk-ant-secret")),
-        };
+        let outbound = Outbound::new(ApiFormat::Anthropic, "http://x", Some("sk-ant-secret"));
         let mut client = HeaderMap::new();
         client.insert("authorization", "Bearer tsk_abc".parse().unwrap());
         client.insert("x-api-key", "tsk_abc".parse().unwrap());
         client.insert("x-turnstile-wait-ms", "5".parse().unwrap());
         client.insert("x-stainless-lang", "python".parse().unwrap());
-        let sent = request_headers(&client, &upstream);
+        let mut sent = client.clone();
+        request_headers(&mut sent, &outbound);
         assert_eq!(sent["x-api-key"], "sk-ant-secret");
         assert!(!sent.contains_key("authorization"));
         assert!(!sent.contains_key("x-turnstile-wait-ms"));
         assert_eq!(sent["x-stainless-lang"], "python");
         assert_eq!(sent["anthropic-version"], "2023-06-01");
+        assert_eq!(sent["content-type"], "application/json");
+        assert_eq!(sent["accept-encoding"], "identity");
+        assert!(sent["x-api-key"].is_sensitive());
+        assert_eq!(
+            outbound.uri(Endpoint::Messages).map(|u| u.to_string()),
+            Some("http://x/v1/messages".to_owned())
+        );
+        let openai = Outbound::new(ApiFormat::Openai, "http://x/v1", Some("sk-1"));
+        let mut sent = client.clone();
+        request_headers(&mut sent, &openai);
+        assert_eq!(sent["authorization"], "Bearer sk-1");
+        assert!(!sent.contains_key("x-api-key") && !sent.contains_key("anthropic-version"));
+        assert_eq!(
+            openai.uri(Endpoint::ChatCompletions).map(|u| u.to_string()),
+            Some("http://x/v1/chat/completions".to_owned())
+        );
+        assert_eq!(sent["host"], "x");
+        for (base, host) in [
+            ("http://127.0.0.1:8080/v1", "127.0.0.1:8080"),
+            ("http://a.example:80", "a.example"),
+            ("https://a.example:443/v1", "a.example"),
+            ("https://a.example:80", "a.example:80"),
+            ("http://[::1]:9/v1", "[::1]:9"),
+        ] {
+            let mut sent = HeaderMap::new();
+            request_headers(&mut sent, &Outbound::new(ApiFormat::Openai, base, None));
+            assert_eq!(sent["host"], host, "{base}");
+        }
+        assert!(Outbound::new(ApiFormat::Openai, "http://bad host", None)
+            .uri(Endpoint::Embeddings)
+            .is_none());
 
         let mut back = HeaderMap::new();
         back.insert("x-ratelimit-remaining-requests", "5".parse().unwrap());
         back.insert("x-request-id", "req_1".parse().unwrap());
         back.insert("content-length", "10".parse().unwrap());
-        let shown = response_headers(&back);
+        back.append("set-cookie", "a=1".parse().unwrap());
+        back.append("set-cookie", "b=2".parse().unwrap());
+        back.append("x-multi", "1".parse().unwrap());
+        back.append("x-multi", "2".parse().unwrap());
+        let mut shown = back.clone();
+        response_headers(&mut shown);
         assert!(!shown.contains_key("x-ratelimit-remaining-requests"));
         assert!(!shown.contains_key("content-length"));
         assert_eq!(shown["x-request-id"], "req_1");
+        assert!(!shown.contains_key("set-cookie"));
+        assert_eq!(shown.get_all("x-multi").iter().count(), 2);
     }
 }

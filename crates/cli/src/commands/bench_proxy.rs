@@ -6,7 +6,8 @@
 //! and 64) it runs chat-completion calls back to back for `--seconds`, first **directly**
 //! against the fake upstream, then **through** the proxy, and reports p50 / p99 latency,
 //! calls/s, the added p50 / p99 (proxied − direct), and the service's CPU per proxied call:
-//! the user + system time of the `ts-svc` threads and the service's `turnstile-store` thread
+//! the user + system time of the `ts-svc` threads and the service's `turnstile-store` and
+//! `turnstile-driver` threads
 //! only (Linux: `/proc/self/task/*/stat`), so the load generator and the fake upstream are not
 //! charged. A streamed phase at concurrency 1
 //! measures the time to the first body byte, direct and proxied.
@@ -46,6 +47,9 @@ pub struct BenchProxyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Skip the streamed phase (profiling the non-streamed path alone).
+    #[arg(long)]
+    pub no_stream: bool,
 }
 
 const PROFILE: &str = r#"{
@@ -70,6 +74,8 @@ struct Phase {
     first_byte_p99_ms: Option<f64>,
     /// Service CPU (ts-svc threads) per call, ms; proxied phases only.
     service_cpu_per_call_ms: Option<f64>,
+    /// The system (kernel) part of `service_cpu_per_call_ms`.
+    service_sys_cpu_per_call_ms: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -159,7 +165,9 @@ pub fn run(args: BenchProxyArgs) -> anyhow::Result<()> {
             key: Some(key.clone()),
         };
         let mut plan: Vec<(usize, bool)> = args.clients.iter().map(|c| (*c, false)).collect();
-        plan.push((1, true));
+        if !args.no_stream {
+            plan.push((1, true));
+        }
         for (clients, stream) in plan {
             let d = phase(&direct, "direct", clients, stream, args.seconds).await?;
             let p = phase(&proxied, "proxied", clients, stream, args.seconds).await?;
@@ -216,8 +224,11 @@ fn print(report: &Report) {
             p.p99_ms,
             p.first_byte_p50_ms
                 .map_or("-".into(), |v| format!("{v:.3}")),
-            p.service_cpu_per_call_ms
-                .map_or("-".into(), |v| format!("{v:.4} ms")),
+            match (p.service_cpu_per_call_ms, p.service_sys_cpu_per_call_ms) {
+                (Some(all), Some(sys)) => format!("{all:.4} ms ({sys:.4} sys)"),
+                (Some(all), None) => format!("{all:.4} ms"),
+                _ => "-".into(),
+            },
         );
         if p.failures > 0 {
             println!("         {} failures", p.failures);
@@ -345,7 +356,7 @@ async fn phase(
     }
     let cpu = service_cpu()
         .zip(cpu_before)
-        .map(|(after, before)| after.saturating_sub(before));
+        .map(|(after, before)| after - before);
     latencies.sort_unstable();
     first_bytes.sort_unstable();
     let calls = latencies.len() as u64;
@@ -364,7 +375,11 @@ async fn phase(
         service_cpu_per_call_ms: (name == "proxied")
             .then_some(cpu)
             .flatten()
-            .map(|cpu| cpu.as_secs_f64() * 1000.0 / calls.max(1) as f64),
+            .map(|cpu| cpu.total().as_secs_f64() * 1000.0 / calls.max(1) as f64),
+        service_sys_cpu_per_call_ms: (name == "proxied")
+            .then_some(cpu)
+            .flatten()
+            .map(|cpu| cpu.sys.as_secs_f64() * 1000.0 / calls.max(1) as f64),
     })
 }
 
@@ -378,11 +393,36 @@ async fn connect(authority: &str) -> anyhow::Result<SendRequest<Full<Bytes>>> {
     Ok(sender)
 }
 
-/// User + system CPU of the service: its runtime's threads (`ts-svc`) and its store thread
-/// (`turnstile-store`, which commits the lease journal). Linux only.
-fn service_cpu() -> Option<Duration> {
+/// CPU time of the service, user and system (kernel) apart.
+#[derive(Debug, Clone, Copy)]
+struct Cpu {
+    user: Duration,
+    sys: Duration,
+}
+
+impl Cpu {
+    fn total(self) -> Duration {
+        self.user + self.sys
+    }
+}
+
+impl std::ops::Sub for Cpu {
+    type Output = Cpu;
+    fn sub(self, before: Cpu) -> Cpu {
+        Cpu {
+            user: self.user.saturating_sub(before.user),
+            sys: self.sys.saturating_sub(before.sys),
+        }
+    }
+}
+
+/// User and system CPU of the service: its runtime's threads (`ts-svc`) and its store thread
+/// (`turnstile-store`, which commits the lease journal) and its driver thread
+/// (`turnstile-driver`; the kernel keeps 15 bytes of a thread name: `turnstile-drive`). Linux
+/// only.
+fn service_cpu() -> Option<Cpu> {
     let ticks_per_sec = 100.0; // USER_HZ on Linux
-    let mut total = 0u64;
+    let (mut user, mut sys) = (0u64, 0u64);
     for entry in std::fs::read_dir("/proc/self/task").ok()? {
         let Ok(entry) = entry else { continue };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
@@ -393,17 +433,24 @@ fn service_cpu() -> Option<Duration> {
             continue;
         };
         let comm = &stat[open + 1..close];
-        // The service's runtime threads and its store thread (lease journal commits).
-        if !(comm.starts_with("ts-svc") || comm.starts_with("turnstile-store")) {
+        // The service's runtime threads, its store thread (lease journal commits) and its driver.
+        if !(comm.starts_with("ts-svc")
+            || comm.starts_with("turnstile-store")
+            || comm.starts_with("turnstile-driv"))
+        {
             continue;
         }
         let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
         // After the comm: state is field 0; utime is field 11, stime field 12.
         let utime: u64 = fields.get(11)?.parse().ok()?;
         let stime: u64 = fields.get(12)?.parse().ok()?;
-        total += utime + stime;
+        user += utime;
+        sys += stime;
     }
-    Some(Duration::from_secs_f64(total as f64 / ticks_per_sec))
+    Some(Cpu {
+        user: Duration::from_secs_f64(user as f64 / ticks_per_sec),
+        sys: Duration::from_secs_f64(sys as f64 / ticks_per_sec),
+    })
 }
 
 /// Registers the bench profile and creates the bench principal's key.
