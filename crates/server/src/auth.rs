@@ -135,6 +135,22 @@ pub fn admit(state: &AppState, request: &mut Request) -> Admitted {
                 .into_response(),
         );
     };
+    // The proxy routes learn who calls in their own terms (without a key they answer 401 in
+    // the provider's format).
+    let path = request.uri().path();
+    if path.starts_with("/openai/") || path.starts_with("/anthropic/") {
+        let identity = match &caller {
+            Caller::Principal {
+                workspace,
+                principal,
+            } => turnstile_proxy::Identity::Principal {
+                workspace: workspace.clone(),
+                principal: principal.clone(),
+            },
+            Caller::Admin => turnstile_proxy::Identity::Admin,
+        };
+        request.extensions_mut().insert(identity);
+    }
     request.extensions_mut().insert(caller);
     request
         .extensions_mut()

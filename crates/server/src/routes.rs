@@ -11,7 +11,6 @@ use axum::Router;
 
 use crate::auth::ReservedSlice;
 use crate::gate::GateLayer;
-use crate::keys::Caller;
 
 use crate::api::{
     admissions, coordination, events, fairness, keys, leases, ops, profiles, revisions, AppState,
@@ -105,7 +104,7 @@ pub fn router(state: AppState, reserved: bool) -> Router {
         .route("/openapi.json", get(ops::openapi))
         .route("/ui", get(ui::index))
         .route("/ui/{asset}", get(ui::asset))
-        .merge(turnstile_proxy::router(state.proxy.clone()).layer(from_fn(identify)))
+        .merge(turnstile_proxy::router(state.proxy.clone()))
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
@@ -116,26 +115,6 @@ pub fn router(state: AppState, reserved: bool) -> Router {
         router
     };
     router.with_state(state)
-}
-
-/// Tells the proxy routes who is calling (the gate authenticated the key, Bearer or
-/// `x-api-key`); without a key the proxy answers 401 in the provider's format.
-async fn identify(mut request: Request, next: Next) -> Response {
-    let identity = match request.extensions().get::<Caller>() {
-        Some(Caller::Principal {
-            workspace,
-            principal,
-        }) => Some(turnstile_proxy::Identity::Principal {
-            workspace: workspace.clone(),
-            principal: principal.clone(),
-        }),
-        Some(Caller::Admin) => Some(turnstile_proxy::Identity::Admin),
-        None => None,
-    };
-    if let Some(identity) = identity {
-        request.extensions_mut().insert(identity);
-    }
-    next.run(request).await
 }
 
 async fn mark_reserved(mut request: Request, next: Next) -> Response {

@@ -6,9 +6,8 @@
 //! and 64) it runs chat-completion calls back to back for `--seconds`, first **directly**
 //! against the fake upstream, then **through** the proxy, and reports p50 / p99 latency,
 //! calls/s, the added p50 / p99 (proxied − direct), and the service's CPU per proxied call:
-//! the user + system time of the `ts-svc` threads and the service's `turnstile-store` and
-//! `turnstile-driver` threads
-//! only (Linux: `/proc/self/task/*/stat`), so the load generator and the fake upstream are not
+//! the user + system time of the `ts-svc` threads (the driver is a task there) and the
+//! service's `turnstile-store` thread only (Linux: `/proc/self/task/*/stat`), so the load generator and the fake upstream are not
 //! charged. A streamed phase at concurrency 1
 //! measures the time to the first body byte, direct and proxied.
 //!
@@ -417,9 +416,7 @@ impl std::ops::Sub for Cpu {
 }
 
 /// User and system CPU of the service: its runtime's threads (`ts-svc`) and its store thread
-/// (`turnstile-store`, which commits the lease journal) and its driver thread
-/// (`turnstile-driver`; the kernel keeps 15 bytes of a thread name: `turnstile-drive`). Linux
-/// only.
+/// (`turnstile-store`). Linux only.
 fn service_cpu() -> Option<Cpu> {
     let ticks_per_sec = 100.0; // USER_HZ on Linux
     let (mut user, mut sys) = (0u64, 0u64);
@@ -433,11 +430,8 @@ fn service_cpu() -> Option<Cpu> {
             continue;
         };
         let comm = &stat[open + 1..close];
-        // The service's runtime threads, its store thread (lease journal commits) and its driver.
-        if !(comm.starts_with("ts-svc")
-            || comm.starts_with("turnstile-store")
-            || comm.starts_with("turnstile-driv"))
-        {
+        // The service's runtime threads (the driver runs there) and its store thread.
+        if !(comm.starts_with("ts-svc") || comm.starts_with("turnstile-store")) {
             continue;
         }
         let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
