@@ -5,11 +5,11 @@
 //! malformed or unknown key is 401; a valid key that may not perform the call is 403 (see
 //! the role table, [`access`], applied by [`authorize`]).
 //!
-//! The gate ([`admit`], as the [`crate::gate`] layer) runs before every handler: it authenticates once, takes one of the key's
-//! `http.max_requests_per_key` request slots for the whole request (429 `key-busy` and the
-//! connection closed past it), and on a connection of the operators' reserved slice lets only
-//! health, metrics, the OpenAPI document, the console page (`/ui`) and admin-key calls through
-//! (503 `overloaded`).
+//! The gate ([`admit`], as the [`crate::gate`] layer) runs before every handler: it
+//! authenticates once, takes one of the key's `http.max_requests_per_key` request slots for the
+//! whole request (429 `key-busy` and the connection closed past it), tells the proxy routes who
+//! calls, and on a connection of the operators' reserved slice lets only health, metrics, the
+//! OpenAPI document, the console page (`/ui`) and admin-key calls through (503 `overloaded`).
 
 use std::sync::Arc;
 

@@ -16,10 +16,10 @@
 //!   ring, so a revoked key authenticates nobody from the moment the ring forgets it;
 //! - at most [`CAPACITY`] entries; a full cache is emptied and refills with the keys in use.
 
-use foldhash::HashMap;
 use std::hash::Hasher;
 use std::sync::RwLock;
 
+use foldhash::HashMap;
 use siphasher::sip128::{Hasher128, SipHasher24};
 
 /// Most keys remembered at once.

@@ -8,9 +8,9 @@
 //! Invariant: the plaintext of a key exists only in the response (or first-start banner) that
 //! created it.
 
-use foldhash::HashMap;
 use std::sync::{Arc, RwLock};
 
+use foldhash::HashMap;
 use sha2::{Digest, Sha256};
 
 use crate::key_cache::KeyHashCache;

@@ -9,9 +9,10 @@
 //!
 //! Complexity: one hash lookup under a mutex per take and per drop.
 
-use foldhash::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
+
+use foldhash::HashMap;
 
 /// Slot counts by key, each capped at `cap`.
 #[derive(Debug)]

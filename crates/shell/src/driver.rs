@@ -46,10 +46,10 @@
 //! - Every decision is counted once, by the request's span (one metrics family).
 //! - Workspace and principal IDs are never logged; metrics get decisions and reasons only.
 
-use foldhash::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use foldhash::HashMap;
 use tokio::sync::{mpsc, oneshot};
 use turnstile_admission::{
     Acquired, ActualUsage, AdmissionRequest, BreakerTransition, Evidence, LeaseId, Millis, Outcome,

@@ -22,9 +22,9 @@
 //! - **IDs stay here.** Principal IDs leave this structure only in a [`FairnessView`], which the
 //!   service returns to authenticated callers only; never to a log line, span or metric label.
 
-use foldhash::HashMap;
 use std::sync::Arc;
 
+use foldhash::HashMap;
 use serde::Serialize;
 use turnstile_admission::Millis;
 

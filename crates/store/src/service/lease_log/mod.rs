@@ -42,12 +42,13 @@ mod record;
 mod state;
 mod sync;
 
-use serde::Serialize;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use serde::Serialize;
 
 pub use state::LeaseState;
 
