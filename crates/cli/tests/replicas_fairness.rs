@@ -23,37 +23,14 @@ use serde_json::{json, Value};
 use turnstile_coord::testing::RedisServer;
 
 mod common;
-use common::{http, one_at_a_time, start_with, PerRedis, Service};
+use common::replica::{start_replica, Deployment, Keys, Replica};
+use common::{http, one_at_a_time, PerRedis};
 
 const WORKSPACE: &str = "fairness";
 /// The provider's concurrency, shared by the replicas.
 const LIMIT: u64 = 4;
 /// How long a client holds its lease.
 const HOLD_MS: u64 = 20;
-
-struct Replica {
-    service: Service,
-    /// Keys by principal.
-    keys: Vec<(String, String)>,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.service.child.kill();
-        let _ = self.service.child.wait();
-    }
-}
-
-impl Replica {
-    fn key(&self, principal: &str) -> &str {
-        self.keys
-            .iter()
-            .find(|(p, _)| p == principal)
-            .map(|(_, k)| k.as_str())
-            .expect("a key for the principal")
-    }
-}
 
 fn config_file(dir: &Path, turn_window_ms: u64) -> std::path::PathBuf {
     let path = dir.join("turnstile.toml");
@@ -73,78 +50,35 @@ fn config_file(dir: &Path, turn_window_ms: u64) -> std::path::PathBuf {
 /// Each Redis's (by port and PID) principal keys: keys and profiles are shared through Redis,
 /// so the first replica on a Redis registers the profile and creates them, and every later
 /// replica adopts them (docs/replicas.md, "Shared keys, profiles and audit").
-type Keys = Vec<(String, String)>;
 static DEPLOYMENTS: PerRedis<Keys> = PerRedis::new();
 
-/// Starts a replica on `redis`; the first one on it registers the profile and one key per
-/// principal.
+/// Starts a replica on `redis`; the first one registers the profile and creates alice's and
+/// bob's keys, which every later replica on the same Redis shares.
 fn replica(redis: &RedisServer, turn_window_ms: u64) -> Replica {
-    let data = tempfile::tempdir().unwrap();
-    let config = config_file(data.path(), turn_window_ms);
-    let url = redis.url();
-    let deployment = (redis.port(), redis.pid());
-    let shared = DEPLOYMENTS.get(deployment);
-    let service = start_with(
-        data.path(),
-        &config,
-        shared.is_none(),
-        &["--redis-url", &url],
-    );
-    if let Some(keys) = shared {
-        return Replica {
-            service,
-            keys,
-            _data: data,
-        };
-    }
-    let admin = service.admin_key.clone().expect("first start");
-    let profile = json!({
-        "workspace": {"concurrency": 256},
-        "providers": {
-            "upstream": {"concurrency": LIMIT, "maxQueueLength": 256},
-            "flaky": {
-                "concurrency": LIMIT,
-                "circuitBreaker": {"failureThreshold": 2, "openMs": 3000},
+    let deployment = Deployment {
+        workspace: WORKSPACE,
+        profile: json!({
+            "workspace": {"concurrency": 256},
+            "providers": {
+                "upstream": {"concurrency": LIMIT, "maxQueueLength": 256},
+                "flaky": {
+                    "concurrency": LIMIT,
+                    "circuitBreaker": {"failureThreshold": 2, "openMs": 3000},
+                },
             },
-        },
-        "principals": {
-            "alice": {"concurrency": 128, "maxQueueLength": 256},
-            "bob": {"concurrency": 128, "maxQueueLength": 256},
-        },
-    });
-    let (status, answer) = http(
-        &service.addr,
-        "PUT",
-        &format!("/v1/workspaces/{WORKSPACE}/profiles/v1"),
-        &admin,
-        Some(&profile),
+            "principals": {
+                "alice": {"concurrency": 128, "maxQueueLength": 256},
+                "bob": {"concurrency": 128, "maxQueueLength": 256},
+            },
+        }),
+        principals: &["alice", "bob"],
+    };
+    start_replica(
+        redis,
+        &DEPLOYMENTS,
+        |dir| config_file(dir, turn_window_ms),
+        &deployment,
     )
-    .unwrap();
-    assert_eq!(status, 201, "{answer}");
-    let keys = ["alice", "bob"]
-        .into_iter()
-        .map(|principal| {
-            let (status, answer) = http(
-                &service.addr,
-                "POST",
-                &format!("/v1/workspaces/{WORKSPACE}/keys"),
-                &admin,
-                Some(&json!({ "principalId": principal })),
-            )
-            .unwrap();
-            assert_eq!(status, 201, "{answer}");
-            (
-                principal.to_owned(),
-                answer["key"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect::<Keys>();
-    DEPLOYMENTS.insert(deployment, keys.clone());
-    Replica {
-        service,
-        keys,
-        _data: data,
-    }
 }
 
 fn acquire(addr: &str, key: &str, provider: &str, deadline_ms: u64) -> Option<(u16, Value)> {

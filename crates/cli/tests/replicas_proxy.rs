@@ -27,26 +27,14 @@ use turnstile_coord::testing::RedisServer;
 use turnstile_proxy::fake::FakeUpstream;
 
 mod common;
-use common::{http, one_at_a_time, start_with, Service};
+use common::replica::{start_replica, Deployment, Keys, Replica};
+use common::{one_at_a_time, PerRedis};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the replicas.
 const LIMIT: u64 = 3;
 /// The shared token budget of the `metered` lane, per budget ID.
 const TOKEN_BUDGET: u64 = 200;
-
-struct Replica {
-    service: Service,
-    key: String,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.service.child.kill();
-        let _ = self.service.child.wait();
-    }
-}
 
 /// The replica's configuration: coordination (a generous Redis timeout: this test looks at
 /// shared limits, not failure detection, on a loaded machine) and the proxy's routes to `up`.
@@ -72,59 +60,28 @@ fn config_file(dir: &Path, up: &FakeUpstream) -> std::path::PathBuf {
     path
 }
 
+/// The client's key of each Redis (the first replica on a Redis creates it, the others adopt it).
+static DEPLOYMENTS: PerRedis<Keys> = PerRedis::new();
+
 /// Starts `count` replicas on `redis` routing to `up`. Keys and profiles are shared through
 /// Redis: the first replica registers the profile and creates the client's key, the others
 /// adopt them (docs/replicas.md).
 fn replicas(redis: &RedisServer, up: &FakeUpstream, count: usize) -> Vec<Replica> {
-    let mut replicas: Vec<Replica> = Vec::new();
-    for _ in 0..count {
-        let data = tempfile::tempdir().unwrap();
-        let config = config_file(data.path(), up);
-        let url = redis.url();
-        let first = replicas.is_empty();
-        let service = start_with(data.path(), &config, first, &["--redis-url", &url]);
-        if let Some(key) = replicas.first().map(|r| r.key.clone()) {
-            replicas.push(Replica {
-                key,
-                service,
-                _data: data,
-            });
-            continue;
-        }
-        let admin = service.admin_key.clone().expect("first start");
-        let profile = json!({
+    let deployment = Deployment {
+        workspace: WORKSPACE,
+        profile: json!({
             "workspace": {"concurrency": 64},
             "providers": {
                 "upstream": {"concurrency": LIMIT, "maxQueueLength": 64},
                 "metered": {"concurrency": 8, "maxTokens": TOKEN_BUDGET},
             },
             "principals": {"client": {"concurrency": 64, "maxQueueLength": 64}},
-        });
-        let (status, answer) = http(
-            &service.addr,
-            "PUT",
-            &format!("/v1/workspaces/{WORKSPACE}/profiles/v1"),
-            &admin,
-            Some(&profile),
-        )
-        .unwrap();
-        assert_eq!(status, 201, "{answer}");
-        let (status, answer) = http(
-            &service.addr,
-            "POST",
-            &format!("/v1/workspaces/{WORKSPACE}/keys"),
-            &admin,
-            Some(&json!({"principalId": "client"})),
-        )
-        .unwrap();
-        assert_eq!(status, 201, "{answer}");
-        replicas.push(Replica {
-            key: answer["key"].as_str().unwrap().to_owned(),
-            service,
-            _data: data,
-        });
-    }
-    replicas
+        }),
+        principals: &["client"],
+    };
+    (0..count)
+        .map(|_| start_replica(redis, &DEPLOYMENTS, |dir| config_file(dir, up), &deployment))
+        .collect()
 }
 
 /// A proxied call's answer.
@@ -159,7 +116,7 @@ fn call(replica: &Replica, path: &str, body: &Value, headers: &[(&str, &str)]) -
     let request = format!(
         "POST {path} HTTP/1.1\r\nHost: turnstile\r\nAuthorization: Bearer {}\r\n\
          Content-Type: application/json\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        replica.key,
+        replica.key("client"),
         body.len()
     );
     stream.write_all(request.as_bytes()).unwrap();

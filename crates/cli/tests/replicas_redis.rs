@@ -26,24 +26,12 @@ use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
 use turnstile_coord::testing::RedisServer;
 
 mod common;
-use common::{http, one_at_a_time, start_with, PerRedis, Service};
+use common::replica::{start_replica, Deployment, Keys, Replica};
+use common::{http, one_at_a_time, PerRedis};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the three replicas.
 const LIMIT: u64 = 3;
-
-struct Replica {
-    service: Service,
-    key: String,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.service.child.kill();
-        let _ = self.service.child.wait();
-    }
-}
 
 /// `redis_timeout_ms`: how long a Redis call may take before the replica counts Redis as
 /// failing (the default 100 ms for the failure tests; longer where a debug build's own
@@ -62,10 +50,8 @@ fn config_file(dir: &Path, redis_timeout_ms: u64) -> std::path::PathBuf {
     path
 }
 
-/// The admin key and the client's key of each Redis (by port and PID): keys and profiles are
-/// shared through Redis, so the first replica on a Redis creates them and the others adopt
-/// them (docs/replicas.md, "Shared keys, profiles and audit").
-static DEPLOYMENTS: PerRedis<String> = PerRedis::new();
+/// The client's key of each Redis (the first replica on a Redis creates it, the others adopt it).
+static DEPLOYMENTS: PerRedis<Keys> = PerRedis::new();
 
 /// Starts a replica on `redis`; the first one registers the profile and creates the client's
 /// key, which every later replica on the same Redis shares.
@@ -75,58 +61,24 @@ fn replica(redis: &RedisServer) -> Replica {
 
 /// [`replica`] with its own Redis call timeout.
 fn replica_with_timeout(redis: &RedisServer, redis_timeout_ms: u64) -> Replica {
-    let data = tempfile::tempdir().unwrap();
-    let config = config_file(data.path(), redis_timeout_ms);
-    let url = redis.url();
-    let deployment = (redis.port(), redis.pid());
-    let shared = DEPLOYMENTS.get(deployment);
-    let service = start_with(
-        data.path(),
-        &config,
-        shared.is_none(),
-        &["--redis-url", &url],
-    );
-    if let Some(key) = shared {
-        return Replica {
-            key,
-            service,
-            _data: data,
-        };
-    }
-    let admin = service.admin_key.clone().expect("first start");
-    let profile = json!({
-        "workspace": {"concurrency": 64},
-        "providers": {
-            "upstream": {"concurrency": LIMIT, "maxQueueLength": 64},
-            "paid": {"concurrency": LIMIT, "maxCostUsd": 100.0},
-        },
-        "principals": {"client": {"concurrency": 64, "maxQueueLength": 64}},
-    });
-    let (status, answer) = http(
-        &service.addr,
-        "PUT",
-        &format!("/v1/workspaces/{WORKSPACE}/profiles/v1"),
-        &admin,
-        Some(&profile),
+    let deployment = Deployment {
+        workspace: WORKSPACE,
+        profile: json!({
+            "workspace": {"concurrency": 64},
+            "providers": {
+                "upstream": {"concurrency": LIMIT, "maxQueueLength": 64},
+                "paid": {"concurrency": LIMIT, "maxCostUsd": 100.0},
+            },
+            "principals": {"client": {"concurrency": 64, "maxQueueLength": 64}},
+        }),
+        principals: &["client"],
+    };
+    start_replica(
+        redis,
+        &DEPLOYMENTS,
+        |dir| config_file(dir, redis_timeout_ms),
+        &deployment,
     )
-    .unwrap();
-    assert_eq!(status, 201, "{answer}");
-    let (status, answer) = http(
-        &service.addr,
-        "POST",
-        &format!("/v1/workspaces/{WORKSPACE}/keys"),
-        &admin,
-        Some(&json!({"principalId": "client"})),
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{answer}");
-    let key = answer["key"].as_str().unwrap().to_owned();
-    DEPLOYMENTS.insert(deployment, key.clone());
-    Replica {
-        key,
-        service,
-        _data: data,
-    }
 }
 
 fn acquire(replica: &Replica, provider: &str, deadline_ms: u64) -> (u16, Value) {
@@ -134,7 +86,7 @@ fn acquire(replica: &Replica, provider: &str, deadline_ms: u64) -> (u16, Value) 
         &replica.service.addr,
         "POST",
         "/v1/admissions",
-        &replica.key,
+        replica.key("client"),
         Some(&json!({
             "providerId": provider,
             "budgetId": "run",
@@ -150,7 +102,7 @@ fn release(replica: &Replica, lease: &str) {
         &replica.service.addr,
         "POST",
         &format!("/v1/leases/{lease}/release"),
-        &replica.key,
+        replica.key("client"),
         Some(&json!({"outcome": "success"})),
     )
     .expect("the replica answers");
@@ -284,7 +236,7 @@ fn three_replicas_never_let_the_upstream_exceed_the_shared_concurrency() {
                             &replica.service.addr,
                             "POST",
                             &format!("/v1/leases/{id}/heartbeat"),
-                            &replica.key,
+                            replica.key("client"),
                             None,
                         )
                         .unwrap();
@@ -470,14 +422,7 @@ fn a_restarted_replica_registers_its_reinstated_leases_again() {
         assert_eq!(status, 200, "{answer}");
     }
     // SIGKILL and restart on the same data directory: the core reinstates both leases.
-    let restarted = &mut replicas[0];
-    restarted.service.child.kill().unwrap();
-    restarted.service.child.wait().unwrap();
-    let data = restarted._data.path().to_path_buf();
-    let config = data.join("turnstile.toml");
-    let url = redis.url();
-    let service = start_with(&data, &config, false, &["--redis-url", &url]);
-    restarted.service = service;
+    replicas[0].kill_and_restart(&redis);
     // The members of the dead process expire after their liveness (1.5 s); the reinstated
     // leases were registered again under new members and are renewed.
     std::thread::sleep(Duration::from_millis(2_500));

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub mod replica;
+
 /// A running `turnstile serve`.
 pub struct Service {
     pub child: Child,
