@@ -17,11 +17,9 @@ use std::sync::Arc;
 
 use turnstile_admission::BreakerTransition;
 use turnstile_shell::journal::Done;
-use turnstile_shell::{
-    HeldLease, Journal, LeaseEvent, LeaseToken, Pause, Registration, PAUSE_RECORD_SCHEMA,
-};
+use turnstile_shell::{Journal, LeaseEvent, LeaseToken, Pause, Registration, PAUSE_RECORD_SCHEMA};
 use turnstile_store::service::{
-    AuditKind, AuditRecord, LeaseChangeRef, LeaseLog, StoredLease, StoredLeaseRef, StoredProfile,
+    AuditKind, AuditRecord, LeaseChangeRef, LeaseLog, StoredLeaseRef, StoredProfile,
 };
 
 use crate::metrics::Metrics;
@@ -175,22 +173,6 @@ pub fn pause_record(workspace: &str, pause: &Pause) -> Option<AuditRecord> {
         at_epoch_ms: pause.at_epoch_ms,
         actor_key_id: None,
     })
-}
-
-/// The stored form of a grant (what the store needs to put it back after a restart).
-pub fn stored_lease(held: HeldLease) -> StoredLease {
-    StoredLease {
-        token: held.token.to_string(),
-        workspace_id: held.workspace.to_string(),
-        principal_id: held.principal.to_string(),
-        provider_id: held.lease.provider_id,
-        budget_id: held.lease.budget_id,
-        attempts: held.lease.charge.attempts,
-        tokens: held.lease.charge.tokens,
-        cost_usd: held.lease.charge.cost_usd,
-        admitted_at_ms: held.lease.admitted_at,
-        expires_at_ms: held.expires_at,
-    }
 }
 
 /// The record of a lease event, borrowed from it (no copy of its IDs).
