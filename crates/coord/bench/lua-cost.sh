@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Redis time per acquire + release pair of the turnstile function library on a known workload,
-# with no turnstile process at all: loads crates/coord/src/lua/turnstile_v2.lua into a fresh
-# redis-server, sends N pairs of FCALL ts_acquire_v2 / ts_release_v2 (unique members, exactly
+# with no turnstile process at all: loads crates/coord/src/lua/turnstile_v3.lua into a fresh
+# redis-server, sends N pairs of FCALL ts_acquire_v3 / ts_release_v3 (unique members, exactly
 # the keys and arguments crates/coord/src/protocol.rs sends; its unit tests pin the `conc` lane)
 # through redis-cli, and prints INFO commandstats: usec per FCALL and per pair, and the
 # redis.call()s per pair by command.
@@ -10,8 +10,8 @@
 #
 # LIB=path/to/other.lua measures another version of the library (e.g. `git show
 # <rev>:crates/coord/src/lua/turnstile_v1.lua > /tmp/before.lua`), to alternate before/after
-# runs: a turnstile_v1 library gets the v1 protocol, as the v1 client (store.rs before v2) sent
-# it. TURNS=0 sends what a replica with `turn_window_ms = 0` sends (no fair turns); the default
+# runs: a turnstile_v1 / turnstile_v2 library gets the v1 / v2 protocol, as the client of that
+# release (store.rs / protocol.rs) sent it. TURNS=0 sends what a replica with `turn_window_ms = 0` sends (no fair turns); the default
 # is the default configuration (turns on, 50 ms window: two wait keys on the bench lane).
 #
 # workloads: conc   three scopes (principal, workspace, provider) with concurrency only
@@ -24,7 +24,7 @@ set -euo pipefail
 pairs="${1:-20000}"
 workload="${2:-conc}"
 here="$(cd "$(dirname "$0")" && pwd)"
-lib="${LIB:-$here/../src/lua/turnstile_v2.lua}"
+lib="${LIB:-$here/../src/lua/turnstile_v3.lua}"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
 redis_pid=$!
@@ -32,8 +32,9 @@ trap 'kill $redis_pid 2>/dev/null || true' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
 loaded="$(redis-cli -p "$port" -x FUNCTION LOAD REPLACE < "$lib")"
 case "$loaded" in turnstile_v*) ;; *) echo "FUNCTION LOAD failed: $loaded" >&2; exit 1 ;; esac
-proto=v2
+proto=v3
 if grep -q '^#!lua name=turnstile_v1' "$lib"; then proto=v1; fi
+if grep -q '^#!lua name=turnstile_v2' "$lib"; then proto=v2; fi
 python3 - "$pairs" "$workload" "$proto" "${TURNS:-1}" > /tmp/lua-cost-$$.txt <<'PY'
 import sys
 pairs, workload, proto, turns = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
@@ -46,17 +47,21 @@ rpm = {"pbbbb": ("600000", "600000")} if full else {}
 tps = {"pbbbb": ("100000000", "100000000")} if full else {}
 max_tokens = {"uaaaa": "1000000000000"} if full else {}
 tokens = "100" if full else "-1"
-def acquire_v2(member):
+def acquire_v2(member, v3=False):
     keys, shape = [P + "pause:bbbb"], ["10000", "50" if fair else "-", "-"]
     for i, (name, conc) in enumerate(scopes):
         flags = 1 + (2 if name in rpm else 0) + (4 if name in tps else 0) \
             + (32 if name in max_tokens else 0) + (64 if i in fair else 0)
         keys.append(P + "lease:" + name)
         values = [str(flags), str(conc)]
+        if v3 and (name in rpm or name in tps):
+            keys.append(P + "bkt:" + name)
         if name in rpm:
-            keys.append(P + "bkt:" + name + ":rpm"); values += list(rpm[name])
+            if not v3: keys.append(P + "bkt:" + name + ":rpm")
+            values += list(rpm[name])
         if name in tps:
-            keys.append(P + "bkt:" + name + ":tps"); values += list(tps[name])
+            if not v3: keys.append(P + "bkt:" + name + ":tps")
+            values += list(tps[name])
         if name in max_tokens:
             values += [name, max_tokens[name]]
         shape.append(",".join(values))
@@ -64,14 +69,14 @@ def acquire_v2(member):
         keys.append(P + "bud:cccc")
     keys += [P + "wait:" + scopes[i][0] for i in fair]
     args = [member, ";".join(shape)] + (["uaaaa"] if fair else []) + ([tokens, "-1"] if full else [])
-    return ["FCALL", "ts_acquire_v2", str(len(keys))] + keys + args
-def release_v2(member):
+    return ["FCALL", "ts_acquire_v3" if v3 else "ts_acquire_v2", str(len(keys))] + keys + args
+def release_v2(member, v3=False):
     keys = [P + "lease:" + n for n, _ in scopes]
     args = [member]
     if full:
         keys.append(P + "bud:cccc")
         args += ["3", "0", "-", "100", "90", "0", "-1", "uaaaa"]
-    return ["FCALL", "ts_release_v2", str(len(keys))] + keys + args
+    return ["FCALL", "ts_release_v3" if v3 else "ts_release_v2", str(len(keys))] + keys + args
 def acquire_v1(member):
     keys = [P + "pause:bbbb", P + "bud:cccc"]
     for name, _ in scopes:
@@ -91,7 +96,11 @@ def release_v1(member):
     args = [member, "3", "0", "100" if full else "0", "90" if full else "-1", "0", "-1"]
     args += ["uaaaa"] if full else []
     return ["FCALL", "ts_release_v1", str(len(keys))] + keys + args
-acquire, release = (acquire_v2, release_v2) if proto == "v2" else (acquire_v1, release_v1)
+acquire, release = {
+    "v1": (acquire_v1, release_v1),
+    "v2": (acquire_v2, release_v2),
+    "v3": (lambda m: acquire_v2(m, True), lambda m: release_v2(m, True)),
+}[proto]
 out = sys.stdout
 if workload == "held":
     for i in range(3):

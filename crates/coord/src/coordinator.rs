@@ -3,11 +3,11 @@
 //!
 //! # Protocol
 //!
-//! - `acquire` (after the local core granted): healthy, one `ts_acquire_v2`; degraded, the
+//! - `acquire` (after the local core granted): healthy, one `ts_acquire_v3`; degraded, the
 //!   declared share alone (no Redis call). A failed or timed-out call makes the replica
 //!   degraded at once and the same admission is decided by the share, so no admission waits
 //!   on Redis for longer than the command timeout.
-//! - `release` / `forget`: one `ts_release_v2` when healthy; degraded, nothing (Redis drops
+//! - `release` / `forget`: one `ts_release_v3` when healthy; degraded, nothing (Redis drops
 //!   the lease when its liveness runs out).
 //! - The background task ([`Coordinator::run`]) probes every `probe_every` (an idle replica
 //!   notices a hung Redis within probe + timeout), renews this replica's leases every

@@ -38,12 +38,17 @@ impl WorkspaceKeys {
         format!("{}lease:{}", self.prefix, scope.0)
     }
 
-    /// A scope's request bucket.
+    /// A scope's shared buckets (request and token bucket in one hash).
+    pub fn buckets(&self, scope: &ScopeName) -> String {
+        format!("{}bkt:{}", self.prefix, scope.0)
+    }
+
+    /// A scope's request bucket (the degraded mode's local bucket map).
     pub fn requests(&self, scope: &ScopeName) -> String {
         format!("{}bkt:{}:rpm", self.prefix, scope.0)
     }
 
-    /// A scope's token bucket.
+    /// A scope's token bucket (the degraded mode's local bucket map).
     pub fn tokens(&self, scope: &ScopeName) -> String {
         format!("{}bkt:{}:tps", self.prefix, scope.0)
     }
@@ -102,6 +107,7 @@ mod tests {
         let scope = ScopeName::principal("alice");
         let names = [
             keys.leases(&scope),
+            keys.buckets(&ScopeName::workspace()),
             keys.requests(&ScopeName::workspace()),
             keys.tokens(&ScopeName::provider("openai")),
             keys.pause("openai"),

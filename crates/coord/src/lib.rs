@@ -2,7 +2,7 @@
 //!
 //! A provider's limits are per account, not per process. Each replica's core admits locally
 //! as before; the [`Coordinator`] then admits the same lease against the shared limits in one
-//! Redis Function call (`ts_acquire_v2`): concurrency as leases with a liveness expiry, the
+//! Redis Function call (`ts_acquire_v3`): concurrency as leases with a liveness expiry, the
 //! core's fixed-point request and token buckets, the provider pause, and integer micro-dollar
 //! budgets, for the principal, workspace and provider scopes of the lane; in the same call,
 //! fair turns on contended scopes (the next free slot goes to the waiting principal holding

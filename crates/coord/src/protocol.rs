@@ -1,5 +1,5 @@
-//! The compact call protocol of `ts_acquire_v2` and `ts_release_v2` (library `turnstile_v2`,
-//! `lua/turnstile_v2.lua`): which keys and arguments one admission and one release send.
+//! The compact call protocol of `ts_acquire_v3` and `ts_release_v3` (library `turnstile_v3`,
+//! `lua/turnstile_v3.lua`): which keys and arguments one admission and one release send.
 //!
 //! Redis's time per `FCALL` grows with every key and argument passed (each is copied into a
 //! Lua table) and with every `tonumber` the script needs, so a call passes only what the
@@ -22,7 +22,7 @@ use crate::keys::WorkspaceKeys;
 use crate::spec::{LaneSpec, ScopeLimits};
 use crate::store::ReleaseCall;
 
-/// The per-scope flags word of `ts_acquire_v2`: which values (and keys) follow for a scope.
+/// The per-scope flags word of `ts_acquire_v3`: which values (and keys) follow for a scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScopeFlags(pub u8);
 
@@ -58,7 +58,7 @@ fn signed(v: Option<u64>) -> i64 {
     v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-/// Fills `cmd` (an `FCALL`) with `ts_acquire_v2` for `spec`. Fair turns: every scope but the
+/// Fills `cmd` (an `FCALL`) with `ts_acquire_v3` for `spec`. Fair turns: every scope but the
 /// principal's own (the first) with a concurrency, when `turn_window_ms` is set.
 pub fn acquire_command(
     cmd: &mut Cmd,
@@ -86,11 +86,8 @@ pub fn acquire_command(
         if scope.concurrency.is_some() {
             key_list.push(keys.leases(&scope.name));
         }
-        if scope.requests.is_some() {
-            key_list.push(keys.requests(&scope.name));
-        }
-        if scope.tokens.is_some() {
-            key_list.push(keys.tokens(&scope.name));
+        if scope.requests.is_some() || scope.tokens.is_some() {
+            key_list.push(keys.buckets(&scope.name));
         }
     }
     if budgets {
@@ -105,7 +102,7 @@ pub fn acquire_command(
         key_list.push(keys.breaker(&spec.provider));
         key_list.push(keys.probes(&spec.provider));
     }
-    cmd.arg("ts_acquire_v2").arg(key_list.len()).arg(&key_list);
+    cmd.arg("ts_acquire_v3").arg(key_list.len()).arg(&key_list);
     cmd.arg(member).arg(lane_shape(
         spec,
         &flags,
@@ -124,7 +121,7 @@ pub fn acquire_command(
     }
 }
 
-/// The shape of `ts_acquire_v2`: what stays the same from one admission of the lane to the
+/// The shape of `ts_acquire_v3`: what stays the same from one admission of the lane to the
 /// next (the script decodes each distinct shape once), e.g. `10000;50;-;1,4096;65,4096;65,4096`.
 pub fn lane_shape(
     spec: &LaneSpec,
@@ -164,7 +161,7 @@ pub fn lane_shape(
     shape
 }
 
-/// Fills `cmd` (an `FCALL`) with `ts_release_v2` for `call`.
+/// Fills `cmd` (an `FCALL`) with `ts_release_v3` for `call`.
 pub fn release_command(cmd: &mut Cmd, call: &ReleaseCall) {
     let settle = !call.budget_scopes.is_empty()
         && (call.actual_tokens.is_some() || call.actual_micro.is_some());
@@ -178,7 +175,7 @@ pub fn release_command(cmd: &mut Cmd, call: &ReleaseCall) {
     if call.breaker.is_some() {
         nkeys += 2;
     }
-    cmd.arg("ts_release_v2").arg(nkeys).arg(&call.lease_keys);
+    cmd.arg("ts_release_v3").arg(nkeys).arg(&call.lease_keys);
     if call.pause_ms > 0 {
         cmd.arg(&call.pause_key);
     }
@@ -261,7 +258,7 @@ mod tests {
         acquire_command(&mut cmd, &spec, "r-0", 10_000, Some(50));
         let expected: Vec<String> = [
             "FCALL".to_owned(),
-            "ts_acquire_v2".into(),
+            "ts_acquire_v3".into(),
             "6".into(),
             keys.pause("openai"),
             keys.leases(&ScopeName("uaaaa".into())),
@@ -316,15 +313,14 @@ mod tests {
         acquire_command(&mut cmd, &spec, "m", 10_000, Some(50));
         let w = words(&cmd);
         let p = ScopeName("pbbbb".into());
-        assert_eq!(w[2], "9");
+        assert_eq!(w[2], "8");
         assert_eq!(
-            w[3..12],
+            w[3..11],
             [
                 keys.pause("openai"),
                 keys.leases(&ScopeName("uaaaa".into())),
                 keys.leases(&p),
-                keys.requests(&p),
-                keys.tokens(&p),
+                keys.buckets(&p),
                 keys.budget("b"),
                 keys.waiting(&p),
                 keys.breaker("openai"),
@@ -333,7 +329,7 @@ mod tests {
         );
         // uaaaa: concurrency + attempts + token budget = 1 + 8 + 32; pbbbb: 1 + 2 + 4 + 64.
         assert_eq!(
-            w[12..].join(" "),
+            w[11..].join(" "),
             "m 10000;50;5,30000,1;41,8,uaaaa,3,500;71,4,10,600,1000,1000 uaaaa 100 -1"
         );
     }
@@ -356,7 +352,7 @@ mod tests {
         };
         let mut cmd = redis::cmd("FCALL");
         release_command(&mut cmd, &call);
-        assert_eq!(words(&cmd).join(" "), "FCALL ts_release_v2 2 a b m");
+        assert_eq!(words(&cmd).join(" "), "FCALL ts_release_v3 2 a b m");
 
         let settled = ReleaseCall {
             pause_ms: 1500,
@@ -368,7 +364,7 @@ mod tests {
         release_command(&mut cmd, &settled);
         assert_eq!(
             words(&cmd).join(" "),
-            "FCALL ts_release_v2 4 a b pause bud m 2 1500 - 100 90 0 -1 uaaaa"
+            "FCALL ts_release_v3 4 a b pause bud m 2 1500 - 100 90 0 -1 uaaaa"
         );
     }
 }

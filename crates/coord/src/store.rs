@@ -1,5 +1,5 @@
 //! The Redis client: one multiplexed connection (redis-rs `ConnectionManager`, reconnecting in
-//! the background), the `turnstile_v2` function library, and a hard timeout on every call.
+//! the background), the `turnstile_v3` function library, and a hard timeout on every call.
 //!
 //! Invariants:
 //! - No call waits longer than the command timeout ([`RedisStore::timeout`], 100 ms by
@@ -24,7 +24,7 @@ use crate::spec::LaneSpec;
 use crate::verdict::Verdict;
 
 /// The function library (Lua), versioned by name.
-pub const LIBRARY: &str = include_str!("lua/turnstile_v2.lua");
+pub const LIBRARY: &str = include_str!("lua/turnstile_v3.lua");
 
 /// A conformance run: (rate, capacity, period ms, steps of (now, units)).
 pub type BucketRun = (u64, u64, u64, Vec<(u64, u64)>);
@@ -241,13 +241,13 @@ impl RedisStore {
     /// The server clock; the health probe. Answers whether the library had to be loaded.
     pub async fn time(&self) -> Result<(Millis, bool), CoordError> {
         let mut cmd = redis::cmd("FCALL_RO");
-        cmd.arg("ts_time_v2").arg(0);
+        cmd.arg("ts_time_v3").arg(0);
         let (value, loaded) = self.fcall(&cmd).await?;
         let now = u64::try_from(int(&value)?).map_err(|_| CoordError::Protocol("time".into()))?;
         Ok((now, loaded))
     }
 
-    /// `ts_acquire_v2` for `spec`, registering `member` with a liveness of `liveness_ms`.
+    /// `ts_acquire_v3` for `spec`, registering `member` with a liveness of `liveness_ms`.
     /// `turn_window_ms`: fair turns on the lane's shared scopes, a waiting principal counting
     /// for that long after it was last refused (`None`: first come, first served).
     pub async fn acquire(
@@ -279,7 +279,7 @@ impl RedisStore {
         )
     }
 
-    /// `ts_release_v2`.
+    /// `ts_release_v3`.
     pub async fn release(&self, call: &ReleaseCall) -> Result<Released, CoordError> {
         let mut cmd = redis::cmd("FCALL");
         release_command(&mut cmd, call);
@@ -310,7 +310,7 @@ impl RedisStore {
         })
     }
 
-    /// `ts_breaker_v2`: merges the outcomes a degraded replica saw into the shared breaker (a
+    /// `ts_breaker_v3`: merges the outcomes a degraded replica saw into the shared breaker (a
     /// success first if one was seen, then the failures after the last success). Answers the
     /// state after the merge.
     pub async fn merge_breaker(
@@ -319,7 +319,7 @@ impl RedisStore {
         seen: &SeenOutcomes,
     ) -> Result<Option<BreakerState>, CoordError> {
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg("ts_breaker_v2")
+        cmd.arg("ts_breaker_v3")
             .arg(2)
             .arg(&breaker.key)
             .arg(&breaker.probes)
@@ -334,7 +334,7 @@ impl RedisStore {
         BreakerState::decode(&text(state)?)
     }
 
-    /// `ts_pause_v2`: answers the pause's end (server ms) and the server's now.
+    /// `ts_pause_v3`: answers the pause's end (server ms) and the server's now.
     pub async fn pause(
         &self,
         workspace: &str,
@@ -345,7 +345,7 @@ impl RedisStore {
         self.pause_key(&keys, &keys.pause(provider), pause_ms).await
     }
 
-    /// `ts_pause_v2` on a pause key of `keys`' workspace.
+    /// `ts_pause_v3` on a pause key of `keys`' workspace.
     pub async fn pause_key(
         &self,
         _keys: &WorkspaceKeys,
@@ -353,7 +353,7 @@ impl RedisStore {
         pause_ms: Millis,
     ) -> Result<(Millis, Millis), CoordError> {
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg("ts_pause_v2").arg(1).arg(pause_key).arg(pause_ms);
+        cmd.arg("ts_pause_v3").arg(1).arg(pause_key).arg(pause_ms);
         let (value, _) = self.fcall(&cmd).await?;
         let items = array(value)?;
         let [now, until] = items.as_slice() else {
@@ -365,7 +365,7 @@ impl RedisStore {
         ))
     }
 
-    /// `ts_renew_v2` for every batch, in one pipeline (one round trip).
+    /// `ts_renew_v3` for every batch, in one pipeline (one round trip).
     pub async fn renew(
         &self,
         batches: &[RenewBatch],
@@ -377,7 +377,7 @@ impl RedisStore {
         }
         let mut pipe = redis::pipe();
         for batch in batches {
-            let cmd = pipe.cmd("FCALL").arg("ts_renew_v2").arg(batch.keys.len());
+            let cmd = pipe.cmd("FCALL").arg("ts_renew_v3").arg(batch.keys.len());
             for key in &batch.keys {
                 cmd.arg(key);
             }
@@ -408,7 +408,7 @@ impl RedisStore {
         }
     }
 
-    /// `ts_bucket_run_v2`: the script's bucket arithmetic over `steps` of (now, units) with an
+    /// `ts_bucket_run_v3`: the script's bucket arithmetic over `steps` of (now, units) with an
     /// injected clock; per step (admitted, wait ms or -1 for never, level in whole units). The
     /// conformance hook that tests the script against `bucket.rs`; pipelined over `runs`.
     pub async fn bucket_runs(
@@ -420,7 +420,7 @@ impl RedisStore {
         for (rate, capacity, period, steps) in runs {
             let cmd = pipe
                 .cmd("FCALL")
-                .arg("ts_bucket_run_v2")
+                .arg("ts_bucket_run_v3")
                 .arg(1)
                 .arg(key)
                 .arg(*rate)

@@ -1,7 +1,7 @@
 //! The script's token bucket is the core's (`crates/admission/src/bucket.rs`): over 10^5
 //! random sequences (100 proptest cases x 1,000 sequences, each up to 24 steps of a clock
-//! advance and a take), `ts_bucket_run_v2` (the same `bucket_try` / `bucket_store` Lua code as
-//! `ts_acquire_v2`, with an injected clock) and `TokenBucket` agree on every decision, every
+//! advance and a take), `ts_bucket_run_v3` (the same `bucket_try` / `bucket_store` Lua code as
+//! `ts_acquire_v3`, with an injected clock) and `TokenBucket` agree on every decision, every
 //! retry wait and every level. Needs `redis-server` (installed by `.ci/run`).
 
 use proptest::prelude::*;

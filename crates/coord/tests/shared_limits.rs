@@ -349,7 +349,7 @@ fn a_stopped_or_killed_redis_degrades_to_the_declared_share_and_reconciles() {
     });
 }
 
-/// Without fair turns (`turn_window_ms = None`) `ts_acquire_v2` gets no wait keys: the pause
+/// Without fair turns (`turn_window_ms = None`) `ts_acquire_v3` gets no wait keys: the pause
 /// is read on its own and the limit still holds; a plain release frees the slot.
 #[test]
 fn without_turns_the_limit_and_the_pause_still_hold() {

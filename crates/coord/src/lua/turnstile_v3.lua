@@ -1,8 +1,9 @@
-#!lua name=turnstile_v2
+#!lua name=turnstile_v3
 -- turnstile's shared limits (crates/coord, docs/replicas.md). Library and function names carry
 -- a version: a changed contract gets new names, so replicas of two releases never call each
 -- other's functions during a rolling deploy (v2: the compact acquire / release protocol, which
--- passes only the keys and values a lane's scopes use).
+-- passes only the keys and values a lane's scopes use; v3: a scope's buckets in one hash, and
+-- expiries refreshed only when they would run out, not on every write).
 --
 -- Every function reads the server clock (TIME) at most once; no replica's clock is ever used.
 -- Numbers are Lua doubles: every integer stays below 2^53 (the client refuses limits that could
@@ -20,9 +21,12 @@
 --
 -- Keys (all under one hash tag {W}, W = truncated sha256 of the workspace ID):
 --   ts:{W}:lease:<scope>      zset  member = lease, score = liveness expiry (server ms)
---   ts:{W}:bkt:<scope>:rpm|tps hash l = level (units x period_ms), t = refilled at (ms)
+--   ts:{W}:bkt:<scope>        hash  the scope's buckets: rl / rt request bucket level (units x
+--                                   period_ms) / refilled at (ms), tl / tt token bucket; x = the
+--                                   key's expiry (server ms) as last set
 --   ts:{W}:pause:<provider>   string paused-until (server ms), PX = remaining pause
---   ts:{W}:bud:<budget>       hash  <scope>:a attempts, <scope>:m micro-dollars, <scope>:t tokens
+--   ts:{W}:bud:<budget>       hash  <scope>:a attempts, <scope>:m micro-dollars, <scope>:t tokens;
+--                                   x = the key's expiry (server ms) as last set
 --   ts:{W}:wait:<scope>       zset  member = principal scope (u<h>), score = last seen waiting (ms)
 --   ts:{W}:brk:<provider>     hash  s = c|o|h (closed, open, half-open), f = failures, o = opened at
 --   ts:{W}:probe:<provider>   zset  member = lease, score = liveness expiry: half-open probe leases
@@ -44,14 +48,14 @@ end
 
 -- The core's TokenBucket (crates/admission/src/bucket.rs): level scaled by period, lazy
 -- refill only when now is later than the last refill, capped at capacity x period. A missing
--- key is a full bucket refilled now (the core's buckets start full).
-local function bucket_load(key, rate, cap, period, now)
-  local v = redis.call('HMGET', key, 'l', 't')
+-- bucket (no fields: the key expired or was never written) is full, refilled now (the core's
+-- buckets start full). `lv`, `tv`: the stored level and instant (strings, or false).
+local function bucket_refill(lv, tv, rate, cap, period, now)
   local full = cap * period
   local level, at
-  if v[1] then
-    level = math.min(tonumber(v[1]), full)
-    at = tonumber(v[2])
+  if lv then
+    level = math.min(tonumber(lv), full)
+    at = tonumber(tv)
   else
     level = full
     at = now
@@ -75,24 +79,99 @@ local function bucket_wait(level, need, rate, cap, period)
   return math.ceil(deficit / rate)
 end
 
--- One admission's look at a bucket: the core's refill, then has(units). Answers
--- (admitted, level after taking, refilled at, wait ms if not admitted: -1 never).
-local function bucket_try(key, rate, cap, period, units, now)
-  local level, at = bucket_load(key, rate, cap, period, now)
-  local need = units * period
-  if level >= need then
-    return true, level - need, at, 0
+-- A scope's buckets (request: r*, token: t*) live in one hash, read with one HMGET and written
+-- with one HSET. The hash expires once every bucket in it would be full again (a missing
+-- bucket is full, so an expired hash means the same as its last levels); the expiry is set
+-- with some slack (twice the longest refill from empty) and remembered in field x, so the
+-- PEXPIRE runs only when the levels written would outlast it: at most about once per refill
+-- period instead of on every grant. A bucket that never refills (rate 0) keeps the hash from
+-- expiring (as in v2: its key never expired).
+-- L: the lane (decode_lane); per scope i: bkey (index in KEYS), rrate / rcap / rper, trate /
+-- tcap / tper (false: no such bucket), bfields (the HMGET field list), span (the slack, ms,
+-- or -1 for never expires). Results are kept in the lane as scratch (rl_, ra_, tl_, ta_, x_):
+-- Redis runs one function at a time and each is written before it is read in the same call.
+
+-- Reads and tries scope i's buckets: `ru` request units, `tu` token units. Answers nil when
+-- both have room (the levels after taking are in the scratch), or the refused bucket ('r' or
+-- 't') and the wait (ms; -1 never).
+local function buckets_try(L, keys, i, ru, tu, now)
+  local v = redis.call('HMGET', keys[L.bkey[i]], unpack(L.bfields[i]))
+  local j = 1
+  if L.rrate[i] then
+    local rate, cap, period = L.rrate[i], L.rcap[i], L.rper[i]
+    local level, at = bucket_refill(v[1], v[2], rate, cap, period, now)
+    L.rl_[i], L.ra_[i], j = level, at, 3
+    local need = ru * period
+    if level < need then return 'r', bucket_wait(level, need, rate, cap, period) end
+    L.rl_[i] = level - need
   end
-  return false, level, at, bucket_wait(level, need, rate, cap, period)
+  if L.trate[i] then
+    local rate, cap, period = L.trate[i], L.tcap[i], L.tper[i]
+    local level, at = bucket_refill(v[j], v[j + 1], rate, cap, period, now)
+    L.tl_[i], L.ta_[i], j = level, at, j + 2
+    local need = tu * period
+    if level < need then return 't', bucket_wait(level, need, rate, cap, period) end
+    L.tl_[i] = level - need
+  end
+  L.x_[i] = tonumber(v[j] or '0')
+  return nil, 0
 end
 
--- Writes a bucket; it expires when it would be full again (a missing bucket is full).
-local function bucket_store(key, level, at, rate, cap, period)
-  redis.call('HSET', key, 'l', fmt(level), 't', fmt(at))
-  if rate > 0 then
-    local ttl = math.ceil((cap * period - level) / rate) + 1000
-    redis.call('PEXPIRE', key, fmt(ttl))
+-- Writes scope i's buckets (the levels buckets_try left), refreshing the expiry when needed.
+local function buckets_store(L, keys, i, now)
+  local bk = keys[L.bkey[i]]
+  local span = L.span[i]
+  local x = false
+  if span >= 0 then
+    -- When the hash must live until (as v2's per-bucket TTL: full again, plus a second).
+    local need = 0
+    if L.rrate[i] then need = math.ceil((L.rcap[i] * L.rper[i] - L.rl_[i]) / L.rrate[i]) end
+    if L.trate[i] then
+      need = math.max(need, math.ceil((L.tcap[i] * L.tper[i] - L.tl_[i]) / L.trate[i]))
+    end
+    if now + need + 1000 > L.x_[i] then x = now + span end
   end
+  if L.rrate[i] and L.trate[i] then
+    if x then
+      redis.call('HSET', bk, 'rl', fmt(L.rl_[i]), 'rt', fmt(L.ra_[i]), 'tl', fmt(L.tl_[i]),
+        'tt', fmt(L.ta_[i]), 'x', fmt(x))
+    else
+      redis.call('HSET', bk, 'rl', fmt(L.rl_[i]), 'rt', fmt(L.ra_[i]), 'tl', fmt(L.tl_[i]),
+        'tt', fmt(L.ta_[i]))
+    end
+  elseif L.rrate[i] then
+    if x then
+      redis.call('HSET', bk, 'rl', fmt(L.rl_[i]), 'rt', fmt(L.ra_[i]), 'x', fmt(x))
+    else
+      redis.call('HSET', bk, 'rl', fmt(L.rl_[i]), 'rt', fmt(L.ra_[i]))
+    end
+  else
+    if x then
+      redis.call('HSET', bk, 'tl', fmt(L.tl_[i]), 'tt', fmt(L.ta_[i]), 'x', fmt(x))
+    else
+      redis.call('HSET', bk, 'tl', fmt(L.tl_[i]), 'tt', fmt(L.ta_[i]))
+    end
+  end
+  if x then redis.call('PEXPIRE', bk, fmt(span)) end
+end
+
+-- The buckets of scope i in a lane: its fields, slack and scratch (decode_lane and the
+-- conformance hook).
+local function buckets_init(L, i)
+  local fields, span = {}, 0
+  for _, b in ipairs({{'r', L.rrate[i], L.rcap[i], L.rper[i]}, {'t', L.trate[i], L.tcap[i], L.tper[i]}}) do
+    if b[2] then
+      fields[#fields + 1] = b[1] .. 'l'
+      fields[#fields + 1] = b[1] .. 't'
+      if b[2] == 0 or span < 0 then
+        span = -1
+      else
+        span = math.max(span, 2 * math.ceil(b[3] * b[4] / b[2]) + 1000)
+      end
+    end
+  end
+  fields[#fields + 1] = 'x'
+  L.bfields[i], L.span[i] = fields, span
 end
 
 -- Fair turns across replicas (docs/replicas.md, "Fairness across replicas"). A contended scope
@@ -191,7 +270,7 @@ local function breaker_record(bk, pk, outcome, threshold, now)
   return state
 end
 
--- ts_acquire_v2
+-- ts_acquire_v3
 -- ARGV: member, the lane's shape (below), then the principal scope's name when some scope has
 --       fair turns, then tokens (-1 none) and micro-dollars (-1 none) when some scope has a
 --       bucket or a budget.
@@ -204,8 +283,8 @@ end
 --       order: concurrency; rpm rate, rpm capacity; tps rate, tps capacity; the scope's name
 --       (any budget flag), max attempts, max micro-dollars, max tokens (each only with its
 --       flag). E.g. '10000;50;-;1,4096;65,4096;65,4096'.
--- KEYS: pause, then per scope the keys its flags announce: lease zset (1), rpm bucket (2), tps
---       bucket (4); then the budget hash when some scope has a budget flag; then one wait zset
+-- KEYS: pause, then per scope the keys its flags announce: lease zset (1), the scope's bucket
+--       hash (2 or 4: one key for both); then the budget hash when some scope has a budget flag; then one wait zset
 --       per fair scope, in scope order; then the breaker hash and probe zset when the lane has
 --       a breaker. The principal's lease zset and the other waiting principals' are derived
 --       from the key prefix 'ts:{W}:' of the pause key (same hash tag, same slot).
@@ -223,6 +302,8 @@ end
 -- member, and neither the client nor redis-rs re-sends an FCALL that may have run), so there is
 -- no idempotency check: the member written is always new.
 local CONC, RPM, TPS, MAX_A, MAX_M, MAX_T, FAIR = 1, 2, 4, 8, 16, 32, 64
+-- A budget hash lives at least BUDGET_IDLE_MS after its last charge, at most BUDGET_TTL_MS.
+local BUDGET_IDLE_MS, BUDGET_TTL_MS = 86400000, 90000000
 
 local function has(f, flag)
   return math.floor(f / flag) % 2 == 1
@@ -236,8 +317,9 @@ local function decode_lane(shape)
   local lane = {
     liveness = tonumber(parts[1]), window = tonumber(parts[2]) or 0, threshold = -1,
     n = #parts - 3, nfair = 0, budgets = false, buckets = false,
-    lease = {}, conc = {}, held = {}, rkey = {}, rrate = {}, rcap = {}, tkey = {}, trate = {},
-    tcap = {}, name = {}, maxa = {}, maxm = {}, maxt = {}, wait = {}, bud = false, brk = false,
+    lease = {}, conc = {}, held = {}, bkey = {}, rrate = {}, rcap = {}, rper = {}, trate = {},
+    tcap = {}, tper = {}, bfields = {}, span = {}, rl_ = {}, ra_ = {}, tl_ = {}, ta_ = {},
+    x_ = {}, name = {}, maxa = {}, maxm = {}, maxt = {}, wait = {}, bud = false, brk = false,
   }
   if parts[3] ~= '-' then
     local b = {}
@@ -249,18 +331,23 @@ local function decode_lane(shape)
     local v = {}
     for x in string.gmatch(parts[3 + i], '[^,]+') do v[#v + 1] = x end
     local f, a = tonumber(v[1]), 2
-    lane.lease[i], lane.rkey[i], lane.tkey[i], lane.wait[i] = false, false, false, false
+    lane.lease[i], lane.bkey[i], lane.wait[i] = false, false, false
+    lane.rrate[i], lane.trate[i] = false, false
     lane.maxa[i], lane.maxm[i], lane.maxt[i] = -1, -1, -1
     if has(f, CONC) then
       lane.lease[i], lane.conc[i], k, a = k, tonumber(v[a]), k + 1, a + 1
     end
     if has(f, RPM) then
-      lane.rkey[i], lane.rrate[i], lane.rcap[i] = k, tonumber(v[a]), tonumber(v[a + 1])
-      k, a, lane.buckets = k + 1, a + 2, true
+      lane.rrate[i], lane.rcap[i], lane.rper[i] = tonumber(v[a]), tonumber(v[a + 1]), 60000
+      a = a + 2
     end
     if has(f, TPS) then
-      lane.tkey[i], lane.trate[i], lane.tcap[i] = k, tonumber(v[a]), tonumber(v[a + 1])
-      k, a, lane.buckets = k + 1, a + 2, true
+      lane.trate[i], lane.tcap[i], lane.tper[i] = tonumber(v[a]), tonumber(v[a + 1]), 1000
+      a = a + 2
+    end
+    if has(f, RPM) or has(f, TPS) then
+      lane.bkey[i], k, lane.buckets = k, k + 1, true
+      buckets_init(lane, i)
     end
     if has(f, MAX_A) or has(f, MAX_M) or has(f, MAX_T) then
       lane.name[i], a, lane.budgets = v[a], a + 1, true
@@ -398,9 +485,10 @@ local function acquire(keys, args)
     if gate == 'busy' then return {'defer', 'circuit-open', 0, 0, now} end
     probe = gate == 'probe'
   end
-  -- Budgets: every line the lane reads, in one HMGET; `lines` keeps (field, spent + charge)
-  -- for the commit.
+  -- Budgets: every line the lane reads (and x), in one HMGET; `lines` keeps (field, spent +
+  -- charge) for the commit.
   local lines
+  local bud_x = 0
   if L.budgets then
     local fields, checks = {}, {}
     for i = 1, n do
@@ -420,7 +508,9 @@ local function acquire(keys, args)
     end
     if #fields > 0 then
       lines = {}
+      fields[#fields + 1] = 'x'
       local spent = redis.call('HMGET', keys[L.bud], unpack(fields))
+      bud_x = tonumber(spent[#fields] or '0')
       for j, c in ipairs(checks) do
         local s = tonumber(spent[j] or '0')
         if s + c[3] > c[2] then return {'reject', c[4], c[1], 0, now} end
@@ -428,29 +518,19 @@ local function acquire(keys, args)
       end
     end
   end
-  local pending
   if L.buckets then
     local units = math.max(tokens, 0)
-    pending = {}
     for i = 1, n do
-      if L.rkey[i] then
-        local rk, r_rate, r_cap = keys[L.rkey[i]], L.rrate[i], L.rcap[i]
-        local ok, level, at, wait = bucket_try(rk, r_rate, r_cap, 60000, 1, now)
-        if not ok then
+      if L.bkey[i] then
+        local refused, wait = buckets_try(L, keys, i, 1, units, now)
+        if refused == 'r' then
           local wake = 0
           if wait >= 0 then wake = now + wait end
           return {'defer', 'requests-per-minute', i, wake, now}
-        end
-        pending[#pending + 1] = {rk, level, at, r_rate, r_cap, 60000}
-      end
-      if L.tkey[i] then
-        local tk, t_rate, t_cap = keys[L.tkey[i]], L.trate[i], L.tcap[i]
-        local ok, level, at, wait = bucket_try(tk, t_rate, t_cap, 1000, units, now)
-        if not ok then
+        elseif refused == 't' then
           if wait < 0 then return {'reject', 'tokens-per-second', i, 0, now} end
           return {'defer', 'tokens-per-second', i, now + wait, now}
         end
-        pending[#pending + 1] = {tk, level, at, t_rate, t_cap, 1000}
       end
     end
   end
@@ -466,12 +546,20 @@ local function acquire(keys, args)
       hset[#hset + 1] = l[1]
       hset[#hset + 1] = fmt(l[2])
     end
+    -- The budget expires after 24 h without a charge: set to 25 h and refreshed only once
+    -- less than 24 h are left (at most once an hour, not on every charge).
+    if bud_x < now + BUDGET_IDLE_MS then
+      hset[#hset + 1] = 'x'
+      hset[#hset + 1] = fmt(now + BUDGET_TTL_MS)
+    end
     redis.call('HSET', keys[L.bud], unpack(hset))
-    redis.call('PEXPIRE', keys[L.bud], 86400000)
+    if bud_x < now + BUDGET_IDLE_MS then
+      redis.call('PEXPIRE', keys[L.bud], BUDGET_TTL_MS)
+    end
   end
-  if pending then
-    for _, p in ipairs(pending) do
-      bucket_store(p[1], p[2], p[3], p[4], p[5], p[6])
+  if L.buckets then
+    for i = 1, n do
+      if L.bkey[i] then buckets_store(L, keys, i, now) end
     end
   end
   -- A grant in a contended scope (someone is waiting, or this grant fills it: the member is
@@ -495,7 +583,7 @@ local function acquire(keys, args)
   return now
 end
 
--- ts_release_v2
+-- ts_release_v3
 -- ARGV: member; nothing else for a plain release (every key is a lease zset). Otherwise:
 --       nleases, pause_ms (0 none), breaker outcome ('-' the lane has no shared breaker;
 --       success|failure|none), then the breaker threshold (only with a breaker); then, when
@@ -581,7 +669,7 @@ local function release(keys, args)
   return {now, until_, state}
 end
 
--- ts_breaker_v2: KEYS breaker hash, probe zset; ARGV threshold, success_seen (0/1), failures.
+-- ts_breaker_v3: KEYS breaker hash, probe zset; ARGV threshold, success_seen (0/1), failures.
 -- The merge of the outcomes a degraded replica saw (its local breaker applied meanwhile): a
 -- success first (it closes and resets), then the failures after the last success, one by one
 -- as releases would have counted them. Returns {now, state}.
@@ -596,7 +684,7 @@ local function breaker_merge(keys, args)
   return {now, state}
 end
 
--- ts_pause_v2: KEYS pause; ARGV pause_ms. Monotonic: a shorter pause never shortens a longer
+-- ts_pause_v3: KEYS pause; ARGV pause_ms. Monotonic: a shorter pause never shortens a longer
 -- one. Returns {now, paused_until}.
 local function pause(keys, args)
   local ms = tonumber(args[1])
@@ -612,7 +700,7 @@ local function pause(keys, args)
   return {now, until_}
 end
 
--- ts_renew_v2: KEYS the lease zsets; ARGV liveness_ms, mode ('xx' renew only what is there,
+-- ts_renew_v3: KEYS the lease zsets; ARGV liveness_ms, mode ('xx' renew only what is there,
 -- 'add' re-register after a loss), then pairs (key index, member). One call per workspace
 -- renews all of this replica's leases in it. Returns {now, members written}.
 local function renew(keys, args)
@@ -633,40 +721,47 @@ local function renew(keys, args)
   return {now, written}
 end
 
--- ts_bucket_run_v2: the conformance hook of the bucket arithmetic (crates/coord/tests). Runs
--- bucket_try / bucket_store, exactly as ts_acquire_v2 does, over a sequence of (now, units)
--- steps with an injected clock, on KEYS[1], which it deletes afterwards.
+-- ts_bucket_run_v3: the conformance hook of the bucket arithmetic (crates/coord/tests). Runs
+-- buckets_try / buckets_store, exactly as ts_acquire_v3 does, on a lane with one scope whose
+-- hash holds one request bucket of the given period, over a sequence of (now, units) steps
+-- with an injected clock, on KEYS[1], which it deletes afterwards.
 -- ARGV: rate, capacity, period, then pairs (now, units). Returns per step {admitted (1/0),
 -- wait ms (-1 never; 0 when admitted), level in whole units after the step}.
 local function bucket_run(keys, args)
   local rate, cap, period = tonumber(args[1]), tonumber(args[2]), tonumber(args[3])
+  local L = {
+    bkey = {1}, rrate = {rate}, rcap = {cap}, rper = {period}, trate = {false}, tcap = {},
+    tper = {}, bfields = {}, span = {}, rl_ = {}, ra_ = {}, tl_ = {}, ta_ = {}, x_ = {},
+  }
+  buckets_init(L, 1)
   local out = {}
   for j = 4, #args, 2 do
     local now, units = tonumber(args[j]), tonumber(args[j + 1])
-    local ok, level, at, wait = bucket_try(keys[1], rate, cap, period, units, now)
-    if ok then
-      bucket_store(keys[1], level, at, rate, cap, period)
+    local refused, wait = buckets_try(L, keys, 1, units, 0, now)
+    if not refused then
+      buckets_store(L, keys, 1, now)
       out[#out + 1] = 1
       out[#out + 1] = 0
     else
       out[#out + 1] = 0
       out[#out + 1] = wait
     end
+    local level = L.rl_[1]
     out[#out + 1] = (level - math.fmod(level, period)) / period
   end
   redis.call('DEL', keys[1])
   return out
 end
 
--- ts_time_v2: the server clock (the replicas' health probe).
+-- ts_time_v3: the server clock (the replicas' health probe).
 local function time(keys, args)
   return now_ms()
 end
 
-redis.register_function('ts_acquire_v2', acquire)
-redis.register_function('ts_release_v2', release)
-redis.register_function('ts_pause_v2', pause)
-redis.register_function('ts_breaker_v2', breaker_merge)
-redis.register_function('ts_renew_v2', renew)
-redis.register_function('ts_bucket_run_v2', bucket_run)
-redis.register_function{function_name = 'ts_time_v2', callback = time, flags = {'no-writes'}}
+redis.register_function('ts_acquire_v3', acquire)
+redis.register_function('ts_release_v3', release)
+redis.register_function('ts_pause_v3', pause)
+redis.register_function('ts_breaker_v3', breaker_merge)
+redis.register_function('ts_renew_v3', renew)
+redis.register_function('ts_bucket_run_v3', bucket_run)
+redis.register_function{function_name = 'ts_time_v3', callback = time, flags = {'no-writes'}}
