@@ -14,6 +14,11 @@
 # release (store.rs / protocol.rs) sent it. TURNS=0 sends what a replica with `turn_window_ms = 0` sends (no fair turns); the default
 # is the default configuration (turns on, 50 ms window: two wait keys on the bench lane).
 #
+# CALLGRIND=/tmp/out.cg runs redis-server under valgrind's callgrind and prints the
+# instructions executed inside FCALL per pair (independent of the host's load, unlike usec;
+# use a few hundred to a few thousand pairs: valgrind is ~50x slower). NOBKT=1 / NOBUD=1 drop
+# the buckets / the budget from the `full` workload (to split its cost).
+#
 # workloads: conc   three scopes (principal, workspace, provider) with concurrency only
 #                   (the bench profile)
 #            full   the same, plus a requests-per-minute and a tokens-per-second bucket on the
@@ -26,9 +31,15 @@ workload="${2:-conc}"
 here="$(cd "$(dirname "$0")" && pwd)"
 lib="${LIB:-$here/../src/lua/turnstile_v3.lua}"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
+# CALLGRIND=file runs redis-server under valgrind's callgrind (instruction counts do not
+# depend on the host's load; see the end of this script for the per-FCALL figure).
+wrap=()
+if [ -n "${CALLGRIND:-}" ]; then
+  wrap=(valgrind --tool=callgrind --callgrind-out-file="$CALLGRIND" --toggle-collect=fcallCommand)
+fi
+"${wrap[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 &
 redis_pid=$!
-trap 'kill $redis_pid 2>/dev/null || true' EXIT
+trap 'kill $redis_pid 2>/dev/null || true; wait $redis_pid 2>/dev/null || true' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
 loaded="$(redis-cli -p "$port" -x FUNCTION LOAD REPLACE < "$lib")"
 case "$loaded" in turnstile_v*) ;; *) echo "FUNCTION LOAD failed: $loaded" >&2; exit 1 ;; esac
@@ -43,9 +54,10 @@ full = workload == "full"
 scopes = [("uaaaa", 4096), ("w", 4096), ("pbbbb", 4 if workload == "held" else 4096)]
 # Fair scopes: every scope but the principal's (all of them have a concurrency here).
 fair = [1, 2] if turns else []
-rpm = {"pbbbb": ("600000", "600000")} if full else {}
-tps = {"pbbbb": ("100000000", "100000000")} if full else {}
-max_tokens = {"uaaaa": "1000000000000"} if full else {}
+import os
+rpm = {"pbbbb": ("600000", "600000")} if full and os.environ.get("NOBKT") is None else {}
+tps = {"pbbbb": ("100000000", "100000000")} if full and os.environ.get("NOBKT") is None else {}
+max_tokens = {"uaaaa": "1000000000000"} if full and os.environ.get("NOBUD") is None else {}
 tokens = "100" if full else "-1"
 def acquire_v2(member, v3=False):
     keys, shape = [P + "pause:bbbb"], ["10000", "50" if fair else "-", "-"]
@@ -73,7 +85,7 @@ def acquire_v2(member, v3=False):
 def release_v2(member, v3=False):
     keys = [P + "lease:" + n for n, _ in scopes]
     args = [member]
-    if full:
+    if max_tokens:
         keys.append(P + "bud:cccc")
         args += ["3", "0", "-", "100", "90", "0", "-1", "uaaaa"]
     return ["FCALL", "ts_release_v3" if v3 else "ts_release_v2", str(len(keys))] + keys + args
@@ -137,3 +149,8 @@ echo "$stats" | awk -F'[:=,]' -v pairs="$pairs" '
   /^cmdstat_/ && !/^cmdstat_(fcall|config|function|ping|info|command)/ { sub("cmdstat_", "", $1); calls[$1] = $3; usec[$1] = $5 }
   END { n = 0; for (c in calls) { printf "  %-18s %.2f per pair, %.1f usec per pair\n", c, calls[c] / pairs, usec[c] / pairs; n += calls[c] }
         printf "redis.call()s per pair: %.2f\n", n / pairs }'
+if [ -n "${CALLGRIND:-}" ]; then
+  kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
+  ir=$(callgrind_annotate "$CALLGRIND" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)
+  echo "instructions inside FCALL (callgrind, fcallCommand inclusive): $ir, per pair: $((ir / pairs))"
+fi

@@ -52,6 +52,10 @@ sleep 1
 redis-cli -p "$port" CONFIG RESETSTAT >/dev/null
 cpu() { redis-cli -p "$port" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
 cpu_before=$(cpu)
+# CPU seconds (user + system) of a process, from /proc (replicas and redis-server).
+proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"; }
+replica_before=(); for pid in "${pids[@]}"; do replica_before+=("$(proc_cpu "$pid")"); done
+redis_proc_before=$(proc_cpu "$redis_pid")
 for i in 0 1 2; do
   "$bin" bench-serve --url "${urls[$i]}" --key "${keys[$i]}" --provider bench-provider \
     --clients "$clients" --seconds "$seconds" "${rate_args[@]}" --json > "$work/bench$i.json" &
@@ -59,6 +63,8 @@ for i in 0 1 2; do
 done
 for i in 0 1 2; do wait "${bench_pids[$i]}"; done
 cpu_after=$(cpu)
+replica_after=(); for pid in "${pids[@]}"; do replica_after+=("$(proc_cpu "$pid")"); done
+redis_proc_after=$(proc_cpu "$redis_pid")
 total=0
 for i in 0 1 2; do
   jq -c '{pairs, pairsPerSecond, failures, requestP50: .requestLatency.p50Ms, requestP99: .requestLatency.p99Ms, pairP99: .pairLatency.p99Ms}' "$work/bench$i.json"
@@ -71,3 +77,13 @@ fcall_usec=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cm
 echo "Redis CPU (used_cpu_user+sys) during warm-up + run: $(echo "$cpu_after - $cpu_before" | bc -l) s"
 fcall_calls=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=\([0-9]*\),.*/\1/p')
 echo "FCALL per pair: 2 (acquire, release); FCALL usec per pair (warm-up included): $(echo "2 * $fcall_usec / $fcall_calls" | bc -l)"
+# CPU per pair of each process (warm-up included in the CPU, so divided by all pairs counted by
+# FCALL: calls / 2), and of the generators (their own report, measured window only).
+all_pairs=$((fcall_calls / 2))
+for i in 0 1 2; do
+  echo "replica $((i + 1)) CPU per pair: $(echo "1000000 * (${replica_after[$i]} - ${replica_before[$i]}) / ($all_pairs / 3)" | bc -l | cut -c1-6) us"
+done
+echo "redis-server CPU per pair: $(echo "1000000 * ($redis_proc_after - $redis_proc_before) / $all_pairs" | bc -l | cut -c1-6) us"
+for i in 0 1 2; do
+  echo "generator $((i + 1)) CPU per pair: $(jq '1000000 * .processCpuSeconds / .pairs' "$work/bench$i.json" | cut -c1-6) us"
+done

@@ -393,3 +393,98 @@ fn without_turns_the_limit_and_the_pause_still_hold() {
         ));
     });
 }
+
+/// A scope's request and token buckets are one hash shared by every replica (`turnstile_v3`):
+/// all or nothing (a refused token estimate takes no request), the burst is shared across
+/// replicas, and the hash and the budget carry an expiry that a second grant does not move (it
+/// is refreshed only when the levels written would outlast it).
+#[test]
+fn buckets_share_one_hash_and_expiries_are_refreshed_only_when_needed() {
+    let rt = runtime();
+    let server = RedisServer::start().unwrap();
+    rt.block_on(async {
+        let a = replica(&server, DegradedShare::Closed).await;
+        let b = replica(&server, DegradedShare::Closed).await;
+        let provider = Limits {
+            concurrency: 100,
+            requests_per_minute: Some(2),
+            tokens_per_second: Some(1_000),
+            max_tokens: Some(1_000_000),
+            ..Limits::default()
+        };
+        let scopes = (&limits(100), &limits(100), &provider);
+        let lane = LaneSpec::new(
+            ("ws-k", "openai", "alice"),
+            "run-k",
+            scopes,
+            Some(100),
+            None,
+        )
+        .unwrap();
+        let keys = WorkspaceKeys::new("ws-k");
+        let bkt = keys.buckets(&ScopeName::provider("openai"));
+        let bud = keys.budget("run-k");
+        assert_eq!(
+            a.acquire(&lane, "k0", 0).await,
+            Admission::Granted(Mode::Shared)
+        );
+        let x0 = redis_cli(&server, &["HGET", &bkt, "x"]);
+        // Twice the longest refill from empty (two requests at 2 per minute: 60 s), plus 1 s.
+        let ttl: i64 = redis_cli(&server, &["PTTL", &bkt]).parse().unwrap();
+        assert!(ttl > 110_000 && ttl <= 121_000, "bucket hash PTTL {ttl}");
+        // A budget lives 24 to 25 h after its last charge.
+        let ttl: i64 = redis_cli(&server, &["PTTL", &bud]).parse().unwrap();
+        assert!(ttl > 86_400_000 && ttl <= 90_000_000, "budget PTTL {ttl}");
+        let bud_x = redis_cli(&server, &["HGET", &bud, "x"]);
+
+        // Above the token bucket's capacity: refused, and the request bucket is left as it was.
+        let rl = redis_cli(&server, &["HGET", &bkt, "rl"]);
+        let big = LaneSpec {
+            tokens: Some(2_000),
+            ..lane.clone()
+        };
+        assert_eq!(
+            b.acquire(&big, "k-big", 0).await,
+            Admission::Rejected(Reason::TokensPerSecond)
+        );
+        assert_eq!(redis_cli(&server, &["HGET", &bkt, "rl"]), rl);
+
+        assert_eq!(
+            b.acquire(&lane, "k1", 0).await,
+            Admission::Granted(Mode::Shared)
+        );
+        assert_eq!(
+            redis_cli(&server, &["HGET", &bkt, "x"]),
+            x0,
+            "bucket expiry moved"
+        );
+        assert_eq!(
+            redis_cli(&server, &["HGET", &bud, "x"]),
+            bud_x,
+            "budget expiry moved"
+        );
+        // Less than one request left (two taken from a burst of two; refilling 2 per minute),
+        // and 200 of 1,000 tokens taken (refilling 1,000 per second).
+        let rl: u64 = redis_cli(&server, &["HGET", &bkt, "rl"]).parse().unwrap();
+        assert!(rl < 60_000, "request level {rl}");
+        let tl: u64 = redis_cli(&server, &["HGET", &bkt, "tl"]).parse().unwrap();
+        assert!((800_000..=1_000_000).contains(&tl), "token level {tl}");
+        // The burst is shared: the third request waits, whichever replica asks.
+        match a.acquire(&lane, "k2", 0).await {
+            Admission::Wait {
+                reason: Reason::RequestsPerMinute,
+                after_ms: Some(after),
+                ..
+            } => {
+                assert!(after > 20_000 && after <= 30_000, "wait {after}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // The token budget line (on the provider): 2 x 100 charged; a release with 50 actual
+        // gives 50 back.
+        let line = format!("{}:t", ScopeName::provider("openai").0);
+        assert_eq!(redis_cli(&server, &["HGET", &bud, &line]), "200");
+        assert!(a.release("k0", 0, Some(50), None, 0).await);
+        assert_eq!(redis_cli(&server, &["HGET", &bud, &line]), "150");
+    });
+}

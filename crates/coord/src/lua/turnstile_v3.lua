@@ -17,7 +17,11 @@
 -- breaker) as one "shape" string, decoded once and remembered (lane_of; per-call scratch such
 -- as the counts read is kept in the remembered lane: Redis runs one function at a time, and
 -- every field read is written first in the same call), and builds no table on its way to a
--- grant.
+-- grant. Instruction counts (callgrind, docs/performance.md session 8): a redis.call 3,000-8,000
+-- instructions, tonumber(s) ~2,000 (it converts twice: lua_isnumber, then lua_tonumber), the
+-- coercion s + 0 ~900 (once), string.format ~2,000, any C function call ~500, a table ~1,000,
+-- plain arithmetic ~50: so the hot paths read numbers with `+ 0`, compare instead of calling
+-- math.min / math.max, and skip tonumber for the '-1' (none) arguments.
 --
 -- Keys (all under one hash tag {W}, W = truncated sha256 of the workspace ID):
 --   ts:{W}:lease:<scope>      zset  member = lease, score = liveness expiry (server ms)
@@ -35,7 +39,7 @@
 -- integer below 2^53, for which '%d' writes the same digits at a third of the cost ('%.0f'
 -- goes through glibc's multi-precision arithmetic); anything else still goes through '%.0f'.
 local function fmt(x)
-  if x == math.floor(x) and x < 9007199254740992 and x > -9007199254740992 then
+  if x % 1 == 0 and x < 9007199254740992 and x > -9007199254740992 then
     return string.format('%d', x)
   end
   return string.format('%.0f', x)
@@ -43,7 +47,8 @@ end
 
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2] + 0
+  return t[1] * 1000 + (us - us % 1000) / 1000
 end
 
 -- The core's TokenBucket (crates/admission/src/bucket.rs): level scaled by period, lazy
@@ -54,14 +59,16 @@ local function bucket_refill(lv, tv, rate, cap, period, now)
   local full = cap * period
   local level, at
   if lv then
-    level = math.min(tonumber(lv), full)
-    at = tonumber(tv)
+    level = lv + 0
+    if level > full then level = full end
+    at = tv + 0
   else
     level = full
     at = now
   end
   if now > at then
-    level = math.min(level + (now - at) * rate, full)
+    level = level + (now - at) * rate
+    if level > full then level = full end
     at = now
   end
   return level, at
@@ -113,7 +120,7 @@ local function buckets_try(L, keys, i, ru, tu, now)
     if level < need then return 't', bucket_wait(level, need, rate, cap, period) end
     L.tl_[i] = level - need
   end
-  L.x_[i] = tonumber(v[j] or '0')
+  L.x_[i] = (v[j] or 0) + 0
   return nil, 0
 end
 
@@ -124,10 +131,12 @@ local function buckets_store(L, keys, i, now)
   local x = false
   if span >= 0 then
     -- When the hash must live until (as v2's per-bucket TTL: full again, plus a second).
+    -- (An upper bound of the ceil of each refill time is enough here: no math.ceil call.)
     local need = 0
-    if L.rrate[i] then need = math.ceil((L.rcap[i] * L.rper[i] - L.rl_[i]) / L.rrate[i]) end
+    if L.rrate[i] then need = (L.rcap[i] * L.rper[i] - L.rl_[i]) / L.rrate[i] + 1 end
     if L.trate[i] then
-      need = math.max(need, math.ceil((L.tcap[i] * L.tper[i] - L.tl_[i]) / L.trate[i]))
+      local t = (L.tcap[i] * L.tper[i] - L.tl_[i]) / L.trate[i] + 1
+      if t > need then need = t end
     end
     if now + need + 1000 > L.x_[i] then x = now + span end
   end
@@ -320,6 +329,7 @@ local function decode_lane(shape)
     lease = {}, conc = {}, held = {}, bkey = {}, rrate = {}, rcap = {}, rper = {}, trate = {},
     tcap = {}, tper = {}, bfields = {}, span = {}, rl_ = {}, ra_ = {}, tl_ = {}, ta_ = {},
     x_ = {}, name = {}, maxa = {}, maxm = {}, maxt = {}, wait = {}, bud = false, brk = false,
+    plans = {},
   }
   if parts[3] ~= '-' then
     local b = {}
@@ -393,6 +403,29 @@ local function prefix_of(key)
   return string.sub(key, 1, string.find(key, '}', 1, true) + 1)
 end
 
+-- The budget lines a lane reads when the call has an estimate of micro-dollars (micro_on)
+-- and of tokens (tokens_on): per line its field, limit, kind and scope index, in the HMGET's
+-- order, then 'x'; built once per lane and variant (line_ / value_: per-call scratch).
+local function budget_plan(L, micro_on, tokens_on)
+  local variant = (micro_on and 2 or 0) + (tokens_on and 1 or 0) + 1
+  local plan = L.plans[variant]
+  if plan then return plan end
+  plan = {fields = {}, max = {}, what = {}, scope = {}, line_ = {}, value_ = {}}
+  local function add(field, max, what, i)
+    local j = #plan.fields + 1
+    plan.fields[j], plan.max[j], plan.what[j], plan.scope[j] = field, max, what, i
+  end
+  for i = 1, L.n do
+    local name = L.name[i]
+    if L.maxa[i] >= 0 then add(name .. ':a', L.maxa[i], 'attempts', i) end
+    if L.maxm[i] >= 0 and micro_on then add(name .. ':m', L.maxm[i], 'cost', i) end
+    if L.maxt[i] >= 0 and tokens_on then add(name .. ':t', L.maxt[i], 'tokens', i) end
+  end
+  plan.fields[#plan.fields + 1] = 'x'
+  L.plans[variant] = plan
+  return plan
+end
+
 local function acquire(keys, args)
   local member = args[1]
   local L = lane_of(args[2])
@@ -404,7 +437,10 @@ local function acquire(keys, args)
   end
   local tokens, micro = -1, -1
   if L.budgets or L.buckets then
-    tokens, micro = tonumber(args[a]), tonumber(args[a + 1])
+    -- '-1' (none) is the common value of either: no tonumber for it (each costs a strtod).
+    local t, m = args[a], args[a + 1]
+    if t ~= '-1' then tokens = t + 0 end
+    if m ~= '-1' then micro = m + 0 end
   end
   local now = now_ms()
   -- Concurrency.
@@ -485,41 +521,32 @@ local function acquire(keys, args)
     if gate == 'busy' then return {'defer', 'circuit-open', 0, 0, now} end
     probe = gate == 'probe'
   end
-  -- Budgets: every line the lane reads (and x), in one HMGET; `lines` keeps (field, spent +
-  -- charge) for the commit.
-  local lines
+  -- Budgets: every line the lane reads (and x), in one HMGET; the lines to charge keep their
+  -- new value (spent + charge) in the plan's scratch for the commit.
+  local plan, charged
   local bud_x = 0
   if L.budgets then
-    local fields, checks = {}, {}
-    for i = 1, n do
-      local name = L.name[i]
-      if L.maxa[i] >= 0 then
-        fields[#fields + 1] = name .. ':a'
-        checks[#checks + 1] = {i, L.maxa[i], 1, 'attempts', true}
-      end
-      if L.maxm[i] >= 0 and micro >= 0 then
-        fields[#fields + 1] = name .. ':m'
-        checks[#checks + 1] = {i, L.maxm[i], micro, 'cost', micro > 0}
-      end
-      if L.maxt[i] >= 0 and tokens >= 0 then
-        fields[#fields + 1] = name .. ':t'
-        checks[#checks + 1] = {i, L.maxt[i], tokens, 'tokens', tokens > 0}
-      end
-    end
-    if #fields > 0 then
-      lines = {}
-      fields[#fields + 1] = 'x'
+    plan = budget_plan(L, micro >= 0, tokens >= 0)
+    local fields = plan.fields
+    if #fields > 1 then
       local spent = redis.call('HMGET', keys[L.bud], unpack(fields))
-      bud_x = tonumber(spent[#fields] or '0')
-      for j, c in ipairs(checks) do
-        local s = tonumber(spent[j] or '0')
-        if s + c[3] > c[2] then return {'reject', c[4], c[1], 0, now} end
-        if c[5] then lines[#lines + 1] = {fields[j], s + c[3]} end
+      bud_x = (spent[#fields] or 0) + 0
+      charged = 0
+      for j = 1, #fields - 1 do
+        local what, amount = plan.what[j], 1
+        if what == 'cost' then amount = micro elseif what == 'tokens' then amount = tokens end
+        local s = (spent[j] or 0) + 0
+        if s + amount > plan.max[j] then return {'reject', what, plan.scope[j], 0, now} end
+        if amount > 0 or what == 'attempts' then
+          charged = charged + 1
+          plan.line_[charged], plan.value_[charged] = fields[j], s + amount
+        end
       end
     end
   end
   if L.buckets then
-    local units = math.max(tokens, 0)
+    local units = tokens
+    if units < 0 then units = 0 end
     for i = 1, n do
       if L.bkey[i] then
         local refused, wait = buckets_try(L, keys, i, 1, units, now)
@@ -540,21 +567,24 @@ local function acquire(keys, args)
     if L.lease[i] then redis.call('ZADD', keys[L.lease[i]], score, member) end
   end
   -- The budget lines charged (spent + charge, read above in this same call), in one HSET.
-  if lines and #lines > 0 then
-    local hset = {}
-    for _, l in ipairs(lines) do
-      hset[#hset + 1] = l[1]
-      hset[#hset + 1] = fmt(l[2])
-    end
-    -- The budget expires after 24 h without a charge: set to 25 h and refreshed only once
-    -- less than 24 h are left (at most once an hour, not on every charge).
-    if bud_x < now + BUDGET_IDLE_MS then
-      hset[#hset + 1] = 'x'
-      hset[#hset + 1] = fmt(now + BUDGET_TTL_MS)
-    end
-    redis.call('HSET', keys[L.bud], unpack(hset))
-    if bud_x < now + BUDGET_IDLE_MS then
-      redis.call('PEXPIRE', keys[L.bud], BUDGET_TTL_MS)
+  -- The budget expires after 24 h without a charge: set to 25 h and refreshed only once less
+  -- than 24 h are left (at most once an hour, not on every charge).
+  if charged and charged > 0 then
+    local bk = keys[L.bud]
+    local refresh = bud_x < now + BUDGET_IDLE_MS
+    if charged == 1 and not refresh then
+      redis.call('HSET', bk, plan.line_[1], fmt(plan.value_[1]))
+    else
+      local hset = {}
+      for j = 1, charged do
+        hset[2 * j - 1], hset[2 * j] = plan.line_[j], fmt(plan.value_[j])
+      end
+      if refresh then
+        hset[#hset + 1] = 'x'
+        hset[#hset + 1] = fmt(now + BUDGET_TTL_MS)
+      end
+      redis.call('HSET', bk, unpack(hset))
+      if refresh then redis.call('PEXPIRE', bk, BUDGET_TTL_MS) end
     end
   end
   if L.buckets then
@@ -633,27 +663,32 @@ local function release(keys, args)
   -- Settle: each existing line of the charged scopes becomes max(line - charged, 0) + actual,
   -- read in one HMGET and written in one HSET.
   if bud_key then
-    local ct, at_, cm, am = tonumber(args[a]), tonumber(args[a + 1]), tonumber(args[a + 2]), tonumber(args[a + 3])
+    -- '-1' (no actual figure) needs no tonumber; a figure's charge only with it.
+    local at_, am, ct, cm = -1, -1, 0, 0
+    if args[a + 1] ~= '-1' then at_, ct = args[a + 1] + 0, args[a] + 0 end
+    if args[a + 3] ~= '-1' then am, cm = args[a + 3] + 0, args[a + 2] + 0 end
     local names = a + 4
     if (at_ >= 0 or am >= 0) and #args >= names then
-      local fields, charged, actual = {}, {}, {}
+      local fields = {}
       for j = names, #args do
-        if at_ >= 0 then
-          fields[#fields + 1] = args[j] .. ':t'; charged[#fields] = ct; actual[#fields] = at_
-        end
-        if am >= 0 then
-          fields[#fields + 1] = args[j] .. ':m'; charged[#fields] = cm; actual[#fields] = am
-        end
+        if at_ >= 0 then fields[#fields + 1] = args[j] .. ':t' end
+        if am >= 0 then fields[#fields + 1] = args[j] .. ':m' end
       end
       local cur = redis.call('HMGET', bud_key, unpack(fields))
-      local hset = {}
+      local hset, nset = {}, 0
       for j = 1, #fields do
         if cur[j] then
-          hset[#hset + 1] = fields[j]
-          hset[#hset + 1] = fmt(math.max(tonumber(cur[j]) - charged[j], 0) + actual[j])
+          -- Fields alternate :t / :m when both figures are there (in that order).
+          local charged, actual = ct, at_
+          if at_ < 0 or (am >= 0 and j % 2 == 0) then charged, actual = cm, am end
+          hset[nset + 1] = fields[j]
+          local left = cur[j] - charged
+          if left < 0 then left = 0 end
+          hset[nset + 2] = fmt(left + actual)
+          nset = nset + 2
         end
       end
-      if #hset > 0 then redis.call('HSET', bud_key, unpack(hset)) end
+      if nset > 0 then redis.call('HSET', bud_key, unpack(hset)) end
     end
   end
   local until_ = 0
