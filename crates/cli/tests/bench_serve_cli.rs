@@ -130,3 +130,54 @@ fn bench_serve_against_an_unreachable_service_fails_with_transport_errors() {
     assert!(stdout.contains("failed by transport"), "{stdout}");
     assert!(String::from_utf8_lossy(&output.stderr).contains("no acquire + release pair succeeded"));
 }
+
+#[test]
+fn bench_serve_counts_refused_requests_by_status() {
+    // A real service and a key it does not know: every acquire is answered 401, each answer is
+    // framed and counted, and the client reconnects after each (a refused request never
+    // poisons the next).
+    let data = tempfile::tempdir().unwrap();
+    let mut service = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("serve starts");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        service.stdout.take().expect("piped"),
+    ));
+    let url = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.strip_prefix("turnstile serve: listening on ")
+                .map(str::to_owned)
+        })
+        .expect("the service prints its address");
+    std::thread::spawn(move || for _ in lines {});
+    let output = bench_serve(&[
+        "--url",
+        &url,
+        "--key",
+        "tsk_0000000000000000000000000000000000000000000000000000000000000000",
+        "--clients",
+        "2",
+        "--seconds",
+        "1",
+        "--warmup-ms",
+        "0",
+        "--json",
+    ]);
+    let _ = service.kill();
+    let _ = service.wait();
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no acquire + release pair succeeded"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("transport"), "{stdout}");
+    assert!(stdout.contains("status 401"), "{stdout} {stderr}");
+}

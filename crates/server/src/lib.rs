@@ -39,6 +39,7 @@ pub mod error;
 pub mod gate;
 pub mod identity;
 pub mod journal;
+pub mod json_answer;
 pub mod key_cache;
 pub mod keys;
 pub mod metrics;

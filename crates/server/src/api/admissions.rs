@@ -6,7 +6,7 @@
 //! cancel guard: a client that disconnects is removed from the queue at once.
 
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -16,6 +16,7 @@ use crate::api::{validate, AppState};
 use crate::auth::{authorize, require_principal, Operation};
 use crate::body;
 use crate::error::ApiError;
+use crate::json_answer::JsonAnswer;
 use crate::keys::Caller;
 use crate::metrics::Cut;
 use crate::shared;
@@ -186,7 +187,7 @@ pub async fn acquire(
                     ttl_ms: grant.ttl_ms.unwrap_or(ttl_ms),
                     evidence: grant.evidence.clone(),
                 };
-                Ok((StatusCode::OK, Json(body)).into_response())
+                Ok(JsonAnswer(body).into_response())
             }
             AcquireReply::Rejected(rejection) => Ok(rejection_response(rejection)),
             AcquireReply::NoProfile => Err(ApiError::no_profile()),

@@ -8,8 +8,8 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::json_answer::JsonAnswer;
 use axum::extract::{Path, State};
-use axum::Json;
 use serde::{Deserialize, Serialize};
 use turnstile_admission::{ActualUsage, BreakerTransition, Millis, Outcome};
 
@@ -157,7 +157,7 @@ pub async fn release(
     caller: Caller,
     Path(lease_id): Path<String>,
     body: crate::body::RawBody,
-) -> Result<Json<Released>, ApiError> {
+) -> Result<JsonAnswer<Released>, ApiError> {
     authorize(&state, &caller, Operation::ReleaseLease, None).await?;
     let (workspace, principal) = require_principal(&caller)?;
     let request: ReleaseBody = body::parse(body)?;
@@ -202,7 +202,7 @@ pub async fn release(
         let micro = (cost * 1_000_000.0).round().min(u64::MAX as f64) as u64;
         saturating_add(&state.metrics.actual_cost_micro_usd, micro);
     }
-    Ok(Json(Released {
+    Ok(JsonAnswer(Released {
         released: true,
         breaker_transitions: transitions,
     }))
@@ -212,7 +212,7 @@ pub async fn heartbeat(
     State(state): State<AppState>,
     caller: Caller,
     Path(lease_id): Path<String>,
-) -> Result<Json<Heartbeat>, ApiError> {
+) -> Result<JsonAnswer<Heartbeat>, ApiError> {
     authorize(&state, &caller, Operation::HeartbeatLease, None).await?;
     let (workspace, principal) = require_principal(&caller)?;
     let token = token(&lease_id)?;
@@ -225,7 +225,7 @@ pub async fn heartbeat(
             reply,
         })
         .await??;
-    Ok(Json(Heartbeat {
+    Ok(JsonAnswer(Heartbeat {
         lease_id,
         expires_at_epoch_ms: expires_at,
     }))

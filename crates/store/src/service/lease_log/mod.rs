@@ -48,11 +48,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use serde::Serialize;
-
 pub use state::LeaseState;
 
 use self::compact::Compactor;
+pub use self::record::LogLine;
 use self::record::{encode_line, read_file, FileKind, Header, SnapshotRecord, FORMAT_VERSION};
 use self::sync::Syncer;
 use super::leases::{LeaseChange, LeaseDurability, StoredLease, StoredSpend};
@@ -357,8 +356,9 @@ impl LeaseLog {
 
     /// Appends one batch of changes, in order; `done` runs once they are durable (at once for
     /// `Process`, on the sync thread for `Machine`) or failed.
-    /// A change is a [`LeaseChange`] or its borrowed form ([`LeaseChangeRef`](crate::service::LeaseChangeRef)).
-    pub fn append<C: Serialize>(&mut self, changes: impl IntoIterator<Item = C>, done: Done) {
+    /// A change is a [`LeaseChange`] or its borrowed form ([`LeaseChangeRef`](crate::service::LeaseChangeRef)),
+    /// the driver's, written by a hand encoder ([`LogLine`]).
+    pub fn append<C: LogLine>(&mut self, changes: impl IntoIterator<Item = C>, done: Done) {
         match self.write_batch(changes) {
             Err(error) => done(Err(error.to_string())),
             Ok(()) => match &self.syncer {
@@ -371,7 +371,7 @@ impl LeaseLog {
         }
     }
 
-    fn write_batch<C: Serialize>(
+    fn write_batch<C: LogLine>(
         &mut self,
         changes: impl IntoIterator<Item = C>,
     ) -> Result<(), LeaseLogError> {
@@ -380,7 +380,8 @@ impl LeaseLog {
         }
         self.buf.clear();
         for change in changes {
-            encode_line(&mut self.buf, &change)?;
+            change.write_json(&mut self.buf)?;
+            self.buf.push(b'\n');
         }
         if let Err(source) = (&*self.file).write_all(&self.buf) {
             self.broken = true;

@@ -18,7 +18,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::LeaseLogError;
-use crate::service::leases::{StoredLease, StoredSpend};
+use crate::service::leases::{LeaseChange, StoredLease, StoredSpend};
+use crate::service::LeaseChangeRef;
 
 /// The format version in every header.
 pub const FORMAT_VERSION: u32 = 1;
@@ -47,6 +48,31 @@ pub enum FileKind {
 pub enum SnapshotRecord {
     Held(StoredLease),
     Spend(StoredSpend),
+}
+
+/// A change the lease log can append as one line.
+pub trait LogLine {
+    /// Appends this change's JSON (no `\n`) to `buf`.
+    fn write_json(&self, buf: &mut Vec<u8>) -> Result<(), LeaseLogError>;
+}
+
+impl LogLine for LeaseChange {
+    fn write_json(&self, buf: &mut Vec<u8>) -> Result<(), LeaseLogError> {
+        serde_json::to_writer(&mut *buf, self).map_err(LeaseLogError::Encode)
+    }
+}
+
+impl LogLine for &LeaseChange {
+    fn write_json(&self, buf: &mut Vec<u8>) -> Result<(), LeaseLogError> {
+        (*self).write_json(buf)
+    }
+}
+
+/// The driver's records: written by the hand encoder, byte for byte serde's encoding.
+impl<T: std::fmt::Display> LogLine for LeaseChangeRef<'_, T> {
+    fn write_json(&self, buf: &mut Vec<u8>) -> Result<(), LeaseLogError> {
+        LeaseChangeRef::write_json(self, buf).map_err(LeaseLogError::Encode)
+    }
 }
 
 /// Appends `value` and its `\n` to `buf`.
