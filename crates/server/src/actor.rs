@@ -1,7 +1,8 @@
 //! The acting credential of a request: the key ID (`key_…`, see [`crate::keys::key_id`]) of
 //! the API key that authenticated it.
 //!
-//! The gate ([`crate::gate`]) attaches an [`ActingKey`] to every authenticated request;
+//! The gate ([`crate::gate`]) attaches an [`ActingKey`] to every authenticated request (inside
+//! [`crate::auth::Authenticated`]);
 //! handlers that make an admin change (profile registrations and rollbacks, key revocations)
 //! store it with the change's audit record, so the audit log says who changed what and when.
 //!
@@ -43,8 +44,8 @@ impl FromRequestParts<AppState> for ActingKey {
         // Set by the gate for every request that carries a known key; absent means no key.
         parts
             .extensions
-            .get::<ActingKey>()
-            .copied()
+            .get::<crate::auth::Authenticated>()
+            .map(|authenticated| authenticated.acting)
             .ok_or(ApiError::Unauthorized)
     }
 }

@@ -57,8 +57,8 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        if let Some(caller) = parts.extensions.get::<Caller>() {
-            return Ok(caller.clone());
+        if let Some(authenticated) = parts.extensions.get::<Authenticated>() {
+            return Ok(authenticated.caller.clone());
         }
         authenticate(&parts.headers, state)
             .map(|(_, caller)| caller)
@@ -151,11 +151,20 @@ pub fn admit(state: &AppState, request: &mut Request) -> Admitted {
         };
         request.extensions_mut().insert(identity);
     }
-    request.extensions_mut().insert(caller);
-    request
-        .extensions_mut()
-        .insert(crate::actor::ActingKey::of_hash(&hash));
+    request.extensions_mut().insert(Authenticated {
+        caller,
+        acting: crate::actor::ActingKey::of_hash(&hash),
+    });
     Admitted::Through(Some(slot))
+}
+
+/// What the gate attaches to a request whose key authenticated: one request extension (each
+/// extension is a boxed map entry), read by the [`Caller`] and
+/// [`ActingKey`](crate::actor::ActingKey) extractors.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    pub caller: Caller,
+    pub acting: crate::actor::ActingKey,
 }
 
 /// What the gate decided.
