@@ -18,13 +18,13 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use turnstile_admission::Outcome;
 use turnstile_shell::{Acquire, AcquireReply, Wait};
 
 use crate::error::{retry_headers, ProxyError};
 use crate::estimate;
 use crate::metrics::CallClass;
+use crate::pool::PooledBody;
 use crate::request::{self, Endpoint};
 use crate::retry_after;
 use crate::settle::{Charge, Settlement};
@@ -236,7 +236,7 @@ async fn serve(
     );
 
     // Forward.
-    let Some(uri) = route.upstream.outbound.uri(endpoint) else {
+    let Some((origin, path)) = route.upstream.outbound.target(endpoint) else {
         settlement.settle(CallClass::UpstreamError, Outcome::None, Charge::Nothing);
         return Err(ProxyError::upstream(
             StatusCode::BAD_GATEWAY,
@@ -249,9 +249,11 @@ async fn serve(
     upstream::request_headers(&mut headers, &route.upstream.outbound);
     let mut upstream_request = hyper::Request::new(Full::new(upstream_body));
     *upstream_request.method_mut() = Method::POST;
-    *upstream_request.uri_mut() = uri;
+    *upstream_request.uri_mut() = path;
     *upstream_request.headers_mut() = headers;
-    let sent = proxy.client.request(upstream_request);
+    let sent = proxy
+        .client
+        .send(origin, &route.upstream.outbound.idle, upstream_request);
     let first_byte_deadline =
         tokio::time::Instant::now() + Duration::from_millis(proxy.config.first_byte_timeout_ms);
     let head = wait::within(sent, Some(first_byte_deadline), heartbeat_every, || {
@@ -262,8 +264,8 @@ async fn serve(
         Some(Ok(response)) => response,
         Some(Err(error)) => {
             settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
-            // A connect error means the request never left: sending it again cannot bill twice.
-            let never_sent = error.is_connect();
+            // A request that never left (no connection): sending it again cannot bill twice.
+            let never_sent = error.never_sent();
             return Err(ProxyError::upstream(
                 StatusCode::BAD_GATEWAY,
                 "upstream-unreachable",
@@ -371,7 +373,7 @@ async fn serve(
 }
 
 /// The whole upstream body, or `None` when it broke, stalled for `idle`, or passed `max`.
-async fn read_bounded(mut body: Incoming, max: usize, idle: Duration) -> Option<Bytes> {
+async fn read_bounded(mut body: PooledBody, max: usize, idle: Duration) -> Option<Bytes> {
     // The common case is one frame: kept without a copy.
     let mut first: Option<Bytes> = None;
     let mut buf = BytesMut::new();

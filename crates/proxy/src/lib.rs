@@ -20,7 +20,8 @@
 //!   unknown model is refused (404) before admission.
 //! - Every granted lease is released exactly once ([`settle::Settlement`]), with the provider's
 //!   reported usage when there is some.
-//! - Nothing is re-sent upstream by the proxy.
+//! - Nothing is re-sent upstream by the proxy (only a request hyper hands back unsent, from a
+//!   pooled connection that closed meanwhile, goes out on another connection: it never left).
 //! - The upstream key never leaves the process except toward its upstream; the client's
 //!   turnstile key never goes upstream.
 //! - No workspace, principal or budget ID reaches a metric label, span attribute or log line.
@@ -33,6 +34,7 @@ pub mod estimate;
 pub mod fake;
 pub mod handler;
 pub mod metrics;
+pub mod pool;
 pub mod request;
 pub mod retry_after;
 pub mod settle;
@@ -76,7 +78,7 @@ pub enum Identity {
 pub struct Proxy {
     pub config: ProxyConfig,
     pub routes: HashMap<String, Route>,
-    pub client: upstream::HttpClient,
+    pub client: pool::Client,
     pub driver: DriverHandle,
     pub telemetry: Telemetry,
     pub metrics: Arc<ProxyMetrics>,
@@ -98,7 +100,7 @@ pub enum ProxySetupError {
     #[error(transparent)]
     Config(#[from] ProxyConfigError),
     #[error(transparent)]
-    Client(#[from] upstream::ClientError),
+    Client(#[from] pool::ClientError),
 }
 
 /// How the host's limits apply to the proxy.
@@ -122,7 +124,7 @@ impl Proxy {
         let metrics = Arc::new(ProxyMetrics::new(
             routes.values().map(|route| &*route.provider),
         ));
-        let client = upstream::client(Duration::from_millis(config.connect_timeout_ms))?;
+        let client = pool::Client::new(Duration::from_millis(config.connect_timeout_ms))?;
         Ok(Proxy {
             body_limits: BodyLimits {
                 max_bytes: config.max_request_bytes,

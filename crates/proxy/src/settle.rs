@@ -12,8 +12,8 @@
 //! Invariant: a `Settlement` that is dropped without [`Settlement::settle`] (the client went
 //! away, the handler was cancelled) releases the lease with outcome `none` and the usage seen so
 //! far. Release is a message to the driver (no await), so it works from `Drop` and from a body's
-//! `poll_frame`. A per-call budget (no `x-turnstile-budget-id`) is forgotten right after the
-//! release, so per-call budgets never accumulate in the core.
+//! `poll_frame`. A per-call budget (no `x-turnstile-budget-id`) is forgotten by the same
+//! command, right after the release, so per-call budgets never accumulate in the core.
 
 use std::sync::Arc;
 
@@ -153,6 +153,10 @@ impl Settlement {
         if let Some(shared) = &self.proxy.shared {
             self.shared_release = shared.release(&self.token.to_string(), outcome, usage);
         }
+        let forget_budget = self.ephemeral_budget.take();
+        if let (Some(budget), Some(shared)) = (&forget_budget, &self.proxy.shared) {
+            shared.forget_budget(&self.workspace, budget);
+        }
         let (reply, _) = oneshot::channel();
         let _ = self.proxy.driver.send(Command::Release {
             token: self.token,
@@ -160,19 +164,9 @@ impl Settlement {
             principal: self.principal.clone(),
             outcome,
             usage,
+            forget_budget,
             reply,
         });
-        if let Some(budget) = self.ephemeral_budget.take() {
-            if let Some(shared) = &self.proxy.shared {
-                shared.forget_budget(&self.workspace, &budget);
-            }
-            let (reply, _) = oneshot::channel();
-            let _ = self.proxy.driver.send(Command::ReleaseBudget {
-                workspace: self.workspace.clone(),
-                budget,
-                reply,
-            });
-        }
     }
 }
 

@@ -23,11 +23,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 use turnstile_admission::Outcome;
 
 use crate::metrics::CallClass;
+use crate::pool::PooledBody;
 use crate::settle::{Charge, Settlement};
 use crate::sse::SseTap;
 
@@ -41,7 +41,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The client's side of a streamed answer.
 pub struct TappedStream {
-    upstream: Incoming,
+    upstream: PooledBody,
     tap: SseTap,
     settlement: Settlement,
     idle: Duration,
@@ -62,7 +62,7 @@ struct StreamCut(&'static str);
 
 impl TappedStream {
     pub fn new(
-        upstream: Incoming,
+        upstream: PooledBody,
         tap: SseTap,
         settlement: Settlement,
         idle: Duration,

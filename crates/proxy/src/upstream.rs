@@ -1,10 +1,11 @@
-//! The upstream HTTP client and the header rules of both directions.
+//! What every call to an upstream sends the same way, and the header rules of both directions.
 //!
-//! One pooled hyper client (HTTP/1.1, keep-alive, `TCP_NODELAY`, rustls with the webpki roots
-//! for `https://` upstreams), shared by every call. Bodies are never copied on the way out
-//! (`Full<Bytes>`) and streamed on the way back (`Incoming`). What is the same for every call
-//! to an upstream (each endpoint's URI, the credential header) is built once at start
-//! ([`Outbound`]); headers are filtered in place in both directions (no new map per call).
+//! Calls go out through the connection pool ([`crate::pool`]: HTTP/1.1 keep-alive,
+//! `TCP_NODELAY`, rustls with the webpki roots for `https://` upstreams). Bodies are never
+//! copied on the way out (`Full<Bytes>`) and streamed on the way back. What is the same for
+//! every call to an upstream (its origin, each endpoint's path, the credential and `Host`
+//! headers, its idle connections) is built once at start ([`Outbound`]); headers are filtered
+//! in place in both directions (no new map per call).
 //!
 //! **Toward the upstream**: the client's headers minus its credentials (`authorization`,
 //! `x-api-key`), hop-by-hop headers, cookies, `x-turnstile-*`, the OpenAI organization/project
@@ -17,45 +18,14 @@
 //! streams, cookies, and the account-wide `x-ratelimit-*` / `anthropic-ratelimit-*` headers
 //! (they describe the shared account and would leak other tenants' consumption).
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-
-use axum::http::Uri;
+use axum::http::uri::{PathAndQuery, Uri};
 
 use crate::config::ApiFormat;
+use crate::pool::Idle;
 use crate::request::Endpoint;
-
-/// The pooled upstream client.
-pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-/// A client that could not be built.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot set up TLS for upstream calls: {0}")]
-pub struct ClientError(String);
-
-/// Builds the pooled client.
-pub fn client(connect_timeout: Duration) -> Result<HttpClient, ClientError> {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-        .map_err(|e| ClientError(e.to_string()))?
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(60))
-        .build(https))
-}
 
 fn hop_by_hop(name: &HeaderName) -> bool {
     matches!(
@@ -75,12 +45,18 @@ fn hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// What every call to one upstream sends the same way, built once when the service starts: the
-/// URI of each endpoint under the base URL and the credential header. A base URL that does not
-/// make a valid URI leaves that endpoint's URI empty (each call to it answers 502).
+/// origin it connects to, the path of each endpoint under the base URL, the credential header
+/// and the upstream's idle connections. A base URL that does not make a valid URI leaves that
+/// endpoint's path empty (each call to it answers 502).
 #[derive(Clone)]
 pub struct Outbound {
-    /// Indexed by [`Endpoint::index`].
-    uris: [Option<Uri>; Endpoint::ALL.len()],
+    /// Scheme and authority (`None`: the base URL makes no valid URI).
+    origin: Option<Uri>,
+    /// Origin-form (`/v1/chat/completions`), as an HTTP/1 request line takes it; indexed by
+    /// [`Endpoint::index`].
+    paths: [Option<Uri>; Endpoint::ALL.len()],
+    /// This upstream's idle keep-alive connections (shared by the routes of its models).
+    pub idle: Arc<Idle>,
     /// `Authorization: Bearer …` (OpenAI) or `x-api-key` (Anthropic), marked sensitive.
     credential: Option<(HeaderName, HeaderValue)>,
     /// The `Host` header, exactly as the pooled client would derive it from the URI per call.
@@ -91,7 +67,8 @@ pub struct Outbound {
 impl std::fmt::Debug for Outbound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Outbound")
-            .field("uris", &self.uris)
+            .field("origin", &self.origin)
+            .field("paths", &self.paths)
             .field("credential", &self.credential.as_ref().map(|_| "<hidden>"))
             .finish()
     }
@@ -102,6 +79,14 @@ impl Outbound {
     pub fn new(format: ApiFormat, base_url: &str, api_key: Option<&str>) -> Self {
         let uris = Endpoint::ALL
             .map(|endpoint| Uri::try_from(format!("{base_url}{}", endpoint.upstream_path())).ok());
+        let origin = uris.iter().flatten().next().and_then(|uri| {
+            let mut parts = uri.clone().into_parts();
+            parts.path_and_query = Some(PathAndQuery::from_static("/"));
+            Uri::from_parts(parts).ok()
+        });
+        let paths = uris
+            .clone()
+            .map(|uri| Some(Uri::from(uri?.into_parts().path_and_query?)));
         let credential = api_key.and_then(|key| {
             let (name, value) = match format {
                 ApiFormat::Openai => (header::AUTHORIZATION, format!("Bearer {key}")),
@@ -113,21 +98,23 @@ impl Outbound {
         });
         let host = uris.iter().flatten().next().and_then(host_header);
         Outbound {
-            uris,
+            origin,
+            paths,
+            idle: Arc::default(),
             credential,
             host,
             format,
         }
     }
 
-    /// The URI of `endpoint` on this upstream (`None`: the base URL makes no valid URI).
-    pub fn uri(&self, endpoint: Endpoint) -> Option<Uri> {
-        self.uris[endpoint.index()].clone()
+    /// The origin (scheme and authority) and the origin-form path of `endpoint` on this upstream
+    /// (`None`: the base URL makes no valid URI).
+    pub fn target(&self, endpoint: Endpoint) -> Option<(&Uri, Uri)> {
+        Some((self.origin.as_ref()?, self.paths[endpoint.index()].clone()?))
     }
 }
 
-/// The `Host` header of `uri` as hyper-util's client sets it: the host, and the port unless it
-/// is the scheme's default.
+/// The `Host` header of `uri`: the host, and the port unless it is the scheme's default.
 fn host_header(uri: &Uri) -> Option<HeaderValue> {
     let host = uri.host()?;
     let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
@@ -228,18 +215,29 @@ mod tests {
         assert_eq!(sent["content-type"], "application/json");
         assert_eq!(sent["accept-encoding"], "identity");
         assert!(sent["x-api-key"].is_sensitive());
+        let (origin, path) = outbound.target(Endpoint::Messages).unwrap();
         assert_eq!(
-            outbound.uri(Endpoint::Messages).map(|u| u.to_string()),
-            Some("http://x/v1/messages".to_owned())
+            (origin.to_string(), path.to_string()),
+            ("http://x/".to_owned(), "/v1/messages".to_owned())
         );
         let openai = Outbound::new(ApiFormat::Openai, "http://x/v1", Some("sk-1"));
         let mut sent = client.clone();
         request_headers(&mut sent, &openai);
         assert_eq!(sent["authorization"], "Bearer sk-1");
         assert!(!sent.contains_key("x-api-key") && !sent.contains_key("anthropic-version"));
+        let (origin, path) = openai.target(Endpoint::ChatCompletions).unwrap();
         assert_eq!(
-            openai.uri(Endpoint::ChatCompletions).map(|u| u.to_string()),
-            Some("http://x/v1/chat/completions".to_owned())
+            (origin.to_string(), path.to_string()),
+            ("http://x/".to_owned(), "/v1/chat/completions".to_owned())
+        );
+        let https = Outbound::new(ApiFormat::Openai, "https://a.example:8443/api/v1", None);
+        let (origin, path) = https.target(Endpoint::Embeddings).unwrap();
+        assert_eq!(
+            (origin.to_string(), path.to_string()),
+            (
+                "https://a.example:8443/".to_owned(),
+                "/api/v1/embeddings".to_owned()
+            )
         );
         assert_eq!(sent["host"], "x");
         for (base, host) in [
@@ -254,7 +252,7 @@ mod tests {
             assert_eq!(sent["host"], host, "{base}");
         }
         assert!(Outbound::new(ApiFormat::Openai, "http://bad host", None)
-            .uri(Endpoint::Embeddings)
+            .target(Endpoint::Embeddings)
             .is_none());
 
         let mut back = HeaderMap::new();

@@ -73,6 +73,11 @@ pub enum Command {
         outcome: Outcome,
         /// What the call actually used (corrects the invocation's budgets).
         usage: ActualUsage,
+        /// A budget of the workspace to forget right after the release, exactly as a
+        /// [`Command::ReleaseBudget`] sent next would (a caller's per-call budget): one
+        /// command and one wake-up instead of two. Forgotten whether or not the release found
+        /// the lease.
+        forget_budget: Option<String>,
         reply: oneshot::Sender<Result<Vec<BreakerTransition>, DriverError>>,
     },
     Heartbeat {

@@ -315,12 +315,17 @@ impl Driver {
                 principal,
                 outcome,
                 usage,
+                forget_budget,
                 reply,
             } => {
                 let result = self.release(token, &workspace, &principal, outcome, usage, now);
                 // Journaled before the answer: a caller that reads the audit log after the
                 // release sees the transitions it caused (the journal's store applies in order).
                 self.journal_transitions();
+                if let Some(budget) = forget_budget {
+                    // The answer held below waits for this budget's record too.
+                    let _ = self.forget_budget(&workspace, budget, now);
+                }
                 if result.is_ok() {
                     // Answered once the release is durable (or could not be made so).
                     self.hold(Box::new(move |_durable| {
@@ -355,17 +360,8 @@ impl Driver {
                 budget,
                 reply,
             } => {
-                let result = self
-                    .registry
-                    .release_budget(&workspace, &budget, now)
-                    .map_err(DriverError::from);
-                self.deliver(&workspace, now);
-                self.journal_evicted_budgets();
+                let result = self.forget_budget(&workspace, budget, now);
                 if result.is_ok() && self.keeps_leases {
-                    self.lease_events.push(LeaseEvent::BudgetReleased {
-                        workspace: workspace.clone(),
-                        budget,
-                    });
                     self.hold(Box::new(move |_durable| {
                         let _ = reply.send(result);
                     }));
@@ -681,6 +677,29 @@ impl Driver {
             let _ = pending.reply.send(AcquireReply::Rejected(rejection));
         }
         self.deliver(&workspace, now);
+    }
+
+    /// Forgets a budget of `workspace` (`ReleaseBudget`, or a release's `forget_budget`); with
+    /// a lease log, its record joins the next flush.
+    fn forget_budget(
+        &mut self,
+        workspace: &Arc<str>,
+        budget: String,
+        now: Millis,
+    ) -> Result<bool, DriverError> {
+        let result = self
+            .registry
+            .release_budget(workspace, &budget, now)
+            .map_err(DriverError::from);
+        self.deliver(workspace, now);
+        self.journal_evicted_budgets();
+        if result.is_ok() && self.keeps_leases {
+            self.lease_events.push(LeaseEvent::BudgetReleased {
+                workspace: workspace.clone(),
+                budget,
+            });
+        }
+        result
     }
 
     fn owned(&self, token: &LeaseToken, workspace: &str, principal: &str) -> bool {

@@ -87,6 +87,7 @@ impl Grant {
                 principal: self.principal.clone(),
                 outcome,
                 usage,
+                forget_budget: None,
                 reply,
             })
             .map_err(|_| DriverError::ShuttingDown)?;

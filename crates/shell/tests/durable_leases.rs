@@ -155,6 +155,7 @@ async fn release(
             principal: Arc::from("p"),
             outcome: Outcome::Success,
             usage,
+            forget_budget: None,
             reply,
         })
         .await
@@ -260,6 +261,62 @@ async fn expiries_and_budget_releases_are_journaled() {
         shared.events().last(),
         Some(LeaseEvent::BudgetReleased { budget, .. }) if budget == "invocation"
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_that_forgets_its_budget_is_answered_once_both_are_durable() {
+    let shared = Shared::new(Mode::Durable);
+    let (driver, handle) = driver(&shared, 0, 1_000);
+    tokio::spawn(driver.run());
+    let AcquireReply::Admitted(mut grant) = handle.acquire(ask(Wait::For(10))).await.unwrap()
+    else {
+        panic!("not admitted");
+    };
+    grant.accept();
+    *shared.mode.lock().unwrap() = Mode::Hold;
+    let token = grant.token;
+    let releasing = {
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            handle
+                .ask(|reply| Command::Release {
+                    token,
+                    workspace: Arc::from("ws"),
+                    principal: Arc::from("p"),
+                    outcome: Outcome::Success,
+                    usage: ActualUsage::none().tokens(7),
+                    forget_budget: Some("invocation".into()),
+                    reply,
+                })
+                .await
+                .unwrap()
+        })
+    };
+    settle().await;
+    assert!(!releasing.is_finished(), "answered before it was durable");
+    let events = shared.events();
+    assert!(matches!(
+        &events[events.len() - 2..],
+        [
+            LeaseEvent::Released { token: released, .. },
+            LeaseEvent::BudgetReleased { budget, .. },
+        ] if *released == token && budget == "invocation"
+    ));
+    shared.complete_held();
+    assert!(releasing.await.unwrap().is_ok());
+    assert_eq!(active(&handle).await, 0);
+    // The budget is gone: releasing it again finds nothing.
+    *shared.mode.lock().unwrap() = Mode::Durable;
+    let again = handle
+        .ask(|reply| Command::ReleaseBudget {
+            workspace: Arc::from("ws"),
+            budget: "invocation".into(),
+            reply,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!again);
 }
 
 #[tokio::test(start_paused = true)]

@@ -178,6 +178,7 @@ pub async fn release(
             principal,
             outcome,
             usage,
+            forget_budget: None,
             reply,
         })
         .await
