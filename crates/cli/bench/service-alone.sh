@@ -42,5 +42,8 @@ after=$(ticks)
 jq -c '{pairs, pairsPerSecond, failures, pairP50: .pairLatency.p50Ms, pairP99: .pairLatency.p99Ms, pairMax: .pairLatency.maxMs, requestP99: .requestLatency.p99Ms, wallSeconds, generatorCpuSeconds: .processCpuSeconds}' "$work/bench.json"
 wall=$(jq .wallSeconds "$work/bench.json")
 pairs_all=$(jq "(.pairsPerSecond * $wall) | floor" "$work/bench.json")
-echo "service CPU: $(echo "($after - $before) / $hz" | bc -l | cut -c1-6) s over the run (warm-up included), about $(echo "($after - $before) * 1000000 / $hz / $pairs_all" | bc -l | cut -d. -f1) µs per pair"
+# Pairs over the whole run (warm-up included) estimated as the measured rate times the wall
+# time: right when the generator kept its rate, too high when it fell behind (then the wall
+# time grows past warm-up + measurement and the per-pair figure comes out too low).
+echo "service CPU: $(echo "($after - $before) / $hz" | bc -l | cut -c1-6) s over the run (warm-up included), about $(echo "($after - $before) * 1000000 / $hz / $pairs_all" | bc -l | cut -d. -f1) µs per pair (valid only if the run kept its rate)"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
