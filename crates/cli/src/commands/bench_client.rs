@@ -33,8 +33,6 @@ pub struct Endpoint {
     authority: String,
     /// The whole `POST /v1/admissions` request of this client (its own budget).
     acquire_request: Vec<u8>,
-    /// The release request up to the lease ID: `POST /v1/leases/`.
-    release_prefix: &'static [u8],
     /// The release request after the lease ID: the rest of the request line, headers, body.
     release_suffix: Vec<u8>,
 }
@@ -76,13 +74,15 @@ impl Endpoint {
         Ok(Endpoint {
             authority: authority.to_owned(),
             acquire_request,
-            release_prefix: b"POST /v1/leases/",
             release_suffix,
         })
     }
 }
 
 const RELEASE_BODY: &[u8] = br#"{"outcome":"success"}"#;
+
+/// Every release request up to the lease ID.
+const RELEASE_PREFIX: &[u8] = b"POST /v1/leases/";
 
 /// What precedes the lease ID in a `200` admission answer (the service writes it first; it is
 /// searched for, so another field order works too).
@@ -160,8 +160,7 @@ impl BenchClient {
         let built = match lease_id(&self.read[body.clone()]) {
             Some(id) => {
                 self.release_request.clear();
-                self.release_request
-                    .extend_from_slice(self.endpoint.release_prefix);
+                self.release_request.extend_from_slice(RELEASE_PREFIX);
                 self.release_request.extend_from_slice(id);
                 self.release_request
                     .extend_from_slice(&self.endpoint.release_suffix);
