@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Redis time per acquire + release pair of the turnstile function library on a known workload,
-# with no turnstile process at all: loads crates/coord/src/lua/turnstile_v3.lua into a fresh
-# redis-server, sends N pairs of FCALL ts_acquire_v3 / ts_release_v3 (unique members, exactly
+# with no turnstile process at all: loads crates/coord/src/lua/turnstile_v4.lua into a fresh
+# redis-server, sends N pairs of FCALL ts_acquire_v4 / ts_release_v4 (unique members, exactly
 # the keys and arguments crates/coord/src/protocol.rs sends; its unit tests pin the `conc` lane)
 # through redis-cli, and prints INFO commandstats: usec per FCALL and per pair, and the
 # redis.call()s per pair by command.
@@ -14,9 +14,18 @@
 # release (store.rs / protocol.rs) sent it. TURNS=0 sends what a replica with `turn_window_ms = 0` sends (no fair turns); the default
 # is the default configuration (turns on, 50 ms window: two wait keys on the bench lane).
 #
+# BATCH=B (a v4 library) sends the same operations as FCALL ts_batch_v4, B operations per call
+# (what a replica's batcher sends at load: B/2 acquires of new members, then the releases of
+# the previous call's acquires, as at saturation, where each batch carries about as many of
+# each); BATCH=1 (the default) sends the single functions, one call per operation.
+#
 # CALLGRIND=/tmp/out.cg runs redis-server under valgrind's callgrind and prints the
 # instructions executed inside FCALL per pair (independent of the host's load, unlike usec;
-# use a few hundred to a few thousand pairs: valgrind is ~50x slower). NOBKT=1 / NOBUD=1 drop
+# use a few hundred to a few thousand pairs: valgrind is ~50x slower); it also prints the
+# instructions of Redis's whole event loop per pair (aeProcessEvents inclusive: reading and
+# parsing the requests, dispatch, FCALL, writing the replies, its timers; redis-cli's INFO
+# calls are in it too, a few hundred instructions per pair), where batching saves most.
+# NOBKT=1 / NOBUD=1 drop
 # the buckets / the budget from the `full` workload (to split its cost).
 #
 # workloads: conc   three scopes (principal, workspace, provider) with concurrency only
@@ -29,13 +38,13 @@ set -euo pipefail
 pairs="${1:-20000}"
 workload="${2:-conc}"
 here="$(cd "$(dirname "$0")" && pwd)"
-lib="${LIB:-$here/../src/lua/turnstile_v3.lua}"
+lib="${LIB:-$here/../src/lua/turnstile_v4.lua}"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 # CALLGRIND=file runs redis-server under valgrind's callgrind (instruction counts do not
 # depend on the host's load; see the end of this script for the per-FCALL figure).
 wrap=()
 if [ -n "${CALLGRIND:-}" ]; then
-  wrap=(valgrind --tool=callgrind --callgrind-out-file="$CALLGRIND" --toggle-collect=fcallCommand)
+  wrap=(valgrind --tool=callgrind --callgrind-out-file="$CALLGRIND")
 fi
 "${wrap[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 &
 redis_pid=$!
@@ -43,12 +52,16 @@ trap 'kill $redis_pid 2>/dev/null || true; wait $redis_pid 2>/dev/null || true' 
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
 loaded="$(redis-cli -p "$port" -x FUNCTION LOAD REPLACE < "$lib")"
 case "$loaded" in turnstile_v*) ;; *) echo "FUNCTION LOAD failed: $loaded" >&2; exit 1 ;; esac
-proto=v3
+proto=v4
+if grep -q '^#!lua name=turnstile_v3' "$lib"; then proto=v3; fi
 if grep -q '^#!lua name=turnstile_v1' "$lib"; then proto=v1; fi
 if grep -q '^#!lua name=turnstile_v2' "$lib"; then proto=v2; fi
-python3 - "$pairs" "$workload" "$proto" "${TURNS:-1}" > /tmp/lua-cost-$$.txt <<'PY'
+batch_ops="${BATCH:-1}"
+if [ "$batch_ops" != 1 ] && [ "$proto" != v4 ]; then echo "BATCH needs a turnstile_v4 library" >&2; exit 1; fi
+python3 - "$pairs" "$workload" "$proto" "${TURNS:-1}" "$batch_ops" > /tmp/lua-cost-$$.txt <<'PY'
 import sys
 pairs, workload, proto, turns = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+batch_ops = int(sys.argv[5])
 P = "ts:{0123456789abcdef}:"
 full = workload == "full"
 scopes = [("uaaaa", 4096), ("w", 4096), ("pbbbb", 4 if workload == "held" else 4096)]
@@ -81,14 +94,14 @@ def acquire_v2(member, v3=False):
         keys.append(P + "bud:cccc")
     keys += [P + "wait:" + scopes[i][0] for i in fair]
     args = [member, ";".join(shape)] + (["uaaaa"] if fair else []) + ([tokens, "-1"] if full else [])
-    return ["FCALL", "ts_acquire_v3" if v3 else "ts_acquire_v2", str(len(keys))] + keys + args
+    return ["FCALL", ("ts_acquire_" + proto) if v3 else "ts_acquire_v2", str(len(keys))] + keys + args
 def release_v2(member, v3=False):
     keys = [P + "lease:" + n for n, _ in scopes]
     args = [member]
     if max_tokens:
         keys.append(P + "bud:cccc")
         args += ["3", "0", "-", "100", "90", "0", "-1", "uaaaa"]
-    return ["FCALL", "ts_release_v3" if v3 else "ts_release_v2", str(len(keys))] + keys + args
+    return ["FCALL", ("ts_release_" + proto) if v3 else "ts_release_v2", str(len(keys))] + keys + args
 def acquire_v1(member):
     keys = [P + "pause:bbbb", P + "bud:cccc"]
     for name, _ in scopes:
@@ -112,15 +125,36 @@ acquire, release = {
     "v1": (acquire_v1, release_v1),
     "v2": (acquire_v2, release_v2),
     "v3": (lambda m: acquire_v2(m, True), lambda m: release_v2(m, True)),
+    "v4": (lambda m: acquire_v2(m, True), lambda m: release_v2(m, True)),
 }[proto]
+def batch(calls):
+    """ts_batch_v4 of single calls ['FCALL', fn, nkeys, keys..., args...]."""
+    keys, ops = [], []
+    for c in calls:
+        nk = int(c[2])
+        kind = "a" if c[1].startswith("ts_acquire") else "r"
+        k, a = c[3:3 + nk], c[3 + nk:]
+        keys += k
+        ops += [kind, str(nk), str(len(a))] + a
+    return ["FCALL", "ts_batch_v4", str(len(keys))] + keys + ops
 out = sys.stdout
 if workload == "held":
     for i in range(3):
         out.write(" ".join(acquire(f"held-{i}")) + "\n")
     out.write("CONFIG RESETSTAT\n")
-for i in range(pairs):
-    out.write(" ".join(acquire(f"r-{i}")) + "\n")
-    out.write(" ".join(release(f"r-{i}")) + "\n")
+if batch_ops == 1:
+    for i in range(pairs):
+        out.write(" ".join(acquire(f"r-{i}")) + "\n")
+        out.write(" ".join(release(f"r-{i}")) + "\n")
+else:
+    half = max(batch_ops // 2, 1)
+    previous = []
+    for start in range(0, pairs, half):
+        members = [f"r-{i}" for i in range(start, min(start + half, pairs))]
+        calls = [acquire(m) for m in members] + [release(m) for m in previous]
+        out.write(" ".join(batch(calls)) + "\n")
+        previous = members
+    out.write(" ".join(batch([release(m) for m in previous])) + "\n")
 PY
 skip=0
 if [ "$workload" = held ]; then
@@ -129,21 +163,24 @@ if [ "$workload" = held ]; then
 else
   redis-cli -p "$port" CONFIG RESETSTAT >/dev/null
 fi
-# Ten batches, each read from commandstats: on a loaded host the minimum and median over the
-# batches say more than the total (Redis's usec is wall-clock: preemption inflates it).
+# Ten slices, each read from commandstats: on a loaded host the minimum and median over the
+# slices say more than the total (Redis's usec is wall-clock: preemption inflates it). A
+# slice is a tenth of the calls (about a tenth of the pairs).
+lines=$(( $(wc -l < /tmp/lua-cost-$$.txt) - skip ))
+slice=$(( (lines + 9) / 10 ))
 batch=$((pairs / 10))
 per_batch=()
 for b in $(seq 0 9); do
   before=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=[0-9]*,usec=\([0-9]*\),.*/\1/p')
-  sed -n "$((skip + b * batch * 2 + 1)),$((skip + (b + 1) * batch * 2))p" /tmp/lua-cost-$$.txt | redis-cli -p "$port" > /dev/null
+  sed -n "$((skip + b * slice + 1)),$((skip + (b + 1) * slice))p" /tmp/lua-cost-$$.txt | redis-cli -p "$port" > /dev/null
   after=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=[0-9]*,usec=\([0-9]*\),.*/\1/p')
   per_batch+=("$(echo "($after - ${before:-0}) / $batch" | bc -l)")
 done
 rm -f /tmp/lua-cost-$$.txt
 stats="$(redis-cli -p "$port" INFO commandstats | tr -d '\r')"
-echo "workload $workload ($proto, turns ${TURNS:-1}), $pairs pairs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "workload $workload ($proto, turns ${TURNS:-1}, batch ${batch_ops}), $pairs pairs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$stats" | grep -E '^cmdstat_fcall:' | sed 's/,rejected.*//'
-printf '%s\n' "${per_batch[@]}" | sort -n | awk '{v[NR] = $1} END {printf "FCALL usec per pair over 10 batches: min %.1f, median %.1f, max %.1f\n", v[1], (v[5] + v[6]) / 2, v[NR]}'
+printf '%s\n' "${per_batch[@]}" | sort -n | awk '{v[NR] = $1} END {printf "FCALL usec per pair over 10 slices: min %.1f, median %.1f, max %.1f\n", v[1], (v[5] + v[6]) / 2, v[NR]}'
 echo "$stats" | awk -F'[:=,]' -v pairs="$pairs" '
   /^cmdstat_fcall:/ { printf "FCALL usec per pair: %.1f\n", $5 / pairs }
   /^cmdstat_/ && !/^cmdstat_(fcall|config|function|ping|info|command)/ { sub("cmdstat_", "", $1); calls[$1] = $3; usec[$1] = $5 }
@@ -151,6 +188,9 @@ echo "$stats" | awk -F'[:=,]' -v pairs="$pairs" '
         printf "redis.call()s per pair: %.2f\n", n / pairs }'
 if [ -n "${CALLGRIND:-}" ]; then
   kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
-  ir=$(callgrind_annotate "$CALLGRIND" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)
+  incl=$(callgrind_annotate --inclusive=yes "$CALLGRIND" 2>/dev/null)
+  ir=$(echo "$incl" | awk '/[ :]fcallCommand /{gsub(",", "", $1); print $1; exit}')
+  loop=$(echo "$incl" | awk '/[ :]aeProcessEvents /{gsub(",", "", $1); print $1; exit}')
   echo "instructions inside FCALL (callgrind, fcallCommand inclusive): $ir, per pair: $((ir / pairs))"
+  echo "instructions of the event loop (aeProcessEvents inclusive): $loop, per pair: $((loop / pairs))"
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Three `turnstile serve` replicas on one redis-server, each loaded by its own `bench-serve`
-# (closed loop), all on this machine; prints each replica's report and the Redis CPU per
-# acquire + release pair from INFO (commandstats and used_cpu_*). Figures: docs/performance.md.
+# (closed loop), all on this machine; prints each replica's report, the FCALLs and Redis CPU
+# per acquire + release pair from INFO (commandstats and used_cpu_*), each process's CPU per
+# pair, and the host's steal (ticks of 1/100 s, /proc/stat) over the run. Figures: docs/performance.md.
 #
 #   crates/coord/bench/three-replicas.sh [path/to/turnstile] [seconds] [clients per replica] [pairs/s per replica]
 #
@@ -50,8 +51,21 @@ done
 # The other replicas follow the shared feed every 100 ms: let them see the key and profile.
 sleep 1
 redis-cli -p "$port" CONFIG RESETSTAT >/dev/null
+# Shared admissions of all replicas (/metrics): one per pair; FCALLs per pair are 2 one by one
+# (turnstile_v3) and fewer with batches (turnstile_v4), so pairs are counted here, not by FCALL.
+admissions() {
+  local n=0 url
+  for url in "${urls[@]}"; do
+    n=$((n + $(curl -sf -H "Authorization: Bearer $admin" "$url/metrics" \
+      | awk '/^turnstile_coordination_shared_admissions_total / {print $2}')))
+  done
+  echo "$n"
+}
+admissions_before=$(admissions)
 cpu() { redis-cli -p "$port" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
 cpu_before=$(cpu)
+steal() { awk '/^cpu /{print $9}' /proc/stat; }
+steal_before=$(steal)
 # CPU seconds (user + system) of a process, from /proc (replicas and redis-server).
 proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"; }
 replica_before=(); for pid in "${pids[@]}"; do replica_before+=("$(proc_cpu "$pid")"); done
@@ -63,6 +77,7 @@ for i in 0 1 2; do
 done
 for i in 0 1 2; do wait "${bench_pids[$i]}"; done
 cpu_after=$(cpu)
+admissions_after=$(admissions)
 replica_after=(); for pid in "${pids[@]}"; do replica_after+=("$(proc_cpu "$pid")"); done
 redis_proc_after=$(proc_cpu "$redis_pid")
 total=0
@@ -70,16 +85,19 @@ for i in 0 1 2; do
   jq -c '{pairs, pairsPerSecond, failures, requestP50: .requestLatency.p50Ms, requestP99: .requestLatency.p99Ms, pairP99: .pairLatency.p99Ms}' "$work/bench$i.json"
   total=$((total + $(jq .pairs "$work/bench$i.json")))
 done
+echo "host steal during the run: $(( $(steal) - steal_before )) ticks (1/100 s)"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "pairs measured (3 replicas): $total in ${seconds} s (warm-up excluded): $((total / seconds)) pairs/s"
 redis-cli -p "$port" INFO commandstats | tr -d '\r' | grep -E 'cmdstat_(fcall|fcall_ro):' || true
 fcall_usec=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=[0-9]*,usec=\([0-9]*\),.*/\1/p')
 echo "Redis CPU (used_cpu_user+sys) during warm-up + run: $(echo "$cpu_after - $cpu_before" | bc -l) s"
 fcall_calls=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=\([0-9]*\),.*/\1/p')
-echo "FCALL per pair: 2 (acquire, release); FCALL usec per pair (warm-up included): $(echo "2 * $fcall_usec / $fcall_calls" | bc -l)"
-# CPU per pair of each process (warm-up included in the CPU, so divided by all pairs counted by
-# FCALL: calls / 2), and of the generators (their own report, measured window only).
-all_pairs=$((fcall_calls / 2))
+# CPU per pair of each process (warm-up included in the CPU, so divided by all pairs: the
+# replicas' shared admissions over the same window), and of the generators (their own
+# report, measured window only).
+all_pairs=$((admissions_after - admissions_before))
+echo "pairs (shared admissions, warm-up included): $all_pairs; FCALLs per pair: $(echo "$fcall_calls / $all_pairs" | bc -l | cut -c1-5)"
+echo "FCALL usec per pair (warm-up included): $(echo "$fcall_usec / $all_pairs" | bc -l | cut -c1-6)"
 for i in 0 1 2; do
   echo "replica $((i + 1)) CPU per pair: $(echo "1000000 * (${replica_after[$i]} - ${replica_before[$i]}) / ($all_pairs / 3)" | bc -l | cut -c1-6) us"
 done

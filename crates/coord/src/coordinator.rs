@@ -3,12 +3,13 @@
 //!
 //! # Protocol
 //!
-//! - `acquire` (after the local core granted): healthy, one `ts_acquire_v3`; degraded, the
-//!   declared share alone (no Redis call). A failed or timed-out call makes the replica
-//!   degraded at once and the same admission is decided by the share, so no admission waits
-//!   on Redis for longer than the command timeout.
-//! - `release` / `forget`: one `ts_release_v3` when healthy; degraded, nothing (Redis drops
-//!   the lease when its liveness runs out).
+//! - `acquire` (after the local core granted): healthy, one acquire operation in the
+//!   workspace's next `ts_batch_v4` call ([`crate::batcher`]: what arrives while a call is in
+//!   flight goes in the next one); degraded, the declared share alone (no Redis call). A
+//!   failed or timed-out batch makes the replica degraded at once and each admission in it is
+//!   decided by the share, so no admission waits on Redis for longer than the command timeout.
+//! - `release` / `forget`: one release operation in the workspace's next batch when healthy;
+//!   degraded, nothing (Redis drops the lease when its liveness runs out).
 //! - The background task ([`Coordinator::run`]) probes every `probe_every` (an idle replica
 //!   notices a hung Redis within probe + timeout), renews this replica's leases every
 //!   `renew_every` in one pipelined call (client heartbeats cost no Redis call), and on
@@ -32,13 +33,17 @@ use tokio::sync::Notify;
 use turnstile_admission::bucket::{TokenBucket, MINUTE_MS, SECOND_MS};
 use turnstile_admission::{Millis, Reason};
 
+use crate::batcher::{Batcher, MAX_BATCH};
 use crate::breaker::{BreakerKeys, Outcome, SeenOutcomes};
 use crate::error::CoordError;
 use crate::health::{Health, HealthCell};
 use crate::keys::WorkspaceKeys;
+use crate::protocol::{acquire_op_in, release_op};
 use crate::share::DegradedShare;
 use crate::spec::LaneSpec;
-use crate::store::{RedisStore, ReleaseCall, RenewBatch, RenewMode};
+use crate::store::{
+    decode_acquire, decode_release, RedisStore, ReleaseCall, RenewBatch, RenewMode,
+};
 use crate::verdict::Verdict;
 
 /// How long a principal refused a shared slot counts as waiting (fair turns): five of the
@@ -155,6 +160,8 @@ struct Inner {
 /// A replica's coordination through Redis.
 pub struct Coordinator {
     store: RedisStore,
+    /// Acquires and releases, batched per workspace.
+    batcher: Batcher,
     config: CoordConfig,
     replica: String,
     next: AtomicU64,
@@ -181,6 +188,7 @@ impl Coordinator {
     pub fn new(config: CoordConfig) -> Result<Arc<Self>, CoordError> {
         let store = RedisStore::new(&config.redis_url, config.timeout)?;
         Ok(Arc::new(Coordinator {
+            batcher: Batcher::new(store.clone(), MAX_BATCH),
             store,
             config,
             replica: random_replica_id(),
@@ -218,6 +226,15 @@ impl Coordinator {
 
     fn failed(&self, _error: &CoordError) {
         self.metrics.errors.fetch_add(1, Ordering::Relaxed);
+        self.health.set(Health::Degraded);
+    }
+
+    /// A batched operation got no answer: degraded; the failed call is counted once (by its
+    /// first operation).
+    fn batch_failed(&self, failure: &crate::batcher::Failure) {
+        if failure.first {
+            self.metrics.errors.fetch_add(1, Ordering::Relaxed);
+        }
         self.health.set(Health::Degraded);
     }
 
@@ -302,16 +319,22 @@ impl Coordinator {
             return self.acquire_degraded(spec, token, now, None);
         }
         let member = self.member();
-        match self
-            .store
-            .acquire(
-                spec,
-                &member,
-                self.config.liveness_ms,
-                self.config.turn_window_ms,
-            )
-            .await
-        {
+        let keys = WorkspaceKeys::new(&spec.workspace);
+        let op = acquire_op_in(
+            &keys,
+            spec,
+            &member,
+            self.config.liveness_ms,
+            self.config.turn_window_ms,
+        );
+        let verdict = match self.batcher.call(keys.prefix(), op).await {
+            Ok(value) => decode_acquire(value).inspect_err(|error| self.failed(error)),
+            Err(failure) => {
+                self.batch_failed(&failure);
+                Err(failure.error)
+            }
+        };
+        match verdict {
             Ok(Verdict::Granted { probe, .. }) => {
                 self.hold(token, Self::held_for(spec, member, probe));
                 self.metrics
@@ -346,11 +369,10 @@ impl Coordinator {
                 mode: Mode::Shared,
             },
             Ok(Verdict::Reject { reason, .. }) => Admission::Rejected(reason),
-            Err(error) => {
+            Err(_) => {
                 // The call may have run (or may still run, after a hang): a lease admitted now
                 // keeps its member, so Redis never counts it twice; one that is not admitted
-                // expires in Redis after its liveness.
-                self.failed(&error);
+                // expires in Redis after its liveness. (Counted and degraded above.)
                 self.acquire_degraded(spec, token, now, Some(member))
             }
         }
@@ -512,8 +534,18 @@ impl Coordinator {
             breaker: held.breaker.clone(),
             outcome,
         };
-        if let Err(error) = self.store.release(&call).await {
-            self.failed(&error);
+        let released = match self
+            .batcher
+            .call(held.workspace.prefix(), release_op(&call))
+            .await
+        {
+            Ok(value) => decode_release(value).map_err(|error| self.failed(&error)),
+            Err(failure) => {
+                self.batch_failed(&failure);
+                Err(())
+            }
+        };
+        if released.is_err() {
             self.note_outcome(held.breaker.as_ref(), outcome);
             if pause_ms > 0 {
                 self.note_pause(

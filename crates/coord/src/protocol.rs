@@ -1,5 +1,7 @@
-//! The compact call protocol of `ts_acquire_v3` and `ts_release_v3` (library `turnstile_v3`,
-//! `lua/turnstile_v3.lua`): which keys and arguments one admission and one release send.
+//! The compact call protocol of an acquire and a release (library `turnstile_v4`,
+//! `lua/turnstile_v4.lua`; the v3 contract, unchanged): which keys and arguments one
+//! admission and one release send, alone (`ts_acquire_v4` / `ts_release_v4`) or as operations
+//! of one batch (`ts_batch_v4`, [`batch_command`]).
 //!
 //! Redis's time per `FCALL` grows with every key and argument passed (each is copied into a
 //! Lua table) and with every `tonumber` the script needs, so a call passes only what the
@@ -11,6 +13,8 @@
 //! Invariants:
 //! - The keys and values are in exactly the order the Lua header of each function documents;
 //!   a change to either side is a change of contract and gets new function names.
+//! - A batch's operations are all of one workspace (one hash tag, one slot); each operation's
+//!   keys and arguments in a batch are exactly those of its single call.
 //! - Scope indices in the answers are the positions in `LaneSpec::scopes` (1-based), as in v1.
 //! - A release names only lease zsets the acquire wrote (scopes with a concurrency, plus the
 //!   probe zset of a probe lease): see `Coordinator::held_for`.
@@ -22,7 +26,7 @@ use crate::keys::WorkspaceKeys;
 use crate::spec::{LaneSpec, ScopeLimits};
 use crate::store::ReleaseCall;
 
-/// The per-scope flags word of `ts_acquire_v3`: which values (and keys) follow for a scope.
+/// The per-scope flags word of `ts_acquire_v4`: which values (and keys) follow for a scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScopeFlags(pub u8);
 
@@ -58,8 +62,68 @@ fn signed(v: Option<u64>) -> i64 {
     v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-/// Fills `cmd` (an `FCALL`) with `ts_acquire_v3` for `spec`. Fair turns: every scope but the
-/// principal's own (the first) with a concurrency, when `turn_window_ms` is set.
+/// One operation of a batch (`ts_batch_v4`): an acquire or a release, with exactly the keys
+/// and arguments its single call (`ts_acquire_v4` / `ts_release_v4`) takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    pub kind: OpKind,
+    pub keys: Vec<String>,
+    pub args: Vec<String>,
+}
+
+/// What an [`Op`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    Acquire,
+    Release,
+}
+
+impl OpKind {
+    /// The kind's letter in `ts_batch_v4`'s arguments.
+    pub fn letter(self) -> &'static str {
+        match self {
+            OpKind::Acquire => "a",
+            OpKind::Release => "r",
+        }
+    }
+
+    /// The single-call function of this kind.
+    pub fn function(self) -> &'static str {
+        match self {
+            OpKind::Acquire => "ts_acquire_v4",
+            OpKind::Release => "ts_release_v4",
+        }
+    }
+}
+
+impl Op {
+    /// Fills `cmd` (an `FCALL`) with this operation as a single call.
+    pub fn single_command(&self, cmd: &mut Cmd) {
+        cmd.arg(self.kind.function())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+    }
+}
+
+/// Fills `cmd` (an `FCALL`) with one `ts_batch_v4` of `ops` (all of one workspace: one slot):
+/// every operation's keys in order, then per operation its kind, key count, argument count
+/// and arguments.
+pub fn batch_command<'a>(cmd: &mut Cmd, ops: impl Iterator<Item = &'a Op> + Clone) {
+    let nkeys: usize = ops.clone().map(|op| op.keys.len()).sum();
+    cmd.arg("ts_batch_v4").arg(nkeys);
+    for op in ops.clone() {
+        cmd.arg(&op.keys);
+    }
+    for op in ops {
+        cmd.arg(op.kind.letter())
+            .arg(op.keys.len())
+            .arg(op.args.len())
+            .arg(&op.args);
+    }
+}
+
+/// Fills `cmd` (an `FCALL`) with `ts_acquire_v4` for `spec` (see [`acquire_op`]).
 pub fn acquire_command(
     cmd: &mut Cmd,
     spec: &LaneSpec,
@@ -67,7 +131,34 @@ pub fn acquire_command(
     liveness_ms: Millis,
     turn_window_ms: Option<Millis>,
 ) {
-    let keys = WorkspaceKeys::new(&spec.workspace);
+    acquire_op(spec, member, liveness_ms, turn_window_ms).single_command(cmd);
+}
+
+/// The acquire of `spec` registering `member`. Fair turns: every scope but the principal's
+/// own (the first) with a concurrency, when `turn_window_ms` is set.
+pub fn acquire_op(
+    spec: &LaneSpec,
+    member: &str,
+    liveness_ms: Millis,
+    turn_window_ms: Option<Millis>,
+) -> Op {
+    acquire_op_in(
+        &WorkspaceKeys::new(&spec.workspace),
+        spec,
+        member,
+        liveness_ms,
+        turn_window_ms,
+    )
+}
+
+/// [`acquire_op`] with the workspace's keys already at hand (`keys` must be `spec`'s).
+pub fn acquire_op_in(
+    keys: &WorkspaceKeys,
+    spec: &LaneSpec,
+    member: &str,
+    liveness_ms: Millis,
+    turn_window_ms: Option<Millis>,
+) -> Op {
     let fair = |i: usize| {
         turn_window_ms.is_some()
             && i > 0
@@ -102,26 +193,38 @@ pub fn acquire_command(
         key_list.push(keys.breaker(&spec.provider));
         key_list.push(keys.probes(&spec.provider));
     }
-    cmd.arg("ts_acquire_v3").arg(key_list.len()).arg(&key_list);
-    cmd.arg(member).arg(lane_shape(
-        spec,
-        &flags,
-        liveness_ms,
-        turn_window_ms.filter(|_| nfair > 0),
-    ));
+    let mut args = vec![
+        member.to_owned(),
+        lane_shape(
+            spec,
+            &flags,
+            liveness_ms,
+            turn_window_ms.filter(|_| nfair > 0),
+        ),
+    ];
     if nfair > 0 {
-        cmd.arg(spec.scopes.first().map_or("", |s| s.name.0.as_str()));
+        args.push(
+            spec.scopes
+                .first()
+                .map_or(String::new(), |s| s.name.0.clone()),
+        );
     }
     let buckets = spec
         .scopes
         .iter()
         .any(|s| s.requests.is_some() || s.tokens.is_some());
     if budgets || buckets {
-        cmd.arg(signed(spec.tokens)).arg(signed(spec.micro_usd));
+        args.push(signed(spec.tokens).to_string());
+        args.push(signed(spec.micro_usd).to_string());
+    }
+    Op {
+        kind: OpKind::Acquire,
+        keys: key_list,
+        args,
     }
 }
 
-/// The shape of `ts_acquire_v3`: what stays the same from one admission of the lane to the
+/// The shape of `ts_acquire_v4`: what stays the same from one admission of the lane to the
 /// next (the script decodes each distinct shape once), e.g. `10000;50;-;1,4096;65,4096;65,4096`.
 pub fn lane_shape(
     spec: &LaneSpec,
@@ -161,46 +264,55 @@ pub fn lane_shape(
     shape
 }
 
-/// Fills `cmd` (an `FCALL`) with `ts_release_v3` for `call`.
+/// Fills `cmd` (an `FCALL`) with `ts_release_v4` for `call` (see [`release_op`]).
 pub fn release_command(cmd: &mut Cmd, call: &ReleaseCall) {
+    release_op(call).single_command(cmd);
+}
+
+/// The release of `call`.
+pub fn release_op(call: &ReleaseCall) -> Op {
     let settle = !call.budget_scopes.is_empty()
         && (call.actual_tokens.is_some() || call.actual_micro.is_some());
-    let mut nkeys = call.lease_keys.len();
+    let mut keys = call.lease_keys.clone();
     if call.pause_ms > 0 {
-        nkeys += 1;
+        keys.push(call.pause_key.clone());
     }
     if settle {
-        nkeys += 1;
-    }
-    if call.breaker.is_some() {
-        nkeys += 2;
-    }
-    cmd.arg("ts_release_v3").arg(nkeys).arg(&call.lease_keys);
-    if call.pause_ms > 0 {
-        cmd.arg(&call.pause_key);
-    }
-    if settle {
-        cmd.arg(&call.budget_key);
+        keys.push(call.budget_key.clone());
     }
     if let Some(b) = &call.breaker {
-        cmd.arg(&b.key).arg(&b.probes);
+        keys.push(b.key.clone());
+        keys.push(b.probes.clone());
     }
-    cmd.arg(&call.member);
+    let mut args = vec![call.member.clone()];
     if call.pause_ms == 0 && call.breaker.is_none() && !settle {
         // A plain release: every key is a lease zset.
-        return;
+        return Op {
+            kind: OpKind::Release,
+            keys,
+            args,
+        };
     }
-    cmd.arg(call.lease_keys.len()).arg(call.pause_ms);
+    args.push(call.lease_keys.len().to_string());
+    args.push(call.pause_ms.to_string());
     match &call.breaker {
-        Some(b) => cmd.arg(call.outcome.as_str()).arg(b.failure_threshold),
-        None => cmd.arg("-"),
-    };
+        Some(b) => {
+            args.push(call.outcome.as_str().to_owned());
+            args.push(b.failure_threshold.to_string());
+        }
+        None => args.push("-".to_owned()),
+    }
     if settle {
-        cmd.arg(call.charged_tokens)
-            .arg(signed(call.actual_tokens))
-            .arg(call.charged_micro)
-            .arg(signed(call.actual_micro))
-            .arg(&call.budget_scopes);
+        args.push(call.charged_tokens.to_string());
+        args.push(signed(call.actual_tokens).to_string());
+        args.push(call.charged_micro.to_string());
+        args.push(signed(call.actual_micro).to_string());
+        args.extend(call.budget_scopes.iter().cloned());
+    }
+    Op {
+        kind: OpKind::Release,
+        keys,
+        args,
     }
 }
 
@@ -258,7 +370,7 @@ mod tests {
         acquire_command(&mut cmd, &spec, "r-0", 10_000, Some(50));
         let expected: Vec<String> = [
             "FCALL".to_owned(),
-            "ts_acquire_v3".into(),
+            "ts_acquire_v4".into(),
             "6".into(),
             keys.pause("openai"),
             keys.leases(&ScopeName("uaaaa".into())),
@@ -352,7 +464,7 @@ mod tests {
         };
         let mut cmd = redis::cmd("FCALL");
         release_command(&mut cmd, &call);
-        assert_eq!(words(&cmd).join(" "), "FCALL ts_release_v3 2 a b m");
+        assert_eq!(words(&cmd).join(" "), "FCALL ts_release_v4 2 a b m");
 
         let settled = ReleaseCall {
             pause_ms: 1500,
@@ -364,7 +476,7 @@ mod tests {
         release_command(&mut cmd, &settled);
         assert_eq!(
             words(&cmd).join(" "),
-            "FCALL ts_release_v3 4 a b pause bud m 2 1500 - 100 90 0 -1 uaaaa"
+            "FCALL ts_release_v4 4 a b pause bud m 2 1500 - 100 90 0 -1 uaaaa"
         );
     }
 }

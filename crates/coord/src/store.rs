@@ -1,5 +1,5 @@
 //! The Redis client: one multiplexed connection (redis-rs `ConnectionManager`, reconnecting in
-//! the background), the `turnstile_v3` function library, and a hard timeout on every call.
+//! the background), the `turnstile_v4` function library, and a hard timeout on every call.
 //!
 //! Invariants:
 //! - No call waits longer than the command timeout ([`RedisStore::timeout`], 100 ms by
@@ -7,8 +7,10 @@
 //! - The library is loaded with `FUNCTION LOAD REPLACE` at start and again whenever a call finds
 //!   it missing (a restarted Redis with empty state, a failover to a replica without it); the
 //!   call is then retried once.
-//! - One admission is one `FCALL`, one release is one `FCALL` (fair turns and the shared
-//!   breaker ride in the same calls); renewals of all of a replica's leases are one pipeline.
+//! - One admission and one release are each one operation of exactly one `FCALL`
+//!   (`ts_batch_v4`, several operations of one workspace per call; `ts_acquire_v4` /
+//!   `ts_release_v4` alone); fair turns and the shared breaker ride in the same calls;
+//!   renewals of all of a replica's leases are one pipeline.
 
 use std::time::Duration;
 
@@ -19,12 +21,12 @@ use turnstile_admission::Millis;
 use crate::breaker::{BreakerKeys, BreakerState, Outcome, SeenOutcomes};
 use crate::error::CoordError;
 use crate::keys::WorkspaceKeys;
-use crate::protocol::{acquire_command, release_command};
+use crate::protocol::{acquire_command, batch_command, release_command, Op};
 use crate::spec::LaneSpec;
 use crate::verdict::Verdict;
 
 /// The function library (Lua), versioned by name.
-pub const LIBRARY: &str = include_str!("lua/turnstile_v3.lua");
+pub const LIBRARY: &str = include_str!("lua/turnstile_v4.lua");
 
 /// A conformance run: (rate, capacity, period ms, steps of (now, units)).
 pub type BucketRun = (u64, u64, u64, Vec<(u64, u64)>);
@@ -157,6 +159,54 @@ pub(crate) fn array(value: Value) -> Result<Vec<Value>, CoordError> {
     }
 }
 
+/// An acquire's answer (`ts_acquire_v4`, or its place in a `ts_batch_v4` answer).
+pub fn decode_acquire(value: Value) -> Result<Verdict, CoordError> {
+    if let Value::Int(now) = value {
+        // A plain grant answers its instant alone.
+        let now = u64::try_from(now).map_err(|_| CoordError::Protocol("negative time".into()))?;
+        return Ok(Verdict::Granted { now, probe: false });
+    }
+    let items = array(value)?;
+    let [verdict, reason, scope, instant, now] = items.as_slice() else {
+        return Err(CoordError::Protocol("acquire answer".into()));
+    };
+    Verdict::decode(
+        &text(verdict)?,
+        &text(reason)?,
+        int(scope)?,
+        int(instant)?,
+        int(now)?,
+    )
+}
+
+/// A release's answer (`ts_release_v4`, or its place in a `ts_batch_v4` answer).
+pub fn decode_release(value: Value) -> Result<Released, CoordError> {
+    if let Value::Int(_) = value {
+        // A plain release: no clock read, no pause, no breaker.
+        return Ok(Released {
+            now: 0,
+            paused_until: None,
+            breaker: None,
+        });
+    }
+    let items = array(value)?;
+    let (now, until, state) = match items.as_slice() {
+        [now, until] => (now, until, None),
+        [now, until, state] => (now, until, Some(state)),
+        _ => return Err(CoordError::Protocol("release answer".into())),
+    };
+    let until = int(until)?;
+    let breaker = match state {
+        Some(state) => BreakerState::decode(&text(state)?)?,
+        None => None,
+    };
+    Ok(Released {
+        now: u64::try_from(int(now)?).unwrap_or(0),
+        paused_until: (until > 0).then(|| u64::try_from(until).unwrap_or(0)),
+        breaker,
+    })
+}
+
 /// A connection manager for `url` whose every call is bounded by `timeout` (response and
 /// connect); it connects on first use, so a Redis that is down fails calls, not this.
 pub(crate) fn connect_lazily(
@@ -241,13 +291,13 @@ impl RedisStore {
     /// The server clock; the health probe. Answers whether the library had to be loaded.
     pub async fn time(&self) -> Result<(Millis, bool), CoordError> {
         let mut cmd = redis::cmd("FCALL_RO");
-        cmd.arg("ts_time_v3").arg(0);
+        cmd.arg("ts_time_v4").arg(0);
         let (value, loaded) = self.fcall(&cmd).await?;
         let now = u64::try_from(int(&value)?).map_err(|_| CoordError::Protocol("time".into()))?;
         Ok((now, loaded))
     }
 
-    /// `ts_acquire_v3` for `spec`, registering `member` with a liveness of `liveness_ms`.
+    /// `ts_acquire_v4` for `spec`, registering `member` with a liveness of `liveness_ms`.
     /// `turn_window_ms`: fair turns on the lane's shared scopes, a waiting principal counting
     /// for that long after it was last refused (`None`: first come, first served).
     pub async fn acquire(
@@ -260,57 +310,52 @@ impl RedisStore {
         let mut cmd = redis::cmd("FCALL");
         acquire_command(&mut cmd, spec, member, liveness_ms, turn_window_ms);
         let (value, _) = self.fcall(&cmd).await?;
-        if let Value::Int(now) = value {
-            // A plain grant answers its instant alone.
-            let now =
-                u64::try_from(now).map_err(|_| CoordError::Protocol("negative time".into()))?;
-            return Ok(Verdict::Granted { now, probe: false });
-        }
-        let items = array(value)?;
-        let [verdict, reason, scope, instant, now] = items.as_slice() else {
-            return Err(CoordError::Protocol("acquire answer".into()));
-        };
-        Verdict::decode(
-            &text(verdict)?,
-            &text(reason)?,
-            int(scope)?,
-            int(instant)?,
-            int(now)?,
-        )
+        decode_acquire(value)
     }
 
-    /// `ts_release_v3`.
+    /// `ts_release_v4`.
     pub async fn release(&self, call: &ReleaseCall) -> Result<Released, CoordError> {
         let mut cmd = redis::cmd("FCALL");
         release_command(&mut cmd, call);
         let (value, _) = self.fcall(&cmd).await?;
-        if let Value::Int(_) = value {
-            // A plain release: no clock read, no pause, no breaker.
-            return Ok(Released {
-                now: 0,
-                paused_until: None,
-                breaker: None,
-            });
-        }
-        let items = array(value)?;
-        let (now, until, state) = match items.as_slice() {
-            [now, until] => (now, until, None),
-            [now, until, state] => (now, until, Some(state)),
-            _ => return Err(CoordError::Protocol("release answer".into())),
-        };
-        let until = int(until)?;
-        let breaker = match state {
-            Some(state) => BreakerState::decode(&text(state)?)?,
-            None => None,
-        };
-        Ok(Released {
-            now: u64::try_from(int(now)?).unwrap_or(0),
-            paused_until: (until > 0).then(|| u64::try_from(until).unwrap_or(0)),
-            breaker,
-        })
+        decode_release(value)
     }
 
-    /// `ts_breaker_v3`: merges the outcomes a degraded replica saw into the shared breaker (a
+    /// One operation as its single call (`ts_acquire_v4` / `ts_release_v4`): its raw answer,
+    /// what its place in a batch's answer would be (tools and the batch conformance test).
+    pub async fn single(&self, op: &Op) -> Result<Value, CoordError> {
+        let mut cmd = redis::cmd("FCALL");
+        op.single_command(&mut cmd);
+        Ok(self.fcall(&cmd).await?.0)
+    }
+
+    /// `ts_batch_v4` of `ops` (all of one workspace), answered by `deadline`: one answer per
+    /// operation, in order (decode each with [`decode_acquire`] / [`decode_release`]). The
+    /// library-missing retry happens within the same deadline; a timeout is
+    /// [`CoordError::Timeout`] (the batch may have run).
+    pub async fn batch<'a>(
+        &self,
+        ops: impl Iterator<Item = &'a Op> + Clone,
+        deadline: tokio::time::Instant,
+    ) -> Result<Vec<Value>, CoordError> {
+        let count = ops.clone().count();
+        let mut cmd = redis::cmd("FCALL");
+        batch_command(&mut cmd, ops);
+        let answer = tokio::time::timeout_at(deadline, self.fcall(&cmd)).await;
+        let (value, _) = answer.map_err(|_| {
+            CoordError::Timeout(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))
+        })??;
+        let answers = array(value)?;
+        if answers.len() != count {
+            return Err(CoordError::Protocol(format!(
+                "batch of {count} answered {}",
+                answers.len()
+            )));
+        }
+        Ok(answers)
+    }
+
+    /// `ts_breaker_v4`: merges the outcomes a degraded replica saw into the shared breaker (a
     /// success first if one was seen, then the failures after the last success). Answers the
     /// state after the merge.
     pub async fn merge_breaker(
@@ -319,7 +364,7 @@ impl RedisStore {
         seen: &SeenOutcomes,
     ) -> Result<Option<BreakerState>, CoordError> {
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg("ts_breaker_v3")
+        cmd.arg("ts_breaker_v4")
             .arg(2)
             .arg(&breaker.key)
             .arg(&breaker.probes)
@@ -334,7 +379,7 @@ impl RedisStore {
         BreakerState::decode(&text(state)?)
     }
 
-    /// `ts_pause_v3`: answers the pause's end (server ms) and the server's now.
+    /// `ts_pause_v4`: answers the pause's end (server ms) and the server's now.
     pub async fn pause(
         &self,
         workspace: &str,
@@ -345,7 +390,7 @@ impl RedisStore {
         self.pause_key(&keys, &keys.pause(provider), pause_ms).await
     }
 
-    /// `ts_pause_v3` on a pause key of `keys`' workspace.
+    /// `ts_pause_v4` on a pause key of `keys`' workspace.
     pub async fn pause_key(
         &self,
         _keys: &WorkspaceKeys,
@@ -353,7 +398,7 @@ impl RedisStore {
         pause_ms: Millis,
     ) -> Result<(Millis, Millis), CoordError> {
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg("ts_pause_v3").arg(1).arg(pause_key).arg(pause_ms);
+        cmd.arg("ts_pause_v4").arg(1).arg(pause_key).arg(pause_ms);
         let (value, _) = self.fcall(&cmd).await?;
         let items = array(value)?;
         let [now, until] = items.as_slice() else {
@@ -365,7 +410,7 @@ impl RedisStore {
         ))
     }
 
-    /// `ts_renew_v3` for every batch, in one pipeline (one round trip).
+    /// `ts_renew_v4` for every batch, in one pipeline (one round trip).
     pub async fn renew(
         &self,
         batches: &[RenewBatch],
@@ -377,7 +422,7 @@ impl RedisStore {
         }
         let mut pipe = redis::pipe();
         for batch in batches {
-            let cmd = pipe.cmd("FCALL").arg("ts_renew_v3").arg(batch.keys.len());
+            let cmd = pipe.cmd("FCALL").arg("ts_renew_v4").arg(batch.keys.len());
             for key in &batch.keys {
                 cmd.arg(key);
             }
@@ -408,7 +453,7 @@ impl RedisStore {
         }
     }
 
-    /// `ts_bucket_run_v3`: the script's bucket arithmetic over `steps` of (now, units) with an
+    /// `ts_bucket_run_v4`: the script's bucket arithmetic over `steps` of (now, units) with an
     /// injected clock; per step (admitted, wait ms or -1 for never, level in whole units). The
     /// conformance hook that tests the script against `bucket.rs`; pipelined over `runs`.
     pub async fn bucket_runs(
@@ -420,7 +465,7 @@ impl RedisStore {
         for (rate, capacity, period, steps) in runs {
             let cmd = pipe
                 .cmd("FCALL")
-                .arg("ts_bucket_run_v3")
+                .arg("ts_bucket_run_v4")
                 .arg(1)
                 .arg(key)
                 .arg(*rate)

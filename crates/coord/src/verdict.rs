@@ -31,7 +31,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// Decodes `{verdict, reason, scope, instant, now}` from `ts_acquire_v3` (a negative scope
+    /// Decodes `{verdict, reason, scope, instant, now}` from `ts_acquire_v4` (a negative scope
     /// index on a deferral: the next turn is this principal's).
     pub fn decode(
         verdict: &str,

@@ -1,11 +1,13 @@
-#!lua name=turnstile_v3
+#!lua name=turnstile_v4
 -- turnstile's shared limits (crates/coord, docs/replicas.md). Library and function names carry
 -- a version: a changed contract gets new names, so replicas of two releases never call each
 -- other's functions during a rolling deploy (v2: the compact acquire / release protocol, which
 -- passes only the keys and values a lane's scopes use; v3: a scope's buckets in one hash, and
--- expiries refreshed only when they would run out, not on every write).
+-- expiries refreshed only when they would run out, not on every write; v4: ts_batch_v4, several
+-- acquires and releases of one workspace in one call, same keys and values as v3).
 --
--- Every function reads the server clock (TIME) at most once; no replica's clock is ever used.
+-- Every function call reads the server clock (TIME) at most once (a batch: once for all its
+-- operations); no replica's clock is ever used.
 -- Numbers are Lua doubles: every integer stays below 2^53 (the client refuses limits that could
 -- not), and every number written to Redis goes through fmt() (%.0f), never Lua's %.14g.
 --
@@ -49,6 +51,18 @@ local function now_ms()
   local t = redis.call('TIME')
   local us = t[2] + 0
   return t[1] * 1000 + (us - us % 1000) / 1000
+end
+
+-- The call's clock: TIME read on first use, then the same instant for the rest of the call
+-- (every operation of a batch sees one now). Reset at the start of every function call
+-- (call_clock_reset): Redis runs one function at a time, so the cache never outlives a call.
+local call_now = false
+local function call_clock()
+  if not call_now then call_now = now_ms() end
+  return call_now
+end
+local function call_clock_reset()
+  call_now = false
 end
 
 -- The core's TokenBucket (crates/admission/src/bucket.rs): level scaled by period, lazy
@@ -279,7 +293,7 @@ local function breaker_record(bk, pk, outcome, threshold, now)
   return state
 end
 
--- ts_acquire_v3
+-- ts_acquire_v4
 -- ARGV: member, the lane's shape (below), then the principal scope's name when some scope has
 --       fair turns, then tokens (-1 none) and micro-dollars (-1 none) when some scope has a
 --       bucket or a budget.
@@ -426,7 +440,7 @@ local function budget_plan(L, micro_on, tokens_on)
   return plan
 end
 
-local function acquire(keys, args)
+local function acquire_op(keys, args)
   local member = args[1]
   local L = lane_of(args[2])
   local n = L.n
@@ -442,7 +456,7 @@ local function acquire(keys, args)
     if t ~= '-1' then tokens = t + 0 end
     if m ~= '-1' then micro = m + 0 end
   end
-  local now = now_ms()
+  local now = call_clock()
   -- Concurrency.
   local held_ = L.held
   for i = 1, n do
@@ -613,7 +627,7 @@ local function acquire(keys, args)
   return now
 end
 
--- ts_release_v3
+-- ts_release_v4
 -- ARGV: member; nothing else for a plain release (every key is a lease zset). Otherwise:
 --       nleases, pause_ms (0 none), breaker outcome ('-' the lane has no shared breaker;
 --       success|failure|none), then the breaker threshold (only with a breaker); then, when
@@ -625,7 +639,7 @@ end
 --       (only with a breaker).
 -- Returns 0 for a plain release; otherwise {now (0 when neither a pause nor a failure was
 --          given), paused_until (0 none), breaker state after the release ('' none)}.
-local function release(keys, args)
+local function release_op(keys, args)
   local member = args[1]
   if not args[2] then
     for i = 1, #keys do
@@ -651,7 +665,7 @@ local function release(keys, args)
   end
   -- The clock is read only for a pause or a failure (otherwise the release answers now = 0).
   local now = 0
-  if pause_ms > 0 or (threshold >= 0 and outcome == 'failure') then now = now_ms() end
+  if pause_ms > 0 or (threshold >= 0 and outcome == 'failure') then now = call_clock() end
   for i = 1, n do
     redis.call('ZREM', keys[i], member)
   end
@@ -704,7 +718,50 @@ local function release(keys, args)
   return {now, until_, state}
 end
 
--- ts_breaker_v3: KEYS breaker hash, probe zset; ARGV threshold, success_seen (0/1), failures.
+-- ts_acquire_v4 / ts_release_v4: one acquire or one release per call (the v3 contract; the
+-- client sends batches, these stay for tools and the cost benchmark's one-by-one baseline).
+local function acquire(keys, args)
+  call_clock_reset()
+  return acquire_op(keys, args)
+end
+
+local function release(keys, args)
+  call_clock_reset()
+  return release_op(keys, args)
+end
+
+-- ts_batch_v4: several acquires and releases of one workspace in one call (the client's natural
+-- batching: what queued while the previous call was in flight, docs/replicas.md).
+-- KEYS: every operation's keys, concatenated in operation order (all under the workspace's hash
+--       tag: one slot).
+-- ARGV: per operation, in arrival order: its kind ('a' acquire, 'r' release), its number of
+--       keys, its number of arguments, then those arguments; each operation's keys and
+--       arguments are exactly what ts_acquire_v4 / ts_release_v4 take for it.
+-- Returns one answer per operation, in order, each exactly what the single call would answer.
+-- The operations run one after the other, each all or nothing on its own (an acquire refused
+-- writes nothing; a later operation sees an earlier one's writes, as consecutive calls would),
+-- and all of them read one clock: TIME at most once per batch.
+local function batch(keys, args)
+  call_clock_reset()
+  local out = {}
+  local k, a, n = 1, 1, #args
+  while a <= n do
+    local kind, nk, na = args[a], args[a + 1] + 0, args[a + 2] + 0
+    local op_keys = {unpack(keys, k, k + nk - 1)}
+    local op_args = {unpack(args, a + 3, a + 2 + na)}
+    if kind == 'a' then
+      out[#out + 1] = acquire_op(op_keys, op_args)
+    elseif kind == 'r' then
+      out[#out + 1] = release_op(op_keys, op_args)
+    else
+      return redis.error_reply('ts_batch_v4: unknown operation ' .. tostring(kind))
+    end
+    k, a = k + nk, a + 3 + na
+  end
+  return out
+end
+
+-- ts_breaker_v4: KEYS breaker hash, probe zset; ARGV threshold, success_seen (0/1), failures.
 -- The merge of the outcomes a degraded replica saw (its local breaker applied meanwhile): a
 -- success first (it closes and resets), then the failures after the last success, one by one
 -- as releases would have counted them. Returns {now, state}.
@@ -719,7 +776,7 @@ local function breaker_merge(keys, args)
   return {now, state}
 end
 
--- ts_pause_v3: KEYS pause; ARGV pause_ms. Monotonic: a shorter pause never shortens a longer
+-- ts_pause_v4: KEYS pause; ARGV pause_ms. Monotonic: a shorter pause never shortens a longer
 -- one. Returns {now, paused_until}.
 local function pause(keys, args)
   local ms = tonumber(args[1])
@@ -735,7 +792,7 @@ local function pause(keys, args)
   return {now, until_}
 end
 
--- ts_renew_v3: KEYS the lease zsets; ARGV liveness_ms, mode ('xx' renew only what is there,
+-- ts_renew_v4: KEYS the lease zsets; ARGV liveness_ms, mode ('xx' renew only what is there,
 -- 'add' re-register after a loss), then pairs (key index, member). One call per workspace
 -- renews all of this replica's leases in it. Returns {now, members written}.
 local function renew(keys, args)
@@ -756,8 +813,8 @@ local function renew(keys, args)
   return {now, written}
 end
 
--- ts_bucket_run_v3: the conformance hook of the bucket arithmetic (crates/coord/tests). Runs
--- buckets_try / buckets_store, exactly as ts_acquire_v3 does, on a lane with one scope whose
+-- ts_bucket_run_v4: the conformance hook of the bucket arithmetic (crates/coord/tests). Runs
+-- buckets_try / buckets_store, exactly as ts_acquire_v4 does, on a lane with one scope whose
 -- hash holds one request bucket of the given period, over a sequence of (now, units) steps
 -- with an injected clock, on KEYS[1], which it deletes afterwards.
 -- ARGV: rate, capacity, period, then pairs (now, units). Returns per step {admitted (1/0),
@@ -788,15 +845,16 @@ local function bucket_run(keys, args)
   return out
 end
 
--- ts_time_v3: the server clock (the replicas' health probe).
+-- ts_time_v4: the server clock (the replicas' health probe).
 local function time(keys, args)
   return now_ms()
 end
 
-redis.register_function('ts_acquire_v3', acquire)
-redis.register_function('ts_release_v3', release)
-redis.register_function('ts_pause_v3', pause)
-redis.register_function('ts_breaker_v3', breaker_merge)
-redis.register_function('ts_renew_v3', renew)
-redis.register_function('ts_bucket_run_v3', bucket_run)
-redis.register_function{function_name = 'ts_time_v3', callback = time, flags = {'no-writes'}}
+redis.register_function('ts_acquire_v4', acquire)
+redis.register_function('ts_release_v4', release)
+redis.register_function('ts_batch_v4', batch)
+redis.register_function('ts_pause_v4', pause)
+redis.register_function('ts_breaker_v4', breaker_merge)
+redis.register_function('ts_renew_v4', renew)
+redis.register_function('ts_bucket_run_v4', bucket_run)
+redis.register_function{function_name = 'ts_time_v4', callback = time, flags = {'no-writes'}}

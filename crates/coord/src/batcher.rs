@@ -1,0 +1,164 @@
+//! Natural batching of a replica's acquires and releases: per workspace, while one call to
+//! Redis is in flight, the operations that arrive queue; when it returns, everything queued
+//! (up to [`MAX_BATCH`]) goes to Redis as one `FCALL ts_batch_v4`. Nothing in flight: an
+//! operation is sent at once, alone. No timer, no added latency at low load.
+//!
+//! Each workspace has one task ([`drive`]) that owns its queue (an unbounded channel, bounded
+//! in practice by the callers: each caller has one operation queued at a time) and sends one
+//! batch at a time.
+//!
+//! # Invariants
+//!
+//! - One batch holds operations of one workspace only (one hash tag: one Redis Cluster slot).
+//! - Operations run in Redis in arrival order (the channel's order), each all or nothing on its
+//!   own, and each caller gets its own operation's answer.
+//! - At most one call per workspace is in flight; a batch holds at most [`MAX_BATCH`]
+//!   operations.
+//! - No operation waits for Redis longer than the command timeout from its arrival: a batch's
+//!   call is bounded by its earliest operation's arrival plus the timeout, and when a batch
+//!   fails or times out, every operation queued behind it is answered with the failure at once
+//!   (never sent), so the caller decides it by the degraded share as a failed single call is.
+//! - An operation is sent at most once (a failed batch is never re-sent; the library-missing
+//!   retry re-sends only a call that did not run).
+//! - The map of workspaces holds one sender per workspace this replica has coordinated
+//!   (workspaces are created by an administrator, not by clients); its tasks end when the
+//!   [`Batcher`] is dropped.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use redis::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::error::CoordError;
+use crate::protocol::Op;
+use crate::store::RedisStore;
+
+/// The most operations one `ts_batch_v4` call carries.
+pub const MAX_BATCH: usize = 64;
+
+/// Why an operation got no answer from Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub error: CoordError,
+    /// The first operation of the failed call (the one that counts the failure, so the error
+    /// counter counts calls, not operations).
+    pub first: bool,
+}
+
+/// An operation's answer: its place in the batch's answer, or why there is none.
+pub type Reply = Result<Value, Failure>;
+
+struct Pending {
+    op: Op,
+    since: Instant,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// The per-workspace queues of one replica.
+pub struct Batcher {
+    store: RedisStore,
+    max: usize,
+    lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Pending>>>,
+}
+
+impl Batcher {
+    /// Batches of at most `max` operations (at least one) through `store`.
+    pub fn new(store: RedisStore, max: usize) -> Self {
+        Batcher {
+            store,
+            max: max.max(1),
+            lanes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Pending>>> {
+        self.lanes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `op` (every key under `slot`, the workspace's `ts:{W}:` prefix) in the workspace's
+    /// next batch and answers its own answer. Must be called inside a tokio runtime (the first
+    /// call for a workspace spawns its task).
+    pub async fn call(&self, slot: &str, op: Op) -> Reply {
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            op,
+            since: Instant::now(),
+            reply,
+        };
+        {
+            let mut lanes = self.lock();
+            let sender = match lanes.get(slot) {
+                Some(sender) => sender,
+                None => {
+                    let (sender, queue) = mpsc::unbounded_channel();
+                    tokio::spawn(drive(self.store.clone(), queue, self.max));
+                    lanes.entry(slot.to_owned()).or_insert(sender)
+                }
+            };
+            if sender.send(pending).is_err() {
+                // The workspace's task is gone (its runtime shut down): start over next time.
+                lanes.remove(slot);
+                return Err(Failure {
+                    error: CoordError::Redis("the batch task ended".into()),
+                    first: true,
+                });
+            }
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(Failure {
+                error: CoordError::Redis("the batch task ended".into()),
+                first: true,
+            })
+        })
+    }
+}
+
+/// A workspace's task: takes the first queued operation (waiting for one), everything else
+/// queued up to `max`, sends them as one batch and answers each; repeats.
+async fn drive(store: RedisStore, mut queue: mpsc::UnboundedReceiver<Pending>, max: usize) {
+    let mut batch: Vec<Pending> = Vec::with_capacity(max);
+    while let Some(first) = queue.recv().await {
+        batch.push(first);
+        while batch.len() < max {
+            match queue.try_recv() {
+                Ok(pending) => batch.push(pending),
+                Err(_) => break,
+            }
+        }
+        // The queue is FIFO: the first operation arrived earliest and bounds the call.
+        let deadline = batch
+            .first()
+            .map_or_else(Instant::now, |p| p.since)
+            .checked_add(store.timeout())
+            .unwrap_or_else(Instant::now);
+        match store.batch(batch.iter().map(|p| &p.op), deadline).await {
+            Ok(answers) => {
+                for (pending, answer) in batch.drain(..).zip(answers) {
+                    // A caller that went away (cancelled request) needs no answer.
+                    let _ = pending.reply.send(Ok(answer));
+                }
+            }
+            Err(error) => {
+                let mut first = true;
+                for pending in batch.drain(..) {
+                    let _ = pending.reply.send(Err(Failure {
+                        error: error.clone(),
+                        first,
+                    }));
+                    first = false;
+                }
+                // Queued behind a failed call: not sent (the replica is degraded now).
+                while let Ok(pending) = queue.try_recv() {
+                    let _ = pending.reply.send(Err(Failure {
+                        error: error.clone(),
+                        first: false,
+                    }));
+                }
+            }
+        }
+    }
+}
