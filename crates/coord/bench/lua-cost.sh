@@ -14,6 +14,10 @@
 # release (store.rs / protocol.rs) sent it. TURNS=0 sends what a replica with `turn_window_ms = 0` sends (no fair turns); the default
 # is the default configuration (turns on, 50 ms window: two wait keys on the bench lane).
 #
+# HOLD=H holds H leases in every lease zset before measuring (a replica under load holds
+# its clients' leases: a zset's ZADD and ZREM cost grows with its members, so compare single
+# calls and batches at the same holding; `held` is HOLD=3 on a provider of concurrency 4).
+#
 # BATCH=B (a v4 library) sends the same operations as FCALL ts_batch_v4, B operations per call
 # (what a replica's batcher sends at load: B/2 acquires of new members, then the releases of
 # the previous call's acquires, as at saturation, where each batch carries about as many of
@@ -22,9 +26,10 @@
 # CALLGRIND=/tmp/out.cg runs redis-server under valgrind's callgrind and prints the
 # instructions executed inside FCALL per pair (independent of the host's load, unlike usec;
 # use a few hundred to a few thousand pairs: valgrind is ~50x slower); it also prints the
-# instructions of Redis's whole event loop per pair (aeProcessEvents inclusive: reading and
-# parsing the requests, dispatch, FCALL, writing the replies, its timers; redis-cli's INFO
-# calls are in it too, a few hundred instructions per pair), where batching saves most.
+# instructions of Redis's whole command path per pair (the event loop, aeMain inclusive:
+# reading and parsing the requests, dispatch, FCALL, writing the replies; less what is not the
+# workload: redis-cli's COMMAND DOCS and INFO, FUNCTION LOAD, serverCron). Kernel time (the
+# socket reads and writes, epoll) is not in either count.
 # NOBKT=1 / NOBUD=1 drop
 # the buckets / the budget from the `full` workload (to split its cost).
 #
@@ -58,10 +63,12 @@ if grep -q '^#!lua name=turnstile_v1' "$lib"; then proto=v1; fi
 if grep -q '^#!lua name=turnstile_v2' "$lib"; then proto=v2; fi
 batch_ops="${BATCH:-1}"
 if [ "$batch_ops" != 1 ] && [ "$proto" != v4 ]; then echo "BATCH needs a turnstile_v4 library" >&2; exit 1; fi
-python3 - "$pairs" "$workload" "$proto" "${TURNS:-1}" "$batch_ops" > /tmp/lua-cost-$$.txt <<'PY'
+hold="${HOLD:-0}"
+if [ "$workload" = held ]; then hold=3; fi
+python3 - "$pairs" "$workload" "$proto" "${TURNS:-1}" "$batch_ops" "$hold" > /tmp/lua-cost-$$.txt <<'PY'
 import sys
 pairs, workload, proto, turns = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
-batch_ops = int(sys.argv[5])
+batch_ops, hold = int(sys.argv[5]), int(sys.argv[6])
 P = "ts:{0123456789abcdef}:"
 full = workload == "full"
 scopes = [("uaaaa", 4096), ("w", 4096), ("pbbbb", 4 if workload == "held" else 4096)]
@@ -138,8 +145,8 @@ def batch(calls):
         ops += [kind, str(nk), str(len(a))] + a
     return ["FCALL", "ts_batch_v4", str(len(keys))] + keys + ops
 out = sys.stdout
-if workload == "held":
-    for i in range(3):
+if hold:
+    for i in range(hold):
         out.write(" ".join(acquire(f"held-{i}")) + "\n")
     out.write("CONFIG RESETSTAT\n")
 if batch_ops == 1:
@@ -157,8 +164,8 @@ else:
     out.write(" ".join(batch([release(m) for m in previous])) + "\n")
 PY
 skip=0
-if [ "$workload" = held ]; then
-  skip=4
+if [ "$hold" != 0 ]; then
+  skip=$((hold + 1))
   head -n "$skip" /tmp/lua-cost-$$.txt | redis-cli -p "$port" > /dev/null
 else
   redis-cli -p "$port" CONFIG RESETSTAT >/dev/null
@@ -188,9 +195,13 @@ echo "$stats" | awk -F'[:=,]' -v pairs="$pairs" '
         printf "redis.call()s per pair: %.2f\n", n / pairs }'
 if [ -n "${CALLGRIND:-}" ]; then
   kill "$redis_pid"; wait "$redis_pid" 2>/dev/null || true
-  incl=$(callgrind_annotate --inclusive=yes "$CALLGRIND" 2>/dev/null)
-  ir=$(echo "$incl" | awk '/[ :]fcallCommand /{gsub(",", "", $1); print $1; exit}')
-  loop=$(echo "$incl" | awk '/[ :]aeProcessEvents /{gsub(",", "", $1); print $1; exit}')
+  incl=$(callgrind_annotate --inclusive=yes --threshold=100 "$CALLGRIND" 2>/dev/null)
+  of() { echo "$incl" | awk -v f="$1" '$0 ~ ":" f " " {gsub(",", "", $1); n = $1} END {print n + 0}'; }
+  ir=$(of fcallCommand)
+  # The event loop without what is not the workload: redis-cli's COMMAND DOCS and INFO, the
+  # library's load, CONFIG RESETSTAT and the timers (serverCron runs by wall-clock time).
+  loop=$(( $(of aeMain) - $(of commandDocsCommand) - $(of functionLoadCommand) - $(of infoCommand) \
+    - $(of serverCron) - $(of configResetStatCommand) ))
   echo "instructions inside FCALL (callgrind, fcallCommand inclusive): $ir, per pair: $((ir / pairs))"
-  echo "instructions of the event loop (aeProcessEvents inclusive): $loop, per pair: $((loop / pairs))"
+  echo "instructions of the command path (aeMain inclusive, less redis-cli's COMMAND DOCS and INFO, FUNCTION LOAD, serverCron): $loop, per pair: $((loop / pairs))"
 fi

@@ -31,9 +31,10 @@ use redis::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::direct::Direct;
 use crate::error::CoordError;
-use crate::protocol::Op;
-use crate::store::RedisStore;
+use crate::protocol::{batch_command, Op};
+use crate::store::{batch_answers, is_missing_function_reply, RedisStore};
 
 /// The most operations one `ts_batch_v4` call carries.
 pub const MAX_BATCH: usize = 64;
@@ -59,15 +60,19 @@ struct Pending {
 /// The per-workspace queues of one replica.
 pub struct Batcher {
     store: RedisStore,
+    /// Each workspace task's own connection to this URL ([`Direct`]), instead of the shared
+    /// multiplexed connection.
+    direct: Option<String>,
     max: usize,
     lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Pending>>>,
 }
 
 impl Batcher {
     /// Batches of at most `max` operations (at least one) through `store`.
-    pub fn new(store: RedisStore, max: usize) -> Self {
+    pub fn new(store: RedisStore, max: usize, direct: Option<String>) -> Self {
         Batcher {
             store,
+            direct,
             max: max.max(1),
             lanes: Mutex::new(HashMap::new()),
         }
@@ -95,7 +100,16 @@ impl Batcher {
                 Some(sender) => sender,
                 None => {
                     let (sender, queue) = mpsc::unbounded_channel();
-                    tokio::spawn(drive(self.store.clone(), queue, self.max));
+                    let timeout_ms =
+                        u64::try_from(self.store.timeout().as_millis()).unwrap_or(u64::MAX);
+                    let link = match &self.direct {
+                        Some(url) => match Direct::new(url, timeout_ms) {
+                            Ok(direct) => Link::Direct(Box::new(direct), self.store.clone()),
+                            Err(_) => Link::Shared(self.store.clone()),
+                        },
+                        None => Link::Shared(self.store.clone()),
+                    };
+                    tokio::spawn(drive(link, queue, self.max));
                     lanes.entry(slot.to_owned()).or_insert(sender)
                 }
             };
@@ -117,9 +131,49 @@ impl Batcher {
     }
 }
 
+/// How a workspace's task reaches Redis.
+enum Link {
+    /// The replica's multiplexed connection (redis-rs `ConnectionManager`).
+    Shared(RedisStore),
+    /// The task's own connection; the store loads the library when a call finds it missing.
+    Direct(Box<Direct>, RedisStore),
+}
+
+impl Link {
+    fn timeout(&self) -> std::time::Duration {
+        match self {
+            Link::Shared(store) | Link::Direct(_, store) => store.timeout(),
+        }
+    }
+
+    async fn batch(
+        &mut self,
+        ops: &[Pending],
+        deadline: Instant,
+    ) -> Result<Vec<Value>, CoordError> {
+        match self {
+            Link::Shared(store) => store.batch(ops.iter().map(|p| &p.op), deadline).await,
+            Link::Direct(direct, store) => {
+                let mut cmd = redis::cmd("FCALL");
+                batch_command(&mut cmd, ops.iter().map(|p| &p.op));
+                let mut value = direct.call(&cmd, deadline).await?;
+                if is_missing_function_reply(&value) {
+                    // Redis lost its functions (restarted empty): load them, send again (the
+                    // call did not run).
+                    tokio::time::timeout_at(deadline, store.load_library())
+                        .await
+                        .map_err(|_| CoordError::Timeout(direct.timeout_ms()))??;
+                    value = direct.call(&cmd, deadline).await?;
+                }
+                batch_answers(value, ops.len())
+            }
+        }
+    }
+}
+
 /// A workspace's task: takes the first queued operation (waiting for one), everything else
 /// queued up to `max`, sends them as one batch and answers each; repeats.
-async fn drive(store: RedisStore, mut queue: mpsc::UnboundedReceiver<Pending>, max: usize) {
+async fn drive(mut link: Link, mut queue: mpsc::UnboundedReceiver<Pending>, max: usize) {
     let mut batch: Vec<Pending> = Vec::with_capacity(max);
     while let Some(first) = queue.recv().await {
         batch.push(first);
@@ -133,9 +187,9 @@ async fn drive(store: RedisStore, mut queue: mpsc::UnboundedReceiver<Pending>, m
         let deadline = batch
             .first()
             .map_or_else(Instant::now, |p| p.since)
-            .checked_add(store.timeout())
+            .checked_add(link.timeout())
             .unwrap_or_else(Instant::now);
-        match store.batch(batch.iter().map(|p| &p.op), deadline).await {
+        match link.batch(&batch, deadline).await {
             Ok(answers) => {
                 for (pending, answer) in batch.drain(..).zip(answers) {
                     // A caller that went away (cancelled request) needs no answer.

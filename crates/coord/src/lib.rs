@@ -27,6 +27,7 @@
 pub mod batcher;
 pub mod breaker;
 pub mod coordinator;
+pub mod direct;
 pub mod error;
 pub mod health;
 pub mod identity;

@@ -479,4 +479,39 @@ mod tests {
             "FCALL ts_release_v4 4 a b pause bud m 2 1500 - 100 90 0 -1 uaaaa"
         );
     }
+
+    /// A batch sends every operation's keys first, in order, then per operation its kind, key
+    /// count, argument count and arguments: each operation exactly as its single call.
+    #[test]
+    fn a_batch_sends_each_operation_as_its_single_call() {
+        let spec = lane(vec![scope("uaaaa", 4), scope("w", 8)]);
+        let acquire = acquire_op(&spec, "r-1", 10_000, None);
+        let release = release_op(&ReleaseCall {
+            member: "r-0".into(),
+            lease_keys: vec!["a".into(), "b".into()],
+            pause_key: "pause".into(),
+            budget_key: "bud".into(),
+            budget_scopes: Vec::new(),
+            pause_ms: 0,
+            charged_tokens: 0,
+            actual_tokens: None,
+            charged_micro: 0,
+            actual_micro: None,
+            breaker: None,
+            outcome: Outcome::None,
+        });
+        let mut single = redis::cmd("FCALL");
+        acquire.single_command(&mut single);
+        assert_eq!(words(&single)[1], "ts_acquire_v4");
+        let mut cmd = redis::cmd("FCALL");
+        batch_command(&mut cmd, [&acquire, &release].into_iter());
+        let keys = WorkspaceKeys::new("ws");
+        let expected = format!(
+            "FCALL ts_batch_v4 5 {} {} {} a b a 3 2 r-1 10000;-;-;1,4;1,8 r 2 1 r-0",
+            keys.pause("openai"),
+            keys.leases(&ScopeName("uaaaa".into())),
+            keys.leases(&ScopeName("w".into())),
+        );
+        assert_eq!(words(&cmd).join(" "), expected);
+    }
 }

@@ -133,6 +133,30 @@ fn is_missing_function(error: &redis::RedisError) -> bool {
     error.to_string().contains("Function not found")
 }
 
+/// Whether a raw answer is Redis's "function not found" error reply.
+pub fn is_missing_function_reply(value: &Value) -> bool {
+    matches!(value, Value::ServerError(error) if error.details().is_some_and(|d| d.contains("Function not found")) || error.code().contains("Function not found"))
+}
+
+/// A `ts_batch_v4` answer: one value per operation (`count`), or why not.
+pub fn batch_answers(value: Value, count: usize) -> Result<Vec<Value>, CoordError> {
+    if let Value::ServerError(error) = &value {
+        return Err(CoordError::Redis(format!(
+            "{} {}",
+            error.code(),
+            error.details().unwrap_or("")
+        )));
+    }
+    let answers = array(value)?;
+    if answers.len() != count {
+        return Err(CoordError::Protocol(format!(
+            "batch of {count} answered {}",
+            answers.len()
+        )));
+    }
+    Ok(answers)
+}
+
 pub(crate) fn int(value: &Value) -> Result<i64, CoordError> {
     match value {
         Value::Int(i) => Ok(*i),
@@ -345,14 +369,7 @@ impl RedisStore {
         let (value, _) = answer.map_err(|_| {
             CoordError::Timeout(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))
         })??;
-        let answers = array(value)?;
-        if answers.len() != count {
-            return Err(CoordError::Protocol(format!(
-                "batch of {count} answered {}",
-                answers.len()
-            )));
-        }
-        Ok(answers)
+        batch_answers(value, count)
     }
 
     /// `ts_breaker_v4`: merges the outcomes a degraded replica saw into the shared breaker (a

@@ -741,14 +741,21 @@ end
 -- The operations run one after the other, each all or nothing on its own (an acquire refused
 -- writes nothing; a later operation sees an earlier one's writes, as consecutive calls would),
 -- and all of them read one clock: TIME at most once per batch.
+-- Each operation gets its keys and arguments in two scratch tables reused across the batch
+-- (filled by a loop, the previous operation's extra entries cleared so that # is right): a
+-- table per operation would cost more than the loop (docs/performance.md, session 9).
+local op_keys, op_args, op_nk, op_na = {}, {}, 0, 0
 local function batch(keys, args)
   call_clock_reset()
   local out = {}
   local k, a, n = 1, 1, #args
   while a <= n do
     local kind, nk, na = args[a], args[a + 1] + 0, args[a + 2] + 0
-    local op_keys = {unpack(keys, k, k + nk - 1)}
-    local op_args = {unpack(args, a + 3, a + 2 + na)}
+    for j = 1, nk do op_keys[j] = keys[k + j - 1] end
+    for j = nk + 1, op_nk do op_keys[j] = nil end
+    for j = 1, na do op_args[j] = args[a + 2 + j] end
+    for j = na + 1, op_na do op_args[j] = nil end
+    op_nk, op_na = nk, na
     if kind == 'a' then
       out[#out + 1] = acquire_op(op_keys, op_args)
     elseif kind == 'r' then

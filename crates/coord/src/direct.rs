@@ -1,0 +1,248 @@
+//! A Redis connection owned by one workspace's batch task ([`crate::batcher`]): a batch costs
+//! one `write` and one `read` (or a few, for a large answer) in that task, with no connection
+//! task in between (redis-rs's multiplexed connection runs its own task: a call wakes it, and
+//! its answer wakes the caller back).
+//!
+//! # Invariants
+//!
+//! - At most one command is in flight on the connection (the batch task sends the next only
+//!   after reading the answer to the last).
+//! - Any I/O error, timeout or unparsable answer drops the connection (its state is unknown):
+//!   the next call connects again, within that call's deadline. An error *reply* (a complete
+//!   answer) keeps it.
+//! - The handshake sends `AUTH` (and `SELECT`) when the URL has a password (a database); no
+//!   credential is ever logged or put in an error.
+
+use std::io;
+
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+use crate::error::CoordError;
+
+enum Stream {
+    Tcp(tokio::net::TcpStream),
+    #[cfg(unix)]
+    Unix(tokio::net::UnixStream),
+}
+
+impl Stream {
+    async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.write_all(bytes).await,
+            #[cfg(unix)]
+            Stream::Unix(s) => s.write_all(bytes).await,
+        }
+    }
+
+    async fn read_buf(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read_buf(buf).await,
+            #[cfg(unix)]
+            Stream::Unix(s) => s.read_buf(buf).await,
+        }
+    }
+}
+
+/// The connection of one batch task.
+pub struct Direct {
+    info: ConnectionInfo,
+    stream: Option<Stream>,
+    buf: Vec<u8>,
+    out: Vec<u8>,
+    timeout_ms: u64,
+}
+
+/// Where one RESP value starting at `at` ends (the index after it), `Ok(None)` while it is
+/// incomplete. RESP2 and RESP3 types.
+fn value_end(buf: &[u8], at: usize) -> Result<Option<usize>, CoordError> {
+    let Some(&kind) = buf.get(at) else {
+        return Ok(None);
+    };
+    let Some(line) = buf
+        .get(at + 1..)
+        .and_then(|rest| rest.windows(2).position(|w| w == b"\r\n"))
+    else {
+        return Ok(None);
+    };
+    let header = &buf[at + 1..at + 1 + line];
+    let next = at + 1 + line + 2;
+    let number = || -> Result<i64, CoordError> {
+        std::str::from_utf8(header)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| CoordError::Protocol("RESP length".into()))
+    };
+    match kind {
+        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Ok(Some(next)),
+        b'$' | b'!' | b'=' => {
+            let n = number()?;
+            if n < 0 {
+                return Ok(Some(next));
+            }
+            let end = next + usize::try_from(n).unwrap_or(usize::MAX / 2) + 2;
+            Ok((buf.len() >= end).then_some(end))
+        }
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let n = number()?;
+            if n < 0 {
+                return Ok(Some(next));
+            }
+            let count = if matches!(kind, b'%' | b'|') {
+                2 * n
+            } else {
+                n
+            };
+            let mut end = next;
+            for _ in 0..count {
+                match value_end(buf, end)? {
+                    Some(e) => end = e,
+                    None => return Ok(None),
+                }
+            }
+            Ok(Some(end))
+        }
+        other => Err(CoordError::Protocol(format!("RESP type {other}"))),
+    }
+}
+
+impl Direct {
+    /// A connection to `url`'s server, opened on the first call.
+    pub fn new(url: &str, timeout_ms: u64) -> Result<Self, CoordError> {
+        let client = redis::Client::open(url).map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
+        Ok(Direct {
+            info: client.get_connection_info().clone(),
+            stream: None,
+            buf: Vec::with_capacity(4096),
+            out: Vec::with_capacity(4096),
+            timeout_ms,
+        })
+    }
+
+    async fn connect(&self) -> Result<Stream, CoordError> {
+        let io = |e: io::Error| CoordError::Redis(e.to_string());
+        let mut stream = match self.info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(io)?;
+                tcp.set_nodelay(true).map_err(io)?;
+                Stream::Tcp(tcp)
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => {
+                Stream::Unix(tokio::net::UnixStream::connect(path).await.map_err(io)?)
+            }
+            _ => return Err(CoordError::InvalidUrl("TLS is not supported".into())),
+        };
+        let settings = self.info.redis_settings();
+        let mut handshake = Vec::new();
+        if let Some(password) = settings.password() {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = settings.username() {
+                auth.arg(user);
+            }
+            auth.arg(password);
+            handshake.push(auth);
+        }
+        if settings.db() != 0 {
+            let mut select = redis::cmd("SELECT");
+            select.arg(settings.db());
+            handshake.push(select);
+        }
+        let mut buf = Vec::new();
+        for cmd in handshake {
+            stream
+                .write_all(&cmd.get_packed_command())
+                .await
+                .map_err(io)?;
+            buf.clear();
+            let value = read_value(&mut stream, &mut buf).await?;
+            if let Value::ServerError(_) = value {
+                // Never the server's text: it may echo the credential's user.
+                return Err(CoordError::Redis("the handshake was refused".into()));
+            }
+        }
+        Ok(stream)
+    }
+
+    /// The command timeout in ms (what a timeout error reports).
+    pub fn timeout_ms(&self) -> u64 {
+        self.timeout_ms
+    }
+
+    /// Sends `cmd` and reads its answer, by `deadline`. A `Value::ServerError` answer is
+    /// returned as it is (the connection stays).
+    pub async fn call(&mut self, cmd: &Cmd, deadline: Instant) -> Result<Value, CoordError> {
+        match tokio::time::timeout_at(deadline, self.exchange(cmd)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => {
+                self.stream = None;
+                Err(error)
+            }
+            Err(_) => {
+                self.stream = None;
+                Err(CoordError::Timeout(self.timeout_ms))
+            }
+        }
+    }
+
+    async fn exchange(&mut self, cmd: &Cmd) -> Result<Value, CoordError> {
+        if self.stream.is_none() {
+            self.stream = Some(self.connect().await?);
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(CoordError::Redis("not connected".into()));
+        };
+        self.out.clear();
+        cmd.write_packed_command(&mut self.out);
+        stream
+            .write_all(&self.out)
+            .await
+            .map_err(|e| CoordError::Redis(e.to_string()))?;
+        self.buf.clear();
+        read_value(stream, &mut self.buf).await
+    }
+}
+
+async fn read_value(stream: &mut Stream, buf: &mut Vec<u8>) -> Result<Value, CoordError> {
+    loop {
+        if let Some(end) = value_end(buf, 0)? {
+            let value = redis::parse_redis_value(&buf[..end])
+                .map_err(|e| CoordError::Protocol(e.to_string()))?;
+            if end != buf.len() {
+                // One command in flight: nothing may follow its answer.
+                return Err(CoordError::Protocol("more than one answer".into()));
+            }
+            return Ok(value);
+        }
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(buf.capacity().max(4096));
+        }
+        let n = stream
+            .read_buf(buf)
+            .await
+            .map_err(|e| CoordError::Redis(e.to_string()))?;
+        if n == 0 {
+            return Err(CoordError::Redis("the connection was closed".into()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::value_end;
+
+    #[test]
+    fn a_resp_value_is_complete_only_with_all_its_bytes() {
+        let whole = b"*3\r\n:17\r\n$5\r\nhello\r\n*2\r\n+OK\r\n-ERR x\r\n";
+        for cut in 0..whole.len() {
+            assert_eq!(value_end(&whole[..cut], 0).unwrap(), None, "cut at {cut}");
+        }
+        assert_eq!(value_end(whole, 0).unwrap(), Some(whole.len()));
+        assert_eq!(value_end(b"$-1\r\n", 0).unwrap(), Some(5));
+        assert_eq!(value_end(b"*0\r\n", 0).unwrap(), Some(4));
+        assert!(value_end(b"?x\r\n", 0).is_err());
+    }
+}
