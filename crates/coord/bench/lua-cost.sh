@@ -51,7 +51,9 @@ wrap=()
 if [ -n "${CALLGRIND:-}" ]; then
   wrap=(valgrind --tool=callgrind --callgrind-out-file="$CALLGRIND")
 fi
-"${wrap[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 &
+# REDIS_ARGS="--zset-max-listpack-entries 0" passes more options to redis-server.
+# shellcheck disable=SC2086
+"${wrap[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no ${REDIS_ARGS:-} >/dev/null 2>&1 &
 redis_pid=$!
 trap 'kill $redis_pid 2>/dev/null || true; wait $redis_pid 2>/dev/null || true' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
