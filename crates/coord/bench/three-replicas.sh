@@ -16,7 +16,9 @@ rate_args=()
 if [ -n "${4:-}" ]; then rate_args=(--rate "$4"); fi
 work="$(mktemp -d)"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
+# REDIS_ARGS="--zset-max-listpack-entries 0" passes more options to redis-server.
+# shellcheck disable=SC2086
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no ${REDIS_ARGS:-} >/dev/null &
 redis_pid=$!
 pids=()
 cleanup() {

@@ -5,7 +5,10 @@
 //!
 //! Each workspace has one task ([`drive`]) that owns its queue (an unbounded channel, bounded
 //! in practice by the callers: each caller has one operation queued at a time) and sends one
-//! batch at a time.
+//! batch at a time, through a connection of its own ([`Direct`]: one write and one read per
+//! batch in the task itself; measured in docs/performance.md, session 9) for the first
+//! [`MAX_DIRECT`] workspaces, else (and for a TLS URL) through the replica's multiplexed
+//! connection.
 //!
 //! # Invariants
 //!
@@ -14,15 +17,18 @@
 //!   own, and each caller gets its own operation's answer.
 //! - At most one call per workspace is in flight; a batch holds at most [`MAX_BATCH`]
 //!   operations.
-//! - No operation waits for Redis longer than the command timeout from its arrival: a batch's
-//!   call is bounded by its earliest operation's arrival plus the timeout, and when a batch
-//!   fails or times out, every operation queued behind it is answered with the failure at once
-//!   (never sent), so the caller decides it by the degraded share as a failed single call is.
+//! - Every call is bounded by the command timeout from its send (as a single call was). When
+//!   a batch fails or times out, every operation queued behind it is answered with the failure
+//!   at once (never sent), and the caller decides it by the degraded share as a failed single
+//!   call is: when Redis hangs, no operation waits longer than one timeout (the call in flight
+//!   fails, and with it everything queued); an operation waits longer only when the call
+//!   ahead of it was answered (slowly) and its own then hangs: at most that answer's time plus
+//!   one timeout.
 //! - An operation is sent at most once (a failed batch is never re-sent; the library-missing
 //!   retry re-sends only a call that did not run).
 //! - The map of workspaces holds one sender per workspace this replica has coordinated
 //!   (workspaces are created by an administrator, not by clients); its tasks end when the
-//!   [`Batcher`] is dropped.
+//!   [`Batcher`] is dropped. At most [`MAX_DIRECT`] connections of their own per replica.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -39,6 +45,11 @@ use crate::store::{batch_answers, is_missing_function_reply, RedisStore};
 /// The most operations one `ts_batch_v4` call carries.
 pub const MAX_BATCH: usize = 64;
 
+/// The most workspace tasks with a connection of their own ([`Direct`]); the tasks of further
+/// workspaces send through the replica's multiplexed connection (bounded connections to
+/// Redis per replica).
+pub const MAX_DIRECT: usize = 64;
+
 /// Why an operation got no answer from Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -53,15 +64,15 @@ pub type Reply = Result<Value, Failure>;
 
 struct Pending {
     op: Op,
-    since: Instant,
     reply: oneshot::Sender<Reply>,
 }
 
 /// The per-workspace queues of one replica.
 pub struct Batcher {
     store: RedisStore,
-    /// Each workspace task's own connection to this URL ([`Direct`]), instead of the shared
-    /// multiplexed connection.
+    /// Each workspace task's own connection to this URL ([`Direct`]; the first
+    /// [`MAX_DIRECT`] workspaces, TCP and unix sockets only), instead of the shared multiplexed
+    /// connection.
     direct: Option<String>,
     max: usize,
     lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Pending>>>,
@@ -89,11 +100,7 @@ impl Batcher {
     /// call for a workspace spawns its task).
     pub async fn call(&self, slot: &str, op: Op) -> Reply {
         let (reply, answer) = oneshot::channel();
-        let pending = Pending {
-            op,
-            since: Instant::now(),
-            reply,
-        };
+        let pending = Pending { op, reply };
         {
             let mut lanes = self.lock();
             let sender = match lanes.get(slot) {
@@ -102,7 +109,8 @@ impl Batcher {
                     let (sender, queue) = mpsc::unbounded_channel();
                     let timeout_ms =
                         u64::try_from(self.store.timeout().as_millis()).unwrap_or(u64::MAX);
-                    let link = match &self.direct {
+                    let direct = self.direct.as_ref().filter(|_| lanes.len() < MAX_DIRECT);
+                    let link = match direct {
                         Some(url) => match Direct::new(url, timeout_ms) {
                             Ok(direct) => Link::Direct(Box::new(direct), self.store.clone()),
                             Err(_) => Link::Shared(self.store.clone()),
@@ -183,12 +191,10 @@ async fn drive(mut link: Link, mut queue: mpsc::UnboundedReceiver<Pending>, max:
                 Err(_) => break,
             }
         }
-        // The queue is FIFO: the first operation arrived earliest and bounds the call.
-        let deadline = batch
-            .first()
-            .map_or_else(Instant::now, |p| p.since)
-            .checked_add(link.timeout())
-            .unwrap_or_else(Instant::now);
+        // The command timeout, counted from the send (as for a single call): time spent queued
+        // behind the call in flight is not Redis's (a replica stalled by its host would
+        // otherwise time out every queued operation at once).
+        let deadline = Instant::now() + link.timeout();
         match link.batch(&batch, deadline).await {
             Ok(answers) => {
                 for (pending, answer) in batch.drain(..).zip(answers) {

@@ -188,12 +188,7 @@ impl Coordinator {
     pub fn new(config: CoordConfig) -> Result<Arc<Self>, CoordError> {
         let store = RedisStore::new(&config.redis_url, config.timeout)?;
         Ok(Arc::new(Coordinator {
-            batcher: Batcher::new(
-                store.clone(),
-                MAX_BATCH,
-                (std::env::var("TURNSTILE_COORD_LINK").as_deref() == Ok("direct"))
-                    .then(|| config.redis_url.clone()),
-            ),
+            batcher: Batcher::new(store.clone(), MAX_BATCH, Some(config.redis_url.clone())),
             store,
             config,
             replica: random_replica_id(),

@@ -111,6 +111,12 @@ impl Direct {
     /// A connection to `url`'s server, opened on the first call.
     pub fn new(url: &str, timeout_ms: u64) -> Result<Self, CoordError> {
         let client = redis::Client::open(url).map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
+        if !matches!(
+            client.get_connection_info().addr(),
+            ConnectionAddr::Tcp(..) | ConnectionAddr::Unix(..)
+        ) {
+            return Err(CoordError::InvalidUrl("TLS is not supported".into()));
+        }
         Ok(Direct {
             info: client.get_connection_info().clone(),
             stream: None,
