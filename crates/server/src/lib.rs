@@ -37,6 +37,7 @@ pub mod conn;
 pub mod data_lock;
 pub mod error;
 pub mod gate;
+pub mod hot_routes;
 pub mod identity;
 pub mod journal;
 pub mod json_answer;
