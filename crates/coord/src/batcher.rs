@@ -3,7 +3,7 @@
 //! (up to [`MAX_BATCH`]) goes to Redis as one `FCALL ts_batch_v4`. Nothing in flight: an
 //! operation is sent at once, alone. No timer, no added latency at low load.
 //!
-//! Each workspace has one task ([`drive`]) that owns its queue (an unbounded channel, bounded
+//! Each workspace has one task (`drive`) that owns its queue (an unbounded channel, bounded
 //! in practice by the callers: each caller has one operation queued at a time) and sends one
 //! batch at a time, through a connection of its own ([`Direct`]: one write and one read per
 //! batch in the task itself; measured in docs/performance.md, session 9) for the first

@@ -1,5 +1,7 @@
 //! The Redis client: one multiplexed connection (redis-rs `ConnectionManager`, reconnecting in
 //! the background), the `turnstile_v4` function library, and a hard timeout on every call.
+//! (Acquires and releases are batched per workspace, `crate::batcher`, and sent on the batch
+//! task's own connection, `crate::direct`; [`RedisStore::batch`] is the multiplexed way.)
 //!
 //! Invariants:
 //! - No call waits longer than the command timeout ([`RedisStore::timeout`], 100 ms by
