@@ -43,6 +43,7 @@ pub mod journal;
 pub mod json_answer;
 pub mod key_cache;
 pub mod keys;
+pub mod lease_answer;
 pub mod metrics;
 pub mod persist;
 pub mod recover;
