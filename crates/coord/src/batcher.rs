@@ -31,7 +31,8 @@
 //!   [`Batcher`] is dropped. At most [`MAX_DIRECT`] connections of their own per replica.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use redis::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -76,6 +77,9 @@ pub struct Batcher {
     direct: Option<String>,
     max: usize,
     lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Pending>>>,
+    /// Bumped when any call to Redis fails: every task's own connection is opened again
+    /// before its next batch (Redis may have restarted while the connection sat idle).
+    epoch: Arc<AtomicU64>,
 }
 
 impl Batcher {
@@ -86,7 +90,14 @@ impl Batcher {
             direct,
             max: max.max(1),
             lanes: Mutex::new(HashMap::new()),
+            epoch: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// A call to Redis failed (any call of this replica): the tasks' own connections are not
+    /// trusted any more; each is opened again before its next batch.
+    pub fn invalidate(&self) {
+        self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Pending>>> {
@@ -112,7 +123,12 @@ impl Batcher {
                     let direct = self.direct.as_ref().filter(|_| lanes.len() < MAX_DIRECT);
                     let link = match direct {
                         Some(url) => match Direct::new(url, timeout_ms) {
-                            Ok(direct) => Link::Direct(Box::new(direct), self.store.clone()),
+                            Ok(direct) => Link::Direct {
+                                direct: Box::new(direct),
+                                store: self.store.clone(),
+                                epoch: self.epoch.clone(),
+                                seen: self.epoch.load(Ordering::Relaxed),
+                            },
                             Err(_) => Link::Shared(self.store.clone()),
                         },
                         None => Link::Shared(self.store.clone()),
@@ -144,13 +160,19 @@ enum Link {
     /// The replica's multiplexed connection (redis-rs `ConnectionManager`).
     Shared(RedisStore),
     /// The task's own connection; the store loads the library when a call finds it missing.
-    Direct(Box<Direct>, RedisStore),
+    /// `seen`: the [`Batcher::invalidate`] epoch the connection was opened in.
+    Direct {
+        direct: Box<Direct>,
+        store: RedisStore,
+        epoch: Arc<AtomicU64>,
+        seen: u64,
+    },
 }
 
 impl Link {
     fn timeout(&self) -> std::time::Duration {
         match self {
-            Link::Shared(store) | Link::Direct(_, store) => store.timeout(),
+            Link::Shared(store) | Link::Direct { store, .. } => store.timeout(),
         }
     }
 
@@ -161,7 +183,17 @@ impl Link {
     ) -> Result<Vec<Value>, CoordError> {
         match self {
             Link::Shared(store) => store.batch(ops.iter().map(|p| &p.op), deadline).await,
-            Link::Direct(direct, store) => {
+            Link::Direct {
+                direct,
+                store,
+                epoch,
+                seen,
+            } => {
+                let now = epoch.load(Ordering::Relaxed);
+                if now != *seen {
+                    direct.disconnect();
+                    *seen = now;
+                }
                 let mut cmd = redis::cmd("FCALL");
                 batch_command(&mut cmd, ops.iter().map(|p| &p.op));
                 let mut value = direct.call(&cmd, deadline).await?;

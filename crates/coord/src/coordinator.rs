@@ -227,6 +227,7 @@ impl Coordinator {
     fn failed(&self, _error: &CoordError) {
         self.metrics.errors.fetch_add(1, Ordering::Relaxed);
         self.health.set(Health::Degraded);
+        self.batcher.invalidate();
     }
 
     /// A batched operation got no answer: degraded; the failed call is counted once (by its
@@ -236,6 +237,7 @@ impl Coordinator {
             self.metrics.errors.fetch_add(1, Ordering::Relaxed);
         }
         self.health.set(Health::Degraded);
+        self.batcher.invalidate();
     }
 
     fn member(&self) -> String {

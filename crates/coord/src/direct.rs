@@ -9,7 +9,11 @@
 //!   after reading the answer to the last).
 //! - Any I/O error, timeout or unparsable answer drops the connection (its state is unknown):
 //!   the next call connects again, within that call's deadline. An error *reply* (a complete
-//!   answer) keeps it.
+//!   answer) keeps it. A connection idle for more than [`IDLE_CHECK`] is checked (one
+//!   non-blocking read: would block = alive) before it is used, and the batcher drops every
+//!   task's connection after any failed call of the replica (`Batcher::invalidate`), so a
+//!   Redis restarted while a connection sat idle costs no failed call. A batch is never
+//!   re-sent on a new connection.
 //! - The handshake sends `AUTH` (and `SELECT`) when the URL has a password (a database); no
 //!   credential is ever logged or put in an error.
 
@@ -36,6 +40,17 @@ impl Stream {
         }
     }
 
+    /// Whether the peer is still there: nothing to read (would block) on an idle connection.
+    fn alive(&self) -> bool {
+        let mut byte = [0u8; 1];
+        let probe = match self {
+            Stream::Tcp(s) => s.try_read(&mut byte),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.try_read(&mut byte),
+        };
+        matches!(probe, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
     async fn read_buf(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.read_buf(buf).await,
@@ -45,10 +60,16 @@ impl Stream {
     }
 }
 
+/// How long a connection may sit idle before it is checked (one non-blocking read) before use.
+pub const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The connection of one batch task.
 pub struct Direct {
     info: ConnectionInfo,
     stream: Option<Stream>,
+    /// When the connection last answered: one idle longer than [`IDLE_CHECK`] is checked for a
+    /// peer that went away (closed by Redis's idle `timeout`, or a restart) before it is used.
+    used: Instant,
     buf: Vec<u8>,
     out: Vec<u8>,
     timeout_ms: u64,
@@ -120,6 +141,7 @@ impl Direct {
         Ok(Direct {
             info: client.get_connection_info().clone(),
             stream: None,
+            used: Instant::now(),
             buf: Vec::with_capacity(4096),
             out: Vec::with_capacity(4096),
             timeout_ms,
@@ -194,7 +216,15 @@ impl Direct {
         }
     }
 
+    /// Drops the connection: the next call opens a new one.
+    pub fn disconnect(&mut self) {
+        self.stream = None;
+    }
+
     async fn exchange(&mut self, cmd: &Cmd) -> Result<Value, CoordError> {
+        if self.used.elapsed() > IDLE_CHECK && !self.stream.as_ref().is_some_and(Stream::alive) {
+            self.stream = None;
+        }
         if self.stream.is_none() {
             self.stream = Some(self.connect().await?);
         }
@@ -208,7 +238,9 @@ impl Direct {
             .await
             .map_err(|e| CoordError::Redis(e.to_string()))?;
         self.buf.clear();
-        read_value(stream, &mut self.buf).await
+        let value = read_value(stream, &mut self.buf).await?;
+        self.used = Instant::now();
+        Ok(value)
     }
 }
 
