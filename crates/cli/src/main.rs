@@ -6,6 +6,7 @@
 //! a `hint:` line where there is advice) and exits non-zero, with details and a backtrace only
 //! under `--verbose` (`report.rs`).
 
+mod allocator;
 mod commands;
 mod report;
 
@@ -52,12 +53,8 @@ enum Command {
     AdminKey(commands::admin_key::AdminKeyCommand),
 }
 
-/// mimalloc: the service allocates small, short-lived buffers per request from many threads;
-/// measured in `docs/performance.md`.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
+    allocator::configure();
     let cli = Cli::parse();
     if cli.verbose
         && std::env::var_os("RUST_BACKTRACE").is_none()

@@ -96,13 +96,9 @@ pub fn path_is_utf8(path: &str) -> bool {
 /// Routes any client may call on a connection of the reserved slice.
 const OPERATOR_PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/openapi.json"];
 
-/// Marks a connection of the operators' reserved slice.
-#[derive(Debug, Clone, Copy)]
-pub struct ReservedSlice;
-
 /// What the gate ([`crate::gate`]) decides before the handler runs: authenticates once, takes
 /// a per-key request slot (held until the handler answered), and guards the reserved slice.
-pub fn admit(state: &AppState, request: &mut Request) -> Admitted {
+pub fn admit(state: &AppState, reserved: bool, request: &mut Request) -> Admitted {
     if !path_is_utf8(request.uri().path()) {
         return Admitted::Answered(
             ApiError::invalid(
@@ -113,7 +109,7 @@ pub fn admit(state: &AppState, request: &mut Request) -> Admitted {
         );
     }
     let authenticated = authenticate(request.headers(), state);
-    if request.extensions().get::<ReservedSlice>().is_some() {
+    if reserved {
         let path = request.uri().path();
         // The console's page and assets carry no data; its API calls use the admin key.
         let console = path == "/ui" || path.starts_with("/ui/");
@@ -126,7 +122,10 @@ pub fn admit(state: &AppState, request: &mut Request) -> Admitted {
         }
     }
     let Some((hash, caller)) = authenticated else {
-        return Admitted::Through(None);
+        return Admitted::Through {
+            slot: None,
+            authenticated: None,
+        };
     };
     let Some(slot) = state.key_slots.take(hash) else {
         state.metrics.cut(Cut::KeyCap);
@@ -151,16 +150,18 @@ pub fn admit(state: &AppState, request: &mut Request) -> Admitted {
         };
         request.extensions_mut().insert(identity);
     }
-    request.extensions_mut().insert(Authenticated {
-        caller,
-        acting: crate::actor::ActingKey::of_hash(&hash),
-    });
-    Admitted::Through(Some(slot))
+    Admitted::Through {
+        slot: Some(slot),
+        authenticated: Some(Authenticated {
+            caller,
+            acting: crate::actor::ActingKey::of_hash(&hash),
+        }),
+    }
 }
 
-/// What the gate attaches to a request whose key authenticated: one request extension (each
-/// extension is a boxed map entry), read by the [`Caller`] and
-/// [`ActingKey`](crate::actor::ActingKey) extractors.
+/// Who a request's key authenticated. The gate attaches it to a request for the router as one
+/// request extension (each extension is a boxed map entry), read by the [`Caller`] and
+/// [`ActingKey`](crate::actor::ActingKey) extractors; the hot routes get it directly.
 #[derive(Debug, Clone)]
 pub struct Authenticated {
     pub caller: Caller,
@@ -169,8 +170,11 @@ pub struct Authenticated {
 
 /// What the gate decided.
 pub enum Admitted {
-    /// The handler runs; with the key's slot when a key authenticated.
-    Through(Option<KeySlot>),
+    /// The handler runs; with the key's slot and its caller when a key authenticated.
+    Through {
+        slot: Option<KeySlot>,
+        authenticated: Option<Authenticated>,
+    },
     /// The gate's own answer (the handler does not run).
     Answered(Response),
 }

@@ -1,60 +1,56 @@
-//! The gate as a `tower` layer: [`crate::auth::admit`] before every handler, the key's request
-//! slot held until the handler's response future finished.
+//! The gate: [`crate::auth::admit`] before every handler, the key's request slot held until
+//! the handler's response future finished. It wraps the whole router (see
+//! [`crate::routes::router`]) and is the service each connection calls.
 //!
-//! It replaces `axum::middleware::from_fn(gate)`, which per request boxed the middleware's
-//! future, boxed the inner service into a `Next` and cloned it (three allocations and a copy
-//! of a large future on every call of the hot path). Here the future is a two-state enum
-//! around the inner service's own future.
+//! It replaced `axum::middleware::from_fn(gate)`, which per request boxed the middleware's
+//! future, boxed the inner service into a `Next` and cloned it, and then a per-route
+//! `Router::layer`, which boxed the gate's future once more per request. Here the future is a
+//! two-state enum around the router's own future, and the connection's request body becomes
+//! axum's [`Body`] once, here (the router would otherwise do it).
 //!
 //! Invariants: the handler runs only when `admit` let the request through; the slot is
 //! released when the handler's future completes or is dropped (a client that leaves), never
-//! before; the inner service is called only after its `poll_ready` (forwarded).
+//! before; the inner service is called only after its `poll_ready` (forwarded); a gate of the
+//! reserved slice (`reserved`) lets only operators' calls through.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use tower::{Layer, Service};
+use tower::Service;
 
 use crate::api::AppState;
 use crate::auth::{admit, Admitted, KeySlot};
+use crate::hot_routes::HotRoute;
 
-/// Applies the gate to every route of a router.
-#[derive(Clone)]
-pub struct GateLayer {
-    state: AppState,
-}
-
-impl GateLayer {
-    pub fn new(state: AppState) -> Self {
-        GateLayer { state }
-    }
-}
-
-impl<S> Layer<S> for GateLayer {
-    type Service = Gate<S>;
-
-    fn layer(&self, inner: S) -> Gate<S> {
-        Gate {
-            inner,
-            state: self.state.clone(),
-        }
-    }
-}
-
-/// A route behind the gate.
+/// The router behind the gate.
 #[derive(Clone)]
 pub struct Gate<S> {
     inner: S,
     state: AppState,
+    /// Serves the connections of the operators' reserved slice.
+    reserved: bool,
 }
 
-impl<S> Service<Request> for Gate<S>
+impl<S> Gate<S> {
+    pub fn new(inner: S, state: AppState, reserved: bool) -> Self {
+        Gate {
+            inner,
+            state,
+            reserved,
+        }
+    }
+}
+
+impl<S, B> Service<axum::http::Request<B>> for Gate<S>
 where
     S: Service<Request, Response = Response, Error = Infallible>,
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
 {
     type Response = Response;
     type Error = Infallible;
@@ -64,18 +60,39 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request) -> Self::Future {
-        match admit(&self.state, &mut request) {
+    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+        let mut request = request.map(Body::new);
+        match admit(&self.state, self.reserved, &mut request) {
             Admitted::Answered(answer) => GateFuture {
                 state: State::Answered {
                     answer: Some(answer),
                 },
             },
-            Admitted::Through(slot) => GateFuture {
-                state: State::Handling {
-                    handler: self.inner.call(request),
-                    _slot: slot,
+            Admitted::Through {
+                slot,
+                authenticated,
+            } => match HotRoute::of(request.method(), request.uri().path()) {
+                Some(route) => GateFuture {
+                    state: State::Hot {
+                        handler: route.serve(
+                            self.state.clone(),
+                            authenticated.map(|who| who.caller),
+                            request,
+                        ),
+                        _slot: slot,
+                    },
                 },
+                None => {
+                    if let Some(authenticated) = authenticated {
+                        request.extensions_mut().insert(authenticated);
+                    }
+                    GateFuture {
+                        state: State::Handling {
+                            handler: self.inner.call(request),
+                            _slot: slot,
+                        },
+                    }
+                }
             },
         }
     }
@@ -93,6 +110,10 @@ pin_project_lite::pin_project! {
     #[project = StateProjection]
     enum State<F> {
         Answered { answer: Option<Response> },
+        Hot {
+            handler: Pin<Box<dyn Future<Output = Response> + Send>>,
+            _slot: Option<KeySlot>,
+        },
         Handling {
             #[pin]
             handler: F,
@@ -111,6 +132,7 @@ impl<F: Future<Output = Result<Response, Infallible>>> Future for GateFuture<F> 
                 // Polled again after it answered: a caller bug; answer something well-formed.
                 None => Poll::Ready(Ok(crate::error::ApiError::Overloaded.into_response())),
             },
+            StateProjection::Hot { handler, .. } => handler.as_mut().poll(cx).map(Ok),
             StateProjection::Handling { handler, .. } => handler.poll(cx),
         }
     }

@@ -23,25 +23,32 @@ pub struct JsonAnswer<T>(pub T);
 impl<T: Serialize> IntoResponse for JsonAnswer<T> {
     fn into_response(self) -> Response {
         let mut buf = Vec::with_capacity(TYPICAL_ANSWER_BYTES);
-        match serde_json::to_writer(&mut buf, &self.0) {
-            Ok(()) => {
-                let mut response = Response::new(Body::from(buf));
-                response.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                );
-                response
-            }
-            Err(error) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                [(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; charset=utf-8"),
-                )],
-                error.to_string(),
-            )
-                .into_response(),
+        let written = serde_json::to_writer(&mut buf, &self.0);
+        json_response(written.map(|()| buf))
+    }
+}
+
+/// A `200` answer with an encoded JSON body, or the `500` of an encoding failure, exactly as
+/// `axum::Json` answers them.
+pub fn json_response(encoded: Result<Vec<u8>, serde_json::Error>) -> Response {
+    match encoded {
+        Ok(buf) => {
+            let mut response = Response::new(Body::from(buf));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
         }
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            )],
+            error.to_string(),
+        )
+            .into_response(),
     }
 }
 

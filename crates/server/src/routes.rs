@@ -3,14 +3,10 @@
 //! [`ROUTES`] lists (method, path) exactly as in `openapi.json`; a test checks that the two
 //! agree and that each listed route is served.
 
-use axum::extract::{DefaultBodyLimit, Request};
-use axum::middleware::{from_fn, Next};
-use axum::response::Response;
 use axum::routing::{delete, get, post, put};
 use axum::Router;
 
-use crate::auth::ReservedSlice;
-use crate::gate::GateLayer;
+use crate::gate::Gate;
 
 use crate::api::{
     admissions, coordination, events, fairness, keys, leases, ops, profiles, revisions, AppState,
@@ -49,10 +45,13 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/ui/{asset}"),
 ];
 
-/// The service's router over `state`: the general one, or (`reserved`) the one that serves
-/// connections of the operators' reserved slice.
-pub fn router(state: AppState, reserved: bool) -> Router {
-    let max_body = state.config.http.max_body_bytes;
+/// The service over `state`: the router behind the gate, for the general connections or
+/// (`reserved`) for those of the operators' reserved slice.
+///
+/// The gate wraps the whole router, not each route (`Router::layer` would box the gate's
+/// service and future once per route and request). Request bodies are capped by their readers
+/// (`crate::body`, the proxy's `body::read`), so no `DefaultBodyLimit` layer is needed.
+pub fn router(state: AppState, reserved: bool) -> Gate<Router> {
     let router = Router::new()
         .route(
             "/v1/workspaces/{workspaceId}/profiles/{profileVersion}",
@@ -107,17 +106,6 @@ pub fn router(state: AppState, reserved: bool) -> Router {
         .merge(turnstile_proxy::router(state.proxy.clone()))
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
-        .layer(DefaultBodyLimit::max(max_body))
-        .layer(GateLayer::new(state.clone()));
-    let router = if reserved {
-        router.layer(from_fn(mark_reserved))
-    } else {
-        router
-    };
-    router.with_state(state)
-}
-
-async fn mark_reserved(mut request: Request, next: Next) -> Response {
-    request.extensions_mut().insert(ReservedSlice);
-    next.run(request).await
+        .with_state(state.clone());
+    Gate::new(router, state, reserved)
 }

@@ -15,7 +15,8 @@
 //!   connections has further ones closed at accept (`turnstile_http_cuts_total{kind="address-cap"}`).
 //! - **Deadlines.** Body, response-write and keep-alive idle deadlines: [`crate::conn`],
 //!   [`crate::body`].
-//! - **Body cap.** `DefaultBodyLimit` in the router (413 while reading, never buffered whole).
+//! - **Body cap.** Each body reader caps what it reads ([`crate::body`], the proxy's
+//!   `body::read`): 413 while reading, never buffered whole.
 //! - **Graceful shutdown.** Readiness flips to 503, the listener closes, the driver cancels
 //!   every queued admission (answered 503 `shutting-down`), in-flight requests get up to
 //!   `http.shutdown_grace_ms` to finish, then the driver stops and the store thread flushes.

@@ -16,8 +16,8 @@ use crate::api::{validate, AppState};
 use crate::auth::{authorize, require_principal, Operation};
 use crate::body;
 use crate::error::ApiError;
-use crate::json_answer::JsonAnswer;
 use crate::keys::Caller;
+use crate::lease_answer;
 use crate::metrics::Cut;
 use crate::shared;
 use crate::status::{carries_retry_after, retry_after_seconds, status_for_rejection};
@@ -66,7 +66,7 @@ impl body::SelfChecked for AdmissionBody {
     }
 }
 
-/// A granted lease.
+/// A granted lease (its JSON is written by [`lease_answer`], byte for byte the same).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaseBody {
@@ -180,14 +180,13 @@ pub async fn acquire(
                     }
                 }
                 grant.accept();
-                let ttl_ms = state.config.leases.ttl_ms;
-                let body = LeaseBody {
-                    lease_id: grant.token.to_string(),
-                    expires_at_epoch_ms: grant.expires_at.unwrap_or(Millis::MAX),
-                    ttl_ms: grant.ttl_ms.unwrap_or(ttl_ms),
-                    evidence: grant.evidence.clone(),
-                };
-                Ok(JsonAnswer(body).into_response())
+                // The `LeaseBody` bytes, written without building one (`lease_answer.rs`).
+                Ok(lease_answer::lease_response(
+                    &grant.token.to_string(),
+                    grant.expires_at.unwrap_or(Millis::MAX),
+                    grant.ttl_ms.unwrap_or(state.config.leases.ttl_ms),
+                    &grant.evidence,
+                ))
             }
             AcquireReply::Rejected(rejection) => Ok(rejection_response(rejection)),
             AcquireReply::NoProfile => Err(ApiError::no_profile()),
