@@ -5,13 +5,15 @@
 //! It replaced `axum::middleware::from_fn(gate)`, which per request boxed the middleware's
 //! future, boxed the inner service into a `Next` and cloned it, and then a per-route
 //! `Router::layer`, which boxed the gate's future once more per request. Here the future is a
-//! two-state enum around the router's own future, and the connection's request body becomes
-//! axum's [`Body`] once, here (the router would otherwise do it).
+//! small enum around the router's own future, and the connection's request body becomes
+//! axum's [`Body`] once, here (the router would otherwise do it). The two requests of every
+//! governed call skip the router: [`crate::hot_routes`].
 //!
 //! Invariants: the handler runs only when `admit` let the request through; the slot is
 //! released when the handler's future completes or is dropped (a client that leaves), never
 //! before; the inner service is called only after its `poll_ready` (forwarded); a gate of the
-//! reserved slice (`reserved`) lets only operators' calls through.
+//! reserved slice (`reserved`) lets only operators' calls through; a hot route gets the same
+//! gate (`admit`, the slot) as a routed request.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -99,7 +101,8 @@ where
 }
 
 pin_project_lite::pin_project! {
-    /// The handler's future with the key's slot, or the gate's own answer.
+    /// The handler's future (a hot route's or the router's) with the key's slot, or the
+    /// gate's own answer.
     pub struct GateFuture<F> {
         #[pin]
         state: State<F>,
