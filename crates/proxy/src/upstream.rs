@@ -155,11 +155,26 @@ fn dropped_downstream(name: &HeaderName) -> bool {
 }
 
 /// Removes every header `dropped` names (all of its values), in place: no new map, no copied
-/// values.
+/// values, and no list allocated for the names found (up to eight are held on the stack; a
+/// map with more to drop is scanned again).
 fn remove_where(headers: &mut HeaderMap, dropped: fn(&HeaderName) -> bool) {
-    let names: Vec<HeaderName> = headers.keys().filter(|n| dropped(n)).cloned().collect();
-    for name in &names {
-        headers.remove(name);
+    const HELD: usize = 8;
+    loop {
+        let mut found: [Option<HeaderName>; HELD] = Default::default();
+        let mut count = 0;
+        for name in headers.keys().filter(|name| dropped(name)) {
+            if count == HELD {
+                break;
+            }
+            found[count] = Some(name.clone());
+            count += 1;
+        }
+        for name in found.iter().flatten() {
+            headers.remove(name);
+        }
+        if count < HELD {
+            return;
+        }
     }
 }
 
@@ -270,5 +285,14 @@ mod tests {
         assert_eq!(shown["x-request-id"], "req_1");
         assert!(!shown.contains_key("set-cookie"));
         assert_eq!(shown.get_all("x-multi").iter().count(), 2);
+
+        let mut many = HeaderMap::new();
+        for i in 0..20 {
+            let name = HeaderName::try_from(format!("x-ratelimit-{i}")).unwrap();
+            many.insert(name, "1".parse().unwrap());
+        }
+        many.insert("x-request-id", "req_2".parse().unwrap());
+        response_headers(&mut many);
+        assert_eq!(many.len(), 1, "{many:?}");
     }
 }

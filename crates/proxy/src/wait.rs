@@ -16,7 +16,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -28,43 +28,91 @@ pub async fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
 
 /// Runs `future` until `deadline` (`None`: no deadline), calling `heartbeat` every `every`
 /// (`None`: never) meanwhile. `None` when the deadline passed first.
-pub async fn within<T>(
-    future: impl Future<Output = T>,
+///
+/// A plain future ([`Within`]), not an `async fn`: an `async fn` would keep `future` twice
+/// (its argument and the pinned copy it awaits), and a proxied call's handler future, which
+/// axum boxes and so copies on every call, holds this one.
+pub fn within<F: Future, H: Fn()>(
+    future: F,
     deadline: Option<Instant>,
     every: Option<Duration>,
-    heartbeat: impl Fn(),
-) -> Option<T> {
-    tokio::pin!(future);
-    if let Poll::Ready(out) = poll_once(&mut future).await {
-        return Some(out);
+    heartbeat: H,
+) -> Within<F, H> {
+    Within {
+        future,
+        timer: None,
+        started: false,
+        deadline,
+        every,
+        beat: None,
+        heartbeat,
     }
-    let mut beat = every.map(|every| Instant::now() + every);
-    let next = |beat: Option<Instant>| match (beat, deadline) {
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`within`].
+    pub struct Within<F, H> {
+        #[pin]
+        future: F,
+        // Armed after the first poll that found `future` pending, when there is a deadline or
+        // a heartbeat: one timer for both, set to whichever comes first.
+        #[pin]
+        timer: Option<tokio::time::Sleep>,
+        started: bool,
+        deadline: Option<Instant>,
+        every: Option<Duration>,
+        beat: Option<Instant>,
+        heartbeat: H,
+    }
+}
+
+/// The earlier of the next heartbeat and the deadline.
+fn next(beat: Option<Instant>, deadline: Option<Instant>) -> Option<Instant> {
+    match (beat, deadline) {
         (Some(beat), Some(deadline)) => Some(beat.min(deadline)),
         (beat, deadline) => beat.or(deadline),
-    };
-    let Some(first) = next(beat) else {
-        return Some(future.await);
-    };
-    let timer = tokio::time::sleep_until(first);
-    tokio::pin!(timer);
-    loop {
-        tokio::select! {
-            biased;
-            out = &mut future => return Some(out),
-            () = &mut timer => {
-                let now = Instant::now();
-                if deadline.is_some_and(|deadline| now >= deadline) {
-                    return None;
-                }
-                if let (Some(at), Some(every)) = (beat, every) {
-                    if now >= at {
-                        heartbeat();
-                        beat = Some(now + every);
+    }
+}
+
+impl<F: Future, H: Fn()> Future for Within<F, H> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        // The future first, always: a ready future is never reported as timed out.
+        if let Poll::Ready(out) = this.future.poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        loop {
+            match this.timer.as_mut().as_pin_mut() {
+                None if *this.started => return Poll::Pending,
+                None => {
+                    *this.started = true;
+                    *this.beat = this.every.map(|every| Instant::now() + every);
+                    match next(*this.beat, *this.deadline) {
+                        // Nothing bounds the wait: the future's own wake-up is enough.
+                        None => return Poll::Pending,
+                        Some(first) => this.timer.set(Some(tokio::time::sleep_until(first))),
                     }
                 }
-                if let Some(at) = next(beat) {
-                    timer.as_mut().reset(at);
+                Some(mut timer) => {
+                    if timer.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let now = Instant::now();
+                    if this.deadline.is_some_and(|deadline| now >= deadline) {
+                        return Poll::Ready(None);
+                    }
+                    if let (Some(at), Some(every)) = (*this.beat, *this.every) {
+                        if now >= at {
+                            (this.heartbeat)();
+                            *this.beat = Some(now + every);
+                        }
+                    }
+                    match next(*this.beat, *this.deadline) {
+                        Some(at) => timer.as_mut().reset(at),
+                        None => return Poll::Pending,
+                    }
                 }
             }
         }

@@ -299,7 +299,7 @@ impl Driver {
         let now = self.clock.now_ms();
         self.reclaim_expired(now);
         match command {
-            Command::Acquire(acquire) => self.acquire(acquire, now),
+            Command::Acquire(acquire) => self.acquire(*acquire, now),
             Command::Cancel { ticket } => self.cancel(ticket, now),
             Command::Reclaim { token } => {
                 if let Some(entry) = self.leases.remove(&token) {
@@ -352,7 +352,7 @@ impl Driver {
                 at,
                 reply,
             } => {
-                let revision = (workspace, version, profile, profile_json);
+                let revision = (workspace, version, *profile, profile_json);
                 self.register(revision, actor, reply, at.unwrap_or(now))
             }
             Command::ReleaseBudget {

@@ -41,6 +41,27 @@ impl Drop for CancelGuard {
     }
 }
 
+/// An admission request the driver has (from [`DriverHandle::submit`]); resolves to its
+/// answer. Dropped before that, it cancels the request.
+pub struct Submitted {
+    guard: CancelGuard,
+    answer: oneshot::Receiver<AcquireReply>,
+}
+
+impl Future for Submitted {
+    type Output = Result<AcquireReply, DriverError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        let answer = std::task::ready!(std::pin::Pin::new(&mut this.answer).poll(cx));
+        this.guard.disarm();
+        std::task::Poll::Ready(answer.map_err(|_| DriverError::ShuttingDown))
+    }
+}
+
 /// The hosts' side of the driver; cheap to clone.
 #[derive(Clone)]
 pub struct DriverHandle {
@@ -93,7 +114,23 @@ impl DriverHandle {
     /// Asks for a permit and waits for the answer. Dropping the future while the request is
     /// queued cancels it; a grant that arrives after that is given back.
     pub async fn acquire(&self, request: Acquire) -> Result<AcquireReply, DriverError> {
-        self.acquire_until(request, std::future::pending()).await
+        self.submit(request)?.await
+    }
+
+    /// Hands `request` to the driver now and returns the wait for its answer: a future of
+    /// three words, where [`acquire`](Self::acquire)'s holds the whole request until it is
+    /// first polled (callers that keep the wait inside a large future of their own, such as a
+    /// proxied call's, stay smaller and move less). Dropping the [`Submitted`] before the
+    /// answer cancels the request; a grant that arrives after that is given back.
+    pub fn submit(&self, request: Acquire) -> Result<Submitted, DriverError> {
+        let (ticket, guard) = self.ticket();
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Acquire(Box::new(AcquireCommand {
+            ticket,
+            request,
+            reply,
+        })))?;
+        Ok(Submitted { guard, answer })
     }
 
     /// Like [`acquire`](Self::acquire), but a queued request is cancelled as soon as `cancel`
@@ -106,11 +143,11 @@ impl DriverHandle {
     ) -> Result<AcquireReply, DriverError> {
         let (ticket, mut guard) = self.ticket();
         let (reply, mut answer) = oneshot::channel();
-        self.send(Command::Acquire(AcquireCommand {
+        self.send(Command::Acquire(Box::new(AcquireCommand {
             ticket,
             request,
             reply,
-        }))?;
+        })))?;
         tokio::pin!(cancel);
         let answer = tokio::select! {
             biased;
@@ -137,7 +174,7 @@ impl DriverHandle {
         self.ask(|reply| Command::Register {
             workspace: workspace.to_owned(),
             version: version.to_owned(),
-            profile,
+            profile: Box::new(profile),
             profile_json,
             actor: None,
             at: None,

@@ -37,7 +37,7 @@ pub use error::DriverError;
 pub use fairness::{FairnessView, FairnessWindows, MinuteGrants, PrincipalShare};
 pub use feed::{DecisionCount, Feed, FeedEvent, Pause, PrincipalTally};
 pub use grant::Grant;
-pub use handle::{CancelGuard, DriverHandle};
+pub use handle::{CancelGuard, DriverHandle, Submitted};
 pub use journal::{HeldLease, Journal, LeaseEvent, NoJournal, Registration};
 pub use lease_metrics::LeaseMetrics;
 pub use lease_table::{LeaseToken, RandomError};

@@ -91,7 +91,7 @@ pub async fn put_profile(
             .ask(|reply| Command::Register {
                 workspace: workspace_id,
                 version,
-                profile,
+                profile: Box::new(profile),
                 profile_json,
                 actor: Some(actor),
                 at: None,

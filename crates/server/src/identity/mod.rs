@@ -318,7 +318,7 @@ impl Mirror {
                     .ask(|reply| Command::Register {
                         workspace: registration.workspace_id,
                         version: registration.profile_version,
-                        profile,
+                        profile: Box::new(profile),
                         profile_json: registration.profile_json,
                         actor: registration.actor_key_id,
                         at: Some(registration.registered_at_ms),

@@ -23,28 +23,44 @@ use super::log::{LogLevel, LogRecord};
 use super::{guarded, Telemetry};
 
 /// One admission request's span.
+///
+/// A span that does not record (no tracer installed, or sampled out) is still opened and
+/// ended, but nothing is built for it: no attribute, status or event values (their strings
+/// and vectors cost more than the rest of the span). Counts and log records do not depend on
+/// it.
 pub struct AdmitSpan {
     telemetry: Telemetry,
+    /// `None` when the tracer panicked; attributes go only to a span that records.
     span: Option<BoxedSpan>,
+    recording: bool,
     adapter_id: String,
 }
 
 impl AdmitSpan {
     pub(crate) fn open(telemetry: Telemetry, adapter_id: &str) -> Self {
         let mut span = None;
+        let mut recording = false;
         guarded(|| {
             let mut started = telemetry.tracer.start("decision.admit");
-            started.set_attribute(KeyValue::new(ADAPTER_ID, adapter_id.to_owned()));
+            recording = started.is_recording();
+            if recording {
+                started.set_attribute(KeyValue::new(ADAPTER_ID, adapter_id.to_owned()));
+            }
             span = Some(started);
         });
         AdmitSpan {
             telemetry,
             span,
+            recording,
             adapter_id: adapter_id.to_owned(),
         }
     }
 
+    /// Runs `f` on the span when it records.
     fn with_span(&mut self, f: impl FnOnce(&mut BoxedSpan)) {
+        if !self.recording {
+            return;
+        }
         if let Some(span) = self.span.as_mut() {
             guarded(|| f(span));
         }
@@ -58,15 +74,13 @@ impl AdmitSpan {
 
     /// Records a decision: attributes, status, counts, transitions, a log line if throttled.
     fn decide(&mut self, evidence: &Evidence) {
-        let attributes = evidence_attributes(evidence);
-        let status = match evidence.decision {
-            Decision::Admit => Status::Ok,
-            Decision::Defer => Status::Unset,
-            Decision::Reject => Status::error(evidence.reason.as_str()),
-        };
         self.with_span(|span| {
-            span.set_attributes(attributes);
-            span.set_status(status);
+            span.set_attributes(evidence_attributes(evidence));
+            span.set_status(match evidence.decision {
+                Decision::Admit => Status::Ok,
+                Decision::Defer => Status::Unset,
+                Decision::Reject => Status::error(evidence.reason.as_str()),
+            });
         });
         self.telemetry
             .family
