@@ -284,7 +284,12 @@ impl Coordinator {
     }
 
     fn hold(&self, token: &str, held: HeldShared) {
-        let mut inner = self.lock();
+        Self::hold_in(&mut self.lock(), token, held);
+    }
+
+    /// [`hold`](Self::hold) under a lock the caller already holds (the degraded share counts
+    /// and takes its slot under one lock, so two admissions cannot both take the last one).
+    fn hold_in(inner: &mut Inner, token: &str, held: HeldShared) {
         for key in &held.lease_keys {
             *inner.in_flight.entry(key.clone()).or_insert(0) += 1;
         }
@@ -453,9 +458,10 @@ impl Coordinator {
                 bucket.take(units);
             }
         }
-        drop(inner);
+        // Counted under the lock that checked the share: checked and taken at once.
         let member = member.unwrap_or_else(|| self.member());
-        self.hold(token, Self::held_for(spec, member, false));
+        Self::hold_in(&mut inner, token, Self::held_for(spec, member, false));
+        drop(inner);
         self.metrics
             .degraded_admissions
             .fetch_add(1, Ordering::Relaxed);
