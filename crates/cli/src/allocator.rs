@@ -51,4 +51,24 @@ mod tests {
             .unwrap_or(PURGE_DELAY_MS);
         assert_eq!(purge_delay_ms(), expected);
     }
+
+    /// Runs the test above in a child process with `MIMALLOC_PURGE_DELAY` set: mimalloc reads
+    /// that variable into `mi_option_purge_delay` only, so the child passes only if
+    /// [`PURGE_DELAY_OPTION`] is that option's index.
+    #[test]
+    fn the_option_index_is_mimallocs_purge_delay() {
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "allocator::tests::the_purge_delay_is_ten_seconds_unless_the_environment_says_otherwise",
+                "--quiet",
+            ])
+            .env("MIMALLOC_PURGE_DELAY", "1234")
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "option {PURGE_DELAY_OPTION} is not the purge delay"
+        );
+    }
 }

@@ -30,10 +30,10 @@ impl<T: Serialize> IntoResponse for JsonAnswer<T> {
 
 /// A `200` answer with an encoded JSON body, or the `500` of an encoding failure, exactly as
 /// `axum::Json` answers them.
-pub fn json_response(encoded: Result<Vec<u8>, serde_json::Error>) -> Response {
+pub fn json_response(encoded: Result<impl Into<Body>, serde_json::Error>) -> Response {
     match encoded {
         Ok(buf) => {
-            let mut response = Response::new(Body::from(buf));
+            let mut response = Response::new(buf.into());
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),

@@ -205,7 +205,9 @@ pub async fn release(
     }
     if transitions.is_empty() {
         // The answer of nearly every release, the same bytes as the serde encoding below.
-        return Ok(json_response(Ok(RELEASED_BODY.to_vec())));
+        return Ok(json_response(Ok(axum::body::Bytes::from_static(
+            RELEASED_BODY,
+        ))));
     }
     Ok(JsonAnswer(Released {
         released: true,
