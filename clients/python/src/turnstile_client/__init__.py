@@ -27,6 +27,7 @@ from ._errors import (
     Unavailable,
     retry_after_ms_of,
 )
+from ._events import AsyncEventStream, Event, EventStream, Lagged, SseEvent, SseParser, Update
 from ._sync import Admission, Client, Lease
 from ._types import (
     OPERATIONS,
@@ -34,6 +35,8 @@ from ._types import (
     BreakerTransition,
     Estimate,
     Evidence,
+    FeedUpdate,
+    LaneView,
     Outcome,
     Profile,
     Reason,
@@ -50,6 +53,7 @@ __all__ = [
     "ApiError",
     "AsyncAdmission",
     "AsyncClient",
+    "AsyncEventStream",
     "AsyncLease",
     "AuthError",
     "BadRequest",
@@ -57,8 +61,13 @@ __all__ = [
     "Client",
     "Conflict",
     "Estimate",
+    "Event",
+    "EventStream",
     "Evidence",
+    "FeedUpdate",
     "Forbidden",
+    "Lagged",
+    "LaneView",
     "Lease",
     "LeaseLost",
     "NotFound",
@@ -69,8 +78,11 @@ __all__ = [
     "ReleaseResult",
     "RetryAfter",
     "Snapshot",
+    "SseEvent",
+    "SseParser",
     "TurnstileError",
     "Unavailable",
+    "Update",
     "outcome_for",
     "retry_after_ms_of",
 ]
