@@ -47,6 +47,7 @@ PROFILE = {
         },
         **{f"pausable-{f}": _lane() for f in ("sync", "async")},
         "cancel-async": _lane(circuitBreaker={"failureThreshold": 1, "openMs": 60000, "halfOpenMaxCalls": 1}),
+        **{f"events-{f}": _lane() for f in ("sync", "async")},
     },
     "principals": {
         PRINCIPAL: {"concurrency": 32, "requestsPerMinute": 60000, "maxCostUsd": 1000, "allowUnknownCost": True},

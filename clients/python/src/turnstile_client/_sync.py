@@ -289,7 +289,7 @@ class Client:
         down; it does not reconnect. The request is sent when the stream is entered or first
         iterated: 401 `AuthError`, 403 `Forbidden`, 404 `NotFound` (`no-profile`), ... are
         raised there, and a broken connection (or `timeout` seconds without a byte) raises
-        `Unavailable`. An open stream holds one of its key's request slots in the service.
+        `Unavailable`.
         """
         return EventStream(self._http, events_request(self._http, self._base, self._headers, workspace_id, max_events, self._timeout))
 
