@@ -15,6 +15,7 @@ from turnstile_client import (
     ApiError,
     AsyncClient,
     AuthError,
+    BadRequest,
     Client,
     Event,
     FeedUpdate,
@@ -154,9 +155,9 @@ def test_a_transport_failure_is_unavailable() -> None:
 
 
 def test_an_unknown_workspace_id_shape_is_a_bad_request(admin: Client) -> None:
-    with pytest.raises(ApiError) as bad:
+    with pytest.raises(BadRequest) as bad:
         next(admin.events("." + "x" * 200))
-    assert bad.value.status == 422
+    assert (bad.value.status, bad.value.error, bad.value.field) == (422, "invalid-request", "workspaceId")
 
 
 # asyncio

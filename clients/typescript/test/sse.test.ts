@@ -173,13 +173,14 @@ const FRAMES = [
 interface Seen {
   url: string;
   headers: Record<string, string>;
+  signal: AbortSignal | undefined;
 }
 
 /** A fetch answering like the service; `hang` keeps the body open after the frames. */
 function fakeFetch(seen: Seen[], options: { hang?: boolean; cut?: boolean } = {}): typeof fetch {
   return (async (input: string | URL | Request, init?: RequestInit) => {
     const url = new URL(String(input));
-    seen.push({ url: String(input), headers: { ...(init?.headers as Record<string, string>) } });
+    seen.push({ url: String(input), headers: { ...(init?.headers as Record<string, string>) }, signal: init?.signal ?? undefined });
     const workspace = url.pathname.split("/")[3];
     const json = { "content-type": "application/json" };
     if (workspace === "missing") return new Response('{"error":"no-profile","message":"no profile"}', { status: 404, headers: json });
@@ -241,4 +242,15 @@ test("a silent service times out as UnavailableError timeout, a slow consumer do
   assert.ok((await events.next()).value instanceof Lagged);
   assert.ok((await events.next()).value instanceof Update);
   await assert.rejects(events.next(), (e: unknown) => e instanceof UnavailableError && e.error === "timeout");
+});
+
+test("leaving the loop early aborts the request (the connection is closed)", async () => {
+  const seen: Seen[] = [];
+  const client = new Client({ baseUrl: "http://turnstile.test", key: "tsk_x", fetch: fakeFetch(seen, { hang: true }) });
+  for await (const event of client.events("ws")) {
+    assert.ok(event instanceof Update);
+    assert.equal(seen[0]?.signal?.aborted, false);
+    break;
+  }
+  assert.equal(seen[0]?.signal?.aborted, true);
 });

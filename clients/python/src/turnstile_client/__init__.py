@@ -8,6 +8,10 @@
             answer = call_model()
             lease.report_usage(tokens=answer.tokens, cost_usd=answer.cost)
 
+        with client.events("demo", max_events=10) as events:  # the workspace's live feed
+            for event in events:  # Update or Lagged
+                ...
+
 The client does not log.
 """
 
