@@ -140,7 +140,15 @@ def test_decode_update_lagged_and_unknown_events() -> None:
 
 @pytest.mark.parametrize(
     ("name", "data"),
-    [("update", "not json"), ("update", "[1]"), ("lagged", '{"missed": "3"}'), ("update", '{"lanes": 1}')],
+    [
+        ("update", "not json"),
+        ("update", "[1]"),
+        ("lagged", '{"missed": "3"}'),
+        ("lagged", "{}"),
+        ("update", json.dumps({**UPDATE, "lanes": 1})),
+        ("update", json.dumps({**UPDATE, "principals": {}})),
+        ("update", json.dumps({k: v for k, v in UPDATE.items() if k != "atEpochMs"})),
+    ],
 )
 def test_a_known_event_with_bad_data_is_an_invalid_response(name: str, data: str) -> None:
     with pytest.raises(ApiError) as bad:

@@ -214,13 +214,13 @@ export function decodeEvent(message: SseMessage): FeedEvent | undefined {
     return new Lagged(record.missed);
   }
   for (const key of ["atEpochMs", "sinceEpochMs", "dropped"]) {
-    if (record[key] === undefined) record[key] = 0;
-    else if (!isInt(record[key])) throw invalid(`the update's ${key} is not an integer`);
+    if (!isInt(record[key])) throw invalid(`the update's ${key} is not an integer`);
   }
-  for (const key of ["lanes", "decisions", "transitions", "pauses", "principals"]) {
-    if (record[key] === undefined || record[key] === null) {
-      if (key !== "principals") record[key] = [];
-    } else if (!Array.isArray(record[key])) throw invalid(`the update's ${key} is not an array`);
+  for (const key of ["lanes", "decisions", "transitions", "pauses"]) {
+    if (!Array.isArray(record[key])) throw invalid(`the update's ${key} is not an array`);
+  }
+  if (record.principals !== undefined && !Array.isArray(record.principals)) {
+    throw invalid("the update's principals is not an array");
   }
   return new Update(record as unknown as FeedUpdate);
 }

@@ -147,7 +147,10 @@ test("a known event with bad data is an invalid-response ApiError", () => {
     ["update", "not json"],
     ["update", "[1]"],
     ["lagged", '{"missed": "3"}'],
-    ["update", '{"lanes": 1}'],
+    ["lagged", "{}"],
+    ["update", JSON.stringify({ ...UPDATE, lanes: 1 })],
+    ["update", JSON.stringify({ ...UPDATE, principals: {} })],
+    ["update", JSON.stringify({ ...UPDATE, atEpochMs: undefined })],
   ] as const) {
     assert.throws(
       () => decodeEvent({ event, data, id: "" }),

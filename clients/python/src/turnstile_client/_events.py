@@ -200,9 +200,9 @@ def _invalid(message: str) -> ApiError:
     return ApiError(200, "invalid-response", message)
 
 
-def _list(body: dict[str, Any], key: str) -> list[Any]:
+def _list(body: dict[str, Any], key: str, optional: bool = False) -> list[Any]:
     value = body.get(key)
-    if value is None:
+    if value is None and optional:
         return []
     if not isinstance(value, list):
         raise _invalid(f"the update's {key} is not an array")
@@ -210,7 +210,7 @@ def _list(body: dict[str, Any], key: str) -> list[Any]:
 
 
 def _int(body: dict[str, Any], key: str) -> int:
-    value = body.get(key, 0)
+    value = body.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _invalid(f"the event's {key} is not an integer")
     return value
@@ -236,7 +236,7 @@ def decode(sse: SseEvent) -> Event | None:
         decisions=_list(body, "decisions"),
         transitions=_list(body, "transitions"),
         pauses=_list(body, "pauses"),
-        principals=_list(body, "principals"),
+        principals=_list(body, "principals", optional=True),
         profile_change=cast(FeedProfileChange, change) if isinstance(change, dict) else None,
         dropped=_int(body, "dropped"),
         data=cast(FeedUpdate, body),
@@ -290,8 +290,8 @@ def _check_answer(response: httpx.Response) -> None:
 class EventStream:
     """The events of a workspace, as an iterator of `Update` and `Lagged` (see `Client.events`).
 
-    Use it as a context manager: leaving the block closes the connection (the service frees
-    the key's request slot). Iterating to the end closes it too.
+    Use it as a context manager: leaving the block closes the connection (and the service
+    drops the subscription). Iterating to the end closes it too.
     """
 
     def __init__(self, http: httpx.Client, request: httpx.Request) -> None:
