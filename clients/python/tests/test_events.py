@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import PRINCIPAL, PROFILE, WORKSPACE, Service
+from conftest import PRINCIPAL, PROFILE, WORKSPACE, Service, running_service
 from shapes import unknown_keys
 
 from turnstile_client import (
@@ -113,6 +115,18 @@ def test_leaving_streams_early_gives_their_connections_back(client: Client) -> N
         for event in client.events(WORKSPACE, max_events=1):
             assert isinstance(event, Update)
     assert client.snapshot(WORKSPACE)["active"] >= 0
+
+
+def test_the_stream_ends_cleanly_when_the_service_shuts_down(tmp_path: Path) -> None:
+    with running_service(tmp_path) as own:
+        with Client(own.base_url, own.key) as client, client.events(WORKSPACE) as events:
+            assert isinstance(next(events), Update)
+            threading.Timer(0.5, own.process.terminate).start()
+            started = time.monotonic()
+            rest = list(events)  # no error: the iterator just ends
+        assert all(isinstance(e, Update) for e in rest) and events.closed
+        assert time.monotonic() - started < 10
+        assert own.process.wait(timeout=15) == 0
 
 
 def test_a_workspace_without_a_profile_is_not_found(admin: Client) -> None:

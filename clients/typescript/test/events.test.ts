@@ -145,6 +145,25 @@ test("an AbortSignal closes the stream", async () => {
   await assert.rejects(client.events(WORKSPACE, { signal: controller.signal }).next(), (e: Error) => e.name === "AbortError");
 });
 
+test("the stream ends cleanly when the service shuts down", async () => {
+  const own = await startService();
+  let stopping: Promise<void> | undefined;
+  const stop = (): Promise<void> => (stopping ??= own.stop());
+  try {
+    const watcher = new Client({ baseUrl: own.baseUrl, key: own.key });
+    let count = 0;
+    const started = Date.now();
+    for await (const event of watcher.events(WORKSPACE)) {
+      assert.ok(event instanceof Update);
+      if (count++ === 0) setTimeout(() => void stop(), 500);
+    }
+    // No error: the loop just ends.
+    assert.ok(count >= 1 && Date.now() - started < 10_000);
+  } finally {
+    await stop();
+  }
+});
+
 test("a workspace without a profile is NotFoundError no-profile", async () => {
   await assert.rejects(admin.events("no-such-workspace").next(), (error: unknown) => {
     assert.ok(error instanceof NotFoundError);
