@@ -305,6 +305,77 @@ fn one_address_and_one_key_cannot_hold_more_than_their_caps() {
     assert!(cut(&server, "address-cap") >= 1.0);
 }
 
+/// Opens `GET …/events` for workspace `t` and reads until the first `update` arrived.
+fn open_event_stream(addr: SocketAddr, key: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET /v1/workspaces/t/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n"
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("event: update") {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no first update"
+        );
+        match stream.read(&mut buf) {
+            Ok(0) => panic!("the stream closed: {}", String::from_utf8_lossy(&seen)),
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 200"));
+    stream
+}
+
+#[test]
+fn an_open_event_stream_holds_one_of_its_keys_request_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |c| c.http.max_requests_per_key = 2);
+    let (alice, bob) = setup(&server);
+    // Two open streams hold both of alice's slots: her next request is refused at once.
+    let first = open_event_stream(server.addr, &alice);
+    let _second = open_event_stream(server.addr, &alice);
+    let refused = server
+        .get("/v1/workspaces/t/snapshot", &alice)
+        .send()
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.json::<Value>().unwrap()["error"], "key-busy");
+    // Another key is not affected.
+    let bob_ok = server
+        .get("/v1/workspaces/t/snapshot", &bob)
+        .send()
+        .unwrap();
+    assert_eq!(bob_ok.status(), 200);
+    // A stream whose client left gives its slot back (the server notices at its next write,
+    // within the one-second quiet update).
+    drop(first);
+    let started = Instant::now();
+    loop {
+        let answer = server
+            .get("/v1/workspaces/t/snapshot", &alice)
+            .send()
+            .unwrap();
+        if answer.status() == 200 {
+            break;
+        }
+        assert_eq!(answer.status(), 429);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the left stream still holds its slot"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn one_principal_cannot_queue_more_than_its_pending_cap() {
     let dir = tempfile::tempdir().unwrap();
