@@ -24,8 +24,9 @@ def problems_of(doc: dict[str, Any]) -> list[str]:
         for method, op in item.items():
             if method not in METHODS:
                 continue
-            if op.get("x-console"):
-                # Served for the operator's console (docs/console.md), not part of the clients.
+            if op.get("x-console") or op.get("x-proxy"):
+                # Served for the operator's console (docs/console.md) or, in proxy mode, for
+                # the providers' own SDKs (docs/proxy.md): not part of the clients.
                 continue
             key = (method.upper(), path)
             documented.add(key)

@@ -102,8 +102,9 @@ function problemsOf(doc: Doc): string[] {
   for (const [path, item] of Object.entries(doc.paths as Record<string, Schema>)) {
     for (const [method, op] of Object.entries(item)) {
       if (!METHODS.includes(method)) continue;
-      // Served for the operator's console (docs/console.md), not part of the clients.
-      if ((op as Schema)["x-console"] === true) continue;
+      // Served for the operator's console (docs/console.md) or, in proxy mode, for the
+      // providers' own SDKs (docs/proxy.md): not part of the clients.
+      if ((op as Schema)["x-console"] === true || (op as Schema)["x-proxy"] === true) continue;
       const key = `${method.toUpperCase()} ${path}`;
       documented.add(key);
       const known = OPERATIONS[key];

@@ -562,6 +562,18 @@ fn a_slow_client_sending_headers_byte_by_byte_is_cut_off() {
     );
 }
 
+/// Every (method, path) of the OpenAPI document, sorted.
+fn documented_routes(doc: &Value) -> Vec<(String, String)> {
+    let mut documented: Vec<(String, String)> = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            documented.push((method.clone(), path.clone()));
+        }
+    }
+    documented.sort();
+    documented
+}
+
 #[test]
 fn openapi_lists_exactly_the_served_routes() {
     let dir = tempfile::tempdir().unwrap();
@@ -573,15 +585,12 @@ fn openapi_lists_exactly_the_served_routes() {
         .unwrap()
         .json()
         .unwrap();
-    let mut documented: Vec<(String, String)> = Vec::new();
-    for (path, item) in doc["paths"].as_object().unwrap() {
-        for method in item.as_object().unwrap().keys() {
-            documented.push((method.clone(), path.clone()));
-        }
-    }
-    documented.sort();
+    let documented = documented_routes(&doc);
+    // The router serves exactly these tables (both are declared with `route_table!`, which
+    // makes the table and the routes from one list).
     let mut routes: Vec<(String, String)> = turnstile_server::routes::ROUTES
         .iter()
+        .chain(turnstile_proxy::ROUTES)
         .map(|(m, p)| (m.to_string(), p.to_string()))
         .collect();
     routes.sort();
@@ -609,6 +618,64 @@ fn openapi_lists_exactly_the_served_routes() {
             status != 405 && !body.contains("no such route"),
             "{method} {path}: {status}"
         );
+    }
+}
+
+#[test]
+fn openapi_documents_the_proxy_headers_and_refusals() {
+    let doc: Value = serde_json::from_str(turnstile_server::api::ops::OPENAPI).unwrap();
+    let resolve = |value: &Value| -> Value {
+        match value["$ref"].as_str() {
+            Some(reference) => {
+                let name = reference.rsplit('/').next().unwrap();
+                let kind = reference.split('/').nth(2).unwrap();
+                doc["components"][kind][name].clone()
+            }
+            None => value.clone(),
+        }
+    };
+    for (method, path) in turnstile_proxy::ROUTES {
+        let operation = &doc["paths"][path][method];
+        let at = format!("{method} {path}");
+        assert_eq!(operation["x-proxy"], true, "{at}: marked as a proxy route");
+        let security = operation["security"].to_string();
+        assert!(security.contains("principalKey"), "{at}: {security}");
+        let responses = operation["responses"].as_object().unwrap();
+        for status in ["200", "401", "403", "429", "503"] {
+            assert!(responses.contains_key(status), "{at}: no {status}");
+        }
+        if *method == "get" {
+            continue;
+        }
+        // The admission headers the proxy reads, under the names it reads them by.
+        let parameters: Vec<String> = operation["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| resolve(p)["name"].as_str().unwrap().to_owned())
+            .collect();
+        for header in [
+            turnstile_proxy::handler::WAIT_HEADER,
+            turnstile_proxy::handler::BUDGET_HEADER,
+        ] {
+            assert!(parameters.iter().any(|p| p == header), "{at}: {header}");
+        }
+        for status in ["400", "404", "408", "413", "502", "504"] {
+            assert!(responses.contains_key(status), "{at}: no {status}");
+        }
+        // Refusals that waiting can help say how long; every proxy-made answer names its reason.
+        for status in ["429", "503"] {
+            let headers = resolve(&responses[status])["headers"].clone();
+            for header in [
+                "retry-after",
+                "retry-after-ms",
+                turnstile_proxy::error::REASON_HEADER,
+            ] {
+                assert!(headers.get(header).is_some(), "{at} {status}: {header}");
+            }
+        }
+        let refused = resolve(&responses["400"])["headers"].clone();
+        assert!(refused.get("x-should-retry").is_some(), "{at} 400");
     }
 }
 
