@@ -25,8 +25,9 @@ def problems_of(doc: dict[str, Any]) -> list[str]:
         for method, op in item.items():
             if method not in METHODS:
                 continue
-            if op.get("x-console") and not path.startswith("/v1/"):
-                # The console's page and assets (docs/console.md), for a browser, not the clients.
+            if (op.get("x-console") and not path.startswith("/v1/")) or op.get("x-proxy"):
+                # The console's page and assets (docs/console.md), for a browser, and the proxy
+                # routes (docs/proxy.md), for the providers' own SDKs: not the clients'.
                 continue
             key = (method.upper(), path)
             documented.add(key)

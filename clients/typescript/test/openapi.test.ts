@@ -129,8 +129,10 @@ function problemsOf(doc: Doc): string[] {
   for (const [path, item] of Object.entries(doc.paths as Record<string, Schema>)) {
     for (const [method, op] of Object.entries(item)) {
       if (!METHODS.includes(method)) continue;
-      // The console's page and assets (docs/console.md), for a browser, not the clients.
+      // The console's page and assets (docs/console.md), for a browser, and the proxy routes
+      // (docs/proxy.md), for the providers' own SDKs: not the clients'.
       if ((op as Schema)["x-console"] === true && !path.startsWith("/v1/")) continue;
+      if ((op as Schema)["x-proxy"] === true) continue;
       const key = `${method.toUpperCase()} ${path}`;
       documented.add(key);
       const known = OPERATIONS[key];
