@@ -319,9 +319,8 @@ fn open_event_stream(addr: SocketAddr, key: &str) -> TcpStream {
 
 #[test]
 fn an_open_event_stream_holds_one_of_its_keys_request_slots() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |c| c.http.max_requests_per_key = 2);
-    let (alice, bob) = setup(&server);
+    let server = TestServer::start_fresh(|c| c.http.max_requests_per_key = 2);
+    let (alice, bob) = server.register_test_profile_with_keys();
     // Two open streams hold both of alice's slots: her next request is refused at once.
     let first = open_event_stream(server.addr, &alice);
     let _second = open_event_stream(server.addr, &alice);
