@@ -78,7 +78,6 @@ mod lanes;
 mod pump;
 mod reinstate;
 mod snapshot;
-mod warm_ahead;
 
 use std::collections::VecDeque;
 
