@@ -106,6 +106,19 @@ impl Op {
     }
 }
 
+/// Fills `cmd` (an `FCALL`) with the one call that runs `ops` (all of one workspace, at least
+/// one): a lone operation as its single call (`ts_acquire_v4` / `ts_release_v4`: the same
+/// decision and answer as a batch of one, at about four fifths of Redis's instructions per
+/// pair, docs/performance.md, session 10), more as one `ts_batch_v4` ([`batch_command`]).
+/// Decode the answer with `store::ops_answers`.
+pub fn ops_command<'a>(cmd: &mut Cmd, ops: impl Iterator<Item = &'a Op> + Clone) {
+    let mut rest = ops.clone();
+    match (rest.next(), rest.next()) {
+        (Some(op), None) => op.single_command(cmd),
+        _ => batch_command(cmd, ops),
+    }
+}
+
 /// Fills `cmd` (an `FCALL`) with one `ts_batch_v4` of `ops` (all of one workspace: one slot):
 /// every operation's keys in order, then per operation its kind, key count, argument count
 /// and arguments.
