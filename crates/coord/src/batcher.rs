@@ -26,8 +26,8 @@
 //!   at once (never sent), and the caller decides it by the degraded share as a failed single
 //!   call is: when Redis hangs, no operation waits longer than one timeout (the call in flight
 //!   fails, and with it everything queued); an operation waits longer only when the call
-//!   ahead of it was answered (slowly) and its own then hangs: at most that answer's time plus
-//!   one timeout.
+//!   ahead of it was answered (slowly), or abandoned by its caller before its answer, and its
+//!   own then hangs: at most that answer's (or abandonment's) time plus one timeout.
 //! - An operation is sent at most once (a failed batch is never re-sent; the library-missing
 //!   retry re-sends only a call that did not run).
 //! - A call dropped while in flight (its caller's request was cancelled, or the task's runtime

@@ -1,7 +1,8 @@
 //! The compact call protocol of an acquire and a release (library `turnstile_v4`,
 //! `lua/turnstile_v4.lua`; the v3 contract, unchanged): which keys and arguments one
 //! admission and one release send, alone (`ts_acquire_v4` / `ts_release_v4`) or as operations
-//! of one batch (`ts_batch_v4`, [`batch_command`]).
+//! of one batch (`ts_batch_v4`, [`batch_command`]); [`ops_command`] picks: a lone operation
+//! alone, more as one batch.
 //!
 //! Redis's time per `FCALL` grows with every key and argument passed (each is copied into a
 //! Lua table) and with every `tonumber` the script needs, so a call passes only what the
