@@ -104,17 +104,16 @@ impl Lane {
     }
 }
 
-/// The per-workspace queues of one replica.
+/// The per-workspace lanes (link, queue, task) of one replica.
 pub struct Batcher {
     store: RedisStore,
-    /// Each workspace task's own connection to this URL ([`Direct`]; the first
-    /// [`MAX_DIRECT`] workspaces, TCP and unix sockets only), instead of the shared multiplexed
-    /// connection.
+    /// Each lane's own connection to this URL ([`Direct`]; the first [`MAX_DIRECT`]
+    /// workspaces, TCP and unix sockets only), instead of the shared multiplexed connection.
     direct: Option<String>,
     max: usize,
     lanes: Mutex<HashMap<String, Arc<Lane>>>,
-    /// Bumped when any call to Redis fails: every task's own connection is opened again
-    /// before its next batch (Redis may have restarted while the connection sat idle).
+    /// Bumped when any call to Redis fails: every lane's own connection is opened again
+    /// before its next call (Redis may have restarted while the connection sat idle).
     epoch: Arc<AtomicU64>,
 }
 
@@ -130,8 +129,8 @@ impl Batcher {
         }
     }
 
-    /// A call to Redis failed (any call of this replica): the tasks' own connections are not
-    /// trusted any more; each is opened again before its next batch.
+    /// A call to Redis failed (any call of this replica): the lanes' own connections are not
+    /// trusted any more; each is opened again before its next call.
     pub fn invalidate(&self) {
         self.epoch.fetch_add(1, Ordering::Relaxed);
     }
@@ -289,11 +288,11 @@ fn put_back(lane: &Lane, link: Option<Link>, failed: Option<&CoordError>) {
     }
 }
 
-/// How a workspace's task reaches Redis.
+/// How a workspace's calls reach Redis (the lane's link, borrowed by the call in flight).
 enum Link {
     /// The replica's multiplexed connection (redis-rs `ConnectionManager`).
     Shared(RedisStore),
-    /// The task's own connection; the store loads the library when a call finds it missing.
+    /// The lane's own connection; the store loads the library when a call finds it missing.
     /// `seen`: the [`Batcher::invalidate`] epoch the connection was opened in.
     Direct {
         direct: Box<Direct>,
