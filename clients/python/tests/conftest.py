@@ -9,6 +9,7 @@ so that heartbeats matter within a test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -47,6 +48,7 @@ PROFILE = {
         },
         **{f"pausable-{f}": _lane() for f in ("sync", "async")},
         "cancel-async": _lane(circuitBreaker={"failureThreshold": 1, "openMs": 60000, "halfOpenMaxCalls": 1}),
+        **{f"events-{f}": _lane() for f in ("sync", "async")},
     },
     "principals": {
         PRINCIPAL: {"concurrency": 32, "requestsPerMinute": 60000, "maxCostUsd": 1000, "allowUnknownCost": True},
@@ -76,9 +78,10 @@ def turnstile_bin() -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    root = tmp_path_factory.mktemp("turnstile")
+@contextlib.contextmanager
+def running_service(root: Path) -> Iterator[Service]:
+    """A `turnstile serve` with its data in `root`, the test profile and a principal key;
+    stopped (SIGTERM, then kill) on exit unless the body stopped it already."""
     config = root / "turnstile.toml"
     config.write_text(f"[leases]\nttl_ms = {TTL_MS}\n")
     process = subprocess.Popen(
@@ -127,6 +130,12 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="session")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    with running_service(tmp_path_factory.mktemp("turnstile")) as running:
+        yield running
 
 
 @pytest.fixture

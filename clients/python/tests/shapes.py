@@ -50,6 +50,13 @@ def compare(doc: dict[str, Any], schema: dict[str, Any], hint: Any, where: str, 
     if "oneOf" in schema:
         # Each variant must be one of the client's alternatives (a Union hint).
         for variant in schema["oneOf"]:
+            if variant.get("type") == "null":
+                if type(None) not in _members(hint):
+                    problems.append(f"{where}: the document allows null, the client has {hint!r}")
+                continue
+            if "$ref" not in variant:
+                compare(doc, variant, hint, where, problems)  # an inline object
+                continue
             name = variant.get("$ref", "").rsplit("/", 1)[-1]
             members = [m for m in _members(hint) if is_typeddict(m) and m.__name__.removesuffix("Body") == name]
             if not members:

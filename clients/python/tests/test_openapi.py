@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ def problems_of(doc: dict[str, Any]) -> list[str]:
         for method, op in item.items():
             if method not in METHODS:
                 continue
-            if op.get("x-console"):
-                # Served for the operator's console (docs/console.md), not part of the clients.
+            if (op.get("x-console") and not path.startswith("/v1/")) or op.get("x-proxy"):
+                # The console's page and assets (docs/console.md), for a browser, and the proxy
+                # routes (docs/proxy.md), for the providers' own SDKs: not the clients'.
                 continue
             key = (method.upper(), path)
             documented.add(key)
@@ -54,6 +56,8 @@ def problems_of(doc: dict[str, Any]) -> list[str]:
                 for media, content in response.get("content", {}).items():
                     if media == "application/json":
                         compare(doc, content["schema"], hint, f"{where} {code}", problems)
+                    elif media == "text/event-stream":
+                        event_problems(doc, response, known.events, f"{where} {code}", problems)
                     elif hint is not str:
                         problems.append(f"{where} {code}: {media} answer, the client expects JSON")
             for code in set(known.responses) - {int(s) for s in op.get("responses", {})}:
@@ -61,6 +65,28 @@ def problems_of(doc: dict[str, Any]) -> list[str]:
     for key in sorted(set(OPERATIONS) - documented):
         problems.append(f"{key[0]} {key[1]}: known to the client, not in the OpenAPI document")
     return problems
+
+
+def event_problems(
+    doc: dict[str, Any], response: dict[str, Any], events: dict[str, Any], where: str, problems: list[str]
+) -> None:
+    """A `text/event-stream` answer: the event names its description gives (`event: NAME`) are
+    the client's, and the data of each is compared with the schema of the same name as the
+    client's TypedDict (`FeedUpdate`), where the document has one."""
+    if not events:
+        problems.append(f"{where}: an event stream, the client does not read it as one")
+        return
+    named = set(re.findall(r"`event: ([A-Za-z0-9_-]+)`", response.get("description", "")))
+    for name in sorted(named - set(events)):
+        problems.append(f"{where}: event {name} in the document, unknown to the client")
+    for name in sorted(set(events) - named):
+        problems.append(f"{where}: event {name} known to the client, not in the document")
+    schemas = doc["components"]["schemas"]
+    for name, hint in sorted(events.items()):
+        if hint.__name__ in schemas:
+            compare(doc, {"$ref": f"#/components/schemas/{hint.__name__}"}, hint, f"{where} {name}", problems)
+        elif name == "update":
+            problems.append(f"{where}: no schema {hint.__name__} for the data of {name} events")
 
 
 def load() -> dict[str, Any]:
@@ -74,6 +100,11 @@ def test_the_client_knows_every_operation_and_field_of_the_openapi_document() ->
 
 def test_every_async_method_is_a_coroutine_and_every_sync_one_is_not() -> None:
     for op in OPERATIONS.values():
+        if op.events:
+            # A stream: an (async) iterator and context manager, returned without awaiting.
+            assert not inspect.iscoroutinefunction(getattr(AsyncClient, op.method)), op.method
+            assert not inspect.iscoroutinefunction(getattr(Client, op.method)), op.method
+            continue
         assert inspect.iscoroutinefunction(getattr(AsyncClient, op.method)), op.method
         assert not inspect.iscoroutinefunction(getattr(Client, op.method)), op.method
 
@@ -109,3 +140,25 @@ def test_the_comparison_fails_when_the_document_gains_an_operation_a_field_or_a_
     shrunk = copy.deepcopy(doc)
     del shrunk["components"]["schemas"]["Lease"]["properties"]["ttlMs"]
     assert any("ttlMs" in p for p in problems_of(shrunk))
+
+    events = "/v1/workspaces/{workspaceId}/events"
+    grown = copy.deepcopy(doc)
+    grown["components"]["schemas"]["FeedUpdate"]["properties"]["queueDepth"] = {"type": "integer"}
+    assert any("update.queueDepth" in p for p in problems_of(grown))
+
+    grown = copy.deepcopy(doc)
+    grown["components"]["schemas"]["LaneView"]["properties"]["retryPressure"] = {"type": "integer"}
+    assert any("lanes[].retryPressure" in p for p in problems_of(grown))
+
+    grown = copy.deepcopy(doc)
+    bucket = grown["components"]["schemas"]["LaneView"]["properties"]["tokens"]["oneOf"][1]
+    bucket["properties"]["refillPerSecond"] = {"type": "integer"}
+    assert any("tokens.refillPerSecond" in p for p in problems_of(grown))
+
+    grown = copy.deepcopy(doc)
+    grown["paths"][events]["get"]["responses"]["200"]["description"] += ", or `event: snapshot`"
+    assert any("event snapshot" in p for p in problems_of(grown))
+
+    grown = copy.deepcopy(doc)
+    grown["components"]["schemas"]["LaneView"]["properties"]["breakerState"]["enum"].append("forced-open")
+    assert any("forced-open" in p for p in problems_of(grown))

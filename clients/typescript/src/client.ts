@@ -1,4 +1,5 @@
 import {
+  ApiError,
   BadRequestError,
   LeaseLostError,
   RefusedError,
@@ -8,6 +9,7 @@ import {
   outcomeFor,
   retryAfterFromHeaders,
 } from "./errors.js";
+import { type FeedEvent, SseParser, checkMaxEvents, decodeEvent } from "./events.js";
 import type {
   ActualUsage,
   AdmissionRequest,
@@ -67,6 +69,13 @@ export interface AdmissionOptions {
   /** Heartbeat automatically (default true). */
   heartbeat?: boolean;
   /** Aborting it while waiting for admission removes the request from the service's queue. */
+  signal?: AbortSignal;
+}
+
+export interface EventsOptions {
+  /** End the stream after this many events (1..100000); default: no limit. */
+  maxEvents?: number;
+  /** Aborting it closes the connection; a pending or later `next()` rejects with its reason. */
   signal?: AbortSignal;
 }
 
@@ -442,6 +451,110 @@ export class Client {
 
   async snapshot(workspaceId: string): Promise<Snapshot> {
     return this.#json<Snapshot>({ method: "GET", path: `/v1/workspaces/${seg(workspaceId)}/snapshot` });
+  }
+
+  /**
+   * `GET /v1/workspaces/{workspaceId}/events`: the workspace's live feed, as an async iterable
+   * of `Update` and `Lagged` events (admin key, or a principal key of that workspace).
+   *
+   * ```ts
+   * for await (const event of client.events("demo", { maxEvents: 10, signal })) {
+   *   if (event instanceof Update) console.log(event.lane("llm-subagent")?.queued);
+   * }
+   * ```
+   *
+   * An `Update` comes at once, then one per change (at most every 250 ms) and one every second
+   * while nothing changes; `principals` is filled for admin keys only. The iteration ends after
+   * `maxEvents` events or when the service shuts down; it does not reconnect. The request is
+   * sent on the first `next()`, which throws the typed errors (`AuthError` 401,
+   * `ForbiddenError` 403, `NotFoundError` 404 `no-profile`, ...); a broken connection, or
+   * `timeoutMs` without a byte from the service, throws `UnavailableError`. Leaving a
+   * `for await` loop early (`break`, `return`, a throw) or aborting `signal` closes the
+   * connection. `maxEvents` is checked here, before any request (`RangeError`).
+   */
+  events(workspaceId: string, options: EventsOptions = {}): AsyncGenerator<FeedEvent, void, undefined> {
+    checkMaxEvents(options.maxEvents);
+    const query = options.maxEvents === undefined ? "" : `?maxEvents=${options.maxEvents}`;
+    return this.#stream(`/v1/workspaces/${seg(workspaceId)}/events${query}`, options.signal);
+  }
+
+  async *#stream(path: string, outer: AbortSignal | undefined): AsyncGenerator<FeedEvent, void, undefined> {
+    const controller = new AbortController();
+    let timedOut = false;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    // The timer bounds the service's silence (it sends something every second), never the
+    // consumer's: it is stopped while an event is being handled.
+    const arm = (): void => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        timedOut = true;
+        controller.abort();
+      }, this.#timeoutMs);
+    };
+    const onAbort = (): void => controller.abort(outer?.reason);
+    if (outer?.aborted) onAbort();
+    outer?.addEventListener("abort", onAbort, { once: true });
+    const failure = (error: unknown): unknown => {
+      if (outer?.aborted) return outer.reason ?? error;
+      const kind = timedOut ? "timeout" : "unreachable";
+      const message = error instanceof Error ? `${error.message}${error.cause instanceof Error ? `: ${error.cause.message}` : ""}` : String(error);
+      return new UnavailableError(undefined, { error: kind, message }, undefined, { cause: error });
+    };
+    try {
+      arm();
+      let response: Response;
+      try {
+        const headers = { authorization: `Bearer ${this.#key}`, accept: "text/event-stream" };
+        response = await this.#fetch(this.baseUrl + path, { method: "GET", headers, signal: controller.signal });
+      } catch (error) {
+        throw failure(error);
+      }
+      if (response.status !== 200) {
+        let text: string;
+        try {
+          text = await response.text();
+        } catch (error) {
+          throw failure(error);
+        }
+        let body: unknown;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          body = undefined;
+        }
+        throw errorFromResponse(response.status, body, text, response.headers);
+      }
+      const media = (response.headers.get("content-type") ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
+      if (media !== "text/event-stream" || response.body === null) {
+        throw new ApiError(200, { error: "invalid-response", message: `expected text/event-stream, the answer is ${media || "untyped"}` });
+      }
+      const reader = response.body.getReader();
+      const parser = new SseParser();
+      for (;;) {
+        arm();
+        let chunk: { done: true; value?: undefined } | { done: false; value: Uint8Array };
+        try {
+          chunk = await reader.read();
+        } catch (error) {
+          throw failure(error);
+        }
+        if (chunk.done) {
+          parser.close();
+          return;
+        }
+        for (const message of parser.feed(chunk.value)) {
+          const event = decodeEvent(message);
+          if (event === undefined) continue;
+          clearTimeout(timer);
+          yield event;
+        }
+      }
+    } finally {
+      clearTimeout(timer);
+      outer?.removeEventListener("abort", onAbort);
+      // Closes the connection when the consumer stopped early (a no-op after the end).
+      controller.abort();
+    }
   }
 
   async profileHistory(workspaceId: string): Promise<ProfileHistory> {

@@ -281,6 +281,88 @@ export interface FairnessView {
   minutes: MinuteGrants[];
 }
 
+// The live event feed (`GET …/events`, server-sent events): the JSON of an `update` event is a
+// `FeedUpdate`, of a `lagged` event a `FeedLagged` (`events.ts` reads the stream).
+
+/** A token bucket of a lane: tokens available now, and its capacity (the burst). */
+export interface LaneBucket {
+  available: number;
+  capacity: number;
+}
+
+/** One provider lane as the console shows it (`LaneView` in the OpenAPI document). */
+export interface LaneView {
+  providerId: string;
+  active: number;
+  /** null: the lane has no concurrency limit. */
+  concurrency: number | null;
+  queued: number;
+  oldestWaitMs: number | null;
+  /** null: the lane has no requests-per-minute limit. */
+  requests: LaneBucket | null;
+  /** null: the lane has no tokens-per-second limit. */
+  tokens: LaneBucket | null;
+  breakerState: BreakerState;
+  /** While open: epoch ms of the next probe. */
+  nextProbeAt: number | null;
+  /** While paused: epoch ms the pause ends. */
+  pausedUntil: number | null;
+}
+
+/** Final admission answers of one provider lane with one reason (`admitted` or a refusal). */
+export interface DecisionCount {
+  providerId: string;
+  reason: Reason;
+  count: number;
+}
+
+/** Grants of one principal and the queue delay they waited, summed (admin keys only). */
+export interface PrincipalTally {
+  principalId: string;
+  grants: number;
+  queueDelayMs: number;
+}
+
+/** A Retry-After pause as the feed reports it (a `PauseRecord` without `schema`). */
+export interface FeedPause {
+  providerId: string;
+  retryAfterMs: number;
+  untilEpochMs: number;
+  atEpochMs: number;
+  cause: PauseCause;
+}
+
+/** A profile change as the feed reports it (the core's record: no `actorKeyId`). */
+export interface FeedProfileChange {
+  schema: string;
+  workspaceId: string;
+  kind: ChangeKind;
+  previousProfileVersion: string | null;
+  profileVersion: string;
+  digest: string;
+  atEpochMs: number;
+}
+
+/** The JSON of an `update` event: the lanes at `atEpochMs`, and what happened in `(sinceEpochMs, atEpochMs]`. */
+export interface FeedUpdate {
+  atEpochMs: number;
+  sinceEpochMs: number;
+  lanes: LaneView[];
+  decisions: DecisionCount[];
+  /** Admin keys only (absent or empty for a principal key). */
+  principals?: PrincipalTally[];
+  transitions: BreakerTransition[];
+  pauses: FeedPause[];
+  profileChange?: FeedProfileChange;
+  /** Transitions and pauses left out of this event (more than 64 in one flush). */
+  dropped: number;
+}
+
+/** The JSON of a `lagged` event: the subscriber fell behind and missed `missed` events. */
+export interface FeedLagged {
+  missed: number;
+}
+
 export interface CreateKeyRequest {
   principalId: string;
 }
@@ -437,6 +519,49 @@ export const SHAPES = {
     principals: "PrincipalShare[]",
     minutes: "MinuteGrants[]",
   },
+  LaneBucket: { available: "scalar", capacity: "scalar" },
+  LaneView: {
+    providerId: "scalar",
+    active: "scalar",
+    concurrency: "scalar",
+    queued: "scalar",
+    oldestWaitMs: "scalar",
+    requests: "LaneBucket",
+    tokens: "LaneBucket",
+    breakerState: "enum:BreakerState",
+    nextProbeAt: "scalar",
+    pausedUntil: "scalar",
+  },
+  DecisionCount: { providerId: "scalar", reason: "enum:Reason", count: "scalar" },
+  PrincipalTally: { principalId: "scalar", grants: "scalar", queueDelayMs: "scalar" },
+  FeedPause: {
+    providerId: "scalar",
+    retryAfterMs: "scalar",
+    untilEpochMs: "scalar",
+    atEpochMs: "scalar",
+    cause: "enum:PauseCause",
+  },
+  FeedProfileChange: {
+    schema: "const",
+    workspaceId: "scalar",
+    kind: "enum:ChangeKind",
+    previousProfileVersion: "scalar",
+    profileVersion: "scalar",
+    digest: "scalar",
+    atEpochMs: "scalar",
+  },
+  FeedUpdate: {
+    atEpochMs: "scalar",
+    sinceEpochMs: "scalar",
+    lanes: "LaneView[]",
+    decisions: "DecisionCount[]",
+    principals: "PrincipalTally[]",
+    transitions: "BreakerTransition[]",
+    pauses: "FeedPause[]",
+    profileChange: "FeedProfileChange",
+    dropped: "scalar",
+  },
+  FeedLagged: { missed: "scalar" },
   CreateKeyRequest: { principalId: "scalar" },
   CreatedKey: { key: "scalar", keyId: "scalar", workspaceId: "scalar", principalId: "scalar" },
   KeyInfo: { keyId: "scalar", principalId: "scalar", createdAtEpochMs: "scalar" },
@@ -474,6 +599,8 @@ export interface OperationInfo {
   method: string;
   request: ShapeName | null;
   responses: Record<number, BodyKind>;
+  /** A `text/event-stream` answer: the shape of each event's JSON data, by event name. */
+  events?: Record<string, ShapeName>;
 }
 
 const errorsRead = { 401: "ErrorBody", 403: "ErrorBody", 422: "ErrorBody", 429: "ErrorBody", 503: "ErrorBody" } as const;
@@ -510,6 +637,12 @@ export const OPERATIONS: Record<string, OperationInfo> = {
     method: "profileRevision",
     request: null,
     responses: { 200: "ProfileRevision", 404: "ErrorBody", ...errorsRead },
+  },
+  "GET /v1/workspaces/{workspaceId}/events": {
+    method: "events",
+    request: null,
+    responses: { 200: "FeedUpdate", 404: "ErrorBody", ...errorsRead },
+    events: { update: "FeedUpdate", lagged: "FeedLagged" },
   },
   "GET /v1/workspaces/{workspaceId}/snapshot": {
     method: "snapshot",
@@ -610,6 +743,14 @@ export type _ShapeChecks = [
   Assert<SameKeys<PrincipalShare, typeof SHAPES.PrincipalShare>>,
   Assert<SameKeys<MinuteGrants, typeof SHAPES.MinuteGrants>>,
   Assert<SameKeys<FairnessView, typeof SHAPES.FairnessView>>,
+  Assert<SameKeys<LaneBucket, typeof SHAPES.LaneBucket>>,
+  Assert<SameKeys<LaneView, typeof SHAPES.LaneView>>,
+  Assert<SameKeys<DecisionCount, typeof SHAPES.DecisionCount>>,
+  Assert<SameKeys<PrincipalTally, typeof SHAPES.PrincipalTally>>,
+  Assert<SameKeys<FeedPause, typeof SHAPES.FeedPause>>,
+  Assert<SameKeys<FeedProfileChange, typeof SHAPES.FeedProfileChange>>,
+  Assert<SameKeys<FeedUpdate, typeof SHAPES.FeedUpdate>>,
+  Assert<SameKeys<FeedLagged, typeof SHAPES.FeedLagged>>,
   Assert<SameKeys<CreateKeyRequest, typeof SHAPES.CreateKeyRequest>>,
   Assert<SameKeys<CreatedKey, typeof SHAPES.CreatedKey>>,
   Assert<SameKeys<KeyInfo, typeof SHAPES.KeyInfo>>,

@@ -41,6 +41,11 @@ function compare(doc: Doc, raw: Schema, kind: string, where: string, problems: s
     // Each variant must be one of the client's alternatives ("A|B").
     const alternatives = kind.split("|");
     for (const variant of schema.oneOf as Schema[]) {
+      if (variant.type === "null") continue; // nullability is the interface's (the compiler's) business
+      if (variant.$ref === undefined) {
+        compare(doc, variant, kind, where, problems); // an inline object
+        continue;
+      }
       const name = String(variant.$ref ?? "").split("/").pop() ?? "";
       const match = alternatives.find((a) => a.replace(/Body$/, "") === name);
       if (match === undefined) problems.push(`${where}: variant ${name} unknown to the client (${kind})`);
@@ -96,14 +101,38 @@ function compare(doc: Doc, raw: Schema, kind: string, where: string, problems: s
   }
 }
 
+/**
+ * A `text/event-stream` answer: the event names its description gives (`event: NAME`) are the
+ * client's, and each event's data is compared with the schema of the same name as the client's
+ * shape (`FeedUpdate`), where the document has one.
+ */
+function eventProblems(doc: Doc, response: Schema, events: Record<string, string> | undefined, where: string, problems: string[]): void {
+  if (events === undefined) {
+    problems.push(`${where}: an event stream, the client does not read it as one`);
+    return;
+  }
+  const named = new Set([...String(response.description ?? "").matchAll(/`event: ([A-Za-z0-9_-]+)`/g)].map((m) => m[1] ?? ""));
+  for (const name of [...named].filter((n) => !(n in events))) problems.push(`${where}: event ${name} in the document, unknown to the client`);
+  for (const name of Object.keys(events).filter((n) => !named.has(n))) problems.push(`${where}: event ${name} known to the client, not in the document`);
+  for (const [name, shape] of Object.entries(events)) {
+    if (doc.components.schemas[shape] !== undefined) {
+      compare(doc, { $ref: `#/components/schemas/${shape}` }, shape, `${where} ${name}`, problems);
+    } else if (name === "update") {
+      problems.push(`${where}: no schema ${shape} for the data of ${name} events`);
+    }
+  }
+}
+
 function problemsOf(doc: Doc): string[] {
   const problems: string[] = [];
   const documented = new Set<string>();
   for (const [path, item] of Object.entries(doc.paths as Record<string, Schema>)) {
     for (const [method, op] of Object.entries(item)) {
       if (!METHODS.includes(method)) continue;
-      // Served for the operator's console (docs/console.md), not part of the clients.
-      if ((op as Schema)["x-console"] === true) continue;
+      // The console's page and assets (docs/console.md), for a browser, and the proxy routes
+      // (docs/proxy.md), for the providers' own SDKs: not the clients'.
+      if ((op as Schema)["x-console"] === true && !path.startsWith("/v1/")) continue;
+      if ((op as Schema)["x-proxy"] === true) continue;
       const key = `${method.toUpperCase()} ${path}`;
       documented.add(key);
       const known = OPERATIONS[key];
@@ -129,7 +158,9 @@ function problemsOf(doc: Doc): string[] {
         }
         for (const [media, content] of Object.entries(op.responses[String(status)].content ?? {}) as [string, Schema][]) {
           if (media === "application/json") compare(doc, content.schema, kind, `${key} ${status}`, problems);
-          else if (kind !== "text") problems.push(`${key} ${status}: ${media} answer, the client expects JSON`);
+          else if (media === "text/event-stream") {
+            eventProblems(doc, op.responses[String(status)], known.events, `${key} ${status}`, problems);
+          } else if (kind !== "text") problems.push(`${key} ${status}: ${media} answer, the client expects JSON`);
         }
       }
       for (const status of Object.keys(known.responses).map(Number).filter((s) => !statuses.includes(s))) {
@@ -161,6 +192,17 @@ test("the comparison fails when the document gains an operation, a field or a va
     ["status 418", (d) => (d.paths["/v1/admissions"].post.responses["418"] = { description: "teapot" })],
     ["ttlMs", (d) => delete d.components.schemas.Lease.properties.ttlMs],
     ["required", (d) => d.components.schemas.AdmissionRequest.required.push("deadlineMs")],
+    ["update.queueDepth", (d) => (d.components.schemas.FeedUpdate.properties.queueDepth = { type: "integer" })],
+    ["lanes[].retryPressure", (d) => (d.components.schemas.LaneView.properties.retryPressure = { type: "integer" })],
+    [
+      "tokens.refillPerSecond",
+      (d) => (d.components.schemas.LaneView.properties.tokens.oneOf[1].properties.refillPerSecond = { type: "integer" }),
+    ],
+    [
+      "event snapshot",
+      (d) => (d.paths["/v1/workspaces/{workspaceId}/events"].get.responses["200"].description += ", or `event: snapshot`"),
+    ],
+    ["forced-open", (d) => d.components.schemas.LaneView.properties.breakerState.enum.push("forced-open")],
   ];
   for (const [needle, change] of cases) {
     const doc = load();

@@ -21,14 +21,22 @@ after(async () => {
   await service?.stop();
 });
 
-test("the README example runs verbatim", async () => {
-  assert.equal(blocks.length, 1);
-  // Inside the package directory, so that `import "turnstile-client"` resolves to dist/.
-  const file = join(here, "readme-example.mjs");
-  writeFileSync(file, blocks[0] ?? "");
-  const { stdout } = await promisify(execFile)(process.execPath, [file], {
-    env: { ...process.env, TURNSTILE_URL: service.baseUrl, TURNSTILE_KEY: service.demoKey },
-    timeout: 60_000,
-  });
-  assert.equal(stdout.trim(), "answer: ...");
+test("the README examples run verbatim", async () => {
+  assert.equal(blocks.length, 2);
+  for (const [index, block] of blocks.entries()) {
+    // Inside the package directory, so that `import "turnstile-client"` resolves to dist/.
+    const file = join(here, `readme-example-${index}.mjs`);
+    writeFileSync(file, block);
+    const { stdout } = await promisify(execFile)(process.execPath, [file], {
+      env: { ...process.env, TURNSTILE_URL: service.baseUrl, TURNSTILE_KEY: service.demoKey },
+      timeout: 60_000,
+    });
+    if (block.includes(".events(")) {
+      const lines = stdout.trim().split("\n");
+      assert.equal(lines.length, 3, stdout);
+      for (const line of lines) assert.match(line, /^llm-subagent: \d+ active, \d+ queued, \d+ admitted$/);
+    } else {
+      assert.equal(stdout.trim(), "answer: ...");
+    }
+  }
 });

@@ -39,6 +39,7 @@ export const PROFILE: Profile = {
     "abort-lane": lane(breaker),
     pausable: lane(),
     headers: lane(),
+    events: lane(),
   },
   principals: {
     [PRINCIPAL]: { concurrency: 32, requestsPerMinute: 60000, maxCostUsd: 1000, allowUnknownCost: true },

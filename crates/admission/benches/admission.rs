@@ -6,6 +6,12 @@
 //!   timed; the admitted lane then queues a new waiter (untimed), so the queue stays at N lanes.
 //! - `baseline/governor_keyed_check` and `baseline/tokio_semaphore_try_acquire`: the ratio to
 //!   what the core does is measured side by side.
+//!
+//! Allocator: mimalloc, the one the `turnstile` binary ships with (`crates/cli/src/allocator.rs`).
+//! It matters at scale: mimalloc backs its segments with 2 MiB transparent huge pages where the
+//! system allows them (`madvise` mode or `always`), the system allocator does not, and with
+//! 100,000 lanes a handoff's random reads also miss the TLB on 4 KiB pages
+//! (`docs/performance.md`, session 10).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -15,6 +21,9 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use turnstile_admission::{
     Acquired, AdmissionRequest, Controller, Estimate, Lease, Limits, Outcome, Profile,
 };
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn wide_limits(concurrency: u32) -> Limits {
     Limits {

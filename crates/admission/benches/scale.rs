@@ -21,6 +21,12 @@
 //!   here), so the queue stays at 1,000,000.
 //!
 //! The sum of the two is one admit + release cycle at that scale.
+//!
+//! Allocator: mimalloc, the one the `turnstile` binary ships with (`crates/cli/src/allocator.rs`).
+//! It matters at scale: mimalloc backs its segments with 2 MiB transparent huge pages where the
+//! system allows them (`madvise` mode or `always`), the system allocator does not, and with
+//! 100,000 lanes a handoff's random reads also miss the TLB on 4 KiB pages
+//! (`docs/performance.md`, session 10).
 
 use std::collections::VecDeque;
 use std::hint::black_box;
@@ -31,6 +37,9 @@ use turnstile_admission::{
     Acquired, AdmissionRequest, BudgetBounds, Controller, Estimate, LeaseId, Limits, Outcome,
     Profile,
 };
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const PRINCIPALS: usize = 100_000;
 const WAITERS: usize = 1_000_000;

@@ -98,6 +98,12 @@ impl FairRing {
         self.entries.pop_front()
     }
 
+    /// The entry `ahead` places after the front (0: the front), without taking it.
+    #[inline]
+    pub(crate) fn peek(&self, ahead: usize) -> Option<RingEntry> {
+        self.entries.get(ahead).copied()
+    }
+
     /// Served or deferred: the lane waits for its next turn.
     #[inline]
     pub(crate) fn push_back(&mut self, entry: RingEntry) {

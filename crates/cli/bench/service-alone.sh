@@ -9,31 +9,22 @@
 # Without the fourth argument the generator runs a closed loop (saturation). Figures:
 # docs/performance.md.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 serve_bin="${1:-target/release/turnstile}"
 gen_bin="${2:-$serve_bin}"
 seconds="${3:-6}"
 rate_args=()
 if [ -n "${4:-}" ]; then rate_args=(--rate "$4"); fi
-work="$(mktemp -d)"
-pid=""
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-printf 'demo = false\n' > "$work/turnstile.toml"
-"$serve_bin" serve --listen 127.0.0.1:0 --data "$work/data" --config "$work/turnstile.toml" > "$work/out" 2>&1 &
-pid=$!
-until grep -q "admin key:" "$work/out" 2>/dev/null; do sleep 0.05; done
-url="http://$(sed -n 's/^turnstile serve: listening on http:\/\///p' "$work/out" | head -1)"
-admin="$(sed -n 's/^ *admin key: *//p' "$work/out" | head -1)"
-profile='{"workspace":{"concurrency":4096,"maxQueueLength":100000},"providers":{"bench-provider":{"concurrency":4096}},"principals":{"bench":{"concurrency":4096}}}'
-curl -sf -X PUT "$url/v1/workspaces/bench/profiles/bench-v1" -H "Authorization: Bearer $admin" \
-  -H 'Content-Type: application/json' -d "$profile" >/dev/null
-key="$(curl -sf -X POST "$url/v1/workspaces/bench/keys" -H "Authorization: Bearer $admin" \
-  -H 'Content-Type: application/json' -d '{"principalId":"bench"}' | jq -r .key)"
+ts_init
+work="$TS_WORK"
+ts_serve "$serve_bin" "$work/data"
+pid=$TS_SERVE_PID
+url=$TS_SERVE_URL
+admin="$(ts_admin_key "$work/data")"
+ts_put_profile "$url" "$admin" bench bench-v1 "$TS_BENCH_PROFILE"
+key="$(ts_new_key "$url" "$admin" bench bench)"
 # utime + stime of the service process, in clock ticks.
-ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+ticks() { ts_cpu_ticks "$pid"; }
 hz=$(getconf CLK_TCK)
 before=$(ticks)
 "$gen_bin" bench-serve --url "$url" --key "$key" --provider bench-provider \

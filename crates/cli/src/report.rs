@@ -1,5 +1,5 @@
 //! How the command line reports a failure: one line `error: …` (the error and its causes,
-//! joined by `: `, newlines folded), then `hint: …` when the failing step knows what to do about
+//! joined by `: `, each said once, newlines folded), then `hint: …` when the failing step knows what to do about
 //! it, and an exit status that says what kind of failure it was ([`Failure`]).
 //!
 //! Invariants: without `--verbose` nothing but those lines reaches stderr, whatever
@@ -36,7 +36,7 @@ pub struct Hinted {
 
 impl fmt::Display for Hinted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#}", self.error)
+        f.write_str(&chain_message(&self.error))
     }
 }
 
@@ -78,14 +78,31 @@ pub fn render(error: &anyhow::Error) -> (Vec<String>, Failure) {
         Failure::Command
     };
     let (message, hint) = match error.downcast_ref::<Hinted>() {
-        Some(hinted) => (format!("{:#}", hinted.error), Some(hinted.hint.as_str())),
-        None => (format!("{error:#}"), None),
+        Some(hinted) => (chain_message(&hinted.error), Some(hinted.hint.as_str())),
+        None => (chain_message(error), None),
     };
     let mut lines = vec![format!("error: {}", one_line(&message))];
     if let Some(hint) = hint {
         lines.push(format!("hint: {hint}"));
     }
     (lines, failure)
+}
+
+/// The error and its causes joined by `: ` (as `{:#}` joins them), leaving out a cause the
+/// message already ends with: an error whose text names its cause (`"cannot open …: {0}"`)
+/// and also returns it as its `source()` (thiserror's `#[from]`) would say it twice.
+fn chain_message(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if message.is_empty() {
+            message = text;
+        } else if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+    }
+    message
 }
 
 /// Folds a multi-line message into one line.
@@ -132,6 +149,40 @@ mod tests {
             ]
         );
         assert_eq!(failure, Failure::Command);
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    enum Outer {
+        #[error("cannot start: {0}")]
+        Start(#[from] Inner),
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    enum Inner {
+        #[error("cannot open the store: {0}")]
+        Open(#[from] std::io::Error),
+    }
+
+    #[test]
+    fn a_cause_the_message_already_names_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let error = anyhow::Error::new(Outer::from(Inner::from(io)));
+        // `{:#}` says each cause again after the message that already holds it.
+        assert_eq!(
+            format!("{error:#}"),
+            "cannot start: cannot open the store: no such file: cannot open the store: no such file: no such file"
+        );
+        assert_eq!(
+            render(&error).0,
+            vec!["error: cannot start: cannot open the store: no such file".to_owned()]
+        );
+        // A context names no cause: the cause follows it.
+        let error = anyhow::Error::new(Inner::from(std::io::Error::other("disk full")))
+            .context("writing f.json");
+        assert_eq!(
+            render(&error).0,
+            vec!["error: writing f.json: cannot open the store: disk full".to_owned()]
+        );
     }
 
     #[test]

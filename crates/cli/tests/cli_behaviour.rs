@@ -84,6 +84,29 @@ fn a_user_error_is_one_line_with_a_hint_and_no_backtrace_unless_verbose() {
 }
 
 #[test]
+fn a_serve_error_names_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("turnstile.toml");
+    std::fs::write(&config, "bogus = 1\n").unwrap();
+    let output = turnstile()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.path().join("data"))
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: invalid config file"), "{stderr}");
+    assert_eq!(
+        stderr.matches("unknown field `bogus`").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+#[test]
 fn profile_check_names_the_field_and_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad.json");

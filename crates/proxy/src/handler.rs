@@ -40,6 +40,9 @@ pub const WAIT_HEADER: &str = "x-turnstile-wait-ms";
 /// The header naming the invocation budget the call is charged to.
 pub const BUDGET_HEADER: &str = "x-turnstile-budget-id";
 
+/// One proxied call's answer, boxed once ([`call`]).
+pub type CallFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>>;
+
 /// Serves one proxied call in the endpoint's wire format.
 ///
 /// Not an `async fn`: the request is taken apart here, so the future keeps only the caller,
@@ -47,11 +50,7 @@ pub const BUDGET_HEADER: &str = "x-turnstile-budget-id";
 /// the upstream call's state) is boxed here, once: axum's handler glue and the router's layers
 /// each move the future they are given into a future (and a box) of their own, so what they
 /// move per call is this box, not the whole state.
-pub fn call(
-    proxy: Arc<Proxy>,
-    endpoint: Endpoint,
-    request: Request,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>> {
+pub fn call(proxy: Arc<Proxy>, endpoint: Endpoint, request: Request) -> CallFuture {
     let format = endpoint.format();
     let (parts, body) = request.into_parts();
     let caller = match parts.extensions.get::<Identity>() {

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod pool;
 pub mod request;
 pub mod retry_after;
+pub mod route_table;
 pub mod settle;
 pub mod shared;
 pub mod sse;
@@ -52,7 +53,6 @@ use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
 use turnstile_shell::{DriverHandle, Telemetry};
@@ -170,34 +170,29 @@ fn process_nonce() -> u64 {
     hasher.finish()
 }
 
-/// Every proxy route, as (method, path).
-pub const ROUTES: &[(&str, &str)] = &[
-    ("post", "/openai/v1/chat/completions"),
-    ("post", "/openai/v1/responses"),
-    ("post", "/openai/v1/embeddings"),
-    ("post", "/openai/v1/completions"),
-    ("get", "/openai/v1/models"),
-    ("post", "/anthropic/v1/messages"),
-];
+crate::route_table! {
+    /// Every proxy route, as (method, path): exactly what [`router`] serves.
+    pub const ROUTES;
+    /// Adds every route of [`ROUTES`].
+    fn serve_routes(Router<Arc<Proxy>>);
+    post "/openai/v1/chat/completions" => endpoint(Endpoint::ChatCompletions),
+    post "/openai/v1/responses" => endpoint(Endpoint::Responses),
+    post "/openai/v1/embeddings" => endpoint(Endpoint::Embeddings),
+    post "/openai/v1/completions" => endpoint(Endpoint::Completions),
+    get "/openai/v1/models" => models,
+    post "/anthropic/v1/messages" => endpoint(Endpoint::Messages),
+}
 
-/// The proxy's routes, for any host state `S`.
+/// The proxy's routes ([`ROUTES`]), for any host state `S`.
 pub fn router<S: Clone + Send + Sync + 'static>(proxy: Arc<Proxy>) -> Router<S> {
-    fn endpoint(endpoint: Endpoint) -> axum::routing::MethodRouter<Arc<Proxy>> {
-        post(move |State(proxy): State<Arc<Proxy>>, request: Request| {
-            handler::call(proxy, endpoint, request)
-        })
-    }
-    Router::new()
-        .route(
-            "/openai/v1/chat/completions",
-            endpoint(Endpoint::ChatCompletions),
-        )
-        .route("/openai/v1/responses", endpoint(Endpoint::Responses))
-        .route("/openai/v1/embeddings", endpoint(Endpoint::Embeddings))
-        .route("/openai/v1/completions", endpoint(Endpoint::Completions))
-        .route("/openai/v1/models", get(models))
-        .route("/anthropic/v1/messages", endpoint(Endpoint::Messages))
-        .with_state(proxy)
+    serve_routes(Router::new()).with_state(proxy)
+}
+
+/// The handler of one proxied endpoint ([`handler::call`], which boxes the call's future once).
+fn endpoint(
+    endpoint: Endpoint,
+) -> impl Fn(State<Arc<Proxy>>, Request) -> handler::CallFuture + Clone + Send + Sync + 'static {
+    move |State(proxy): State<Arc<Proxy>>, request: Request| handler::call(proxy, endpoint, request)
 }
 
 /// `GET /openai/v1/models`: the OpenAI-format models of the routing table.

@@ -152,10 +152,14 @@ pub struct ProxyRequest {
     pub body_bytes: u64,
 }
 
+/// A count: an integer, also spelled as a whole number (`5.0`), as JSON Schema (and so
+/// `openapi.json`) defines an integer and as the admission API reads one.
 fn count(value: &Option<Value>, field: &'static str) -> Result<Option<u64>, RequestError> {
+    let whole =
+        |n: f64| (n.fract() == 0.0 && (0.0..=MAX_COUNT as f64).contains(&n)).then_some(n as u64);
     match value {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match n.as_u64() {
+        Some(Value::Number(n)) => match n.as_u64().or_else(|| n.as_f64().and_then(whole)) {
             Some(v) if v <= MAX_COUNT => Ok(Some(v)),
             _ => Err(RequestError::Invalid {
                 field,
@@ -338,5 +342,21 @@ mod tests {
             assert_eq!(error.param(), field, "{error}");
         }
         assert!(parse(Endpoint::Embeddings, br#"{"model":"m","stream":true}"#).is_err());
+        for body in [
+            &br#"{"model":"m","max_tokens":9007199254740992.0}"#[..],
+            br#"{"model":"m","n":-0.5}"#,
+            br#"{"model":"m","n":129.0}"#,
+        ] {
+            assert!(parse(Endpoint::ChatCompletions, body).is_err());
+        }
+    }
+
+    #[test]
+    fn a_count_spelled_as_a_whole_number_is_that_integer() {
+        let body = br#"{"model":"m","max_tokens":50.0,"n":2.0}"#;
+        let request = parse(Endpoint::ChatCompletions, body).unwrap();
+        assert_eq!((request.max_output_tokens, request.n), (Some(50), 2));
+        let zero = parse(Endpoint::Messages, br#"{"model":"m","max_tokens":-0.0}"#).unwrap();
+        assert_eq!(zero.max_output_tokens, Some(0));
     }
 }

@@ -11,7 +11,8 @@
 //!
 //! Invariants: the handler runs only when `admit` let the request through; the slot is
 //! released when the handler's future completes or is dropped (a client that leaves), never
-//! before; the inner service is called only after its `poll_ready` (forwarded); a gate of the
+//! before, or, for a response marked [`crate::slot_held_body::SlotHeldByBody`] (an event
+//! stream), when its body is dropped; the inner service is called only after its `poll_ready` (forwarded); a gate of the
 //! reserved slice (`reserved`) lets only operators' calls through; a hot route gets the same
 //! gate (`admit`, the slot) as a routed request.
 
@@ -28,6 +29,7 @@ use tower::Service;
 use crate::api::AppState;
 use crate::auth::{admit, Admitted, KeySlot};
 use crate::hot_routes::HotRoute;
+use crate::slot_held_body::hold_slot_in_body;
 
 /// The router behind the gate.
 #[derive(Clone)]
@@ -91,7 +93,7 @@ where
                     GateFuture {
                         state: State::Handling {
                             handler: self.inner.call(request),
-                            _slot: slot,
+                            slot,
                         },
                     }
                 }
@@ -120,7 +122,7 @@ pin_project_lite::pin_project! {
         Handling {
             #[pin]
             handler: F,
-            _slot: Option<KeySlot>,
+            slot: Option<KeySlot>,
         },
     }
 }
@@ -136,7 +138,9 @@ impl<F: Future<Output = Result<Response, Infallible>>> Future for GateFuture<F> 
                 None => Poll::Ready(Ok(crate::error::ApiError::Overloaded.into_response())),
             },
             StateProjection::Hot { handler, .. } => handler.as_mut().poll(cx).map(Ok),
-            StateProjection::Handling { handler, .. } => handler.poll(cx),
+            StateProjection::Handling { handler, slot } => handler
+                .poll(cx)
+                .map(|answer| answer.map(|response| hold_slot_in_body(response, slot))),
         }
     }
 }

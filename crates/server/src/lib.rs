@@ -50,6 +50,7 @@ pub mod recover;
 pub mod routes;
 pub mod serve;
 pub mod shared;
+pub mod slot_held_body;
 pub mod slots;
 pub mod status;
 pub mod ui;

@@ -1,9 +1,11 @@
 //! The router: every route of the service in one table.
 //!
-//! [`ROUTES`] lists (method, path) exactly as in `openapi.json`; a test checks that the two
-//! agree and that each listed route is served.
+//! [`ROUTES`] and the proxy's [`turnstile_proxy::ROUTES`] list (method, path) exactly as in
+//! `openapi.json`, and the router serves nothing else: both are declared with
+//! [`turnstile_proxy::route_table!`], which makes the table and the routes from one list. A
+//! test (`openapi_lists_exactly_the_served_routes`) checks that the tables and the document
+//! agree and that each listed route is served, so a route added without documenting it fails.
 
-use axum::routing::{delete, get, post, put};
 use axum::Router;
 
 use crate::gate::Gate;
@@ -13,37 +15,35 @@ use crate::api::{
 };
 use crate::ui;
 
-/// Every route, as (method, OpenAPI path).
-pub const ROUTES: &[(&str, &str)] = &[
-    (
-        "put",
-        "/v1/workspaces/{workspaceId}/profiles/{profileVersion}",
-    ),
-    (
-        "get",
-        "/v1/workspaces/{workspaceId}/profiles/{profileVersion}",
-    ),
-    ("get", "/v1/workspaces/{workspaceId}/profiles"),
-    ("get", "/v1/workspaces/{workspaceId}/events"),
-    ("get", "/v1/workspaces/{workspaceId}/breakers"),
-    ("get", "/v1/workspaces/{workspaceId}/pauses"),
-    ("get", "/v1/workspaces/{workspaceId}/fairness"),
-    ("get", "/v1/workspaces/{workspaceId}/snapshot"),
-    ("post", "/v1/workspaces/{workspaceId}/keys"),
-    ("get", "/v1/workspaces/{workspaceId}/keys"),
-    ("delete", "/v1/workspaces/{workspaceId}/keys/{keyId}"),
-    ("post", "/v1/admissions"),
-    ("post", "/v1/leases/{leaseId}/release"),
-    ("post", "/v1/leases/{leaseId}/heartbeat"),
-    ("post", "/v1/budgets/{budgetId}/release"),
-    ("post", "/v1/providers/{providerId}/retry-after"),
-    ("get", "/metrics"),
-    ("get", "/healthz"),
-    ("get", "/readyz"),
-    ("get", "/openapi.json"),
-    ("get", "/ui"),
-    ("get", "/ui/{asset}"),
-];
+turnstile_proxy::route_table! {
+    /// Every route of the service's own, as (method, OpenAPI path): exactly what
+    /// [`serve_routes`] serves. The proxy's are [`turnstile_proxy::ROUTES`].
+    pub const ROUTES;
+    /// Adds every route of [`ROUTES`].
+    fn serve_routes(Router<AppState>);
+    put "/v1/workspaces/{workspaceId}/profiles/{profileVersion}" => profiles::put_profile,
+    get "/v1/workspaces/{workspaceId}/profiles/{profileVersion}" => revisions::profile_revision,
+    get "/v1/workspaces/{workspaceId}/profiles" => profiles::profile_history,
+    get "/v1/workspaces/{workspaceId}/events" => events::events,
+    get "/v1/workspaces/{workspaceId}/breakers" => profiles::breaker_history,
+    get "/v1/workspaces/{workspaceId}/pauses" => profiles::pause_history,
+    get "/v1/workspaces/{workspaceId}/fairness" => fairness::fairness,
+    get "/v1/workspaces/{workspaceId}/snapshot" => profiles::snapshot,
+    post "/v1/workspaces/{workspaceId}/keys" => keys::create_key,
+    get "/v1/workspaces/{workspaceId}/keys" => keys::list_keys,
+    delete "/v1/workspaces/{workspaceId}/keys/{keyId}" => keys::revoke_key,
+    post "/v1/admissions" => admissions::acquire,
+    post "/v1/leases/{leaseId}/release" => leases::release,
+    post "/v1/leases/{leaseId}/heartbeat" => leases::heartbeat,
+    post "/v1/budgets/{budgetId}/release" => coordination::release_budget,
+    post "/v1/providers/{providerId}/retry-after" => coordination::retry_after,
+    get "/metrics" => ops::metrics,
+    get "/healthz" => ops::healthz,
+    get "/readyz" => ops::readyz,
+    get "/openapi.json" => ops::openapi,
+    get "/ui" => ui::index,
+    get "/ui/{asset}" => ui::asset,
+}
 
 /// The service over `state`: the router behind the gate, for the general connections or
 /// (`reserved`) for those of the operators' reserved slice.
@@ -52,57 +52,7 @@ pub const ROUTES: &[(&str, &str)] = &[
 /// service and future once per route and request). Request bodies are capped by their readers
 /// (`crate::body`, the proxy's `body::read`), so no `DefaultBodyLimit` layer is needed.
 pub fn router(state: AppState, reserved: bool) -> Gate<Router> {
-    let router = Router::new()
-        .route(
-            "/v1/workspaces/{workspaceId}/profiles/{profileVersion}",
-            put(profiles::put_profile).get(revisions::profile_revision),
-        )
-        .route(
-            "/v1/workspaces/{workspaceId}/profiles",
-            get(profiles::profile_history),
-        )
-        .route("/v1/workspaces/{workspaceId}/events", get(events::events))
-        .route(
-            "/v1/workspaces/{workspaceId}/breakers",
-            get(profiles::breaker_history),
-        )
-        .route(
-            "/v1/workspaces/{workspaceId}/pauses",
-            get(profiles::pause_history),
-        )
-        .route(
-            "/v1/workspaces/{workspaceId}/fairness",
-            get(fairness::fairness),
-        )
-        .route(
-            "/v1/workspaces/{workspaceId}/snapshot",
-            get(profiles::snapshot),
-        )
-        .route(
-            "/v1/workspaces/{workspaceId}/keys",
-            post(keys::create_key).get(keys::list_keys),
-        )
-        .route(
-            "/v1/workspaces/{workspaceId}/keys/{keyId}",
-            delete(keys::revoke_key),
-        )
-        .route("/v1/admissions", post(admissions::acquire))
-        .route("/v1/leases/{leaseId}/release", post(leases::release))
-        .route("/v1/leases/{leaseId}/heartbeat", post(leases::heartbeat))
-        .route(
-            "/v1/budgets/{budgetId}/release",
-            post(coordination::release_budget),
-        )
-        .route(
-            "/v1/providers/{providerId}/retry-after",
-            post(coordination::retry_after),
-        )
-        .route("/metrics", get(ops::metrics))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/openapi.json", get(ops::openapi))
-        .route("/ui", get(ui::index))
-        .route("/ui/{asset}", get(ui::asset))
+    let router = serve_routes(Router::new())
         .merge(turnstile_proxy::router(state.proxy.clone()))
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)

@@ -57,8 +57,7 @@ fn open_and_leave(server: &TestServer, key: &str, from: u64, count: u64) {
 /// (`crates/admission/tests/budget_bounds.rs`); over HTTP, 10,000 budgets show the same bound.
 #[test]
 fn budgets_opened_and_left_over_http_are_forgotten_and_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |c| c.budgets.idle_ms = 100);
+    let server = TestServer::start_fresh(|c| c.budgets.idle_ms = 100);
     let key = setup(&server);
     open_and_leave(&server, &key, 0, 10_000);
     std::thread::sleep(Duration::from_millis(150));
@@ -79,32 +78,17 @@ fn an_evicted_budget_opens_anew_and_the_evidence_says_so() {
     let first: Value = server.acquire(&key, &body).json().unwrap();
     assert_eq!(first["evidence"]["budgetOpened"], true, "{first}");
     let lease = first["leaseId"].as_str().unwrap();
-    assert_eq!(
-        server
-            .release(&key, lease, &json!({"outcome": "success"}))
-            .status(),
-        200
-    );
+    server.assert_released(&key, lease, "success");
     let second: Value = server.acquire(&key, &body).json().unwrap();
     assert!(second["evidence"].get("budgetOpened").is_none(), "{second}");
     let lease = second["leaseId"].as_str().unwrap();
-    assert_eq!(
-        server
-            .release(&key, lease, &json!({"outcome": "success"}))
-            .status(),
-        200
-    );
+    server.assert_released(&key, lease, "success");
     std::thread::sleep(Duration::from_millis(80));
     let third: Value = server.acquire(&key, &body).json().unwrap();
     assert_eq!(third["evidence"]["budgetOpened"], true, "{third}");
     assert!(server.metric("turnstile_budgets_evicted_total") >= 1.0);
     let lease = third["leaseId"].as_str().unwrap();
-    assert_eq!(
-        server
-            .release(&key, lease, &json!({"outcome": "success"}))
-            .status(),
-        200
-    );
+    server.assert_released(&key, lease, "success");
     std::thread::sleep(Duration::from_millis(80));
     // Evicted again by the next operation; the store forgets its spend too, so a restart
     // restores nothing.
@@ -118,19 +102,13 @@ fn an_evicted_budget_opens_anew_and_the_evidence_says_so() {
     assert_eq!(server.snapshot("t")["openBudgets"], 0);
     server.stop();
     let restarted = TestServer::start(dir.path(), |c| c.budgets.idle_ms = 60_000);
-    let snapshot: Value = restarted
-        .get("/v1/workspaces/t/snapshot", &key)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let snapshot = restarted.get_json("/v1/workspaces/t/snapshot", &key);
     assert_eq!(snapshot["openBudgets"], 0, "{snapshot}");
 }
 
 #[test]
 fn past_the_cap_an_admission_that_would_open_a_budget_is_refused_429_retryable() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |c| c.budgets.max_open_per_workspace = 2);
+    let server = TestServer::start_fresh(|c| c.budgets.max_open_per_workspace = 2);
     let key = setup(&server);
     for budget in ["a", "b"] {
         let body = json!({"providerId": "wide", "budgetId": budget, "estimate": {"tokens": 1}});

@@ -24,14 +24,8 @@ fn updates(text: &str) -> Vec<Value> {
 
 #[test]
 fn the_feed_streams_lanes_decisions_and_transitions() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    assert_eq!(
-        server
-            .put_profile(&server.admin(), "t", "v1", &test_profile())
-            .status(),
-        201
-    );
+    let server = TestServer::start_fresh(|_| {});
+    server.register_test_profile();
     let alice = server.new_key("t", "alice");
     let response = server
         .get("/v1/workspaces/t/events?maxEvents=3", &server.admin())
@@ -51,20 +45,11 @@ fn the_feed_streams_lanes_decisions_and_transitions() {
     });
     // A grant and a failure that opens `p`'s breaker (threshold 1).
     std::thread::sleep(Duration::from_millis(100));
-    let lease: Value = server
-        .acquire(
-            &alice,
-            &json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 0}),
-        )
-        .json()
-        .unwrap();
-    let lease_id = lease["leaseId"].as_str().unwrap();
-    assert_eq!(
-        server
-            .release(&alice, lease_id, &json!({"outcome": "failure"}))
-            .status(),
-        200
+    let lease_id = &server.granted_lease(
+        &alice,
+        &json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 0}),
     );
+    server.assert_released(&alice, lease_id, "failure");
     let text = reader.join().unwrap();
     assert!(started.elapsed() < Duration::from_secs(5), "{text}");
     let events = updates(&text);
@@ -111,14 +96,8 @@ fn the_feed_streams_lanes_decisions_and_transitions() {
 
 #[test]
 fn a_principal_sees_its_own_workspace_without_other_principals() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    assert_eq!(
-        server
-            .put_profile(&server.admin(), "t", "v1", &test_profile())
-            .status(),
-        201
-    );
+    let server = TestServer::start_fresh(|_| {});
+    server.register_test_profile();
     let alice = server.new_key("t", "alice");
     let outsider = server.new_key("elsewhere", "carol");
     let forbidden = server
@@ -133,7 +112,8 @@ fn a_principal_sees_its_own_workspace_without_other_principals() {
         .text()
         .unwrap();
     let events = updates(&text);
-    assert_eq!(events[0]["principals"], json!([]));
+    // Never the field, not even empty: `principals` is for admin keys.
+    assert!(events[0].get("principals").is_none(), "{}", events[0]);
     for bad in ["?maxEvents=0", "?maxEvents=x", "?other=1"] {
         let response = server
             .get(&format!("/v1/workspaces/t/events{bad}"), &alice)
@@ -150,20 +130,14 @@ fn a_principal_sees_its_own_workspace_without_other_principals() {
 
 #[test]
 fn a_revision_reads_back_for_diff_and_rollback() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
+    let server = TestServer::start_fresh(|_| {});
     let admin = server.admin();
     let v1 = test_profile();
     let mut v2 = test_profile();
     v2["providers"]["wide"]["concurrency"] = json!(2);
     assert_eq!(server.put_profile(&admin, "t", "v1", &v1).status(), 201);
     assert_eq!(server.put_profile(&admin, "t", "v2", &v2).status(), 201);
-    let revision: Value = server
-        .get("/v1/workspaces/t/profiles/v1", &admin)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let revision = server.get_json("/v1/workspaces/t/profiles/v1", &admin);
     assert_eq!(revision["profileVersion"], "v1");
     assert_eq!(revision["profile"]["providers"]["wide"]["concurrency"], 4);
     // Sending it back unchanged is a rollback, with the same digest as the first registration.
@@ -195,8 +169,7 @@ fn a_revision_reads_back_for_diff_and_rollback() {
 
 #[test]
 fn the_console_is_embedded_with_a_strict_policy() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
+    let server = TestServer::start_fresh(|_| {});
     let page = server.client.get(server.url("/ui")).send().unwrap();
     assert_eq!(page.status(), 200);
     let policy = page.headers()["content-security-policy"]

@@ -68,12 +68,7 @@ fn pauses_are_journaled_with_their_cause_and_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path(), |_| {});
     let admin = server.admin();
-    assert_eq!(
-        server
-            .put_profile(&admin, "t", "v1", &test_profile())
-            .status(),
-        201
-    );
+    server.register_test_profile();
     let alice = server.new_key("t", "alice");
     assert!(records(&server, &alice, "/v1/workspaces/t/pauses").is_empty());
 
@@ -97,14 +92,10 @@ fn pauses_are_journaled_with_their_cause_and_survive_a_restart() {
         assert_eq!(again.status(), 200);
     }
     // A lease released with outcome retry-after pauses its lane too.
-    let lease: Value = server
-        .acquire(
-            &alice,
-            &json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 0}),
-        )
-        .json()
-        .unwrap();
-    let lease_id = lease["leaseId"].as_str().unwrap();
+    let lease_id = &server.granted_lease(
+        &alice,
+        &json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 0}),
+    );
     assert_eq!(
         server
             .release(
@@ -147,17 +138,9 @@ fn pauses_are_journaled_with_their_cause_and_survive_a_restart() {
 
 #[test]
 fn the_fairness_window_is_computed_by_the_server_and_scoped_by_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
+    let server = TestServer::start_fresh(|_| {});
     let admin = server.admin();
-    assert_eq!(
-        server
-            .put_profile(&admin, "t", "v1", &test_profile())
-            .status(),
-        201
-    );
-    let alice = server.new_key("t", "alice");
-    let bob = server.new_key("t", "bob");
+    let (alice, bob) = server.register_test_profile_with_keys();
     let grant = |key: &str| {
         let lease: Value = server
             .acquire(
@@ -185,12 +168,7 @@ fn the_fairness_window_is_computed_by_the_server_and_scoped_by_key() {
     );
     assert_ne!(refused.status(), 200);
 
-    let view: Value = server
-        .get("/v1/workspaces/t/fairness", &admin)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let view = server.get_json("/v1/workspaces/t/fairness", &admin);
     assert_eq!(view["totalGrants"], 4, "{view}");
     assert_eq!(view["bucketMs"], 60000);
     assert_eq!(view["unattributedGrants"], 0);
@@ -207,12 +185,7 @@ fn the_fairness_window_is_computed_by_the_server_and_scoped_by_key() {
     assert_eq!(by_minute, 4);
 
     // A principal key sees the totals and its own row, never another principal's ID.
-    let own: Value = server
-        .get("/v1/workspaces/t/fairness", &bob)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let own = server.get_json("/v1/workspaces/t/fairness", &bob);
     assert_eq!(own["totalGrants"], 4);
     let rows = own["principals"].as_array().unwrap();
     assert_eq!(rows.len(), 1);

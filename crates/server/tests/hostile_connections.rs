@@ -9,18 +9,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{test_profile, TestServer};
+use common::TestServer;
 use serde_json::{json, Value};
 
 /// The two floods run one at a time: on a small shared machine the unread-responses flood
 /// takes the CPU the 100 ms probe measures.
 static FLOODS: Mutex<()> = Mutex::new(());
-
-fn setup(server: &TestServer) -> (String, String) {
-    let response = server.put_profile(&server.admin(), "t", "v1", &test_profile());
-    assert_eq!(response.status(), 201);
-    (server.new_key("t", "alice"), server.new_key("t", "bob"))
-}
 
 fn cut(server: &TestServer, kind: &str) -> f64 {
     let text = server.metrics_text();
@@ -81,8 +75,7 @@ fn probe_healthz(addr: SocketAddr) -> (Duration, String) {
 #[test]
 fn healthz_answers_within_100ms_while_1100_slow_body_connections_are_open() {
     let _flood = FLOODS.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |c| {
+    let server = TestServer::start_fresh(|c| {
         // The flood is one key from one address: lift those caps so it really fills the
         // general pool, and keep slow bodies alive for the whole test.
         c.http.max_connections_per_address = 4096;
@@ -91,7 +84,7 @@ fn healthz_answers_within_100ms_while_1100_slow_body_connections_are_open() {
         c.http.body_min_bytes_per_sec = 1;
         c.http.body_read_timeout_ms = 60_000;
     });
-    let (alice, _) = setup(&server);
+    let (alice, _) = server.register_test_profile_with_keys();
     // 999 of 1,000 bytes: at 1 B/s minimum this body may take 1,000 s to finish.
     let almost = format!("{{{}", " ".repeat(998));
     let mut flood: Vec<TcpStream> = (0..1100)
@@ -148,12 +141,11 @@ fn healthz_answers_within_100ms_while_1100_slow_body_connections_are_open() {
 
 #[test]
 fn a_body_slower_than_the_minimum_rate_or_the_total_time_is_cut_with_408() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |c| {
+    let server = TestServer::start_fresh(|c| {
         c.http.body_min_bytes_per_sec = 100;
         c.http.body_read_timeout_ms = 1_500;
     });
-    let (alice, _) = setup(&server);
+    let (alice, _) = server.register_test_profile_with_keys();
 
     // Too slow: one byte every 200 ms is 5 B/s.
     let started = Instant::now();
@@ -205,8 +197,7 @@ fn a_body_slower_than_the_minimum_rate_or_the_total_time_is_cut_with_408() {
 #[test]
 fn clients_that_never_read_their_responses_are_cut_and_operators_still_get_in() {
     let _flood = FLOODS.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |c| {
+    let server = TestServer::start_fresh(|c| {
         c.http.max_connections = 64;
         c.http.response_write_timeout_ms = 500;
     });
@@ -236,21 +227,12 @@ fn clients_that_never_read_their_responses_are_cut_and_operators_still_get_in() 
     eprintln!("64 write-timeout cuts after {:?}", started.elapsed());
     drop(hogs);
     // The pool is free again.
-    assert_eq!(
-        server
-            .client
-            .get(server.url("/healthz"))
-            .send()
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(server.status_of_get("/healthz"), 200);
 }
 
 #[test]
 fn an_idle_keep_alive_connection_is_closed() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |c| c.http.keep_alive_idle_ms = 300);
+    let server = TestServer::start_fresh(|c| c.http.keep_alive_idle_ms = 300);
     let mut stream = TcpStream::connect(server.addr).unwrap();
     let started = Instant::now();
     stream
@@ -271,7 +253,7 @@ fn one_address_and_one_key_cannot_hold_more_than_their_caps() {
         c.http.max_connections_per_address = 4;
         c.http.max_requests_per_key = 2;
     });
-    let (alice, bob) = setup(&server);
+    let (alice, bob) = server.register_test_profile_with_keys();
 
     // Per key: two slow bodies hold alice's slots; her third request is refused at once.
     let held: Vec<TcpStream> = (0..2).map(|_| slow_body(server.addr, &alice)).collect();
@@ -305,11 +287,80 @@ fn one_address_and_one_key_cannot_hold_more_than_their_caps() {
     assert!(cut(&server, "address-cap") >= 1.0);
 }
 
+/// Opens `GET …/events` for workspace `t` and reads until the first `update` arrived.
+fn open_event_stream(addr: SocketAddr, key: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET /v1/workspaces/t/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n"
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("event: update") {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no first update"
+        );
+        match stream.read(&mut buf) {
+            Ok(0) => panic!("the stream closed: {}", String::from_utf8_lossy(&seen)),
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 200"));
+    stream
+}
+
+#[test]
+fn an_open_event_stream_holds_one_of_its_keys_request_slots() {
+    let server = TestServer::start_fresh(|c| c.http.max_requests_per_key = 2);
+    let (alice, bob) = server.register_test_profile_with_keys();
+    // Two open streams hold both of alice's slots: her next request is refused at once.
+    let first = open_event_stream(server.addr, &alice);
+    let _second = open_event_stream(server.addr, &alice);
+    let refused = server
+        .get("/v1/workspaces/t/snapshot", &alice)
+        .send()
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.json::<Value>().unwrap()["error"], "key-busy");
+    // Another key is not affected.
+    let bob_ok = server
+        .get("/v1/workspaces/t/snapshot", &bob)
+        .send()
+        .unwrap();
+    assert_eq!(bob_ok.status(), 200);
+    // A stream whose client left gives its slot back (the server notices at its next write,
+    // within the one-second quiet update).
+    drop(first);
+    let started = Instant::now();
+    loop {
+        let answer = server
+            .get("/v1/workspaces/t/snapshot", &alice)
+            .send()
+            .unwrap();
+        if answer.status() == 200 {
+            break;
+        }
+        assert_eq!(answer.status(), 429);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the left stream still holds its slot"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn one_principal_cannot_queue_more_than_its_pending_cap() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |c| c.admission.max_pending_per_key = 1);
-    let (alice, bob) = setup(&server);
+    let server = TestServer::start_fresh(|c| c.admission.max_pending_per_key = 1);
+    let (alice, bob) = server.register_test_profile_with_keys();
     // bob holds provider p's one permit; alice's first request waits, her second is refused.
     let lease = server.acquire(
         &bob,

@@ -8,12 +8,6 @@ use std::io::{Read, Write};
 use common::{test_profile, TestServer};
 use serde_json::{json, Value};
 
-fn setup(server: &TestServer) -> String {
-    let response = server.put_profile(&server.admin(), "t", "v1", &test_profile());
-    assert_eq!(response.status(), 201);
-    server.new_key("t", "alice")
-}
-
 fn typed(response: reqwest::blocking::Response, status: u16, error: &str) -> Value {
     assert_eq!(response.status().as_u16(), status);
     assert!(response.headers()["content-type"]
@@ -28,14 +22,11 @@ fn typed(response: reqwest::blocking::Response, status: u16, error: &str) -> Val
 
 #[test]
 fn actual_usage_out_of_range_is_422_and_counters_never_wrap() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    let alice = setup(&server);
+    let server = TestServer::start_fresh(|_| {});
+    server.register_test_profile();
+    let alice = server.new_key("t", "alice");
     let body = json!({"providerId": "wide", "budgetId": "b", "estimate": {}, "deadlineMs": 0});
-    let lease = |server: &TestServer| -> String {
-        let lease: Value = server.acquire(&alice, &body).json().unwrap();
-        lease["leaseId"].as_str().unwrap().to_owned()
-    };
+    let lease = |server: &TestServer| -> String { server.granted_lease(&alice, &body) };
     let first = lease(&server);
     let ok = server.release(
         &alice,
@@ -70,9 +61,9 @@ fn actual_usage_out_of_range_is_422_and_counters_never_wrap() {
 
 #[test]
 fn errors_of_every_layer_are_typed_json() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    let alice = setup(&server);
+    let server = TestServer::start_fresh(|_| {});
+    server.register_test_profile();
+    let alice = server.new_key("t", "alice");
 
     // Invalid UTF-8 in a path ID.
     let bad_path = server
@@ -151,8 +142,7 @@ fn errors_of_every_layer_are_typed_json() {
 
 #[test]
 fn the_key_listing_returns_every_revocation() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
+    let server = TestServer::start_fresh(|_| {});
     let admin = server.admin();
     for i in 0..260 {
         let created: Value = server
@@ -171,11 +161,6 @@ fn the_key_listing_returns_every_revocation() {
             .unwrap();
         assert_eq!(revoked.status(), 200);
     }
-    let listing: Value = server
-        .get("/v1/workspaces/t/keys", &admin)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let listing = server.get_json("/v1/workspaces/t/keys", &admin);
     assert_eq!(listing["revocations"].as_array().unwrap().len(), 260);
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{admission, test_profile, TestServer};
+use common::{admission, TestServer};
 use serde_json::{json, Value};
 
 /// The lease ID's path segment with its first character percent-encoded (router only).
@@ -32,29 +32,12 @@ fn release_at(
     (response.status().as_u16(), response.text().unwrap())
 }
 
-fn lease(server: &TestServer, key: &str) -> String {
-    let granted = server.acquire(key, &admission("p"));
-    assert_eq!(granted.status(), 200);
-    granted.json::<Value>().unwrap()["leaseId"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 #[test]
 fn a_release_answers_the_same_through_the_gate_and_through_the_router() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    assert_eq!(
-        server
-            .put_profile(&server.admin(), "t", "v1", &test_profile())
-            .status(),
-        201
-    );
-    let alice = server.new_key("t", "alice");
-    let bob = server.new_key("t", "bob");
+    let server = TestServer::start_fresh(|_| {});
+    let (alice, bob) = server.register_test_profile_with_keys();
     let success = json!({ "outcome": "success" });
-    let first = lease(&server, &alice);
+    let first = server.granted_lease(&alice, &admission("p"));
     let plain = first.clone();
     let routed = encoded(&first);
 
@@ -85,7 +68,7 @@ fn a_release_answers_the_same_through_the_gate_and_through_the_router() {
     assert_eq!(gone_hot, gone_router);
 
     // A release by the gate answers exactly what the router answered.
-    let second = lease(&server, &alice);
+    let second = server.granted_lease(&alice, &admission("p"));
     assert_eq!(
         release_at(&server, &second, Some(&alice), &success),
         released
@@ -94,8 +77,7 @@ fn a_release_answers_the_same_through_the_gate_and_through_the_router() {
 
 #[test]
 fn an_admission_without_a_known_key_is_refused_before_its_body_is_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
+    let server = TestServer::start_fresh(|_| {});
     for key in [None, Some("tsk_not-a-key")] {
         let mut request = server
             .client

@@ -45,14 +45,8 @@ fn call(server: &TestServer, key: &str, operation: Operation) -> RequestBuilder 
 
 #[test]
 fn every_call_answers_as_the_role_table_says() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    assert_eq!(
-        server
-            .put_profile(&server.admin(), "t", "v1", &test_profile())
-            .status(),
-        201
-    );
+    let server = TestServer::start_fresh(|_| {});
+    server.register_test_profile();
     let named = server.new_key("t", "alice");
     // A valid key of a principal the profile does not name.
     let unnamed = server.new_key("t", "mallory");
@@ -98,26 +92,14 @@ fn every_call_answers_as_the_role_table_says() {
 
 #[test]
 fn a_disabled_principal_cannot_pause_providers_or_reset_an_exhausted_budget() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    assert_eq!(
-        server
-            .put_profile(&server.admin(), "t", "v1", &test_profile())
-            .status(),
-        201
-    );
+    let server = TestServer::start_fresh(|_| {});
+    server.register_test_profile();
     let alice = server.new_key("t", "alice");
     let mallory = server.new_key("t", "mallory");
     // alice exhausts her cost budget (maxCostUsd 1) on invocation `spent`.
     let body = json!({"providerId": "wide", "budgetId": "spent", "estimate": {"costUsd": 1.0}, "deadlineMs": 0});
-    let lease: Value = server.acquire(&alice, &body).json().unwrap();
-    let lease_id = lease["leaseId"].as_str().unwrap();
-    assert_eq!(
-        server
-            .release(&alice, lease_id, &json!({"outcome": "success"}))
-            .status(),
-        200
-    );
+    let lease_id = &server.granted_lease(&alice, &body);
+    server.assert_released(&alice, lease_id, "success");
     let exhausted = server.acquire(&alice, &body);
     assert_eq!(exhausted.status(), 422);
     assert_eq!(exhausted.json::<Value>().unwrap()["reason"], "cost");

@@ -177,6 +177,26 @@ impl Rig {
     }
 
     /// Waits until the workspace holds no lease and no waiter.
+    /// After the client left at `left` (the fake upstream's clock): the upstream saw its
+    /// request aborted within 100 ms, and the call settled as `client-gone`.
+    fn assert_client_gone_aborted_upstream_within_100_ms(&self, left: f64) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.fake.stats().aborted == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the upstream never saw the abort"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let aborted = self.fake.stats().aborted_at_ms[0] - left;
+        assert!(
+            aborted <= 100.0,
+            "upstream aborted {aborted:.1} ms after the client left"
+        );
+        self.wait_idle();
+        assert_eq!(self.calls("openai", "client-gone"), 1.0);
+    }
+
     fn wait_idle(&self) {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
@@ -601,21 +621,7 @@ fn a_client_that_disconnects_aborts_the_upstream_within_100_ms() {
     assert!(response.read(&mut buf).unwrap() > 0);
     let left = rig.fake.now_ms();
     drop(response);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while rig.fake.stats().aborted == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the upstream never saw the abort"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let aborted = rig.fake.stats().aborted_at_ms[0] - left;
-    assert!(
-        aborted <= 100.0,
-        "upstream aborted {aborted:.1} ms after the client left"
-    );
-    rig.wait_idle();
-    assert_eq!(rig.calls("openai", "client-gone"), 1.0);
+    rig.assert_client_gone_aborted_upstream_within_100_ms(left);
 }
 
 #[test]
@@ -823,21 +829,7 @@ fn a_client_that_leaves_a_whole_answer_early_aborts_the_upstream_and_frees_the_l
         .send();
     assert!(sent.is_err(), "the client gave up");
     let left = rig.fake.now_ms();
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while rig.fake.stats().aborted == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the upstream never saw the abort"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let aborted = rig.fake.stats().aborted_at_ms[0] - left;
-    assert!(
-        aborted <= 100.0,
-        "upstream aborted {aborted:.1} ms after the client left"
-    );
-    rig.wait_idle();
-    assert_eq!(rig.calls("openai", "client-gone"), 1.0);
+    rig.assert_client_gone_aborted_upstream_within_100_ms(left);
     // The estimate stays charged for a call whose outcome is unknown.
     assert_eq!(
         rig.metric_line("turnstile_proxy_settlements_total{lane=\"openai\",basis=\"estimate\"}"),

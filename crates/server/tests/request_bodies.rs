@@ -204,18 +204,12 @@ fn must_refuse(mutation: Mutation, required: bool, free_string: bool) -> bool {
 
 #[test]
 fn every_field_of_every_body_gets_a_typed_4xx_never_a_5xx() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |c| {
+    let server = TestServer::start_fresh(|c| {
         c.admission.max_wait_ms = 1000;
         c.admission.default_wait_ms = 500;
     });
     let admin = server.admin();
-    assert_eq!(
-        server
-            .put_profile(&admin, "t", "v1", &test_profile())
-            .status(),
-        201
-    );
+    server.register_test_profile();
     let alice = server.new_key("t", "alice");
 
     let mut cases = 0;
@@ -304,15 +298,7 @@ fn every_field_of_every_body_gets_a_typed_4xx_never_a_5xx() {
     assert!(cases > 300, "{cases} cases");
 
     // Still serving, with nothing left behind.
-    assert_eq!(
-        server
-            .client
-            .get(server.url("/healthz"))
-            .send()
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(server.status_of_get("/healthz"), 200);
     let ok = server.acquire(
         &alice,
         &json!({"providerId": "wide", "budgetId": "after", "estimate": {}}),

@@ -9,16 +9,9 @@ use std::time::{Duration, Instant};
 use common::{admission, test_profile, TestServer};
 use serde_json::{json, Value};
 
-fn setup(server: &TestServer) -> (String, String) {
-    let response = server.put_profile(&server.admin(), "t", "v1", &test_profile());
-    assert_eq!(response.status(), 201);
-    (server.new_key("t", "alice"), server.new_key("t", "bob"))
-}
-
 #[test]
 fn full_flow_register_acquire_heartbeat_release() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
+    let server = TestServer::start_fresh(|_| {});
     let admin = server.admin();
 
     let created = server.put_profile(&admin, "t", "v1", &test_profile());
@@ -70,22 +63,16 @@ fn full_flow_register_acquire_heartbeat_release() {
     );
     assert_eq!(server.metric("turnstile_actual_tokens_total"), 7.0);
 
-    let history: Value = server
-        .get("/v1/workspaces/t/profiles", &admin)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let history = server.get_json("/v1/workspaces/t/profiles", &admin);
     assert_eq!(history["records"].as_array().unwrap().len(), 1);
     assert_eq!(server.snapshot("t")["active"], 0);
 }
 
 #[test]
 fn each_status_code() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
+    let server = TestServer::start_fresh(|_| {});
     let admin = server.admin();
-    let (alice, bob) = setup(&server);
+    let (alice, bob) = server.register_test_profile_with_keys();
     let other = server.new_key("elsewhere", "carol");
 
     // 401: no key, unknown key.
@@ -226,12 +213,7 @@ fn each_status_code() {
     assert_eq!(full["retryable"], true);
 
     // Releasing hands the permit to the queued client.
-    assert_eq!(
-        server
-            .release(&alice, &lease, &json!({"outcome": "success"}))
-            .status(),
-        200
-    );
+    server.assert_released(&alice, &lease, "success");
     assert_eq!(waiter.join().unwrap(), 200);
 
     // 503 retry-after on a free provider lane.
@@ -305,17 +287,10 @@ fn each_status_code() {
 
 #[test]
 fn circuit_open_is_503_with_retry_after() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    let (alice, _) = setup(&server);
-    let lease: Value = server.acquire(&alice, &admission("p")).json().unwrap();
-    let id = lease["leaseId"].as_str().unwrap();
-    assert_eq!(
-        server
-            .release(&alice, id, &json!({"outcome": "failure"}))
-            .status(),
-        200
-    );
+    let server = TestServer::start_fresh(|_| {});
+    let (alice, _) = server.register_test_profile_with_keys();
+    let id = &server.granted_lease(&alice, &admission("p"));
+    server.assert_released(&alice, id, "failure");
     let open = server.acquire(&alice, &admission("p"));
     assert_eq!(open.status(), 503);
     let seconds: u64 = open.headers()["retry-after"]
@@ -338,9 +313,8 @@ fn circuit_open_is_503_with_retry_after() {
 /// retryable, and nothing stays queued.
 #[test]
 fn deadline_zero_is_admitted_when_free_and_refused_at_once_with_the_real_reason_when_busy() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    let (alice, bob) = setup(&server);
+    let server = TestServer::start_fresh(|_| {});
+    let (alice, bob) = server.register_test_profile_with_keys();
     let now_only = json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 0});
 
     let idle = server.acquire(&alice, &now_only);
@@ -366,12 +340,7 @@ fn deadline_zero_is_admitted_when_free_and_refused_at_once_with_the_real_reason_
 
     // A paused provider: the refusal names the pause and its real remaining time.
     let id = lease["leaseId"].as_str().unwrap();
-    assert_eq!(
-        server
-            .release(&alice, id, &json!({"outcome": "success"}))
-            .status(),
-        200
-    );
+    server.assert_released(&alice, id, "success");
     let paused = server
         .post("/v1/providers/p/retry-after", &alice)
         .json(&json!({"retryAfterMs": 30000}))
@@ -392,7 +361,7 @@ fn restart_keeps_keys_profiles_and_audit() {
     let first = TestServer::start(dir.path(), |_| {});
     let admin = first.admin();
     let demo = first.keys.as_ref().unwrap().demo_key.clone().unwrap();
-    let (alice, _) = setup(&first);
+    let (alice, _) = first.register_test_profile_with_keys();
     let mut v2 = test_profile();
     v2["providers"]["p"]["concurrency"] = json!(2);
     assert_eq!(first.put_profile(&admin, "t", "v2", &v2).status(), 201);
@@ -403,12 +372,7 @@ fn restart_keeps_keys_profiles_and_audit() {
         second.keys.is_none(),
         "keys are printed on the first start only"
     );
-    let history: Value = second
-        .get("/v1/workspaces/t/profiles", &admin)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let history = second.get_json("/v1/workspaces/t/profiles", &admin);
     let kinds: Vec<&str> = history["records"]
         .as_array()
         .unwrap()
@@ -435,9 +399,8 @@ fn restart_keeps_keys_profiles_and_audit() {
 
 #[test]
 fn an_expired_lease_is_reclaimed_and_its_slot_reused() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |c| c.leases.ttl_ms = 200);
-    let (alice, bob) = setup(&server);
+    let server = TestServer::start_fresh(|c| c.leases.ttl_ms = 200);
+    let (alice, bob) = server.register_test_profile_with_keys();
     let lease: Value = server.acquire(&alice, &admission("p")).json().unwrap();
     let id = lease["leaseId"].as_str().unwrap().to_owned();
     assert_eq!(lease["ttlMs"], 200);
@@ -470,19 +433,13 @@ fn an_expired_lease_is_reclaimed_and_its_slot_reused() {
             200
         );
     }
-    assert_eq!(
-        server
-            .release(&bob, bob_id, &json!({"outcome": "success"}))
-            .status(),
-        200
-    );
+    server.assert_released(&bob, bob_id, "success");
 }
 
 #[test]
 fn a_disconnected_queued_client_leaves_no_waiter() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    let (alice, bob) = setup(&server);
+    let server = TestServer::start_fresh(|_| {});
+    let (alice, bob) = server.register_test_profile_with_keys();
     let held: Value = server.acquire(&alice, &admission("p")).json().unwrap();
 
     let body = json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 60000})
@@ -504,12 +461,7 @@ fn a_disconnected_queued_client_leaves_no_waiter() {
 
     // The permit is not handed to the departed client: releasing leaves the pool idle.
     let id = held["leaseId"].as_str().unwrap();
-    assert_eq!(
-        server
-            .release(&alice, id, &json!({"outcome": "success"}))
-            .status(),
-        200
-    );
+    server.assert_released(&alice, id, "success");
     let snapshot = server.snapshot("t");
     assert_eq!(snapshot["active"], 0);
     assert_eq!(snapshot["leases"], 0);
@@ -517,8 +469,7 @@ fn a_disconnected_queued_client_leaves_no_waiter() {
 
 #[test]
 fn a_slow_client_sending_headers_byte_by_byte_is_cut_off() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |c| c.http.header_read_timeout_ms = 300);
+    let server = TestServer::start_fresh(|c| c.http.header_read_timeout_ms = 300);
     let mut stream = TcpStream::connect(server.addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(3)))
@@ -551,28 +502,11 @@ fn a_slow_client_sending_headers_byte_by_byte_is_cut_off() {
         "closed by the header timeout"
     );
     // The server keeps serving others.
-    assert_eq!(
-        server
-            .client
-            .get(server.url("/healthz"))
-            .send()
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(server.status_of_get("/healthz"), 200);
 }
 
-#[test]
-fn openapi_lists_exactly_the_served_routes() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    let doc: Value = server
-        .client
-        .get(server.url("/openapi.json"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+/// Every (method, path) of the OpenAPI document, sorted.
+fn documented_routes(doc: &Value) -> Vec<(String, String)> {
     let mut documented: Vec<(String, String)> = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for method in item.as_object().unwrap().keys() {
@@ -580,8 +514,25 @@ fn openapi_lists_exactly_the_served_routes() {
         }
     }
     documented.sort();
+    documented
+}
+
+#[test]
+fn openapi_lists_exactly_the_served_routes() {
+    let server = TestServer::start_fresh(|_| {});
+    let doc: Value = server
+        .client
+        .get(server.url("/openapi.json"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let documented = documented_routes(&doc);
+    // The router serves exactly these tables (both are declared with `route_table!`, which
+    // makes the table and the routes from one list).
     let mut routes: Vec<(String, String)> = turnstile_server::routes::ROUTES
         .iter()
+        .chain(turnstile_proxy::ROUTES)
         .map(|(m, p)| (m.to_string(), p.to_string()))
         .collect();
     routes.sort();
@@ -613,28 +564,69 @@ fn openapi_lists_exactly_the_served_routes() {
 }
 
 #[test]
+fn openapi_documents_the_proxy_headers_and_refusals() {
+    let doc: Value = serde_json::from_str(turnstile_server::api::ops::OPENAPI).unwrap();
+    let resolve = |value: &Value| -> Value {
+        match value["$ref"].as_str() {
+            Some(reference) => {
+                let name = reference.rsplit('/').next().unwrap();
+                let kind = reference.split('/').nth(2).unwrap();
+                doc["components"][kind][name].clone()
+            }
+            None => value.clone(),
+        }
+    };
+    for (method, path) in turnstile_proxy::ROUTES {
+        let operation = &doc["paths"][path][method];
+        let at = format!("{method} {path}");
+        assert_eq!(operation["x-proxy"], true, "{at}: marked as a proxy route");
+        let security = operation["security"].to_string();
+        assert!(security.contains("principalKey"), "{at}: {security}");
+        let responses = operation["responses"].as_object().unwrap();
+        for status in ["200", "401", "403", "429", "503"] {
+            assert!(responses.contains_key(status), "{at}: no {status}");
+        }
+        if *method == "get" {
+            continue;
+        }
+        // The admission headers the proxy reads, under the names it reads them by.
+        let parameters: Vec<String> = operation["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| resolve(p)["name"].as_str().unwrap().to_owned())
+            .collect();
+        for header in [
+            turnstile_proxy::handler::WAIT_HEADER,
+            turnstile_proxy::handler::BUDGET_HEADER,
+        ] {
+            assert!(parameters.iter().any(|p| p == header), "{at}: {header}");
+        }
+        for status in ["400", "404", "408", "413", "502", "504"] {
+            assert!(responses.contains_key(status), "{at}: no {status}");
+        }
+        // Refusals that waiting can help say how long; every proxy-made answer names its reason.
+        for status in ["429", "503"] {
+            let headers = resolve(&responses[status])["headers"].clone();
+            for header in [
+                "retry-after",
+                "retry-after-ms",
+                turnstile_proxy::error::REASON_HEADER,
+            ] {
+                assert!(headers.get(header).is_some(), "{at} {status}: {header}");
+            }
+        }
+        let refused = resolve(&responses["400"])["headers"].clone();
+        assert!(refused.get("x-should-retry").is_some(), "{at} 400");
+    }
+}
+
+#[test]
 fn health_readiness_and_metrics_have_no_ids() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    assert_eq!(
-        server
-            .client
-            .get(server.url("/healthz"))
-            .send()
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        server
-            .client
-            .get(server.url("/readyz"))
-            .send()
-            .unwrap()
-            .status(),
-        200
-    );
-    let (alice, _) = setup(&server);
+    let server = TestServer::start_fresh(|_| {});
+    assert_eq!(server.status_of_get("/healthz"), 200);
+    assert_eq!(server.status_of_get("/readyz"), 200);
+    let (alice, _) = server.register_test_profile_with_keys();
     let _ = server.acquire(&alice, &admission("p"));
     let _ = server.acquire(&alice, &admission("zero"));
     let metrics = server.metrics_text();
@@ -667,9 +659,8 @@ fn wait_until(mut condition: impl FnMut() -> bool) {
 
 #[test]
 fn actual_usage_on_release_is_charged_to_the_invocation_budget() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), |_| {});
-    let (alice, _) = setup(&server);
+    let server = TestServer::start_fresh(|_| {});
+    let (alice, _) = server.register_test_profile_with_keys();
     // alice may spend $1 per invocation.
     let ask = json!({"providerId": "wide", "budgetId": "inv-usage",
         "estimate": {"tokens": 10, "costUsd": 0.1}, "deadlineMs": 1000});
@@ -718,12 +709,7 @@ fn actual_usage_on_release_is_charged_to_the_invocation_budget() {
     );
     assert_eq!(bad.status(), 422);
     assert_eq!(bad.json::<Value>().unwrap()["field"], "actualUsage.costUsd");
-    assert_eq!(
-        server
-            .release(&alice, lease_id, &json!({"outcome": "success"}))
-            .status(),
-        200
-    );
+    server.assert_released(&alice, lease_id, "success");
 }
 
 #[test]
@@ -731,7 +717,7 @@ fn keys_are_listed_by_id_and_a_revoked_key_authenticates_nobody_even_after_resta
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path(), |_| {});
     let admin = server.admin();
-    let (alice, bob) = setup(&server);
+    let (alice, bob) = server.register_test_profile_with_keys();
     // A second key for bob: the one to revoke.
     let created = server
         .post("/v1/workspaces/t/keys", &admin)
@@ -795,12 +781,7 @@ fn keys_are_listed_by_id_and_a_revoked_key_authenticates_nobody_even_after_resta
     assert_eq!(again.status(), 404);
     assert_eq!(again.json::<Value>().unwrap()["error"], "unknown-key");
 
-    let listing: Value = server
-        .get("/v1/workspaces/t/keys", &admin)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let listing = server.get_json("/v1/workspaces/t/keys", &admin);
     assert_eq!(listing["keys"].as_array().unwrap().len(), 2);
     assert_eq!(listing["revocations"][0]["keyId"], second_id.as_str());
     assert!(!listing["revocations"].to_string().contains("bob"));

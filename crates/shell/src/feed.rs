@@ -126,6 +126,8 @@ struct WorkspaceTally {
     pauses: Vec<Pause>,
     profile_change: Option<ProfileChangeRecord>,
     dropped: u64,
+    /// The instant of the first change counted since the last flush.
+    first_change_at: Millis,
 }
 
 /// The driver's accumulator between flushes; see the module docs.
@@ -163,8 +165,13 @@ impl Tally {
             self.due = Some(now.max(self.last_flush.saturating_add(FLUSH_MS)));
         }
         if !self.workspaces.contains_key(workspace) {
-            self.workspaces
-                .insert(Arc::from(workspace), WorkspaceTally::default());
+            self.workspaces.insert(
+                Arc::from(workspace),
+                WorkspaceTally {
+                    first_change_at: now,
+                    ..WorkspaceTally::default()
+                },
+            );
         }
         self.workspaces.get_mut(workspace)
     }
@@ -252,10 +259,12 @@ impl Tally {
         self.due = None;
         self.last_flush = now;
         for (workspace, tally) in self.workspaces.drain() {
+            // The counts cover `(since, at]`: from the last flush, or, for the first one since
+            // counting began, from just before the first change counted.
             let since = self
                 .flushed_at
                 .insert(workspace.clone(), now)
-                .unwrap_or(now);
+                .unwrap_or(tally.first_change_at.saturating_sub(1));
             // A workspace without a profile has no lanes (and no decisions worth sending).
             let Some(lanes) = registry.lane_views(&workspace, now) else {
                 continue;
@@ -334,6 +343,9 @@ mod tests {
         tally.flush(&registry, &feed, 1_000);
         let event = rx.try_recv().unwrap();
         assert_eq!(&*event.workspace, "w");
+        // The first flush's range `(since, at]` holds the changes it counts.
+        assert_eq!(event.since_epoch_ms, 999);
+        assert_eq!(event.at_epoch_ms, 1_000);
         assert_eq!(event.decisions.len(), 2);
         assert_eq!(event.principals[0].grants, 1);
         assert_eq!(event.principals[0].queue_delay_ms, 5);

@@ -8,6 +8,10 @@
             answer = call_model()
             lease.report_usage(tokens=answer.tokens, cost_usd=answer.cost)
 
+        with client.events("demo", max_events=10) as events:  # the workspace's live feed
+            for event in events:  # Update or Lagged
+                ...
+
 The client does not log.
 """
 
@@ -27,6 +31,7 @@ from ._errors import (
     Unavailable,
     retry_after_ms_of,
 )
+from ._events import AsyncEventStream, Event, EventStream, Lagged, SseEvent, SseParser, Update
 from ._sync import Admission, Client, Lease
 from ._types import (
     OPERATIONS,
@@ -34,6 +39,8 @@ from ._types import (
     BreakerTransition,
     Estimate,
     Evidence,
+    FeedUpdate,
+    LaneView,
     Outcome,
     Profile,
     Reason,
@@ -50,6 +57,7 @@ __all__ = [
     "ApiError",
     "AsyncAdmission",
     "AsyncClient",
+    "AsyncEventStream",
     "AsyncLease",
     "AuthError",
     "BadRequest",
@@ -57,8 +65,13 @@ __all__ = [
     "Client",
     "Conflict",
     "Estimate",
+    "Event",
+    "EventStream",
     "Evidence",
+    "FeedUpdate",
     "Forbidden",
+    "Lagged",
+    "LaneView",
     "Lease",
     "LeaseLost",
     "NotFound",
@@ -69,8 +82,11 @@ __all__ = [
     "ReleaseResult",
     "RetryAfter",
     "Snapshot",
+    "SseEvent",
+    "SseParser",
     "TurnstileError",
     "Unavailable",
+    "Update",
     "outcome_for",
     "retry_after_ms_of",
 ]

@@ -12,6 +12,7 @@ import httpx
 from . import _core
 from ._core import Call, LeaseState, segment
 from ._errors import LeaseLost, TurnstileError
+from ._events import AsyncEventStream, events_request
 from ._types import (
     BreakerHistory,
     BudgetReleaseResult,
@@ -272,6 +273,14 @@ class AsyncClient:
 
     async def snapshot(self, workspace_id: str) -> Snapshot:
         return cast(Snapshot, await self._json(Call("GET", f"/v1/workspaces/{segment(workspace_id)}/snapshot")))
+
+    def events(self, workspace_id: str, max_events: int | None = None) -> AsyncEventStream:
+        """`GET /v1/workspaces/{workspaceId}/events`: an async iterator of `Update` and
+        `Lagged` events and an async context manager that closes the connection (not a
+        coroutine: `async with client.events(ws) as events: async for event in events`).
+        See `Client.events`."""
+        request = events_request(self._http, self._base, self._headers, workspace_id, max_events, self._timeout)
+        return AsyncEventStream(self._http, request)
 
     async def profile_history(self, workspace_id: str) -> ProfileHistory:
         call = Call("GET", f"/v1/workspaces/{segment(workspace_id)}/profiles")

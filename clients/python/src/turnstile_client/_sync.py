@@ -11,6 +11,7 @@ import httpx
 from . import _core
 from ._core import Call, LeaseState, segment
 from ._errors import LeaseLost, TurnstileError
+from ._events import EventStream, events_request
 from ._types import (
     BreakerHistory,
     BudgetReleaseResult,
@@ -272,6 +273,25 @@ class Client:
 
     def snapshot(self, workspace_id: str) -> Snapshot:
         return cast(Snapshot, self._json(Call("GET", f"/v1/workspaces/{segment(workspace_id)}/snapshot")))
+
+    def events(self, workspace_id: str, max_events: int | None = None) -> EventStream:
+        """`GET /v1/workspaces/{workspaceId}/events`: the workspace's live feed, an iterator of
+        `Update` and `Lagged` events and a context manager that closes the connection.
+
+            with client.events("demo", max_events=10) as events:
+                for event in events:
+                    if isinstance(event, Update):
+                        print(event.lane("llm-subagent"))
+
+        An `Update` comes at once, then one per change (at most every 250 ms) and one every
+        second while nothing changes; `principals` is filled for admin keys only. The iterator
+        ends after `max_events` events (1..=100000; None: no limit) or when the service shuts
+        down; it does not reconnect. The request is sent when the stream is entered or first
+        iterated: 401 `AuthError`, 403 `Forbidden`, 404 `NotFound` (`no-profile`), ... are
+        raised there, and a broken connection (or `timeout` seconds without a byte) raises
+        `Unavailable`.
+        """
+        return EventStream(self._http, events_request(self._http, self._base, self._headers, workspace_id, max_events, self._timeout))
 
     def profile_history(self, workspace_id: str) -> ProfileHistory:
         return cast(ProfileHistory, self._json(Call("GET", f"/v1/workspaces/{segment(workspace_id)}/profiles")))

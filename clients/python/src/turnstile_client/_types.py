@@ -315,6 +315,98 @@ class FairnessView(TypedDict, total=False):
     minutes: list[MinuteGrants]
 
 
+# The live event feed (`GET …/events`, server-sent events): the JSON of an `update` event is a
+# `FeedUpdate`, of a `lagged` event a `FeedLagged`. `_events.py` turns them into `Update` and
+# `Lagged` objects.
+
+
+class LaneBucket(TypedDict, total=False):
+    """A token bucket of a lane: tokens available now, and its capacity (the burst)."""
+
+    available: int
+    capacity: int
+
+
+class LaneView(TypedDict, total=False):
+    """One provider lane as the console shows it (`LaneView` in the OpenAPI document)."""
+
+    providerId: str
+    active: int
+    # None: the lane has no concurrency limit.
+    concurrency: int | None
+    queued: int
+    oldestWaitMs: int | None
+    # None: the lane has no requests-per-minute / tokens-per-second limit.
+    requests: LaneBucket | None
+    tokens: LaneBucket | None
+    breakerState: BreakerState
+    # While open: epoch ms of the next probe.
+    nextProbeAt: int | None
+    # While paused: epoch ms the pause ends.
+    pausedUntil: int | None
+
+
+class DecisionCount(TypedDict, total=False):
+    """Final admission answers of one provider lane with one reason (`admitted` or a refusal)."""
+
+    providerId: str
+    reason: Reason
+    count: int
+
+
+class PrincipalTally(TypedDict, total=False):
+    """Grants of one principal and the queue delay they waited, summed (admin keys only)."""
+
+    principalId: str
+    grants: int
+    queueDelayMs: int
+
+
+class FeedPause(TypedDict, total=False):
+    """A Retry-After pause as the feed reports it (a `PauseRecord` without `schema`)."""
+
+    providerId: str
+    retryAfterMs: int
+    untilEpochMs: int
+    atEpochMs: int
+    cause: PauseCause
+
+
+class FeedProfileChange(TypedDict, total=False):
+    """A profile change as the feed reports it (the core's record: no `actorKeyId`)."""
+
+    schema: str
+    workspaceId: str
+    kind: ChangeKind
+    previousProfileVersion: str | None
+    profileVersion: str
+    digest: str
+    atEpochMs: int
+
+
+class FeedUpdate(TypedDict, total=False):
+    """The JSON of an `update` event: the lanes at `atEpochMs`, and what happened in
+    `(sinceEpochMs, atEpochMs]`."""
+
+    atEpochMs: int
+    sinceEpochMs: int
+    lanes: list[LaneView]
+    decisions: list[DecisionCount]
+    # Admin keys only (absent or empty for a principal key).
+    principals: list[PrincipalTally]
+    transitions: list[BreakerTransition]
+    pauses: list[FeedPause]
+    profileChange: FeedProfileChange
+    # Transitions and pauses left out of this event (more than 64 in one flush).
+    dropped: int
+
+
+class FeedLagged(TypedDict):
+    """The JSON of a `lagged` event: the subscriber fell behind and missed `missed` events."""
+
+    missed: int
+
+
 class CreateKeyRequest(TypedDict):
     principalId: str
 
@@ -354,12 +446,15 @@ class Operation:
 
     `request` is the TypedDict of the JSON body (None: no body). `responses` maps every status
     the client handles to the TypedDict of its JSON body (`str` for text, `None` for no
-    schema). `method` is the name of the method on `Client` and `AsyncClient`.
+    schema). `method` is the name of the method on `Client` and `AsyncClient`. `events`, for
+    a `text/event-stream` answer, maps each event name to the TypedDict of its JSON data (the
+    method then returns an iterator, on `AsyncClient` an async iterator, not a coroutine).
     """
 
     method: str
     request: Any
     responses: dict[int, Any] = field(default_factory=dict)
+    events: dict[str, Any] = field(default_factory=dict)
 
 
 _ERRORS_READ = {401: ErrorBody, 403: ErrorBody, 422: ErrorBody, 429: ErrorBody, 503: ErrorBody}
@@ -396,6 +491,12 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("GET", "/v1/workspaces/{workspaceId}/profiles/{profileVersion}"): Operation(
         "profile_revision", None, {200: ProfileRevision, 404: ErrorBody, **_ERRORS_READ}
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/events"): Operation(
+        "events",
+        None,
+        {200: FeedUpdate, 404: ErrorBody, **_ERRORS_READ},
+        {"update": FeedUpdate, "lagged": FeedLagged},
     ),
     ("GET", "/v1/workspaces/{workspaceId}/snapshot"): Operation(
         "snapshot", None, {200: Snapshot, 404: ErrorBody, **_ERRORS_READ}

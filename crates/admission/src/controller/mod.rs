@@ -78,6 +78,7 @@ mod lanes;
 mod pump;
 mod reinstate;
 mod snapshot;
+mod warm_ahead;
 
 use std::collections::VecDeque;
 

@@ -263,6 +263,7 @@ impl Controller {
             let Some(entry) = self.ring.pop_front() else {
                 break;
             };
+            self.warm_ahead();
             self.lanes_visited += 1;
             let (head, lane_key) = {
                 let Some(lane) = self.lanes.get_mut(entry.lane) else {

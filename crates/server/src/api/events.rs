@@ -13,6 +13,8 @@
 //!   behind gets a `lagged` event (`{"missed": n}`) and continues with the next update.
 //! - `?maxEvents=N` (1–100000) ends the stream after N events (tests, `curl`).
 //! - The stream ends when the service starts shutting down.
+//! - An open stream holds one of its key's `http.max_requests_per_key` request slots until it
+//!   ends or its client leaves ([`crate::slot_held_body`]).
 //!
 //! Invariant: the feed never reaches a log line or a metric; principal IDs reach admin keys
 //! only, and only through this authenticated response.
@@ -26,6 +28,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::broadcast::Receiver;
@@ -35,6 +38,7 @@ use crate::api::{validate, AppState};
 use crate::auth::{authorize, Operation};
 use crate::error::ApiError;
 use crate::keys::Caller;
+use crate::slot_held_body::SlotHeldByBody;
 
 /// With no change, the lanes are sent again after this long.
 pub const QUIET_MS: u64 = 1_000;
@@ -96,18 +100,22 @@ fn update(event: &FeedEvent, admin: bool) -> Value {
     value
 }
 
-/// The lanes now, as an `update` with no counts.
-fn quiet(at: u64, lanes: &impl serde::Serialize) -> Value {
-    json!({
+/// The lanes now, as an `update` with no counts (`principals` for admin keys only, as in
+/// every update).
+fn quiet(at: u64, lanes: &impl serde::Serialize, admin: bool) -> Value {
+    let mut update = json!({
         "atEpochMs": at,
         "sinceEpochMs": at,
         "lanes": lanes,
         "decisions": [],
         "transitions": [],
         "pauses": [],
-        "principals": [],
         "dropped": 0,
-    })
+    });
+    if let (true, Some(object)) = (admin, update.as_object_mut()) {
+        object.insert("principals".into(), json!([]));
+    }
+    update
 }
 
 impl Stream {
@@ -136,7 +144,7 @@ impl Stream {
                         return None;
                     }
                     let (at, lanes) = self.state.driver.lanes(&self.workspace).await.ok()??;
-                    return Some(frame("update", &quiet(at, &lanes)));
+                    return Some(frame("update", &quiet(at, &lanes, self.admin)));
                 }
             }
         }
@@ -159,9 +167,10 @@ pub async fn events(
         .lanes(&workspace_id)
         .await?
         .ok_or_else(ApiError::no_profile)?;
+    let admin = matches!(caller, Caller::Admin);
     let stream = Stream {
-        admin: matches!(caller, Caller::Admin),
-        first: Some(quiet(at, &lanes)),
+        admin,
+        first: Some(quiet(at, &lanes, admin)),
         state,
         workspace: workspace_id,
         rx,
@@ -173,12 +182,15 @@ pub async fn events(
             .await
             .map(|bytes| (Ok::<_, Infallible>(bytes), stream))
     });
+    // The stream holds one of its key's request slots until it ends (the gate moves the slot
+    // into the body).
     Ok((
         StatusCode::OK,
         [
             (header::CONTENT_TYPE, "text/event-stream"),
             (header::CACHE_CONTROL, "no-store"),
         ],
+        Extension(SlotHeldByBody),
         Body::from_stream(body),
     )
         .into_response())

@@ -10,8 +10,8 @@ use axum::response::IntoResponse;
 use crate::api::AppState;
 use crate::error::ApiError;
 
-/// The OpenAPI 3.1 document of every route (checked against [`crate::routes::ROUTES`] by a
-/// test).
+/// The OpenAPI 3.1 document of every route, the proxy's included (checked against
+/// [`crate::routes::ROUTES`] and [`turnstile_proxy::ROUTES`] by a test).
 pub const OPENAPI: &str = include_str!("../../openapi.json");
 
 pub async fn healthz() -> impl IntoResponse {

@@ -1,4 +1,6 @@
-//! A real service on an ephemeral loopback port, on its own runtime thread, for tests.
+//! A real service on an ephemeral loopback port, on its own runtime thread, for tests, and the
+//! setup most tests share: a fresh data directory, [`test_profile`] registered in workspace
+//! [`WORKSPACE`], principal keys, granted leases.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -11,6 +13,9 @@ use reqwest::blocking::{Client, RequestBuilder, Response};
 use serde_json::{json, Value};
 use turnstile_server::{BootstrapKeys, Config};
 
+/// The workspace the tests register [`test_profile`] in.
+pub const WORKSPACE: &str = "t";
+
 pub struct TestServer {
     pub addr: SocketAddr,
     pub base: String,
@@ -18,9 +23,21 @@ pub struct TestServer {
     pub client: Client,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// The data directory of [`TestServer::start_fresh`], removed after the service stopped
+    /// (fields drop after [`Drop::drop`]).
+    fresh_dir: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
+    /// [`TestServer::start`] on a fresh temporary data directory that lives as long as the
+    /// service (for tests that never restart on the same directory).
+    pub fn start_fresh(tweak: impl FnOnce(&mut Config)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = Self::start(dir.path(), tweak);
+        server.fresh_dir = Some(dir);
+        server
+    }
+
     /// Starts a service on `dir` with test-friendly defaults, adjusted by `tweak`.
     pub fn start(dir: &Path, tweak: impl FnOnce(&mut Config)) -> Self {
         Self::start_with_telemetry(dir, tweak, turnstile_shell::Telemetry::global())
@@ -70,6 +87,7 @@ impl TestServer {
                 .unwrap(),
             stop: Some(stop_tx),
             thread: Some(thread),
+            fresh_dir: None,
         }
     }
 
@@ -117,6 +135,32 @@ impl TestServer {
             .to_owned()
     }
 
+    /// Registers [`test_profile`] as revision `v1` of [`WORKSPACE`] with the admin key.
+    pub fn register_test_profile(&self) {
+        let response = self.put_profile(&self.admin(), WORKSPACE, "v1", &test_profile());
+        assert_eq!(response.status(), 201);
+    }
+
+    /// [`TestServer::register_test_profile`], then the keys of principals `alice` and `bob`
+    /// of [`WORKSPACE`].
+    pub fn register_test_profile_with_keys(&self) -> (String, String) {
+        self.register_test_profile();
+        (
+            self.new_key(WORKSPACE, "alice"),
+            self.new_key(WORKSPACE, "bob"),
+        )
+    }
+
+    /// The lease ID of an admission that must be granted (200).
+    pub fn granted_lease(&self, key: &str, body: &Value) -> String {
+        let granted = self.acquire(key, body);
+        assert_eq!(granted.status(), 200);
+        granted.json::<Value>().unwrap()["leaseId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     pub fn acquire(&self, key: &str, body: &Value) -> Response {
         self.post("/v1/admissions", key).json(body).send().unwrap()
     }
@@ -126,6 +170,27 @@ impl TestServer {
             .json(outcome)
             .send()
             .unwrap()
+    }
+
+    /// Releases `lease` with `{"outcome": outcome}` and asserts the release answered 200.
+    pub fn assert_released(&self, key: &str, lease: &str, outcome: &str) {
+        let response = self.release(key, lease, &json!({ "outcome": outcome }));
+        assert_eq!(response.status(), 200, "release {lease} ({outcome})");
+    }
+
+    /// The status of an unauthenticated `GET path` (`/healthz`, `/readyz`, ...).
+    pub fn status_of_get(&self, path: &str) -> u16 {
+        self.client
+            .get(self.url(path))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    /// The JSON answer of `GET path` with `key`.
+    pub fn get_json(&self, path: &str, key: &str) -> Value {
+        self.get(path, key).send().unwrap().json().unwrap()
     }
 
     /// The `/metrics` exposition as text.
@@ -148,14 +213,10 @@ impl TestServer {
     }
 
     pub fn snapshot(&self, workspace: &str) -> Value {
-        self.get(
+        self.get_json(
             &format!("/v1/workspaces/{workspace}/snapshot"),
             &self.admin(),
         )
-        .send()
-        .unwrap()
-        .json()
-        .unwrap()
     }
 
     pub fn stop(mut self) {
