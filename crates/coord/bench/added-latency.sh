@@ -2,7 +2,8 @@
 # Added admission latency of one replica at a fixed rate, the service in its own process:
 # `turnstile serve` with no Redis, with Redis (default probe / follow intervals), or with Redis
 # and both background intervals at 1 s (to see whether the replica's periodic calls line up
-# with the tail). Prints the acquire p50 / p99 / max of `bench-serve --url --rate`.
+# with the tail). Prints the acquire p50 / p99 / max of `bench-serve --url --rate`, and with
+# Redis its FCALLs and µs per pair (`INFO commandstats`, warm-up included) and the host steal.
 #
 #   crates/coord/bench/added-latency.sh [path/to/turnstile] [none|default|slow] [pairs/s] [seconds]
 #
@@ -42,7 +43,9 @@ curl -sf -X PUT "$url/v1/workspaces/bench/profiles/bench-v1" -H "Authorization: 
 key="$(curl -sf -X POST "$url/v1/workspaces/bench/keys" -H "Authorization: Bearer $admin" \
   -H 'Content-Type: application/json' -d '{"principalId":"bench"}' | jq -r .key)"
 steal_before=$(awk '/^cpu /{print $9}' /proc/stat)
+redis_cost=()
+if [ "$mode" != none ]; then redis_cost=(--redis-url "redis://127.0.0.1:$port"); fi
 "$bin" bench-serve --url "$url" --key "$key" --provider bench-provider --rate "$rate" \
-  --seconds "$seconds" --json > "$work/bench.json"
+  --seconds "$seconds" "${redis_cost[@]}" --json > "$work/bench.json"
 echo "mode $mode, host steal $(( $(awk '/^cpu /{print $9}' /proc/stat) - steal_before )) ticks (1/100 s)"
-jq -c '{pairsPerSecond, failures, acquireP50: .acquireLatency.p50Ms, acquireP99: .acquireLatency.p99Ms, acquireMax: .acquireLatency.maxMs}' "$work/bench.json"
+jq -c '{pairsPerSecond, failures, acquireP50: .acquireLatency.p50Ms, acquireP99: .acquireLatency.p99Ms, acquireMax: .acquireLatency.maxMs, redisUsecPerPair: .redis.usecPerPair, fcalls: .redis.fcalls}' "$work/bench.json"

@@ -21,7 +21,10 @@
 # BATCH=B (a v4 library) sends the same operations as FCALL ts_batch_v4, B operations per call
 # (what a replica's batcher sends at load: B/2 acquires of new members, then the releases of
 # the previous call's acquires, as at saturation, where each batch carries about as many of
-# each); BATCH=1 (the default) sends the single functions, one call per operation.
+# each); BATCH=1 (the default) sends the single functions, one call per operation (what a
+# replica sends for an operation that finds nothing in flight, since session 10);
+# ONE_OP_BATCHES=1 with BATCH=1 sends each operation as a ts_batch_v4 of one instead (what
+# session 9's replicas sent at low load: about a fifth more instructions per pair).
 #
 # CALLGRIND=/tmp/out.cg runs redis-server under valgrind's callgrind and prints the
 # instructions executed inside FCALL per pair (independent of the host's load, unlike usec;
@@ -151,7 +154,11 @@ if hold:
     for i in range(hold):
         out.write(" ".join(acquire(f"held-{i}")) + "\n")
     out.write("CONFIG RESETSTAT\n")
-if batch_ops == 1:
+if batch_ops == 1 and os.environ.get("ONE_OP_BATCHES"):
+    for i in range(pairs):
+        out.write(" ".join(batch([acquire(f"r-{i}")])) + "\n")
+        out.write(" ".join(batch([release(f"r-{i}")])) + "\n")
+elif batch_ops == 1:
     for i in range(pairs):
         out.write(" ".join(acquire(f"r-{i}")) + "\n")
         out.write(" ".join(release(f"r-{i}")) + "\n")

@@ -1,47 +1,57 @@
 //! Natural batching of a replica's acquires and releases: per workspace, while one call to
 //! Redis is in flight, the operations that arrive queue; when it returns, everything queued
-//! (up to [`MAX_BATCH`]) goes to Redis as one `FCALL ts_batch_v4`. Nothing in flight: an
-//! operation is sent at once, alone. No timer, no added latency at low load.
+//! (up to [`MAX_BATCH`]) goes to Redis as one `FCALL ts_batch_v4` (a lone operation as its
+//! single call, `ts_acquire_v4` / `ts_release_v4`: cheaper for Redis). Nothing in flight and
+//! nothing queued: the caller sends its operation itself, alone, in its own task (no task hop
+//! at low load: docs/performance.md, session 10). No timer, no added latency at low load.
 //!
-//! Each workspace has one task (`drive`) that owns its queue (an unbounded channel, bounded
-//! in practice by the callers: each caller has one operation queued at a time) and sends one
-//! batch at a time, through a connection of its own ([`Direct`]: one write and one read per
-//! batch in the task itself; measured in docs/performance.md, session 9) for the first
-//! [`MAX_DIRECT`] workspaces, else (and for a TLS URL) through the replica's multiplexed
-//! connection.
+//! Each workspace has one [`Lane`]: its link to Redis (the connection a call borrows while it
+//! is in flight), its queue, and one task (`drive`) that sends what queued, one batch at a
+//! time. The link is a connection of its own ([`Direct`]: one write and one read per call, in
+//! the task that borrowed it; measured in docs/performance.md, session 9) for the first
+//! [`MAX_DIRECT`] workspaces, else (and for a TLS URL) the replica's multiplexed connection.
 //!
 //! # Invariants
 //!
 //! - One batch holds operations of one workspace only (one hash tag: one Redis Cluster slot).
-//! - Operations run in Redis in arrival order (the channel's order), each all or nothing on its
-//!   own, and each caller gets its own operation's answer.
-//! - At most one call per workspace is in flight; a batch holds at most [`MAX_BATCH`]
-//!   operations.
+//! - Operations run in Redis in arrival order: a caller sends its operation itself only when
+//!   the link is free *and* nothing is queued (checked and taken under the lane's lock);
+//!   otherwise it queues, and the task sends the queue in order. Each operation is all or
+//!   nothing on its own, and each caller gets its own operation's answer.
+//! - At most one call per workspace is in flight: a call holds the lane's only link (taken
+//!   out of the lane under its lock, put back when the answer is read); a batch holds at most
+//!   [`MAX_BATCH`] operations.
 //! - Every call is bounded by the command timeout from its send (as a single call was). When
-//!   a batch fails or times out, every operation queued behind it is answered with the failure
+//!   a call fails or times out, every operation queued behind it is answered with the failure
 //!   at once (never sent), and the caller decides it by the degraded share as a failed single
 //!   call is: when Redis hangs, no operation waits longer than one timeout (the call in flight
 //!   fails, and with it everything queued); an operation waits longer only when the call
-//!   ahead of it was answered (slowly) and its own then hangs: at most that answer's time plus
-//!   one timeout.
+//!   ahead of it was answered (slowly), or abandoned by its caller before its answer, and its
+//!   own then hangs: at most that answer's (or abandonment's) time plus one timeout.
 //! - An operation is sent at most once (a failed batch is never re-sent; the library-missing
 //!   retry re-sends only a call that did not run).
-//! - The map of workspaces holds one sender per workspace this replica has coordinated
+//! - A call dropped while in flight (its caller's request was cancelled, or the task's runtime
+//!   shut down) puts the link back with its own connection closed (its state is unknown: an
+//!   answer may still come), so the next call opens a new one; nothing queued is lost: the
+//!   task is woken if anything waits, and a task that ended is started again by the next call.
+//! - Whoever puts the link back with operations queued wakes the task (one stored permit: no
+//!   wake-up is lost between the task's look at the queue and its wait).
+//! - The map of workspaces holds one lane per workspace this replica has coordinated
 //!   (workspaces are created by an administrator, not by clients); its tasks end when the
 //!   [`Batcher`] is dropped. At most [`MAX_DIRECT`] connections of their own per replica.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use redis::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::direct::Direct;
 use crate::error::CoordError;
-use crate::protocol::{batch_command, Op};
-use crate::store::{batch_answers, is_missing_function_reply, RedisStore};
+use crate::protocol::{ops_command, Op};
+use crate::store::{is_missing_function_reply, ops_answers, RedisStore};
 
 /// The most operations one `ts_batch_v4` call carries.
 pub const MAX_BATCH: usize = 64;
@@ -68,17 +78,42 @@ struct Pending {
     reply: oneshot::Sender<Reply>,
 }
 
-/// The per-workspace queues of one replica.
+/// One workspace's link to Redis, its queue and its task's wake-up.
+struct Lane {
+    state: Mutex<LaneState>,
+    /// Wakes the task: something is queued and the link is back.
+    wake: Notify,
+    /// The [`Batcher`] was dropped: the task ends.
+    closed: AtomicBool,
+}
+
+struct LaneState {
+    /// The link to Redis; `None` while a call is in flight (borrowed by a caller or the task).
+    link: Option<Link>,
+    /// Operations waiting for the link, in arrival order.
+    queue: VecDeque<Pending>,
+    /// Whether the lane's task runs (it clears this when it ends, e.g. with its runtime).
+    task: bool,
+}
+
+impl Lane {
+    fn lock(&self) -> MutexGuard<'_, LaneState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The per-workspace lanes (link, queue, task) of one replica.
 pub struct Batcher {
     store: RedisStore,
-    /// Each workspace task's own connection to this URL ([`Direct`]; the first
-    /// [`MAX_DIRECT`] workspaces, TCP and unix sockets only), instead of the shared multiplexed
-    /// connection.
+    /// Each lane's own connection to this URL ([`Direct`]; the first [`MAX_DIRECT`]
+    /// workspaces, TCP and unix sockets only), instead of the shared multiplexed connection.
     direct: Option<String>,
     max: usize,
-    lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Pending>>>,
-    /// Bumped when any call to Redis fails: every task's own connection is opened again
-    /// before its next batch (Redis may have restarted while the connection sat idle).
+    lanes: Mutex<HashMap<String, Arc<Lane>>>,
+    /// Bumped when any call to Redis fails: every lane's own connection is opened again
+    /// before its next call (Redis may have restarted while the connection sat idle).
     epoch: Arc<AtomicU64>,
 }
 
@@ -94,72 +129,170 @@ impl Batcher {
         }
     }
 
-    /// A call to Redis failed (any call of this replica): the tasks' own connections are not
-    /// trusted any more; each is opened again before its next batch.
+    /// A call to Redis failed (any call of this replica): the lanes' own connections are not
+    /// trusted any more; each is opened again before its next call.
     pub fn invalidate(&self) {
         self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Pending>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Lane>>> {
         self.lanes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The lane of `slot`, made (with its link and task) on first use.
+    fn lane(&self, slot: &str) -> Arc<Lane> {
+        let mut lanes = self.lock();
+        if let Some(lane) = lanes.get(slot) {
+            return lane.clone();
+        }
+        let timeout_ms = u64::try_from(self.store.timeout().as_millis()).unwrap_or(u64::MAX);
+        let direct = self.direct.as_ref().filter(|_| lanes.len() < MAX_DIRECT);
+        let link = match direct {
+            Some(url) => match Direct::new(url, timeout_ms) {
+                Ok(direct) => Link::Direct {
+                    direct: Box::new(direct),
+                    store: self.store.clone(),
+                    epoch: self.epoch.clone(),
+                    seen: self.epoch.load(Ordering::Relaxed),
+                },
+                Err(_) => Link::Shared(self.store.clone()),
+            },
+            None => Link::Shared(self.store.clone()),
+        };
+        let lane = Arc::new(Lane {
+            state: Mutex::new(LaneState {
+                link: Some(link),
+                queue: VecDeque::new(),
+                task: false,
+            }),
+            wake: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
+        lanes.insert(slot.to_owned(), lane.clone());
+        lane
+    }
+
     /// Runs `op` (every key under `slot`, the workspace's `ts:{W}:` prefix) in the workspace's
-    /// next batch and answers its own answer. Must be called inside a tokio runtime (the first
-    /// call for a workspace spawns its task).
+    /// next call and answers its own answer: sent at once by this caller when nothing is in
+    /// flight or queued, else queued for the workspace's next batch. Must be called inside a
+    /// tokio runtime (the lane's task is spawned on first need).
     pub async fn call(&self, slot: &str, op: Op) -> Reply {
-        let (reply, answer) = oneshot::channel();
-        let pending = Pending { op, reply };
-        {
-            let mut lanes = self.lock();
-            let sender = match lanes.get(slot) {
-                Some(sender) => sender,
-                None => {
-                    let (sender, queue) = mpsc::unbounded_channel();
-                    let timeout_ms =
-                        u64::try_from(self.store.timeout().as_millis()).unwrap_or(u64::MAX);
-                    let direct = self.direct.as_ref().filter(|_| lanes.len() < MAX_DIRECT);
-                    let link = match direct {
-                        Some(url) => match Direct::new(url, timeout_ms) {
-                            Ok(direct) => Link::Direct {
-                                direct: Box::new(direct),
-                                store: self.store.clone(),
-                                epoch: self.epoch.clone(),
-                                seen: self.epoch.load(Ordering::Relaxed),
-                            },
-                            Err(_) => Link::Shared(self.store.clone()),
-                        },
-                        None => Link::Shared(self.store.clone()),
-                    };
-                    tokio::spawn(drive(link, queue, self.max));
-                    lanes.entry(slot.to_owned()).or_insert(sender)
+        let lane = self.lane(slot);
+        let route = {
+            let mut state = lane.lock();
+            match state.link.take() {
+                Some(link) if state.queue.is_empty() => Route::Send(link, op),
+                link => {
+                    state.link = link;
+                    let (reply, answer) = oneshot::channel();
+                    state.queue.push_back(Pending { op, reply });
+                    if !state.task {
+                        state.task = true;
+                        tokio::spawn(drive(lane.clone(), self.max));
+                    }
+                    Route::Queued(answer)
                 }
-            };
-            if sender.send(pending).is_err() {
-                // The workspace's task is gone (its runtime shut down): start over next time.
-                lanes.remove(slot);
-                return Err(Failure {
+            }
+        };
+        match route {
+            Route::Send(link, op) => {
+                let mut borrowed = Borrowed {
+                    lane: &lane,
+                    link: Some(link),
+                };
+                let deadline = Instant::now() + self.store.timeout();
+                let result = match borrowed.link.as_mut() {
+                    Some(link) => link.batch(std::iter::once(&op), deadline).await,
+                    None => Err(CoordError::Redis("the link was given back".into())),
+                };
+                let result = result.and_then(|mut answers| {
+                    answers
+                        .pop()
+                        .ok_or_else(|| CoordError::Protocol("an empty batch answer".into()))
+                });
+                borrowed.give_back(result.as_ref().err());
+                result.map_err(|error| Failure { error, first: true })
+            }
+            Route::Queued(answer) => answer.await.unwrap_or_else(|_| {
+                Err(Failure {
                     error: CoordError::Redis("the batch task ended".into()),
                     first: true,
-                });
-            }
+                })
+            }),
         }
-        answer.await.unwrap_or_else(|_| {
-            Err(Failure {
-                error: CoordError::Redis("the batch task ended".into()),
-                first: true,
-            })
-        })
     }
 }
 
-/// How a workspace's task reaches Redis.
+/// Where a caller's operation goes.
+enum Route {
+    /// The link was free and nothing queued: the caller sends it itself.
+    Send(Link, Op),
+    /// Queued for the lane's task; the answer comes here.
+    Queued(oneshot::Receiver<Reply>),
+}
+
+impl Drop for Batcher {
+    fn drop(&mut self) {
+        for lane in self.lock().values() {
+            lane.closed.store(true, Ordering::Relaxed);
+            lane.wake.notify_one();
+        }
+    }
+}
+
+/// The lane's link while one call is in flight. Put back by [`Borrowed::give_back`] when the
+/// answer is read, or, when the call is dropped before that, by `Drop` with its own
+/// connection closed (its state is unknown: an answer may still come).
+struct Borrowed<'a> {
+    lane: &'a Lane,
+    link: Option<Link>,
+}
+
+impl Borrowed<'_> {
+    /// Puts the link back after a complete call; `failed`: the call failed, and every
+    /// operation queued behind it is answered with that failure (never sent). Wakes the task
+    /// when operations are left queued.
+    fn give_back(mut self, failed: Option<&CoordError>) {
+        let link = self.link.take();
+        put_back(self.lane, link, failed);
+    }
+}
+
+impl Drop for Borrowed<'_> {
+    fn drop(&mut self) {
+        if let Some(mut link) = self.link.take() {
+            link.disconnect();
+            put_back(self.lane, Some(link), None);
+        }
+    }
+}
+
+fn put_back(lane: &Lane, link: Option<Link>, failed: Option<&CoordError>) {
+    let mut state = lane.lock();
+    if link.is_some() {
+        state.link = link;
+    }
+    if let Some(error) = failed {
+        // Queued behind a failed call: not sent (the replica is degraded now).
+        while let Some(pending) = state.queue.pop_front() {
+            let _ = pending.reply.send(Err(Failure {
+                error: error.clone(),
+                first: false,
+            }));
+        }
+    }
+    if !state.queue.is_empty() {
+        lane.wake.notify_one();
+    }
+}
+
+/// How a workspace's calls reach Redis (the lane's link, borrowed by the call in flight).
 enum Link {
     /// The replica's multiplexed connection (redis-rs `ConnectionManager`).
     Shared(RedisStore),
-    /// The task's own connection; the store loads the library when a call finds it missing.
+    /// The lane's own connection; the store loads the library when a call finds it missing.
     /// `seen`: the [`Batcher::invalidate`] epoch the connection was opened in.
     Direct {
         direct: Box<Direct>,
@@ -176,13 +309,21 @@ impl Link {
         }
     }
 
-    async fn batch(
+    /// Drops the link's own connection (a call on it was abandoned in flight); the shared
+    /// connection needs nothing (redis-rs matches answers to requests).
+    fn disconnect(&mut self) {
+        if let Link::Direct { direct, .. } = self {
+            direct.disconnect();
+        }
+    }
+
+    async fn batch<'a>(
         &mut self,
-        ops: &[Pending],
+        ops: impl Iterator<Item = &'a Op> + Clone,
         deadline: Instant,
     ) -> Result<Vec<Value>, CoordError> {
         match self {
-            Link::Shared(store) => store.batch(ops.iter().map(|p| &p.op), deadline).await,
+            Link::Shared(store) => store.batch(ops, deadline).await,
             Link::Direct {
                 direct,
                 store,
@@ -194,8 +335,9 @@ impl Link {
                     direct.disconnect();
                     *seen = now;
                 }
+                let count = ops.clone().count();
                 let mut cmd = redis::cmd("FCALL");
-                batch_command(&mut cmd, ops.iter().map(|p| &p.op));
+                ops_command(&mut cmd, ops);
                 let mut value = direct.call(&cmd, deadline).await?;
                 if is_missing_function_reply(&value) {
                     // Redis lost its functions (restarted empty): load them, send again (the
@@ -205,29 +347,65 @@ impl Link {
                         .map_err(|_| CoordError::Timeout(direct.timeout_ms()))??;
                     value = direct.call(&cmd, deadline).await?;
                 }
-                batch_answers(value, ops.len())
+                ops_answers(value, count)
             }
         }
     }
 }
 
-/// A workspace's task: takes the first queued operation (waiting for one), everything else
-/// queued up to `max`, sends them as one batch and answers each; repeats.
-async fn drive(mut link: Link, mut queue: mpsc::UnboundedReceiver<Pending>, max: usize) {
+/// Marks the lane's task as ended when it ends (its runtime shut down, or the batcher was
+/// dropped): the next call that queues starts another.
+struct TaskRuns<'a>(&'a Lane);
+
+impl Drop for TaskRuns<'_> {
+    fn drop(&mut self) {
+        self.0.lock().task = false;
+    }
+}
+
+/// A workspace's task: whenever operations are queued and the link is free, takes them (up to
+/// `max`, in order), sends them as one batch and answers each; waits to be woken otherwise.
+async fn drive(lane: Arc<Lane>, max: usize) {
+    let _runs = TaskRuns(&lane);
     let mut batch: Vec<Pending> = Vec::with_capacity(max);
-    while let Some(first) = queue.recv().await {
-        batch.push(first);
-        while batch.len() < max {
-            match queue.try_recv() {
-                Ok(pending) => batch.push(pending),
-                Err(_) => break,
-            }
+    loop {
+        if lane.closed.load(Ordering::Relaxed) {
+            return;
         }
+        let link = {
+            let mut state = lane.lock();
+            match state.link.take() {
+                Some(link) if !state.queue.is_empty() => {
+                    let n = state.queue.len().min(max);
+                    batch.extend(state.queue.drain(..n));
+                    Some(link)
+                }
+                link => {
+                    state.link = link;
+                    None
+                }
+            }
+        };
+        let Some(link) = link else {
+            lane.wake.notified().await;
+            continue;
+        };
+        let mut borrowed = Borrowed {
+            lane: &lane,
+            link: Some(link),
+        };
         // The command timeout, counted from the send (as for a single call): time spent queued
         // behind the call in flight is not Redis's (a replica stalled by its host would
         // otherwise time out every queued operation at once).
-        let deadline = Instant::now() + link.timeout();
-        match link.batch(&batch, deadline).await {
+        let result = match borrowed.link.as_mut() {
+            Some(link) => {
+                let deadline = Instant::now() + link.timeout();
+                link.batch(batch.iter().map(|p| &p.op), deadline).await
+            }
+            None => Err(CoordError::Redis("the link was given back".into())),
+        };
+        borrowed.give_back(result.as_ref().err());
+        match result {
             Ok(answers) => {
                 for (pending, answer) in batch.drain(..).zip(answers) {
                     // A caller that went away (cancelled request) needs no answer.
@@ -242,13 +420,6 @@ async fn drive(mut link: Link, mut queue: mpsc::UnboundedReceiver<Pending>, max:
                         first,
                     }));
                     first = false;
-                }
-                // Queued behind a failed call: not sent (the replica is degraded now).
-                while let Ok(pending) = queue.try_recv() {
-                    let _ = pending.reply.send(Err(Failure {
-                        error: error.clone(),
-                        first: false,
-                    }));
                 }
             }
         }

@@ -3,12 +3,14 @@
 //!
 //! # Protocol
 //!
-//! - `acquire` (after the local core granted): healthy, one acquire operation in the
-//!   workspace's next `ts_batch_v4` call ([`crate::batcher`]: what arrives while a call is in
-//!   flight goes in the next one); degraded, the declared share alone (no Redis call). A
+//! - `acquire` (after the local core granted): healthy, one acquire operation, sent at once as
+//!   `ts_acquire_v4` when nothing is in flight for the workspace, else in its next
+//!   `ts_batch_v4` call ([`crate::batcher`]: what arrives while a call is in flight goes in the
+//!   next one); degraded, the declared share alone (no Redis call). A
 //!   failed or timed-out batch makes the replica degraded at once and each admission in it is
 //!   decided by the share, so no admission waits on Redis for longer than the command timeout.
-//! - `release` / `forget`: one release operation in the workspace's next batch when healthy;
+//! - `release` / `forget`: one release operation (alone or in the workspace's next batch, as an
+//!   acquire) when healthy;
 //!   degraded, nothing (Redis drops the lease when its liveness runs out).
 //! - The background task ([`Coordinator::run`]) probes every `probe_every` (an idle replica
 //!   notices a hung Redis within probe + timeout), renews this replica's leases every

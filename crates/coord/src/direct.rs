@@ -1,18 +1,20 @@
-//! A Redis connection owned by one workspace's batch task ([`crate::batcher`]): a batch costs
-//! one `write` and one `read` (or a few, for a large answer) in that task, with no connection
-//! task in between (redis-rs's multiplexed connection runs its own task: a call wakes it, and
-//! its answer wakes the caller back).
+//! A Redis connection owned by one workspace's lane ([`crate::batcher`]) and used by whichever
+//! call borrowed the lane's link (a caller sending its operation alone, or the lane's task
+//! sending a batch): a call costs one `write` and one `read` (or a few, for a large answer) in
+//! the task that makes it, with no connection task in between (redis-rs's multiplexed
+//! connection runs its own task: a call wakes it, and its answer wakes the caller back).
 //!
 //! # Invariants
 //!
-//! - At most one command is in flight on the connection (the batch task sends the next only
-//!   after reading the answer to the last).
+//! - At most one command is in flight on the connection (the lane lends its link to one call
+//!   at a time; the next is sent only after the answer to the last was read, or after the
+//!   connection of a call abandoned in flight was dropped, [`Direct::disconnect`]).
 //! - Any I/O error, timeout or unparsable answer drops the connection (its state is unknown):
 //!   the next call connects again, within that call's deadline. An error *reply* (a complete
 //!   answer) keeps it. A connection idle for more than [`IDLE_CHECK`] is checked (one
 //!   non-blocking read: would block = alive) before it is used, and the batcher drops every
-//!   task's connection after any failed call of the replica (`Batcher::invalidate`), so a
-//!   Redis restarted while a connection sat idle costs no failed call. A batch is never
+//!   lane's connection after any failed call of the replica (`Batcher::invalidate`), so a
+//!   Redis restarted while a connection sat idle costs no failed call. A call is never
 //!   re-sent on a new connection.
 //! - The handshake sends `AUTH` (and `SELECT`) when the URL has a password (a database); no
 //!   credential is ever logged or put in an error.
@@ -63,7 +65,7 @@ impl Stream {
 /// How long a connection may sit idle before it is checked (one non-blocking read) before use.
 pub const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The connection of one batch task.
+/// The connection of one workspace's lane.
 pub struct Direct {
     info: ConnectionInfo,
     stream: Option<Stream>,

@@ -1,7 +1,8 @@
 //! The compact call protocol of an acquire and a release (library `turnstile_v4`,
 //! `lua/turnstile_v4.lua`; the v3 contract, unchanged): which keys and arguments one
 //! admission and one release send, alone (`ts_acquire_v4` / `ts_release_v4`) or as operations
-//! of one batch (`ts_batch_v4`, [`batch_command`]).
+//! of one batch (`ts_batch_v4`, [`batch_command`]); [`ops_command`] picks: a lone operation
+//! alone, more as one batch.
 //!
 //! Redis's time per `FCALL` grows with every key and argument passed (each is copied into a
 //! Lua table) and with every `tonumber` the script needs, so a call passes only what the
@@ -103,6 +104,19 @@ impl Op {
             .arg(self.keys.len())
             .arg(&self.keys)
             .arg(&self.args);
+    }
+}
+
+/// Fills `cmd` (an `FCALL`) with the one call that runs `ops` (all of one workspace, at least
+/// one): a lone operation as its single call (`ts_acquire_v4` / `ts_release_v4`: the same
+/// decision and answer as a batch of one, at about four fifths of Redis's instructions per
+/// pair, docs/performance.md, session 10), more as one `ts_batch_v4` ([`batch_command`]).
+/// Decode the answer with `store::ops_answers`.
+pub fn ops_command<'a>(cmd: &mut Cmd, ops: impl Iterator<Item = &'a Op> + Clone) {
+    let mut rest = ops.clone();
+    match (rest.next(), rest.next()) {
+        (Some(op), None) => op.single_command(cmd),
+        _ => batch_command(cmd, ops),
     }
 }
 

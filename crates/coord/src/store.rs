@@ -23,7 +23,7 @@ use turnstile_admission::Millis;
 use crate::breaker::{BreakerKeys, BreakerState, Outcome, SeenOutcomes};
 use crate::error::CoordError;
 use crate::keys::WorkspaceKeys;
-use crate::protocol::{acquire_command, batch_command, release_command, Op};
+use crate::protocol::{acquire_command, ops_command, release_command, Op};
 use crate::spec::LaneSpec;
 use crate::verdict::Verdict;
 
@@ -140,15 +140,30 @@ pub fn is_missing_function_reply(value: &Value) -> bool {
     matches!(value, Value::ServerError(error) if error.details().is_some_and(|d| d.contains("Function not found")) || error.code().contains("Function not found"))
 }
 
-/// A `ts_batch_v4` answer: one value per operation (`count`), or why not.
-pub fn batch_answers(value: Value, count: usize) -> Result<Vec<Value>, CoordError> {
-    if let Value::ServerError(error) = &value {
+/// The answer of the call [`ops_command`] made for `count` operations: one value per
+/// operation (a lone operation's single call answers its value alone), or why not.
+pub fn ops_answers(value: Value, count: usize) -> Result<Vec<Value>, CoordError> {
+    if count == 1 {
+        server_error(&value)?;
+        return Ok(vec![value]);
+    }
+    batch_answers(value, count)
+}
+
+fn server_error(value: &Value) -> Result<(), CoordError> {
+    if let Value::ServerError(error) = value {
         return Err(CoordError::Redis(format!(
             "{} {}",
             error.code(),
             error.details().unwrap_or("")
         )));
     }
+    Ok(())
+}
+
+/// A `ts_batch_v4` answer: one value per operation (`count`), or why not.
+pub fn batch_answers(value: Value, count: usize) -> Result<Vec<Value>, CoordError> {
+    server_error(&value)?;
     let answers = array(value)?;
     if answers.len() != count {
         return Err(CoordError::Protocol(format!(
@@ -355,7 +370,8 @@ impl RedisStore {
         Ok(self.fcall(&cmd).await?.0)
     }
 
-    /// `ts_batch_v4` of `ops` (all of one workspace), answered by `deadline`: one answer per
+    /// `ops` (all of one workspace, at least one) in one call ([`ops_command`]: a lone one as
+    /// its single call, more as one `ts_batch_v4`), answered by `deadline`: one answer per
     /// operation, in order (decode each with [`decode_acquire`] / [`decode_release`]). The
     /// library-missing retry happens within the same deadline; a timeout is
     /// [`CoordError::Timeout`] (the batch may have run).
@@ -366,12 +382,12 @@ impl RedisStore {
     ) -> Result<Vec<Value>, CoordError> {
         let count = ops.clone().count();
         let mut cmd = redis::cmd("FCALL");
-        batch_command(&mut cmd, ops);
+        ops_command(&mut cmd, ops);
         let answer = tokio::time::timeout_at(deadline, self.fcall(&cmd)).await;
         let (value, _) = answer.map_err(|_| {
             CoordError::Timeout(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))
         })??;
-        batch_answers(value, count)
+        ops_answers(value, count)
     }
 
     /// `ts_breaker_v4`: merges the outcomes a degraded replica saw into the shared breaker (a

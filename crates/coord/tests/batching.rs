@@ -481,3 +481,46 @@ fn a_hung_redis_decides_every_queued_admission_by_the_share() {
         );
     });
 }
+
+/// A caller that sends its operation itself (nothing in flight) and is dropped before the
+/// answer (a cancelled request) leaves the workspace's link usable: its connection, whose
+/// answer may still come, is closed, so the next call never reads the abandoned call's answer
+/// as its own. Here the abandoned acquire is refused (`defer`, an array); a release that read
+/// it would fail to decode and degrade the replica.
+#[test]
+fn a_call_abandoned_in_flight_never_answers_the_next_one() {
+    let rt = runtime();
+    let server = RedisServer::start().unwrap();
+    rt.block_on(async {
+        let coord = Coordinator::new(config(&server, DegradedShare::Closed)).unwrap();
+        healthy(&coord).await;
+        let spec = limited(1);
+        assert_eq!(
+            coord.acquire(&spec, "holder", 0).await,
+            Admission::Granted(Mode::Shared)
+        );
+        server.signal("STOP");
+        let abandoned =
+            tokio::time::timeout(Duration::from_millis(30), coord.acquire(&spec, "gone", 0)).await;
+        server.signal("CONT");
+        assert!(
+            abandoned.is_err(),
+            "the acquire was answered: {abandoned:?}"
+        );
+        // Redis runs the abandoned acquire (already in its socket) before anything sent later.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(coord.release("holder", 0, None, None, 0).await);
+        assert_eq!(
+            coord.acquire(&spec, "next", 0).await,
+            Admission::Granted(Mode::Shared)
+        );
+        assert_eq!(coord.health(), Health::Healthy);
+        assert_eq!(coord.metrics.errors.load(Ordering::Relaxed), 0);
+        let key = WorkspaceKeys::new(WS).leases(&ScopeName::provider("openai"));
+        assert_eq!(
+            cli(&server, &["ZCARD", &key]),
+            "1",
+            "only the next lease is held"
+        );
+    });
+}
