@@ -12,9 +12,9 @@
 //! Invariants: the handler runs only when `admit` let the request through; the slot is
 //! released when the handler's future completes or is dropped (a client that leaves), never
 //! before, or, for a response marked [`crate::slot_held_body::SlotHeldByBody`] (an event
-//! stream), when its body is dropped; the inner service is called only after its `poll_ready` (forwarded); a gate of the
-//! reserved slice (`reserved`) lets only operators' calls through; a hot route gets the same
-//! gate (`admit`, the slot) as a routed request.
+//! stream), when its body is dropped; the inner service is called only after its
+//! `poll_ready` (forwarded); a gate of the reserved slice (`reserved`) lets only operators'
+//! calls through; a hot route gets the same gate (`admit`, the slot) as a routed request.
 
 use std::convert::Infallible;
 use std::future::Future;
