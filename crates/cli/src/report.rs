@@ -1,6 +1,7 @@
 //! How the command line reports a failure: one line `error: …` (the error and its causes,
-//! joined by `: `, each said once, newlines folded), then `hint: …` when the failing step knows what to do about
-//! it, and an exit status that says what kind of failure it was ([`Failure`]).
+//! joined by `: `, each said once, newlines folded), then `hint: …` when the failing step
+//! knows what to do about it, and an exit status that says what kind of failure it was
+//! ([`Failure`]).
 //!
 //! Invariants: without `--verbose` nothing but those lines reaches stderr, whatever
 //! `RUST_BACKTRACE` says (a backtrace is captured by `anyhow` but never printed); with
