@@ -413,6 +413,16 @@ async fn every_write_function_refuses_a_past_deadline_and_applies_a_future_one()
     let value: Value = cmd.query_async(&mut connection).await.unwrap();
     assert!(format!("{value:?}").contains("late"), "{value:?}");
     assert_eq!(a.since(0, 100).await.unwrap().head, head);
+    // A write that finds the library missing loads it, reads Redis's clock again and is sent
+    // once more.
+    assert_eq!(redis_cli(&server, &["FUNCTION", "FLUSH"]), "OK");
+    assert_eq!(
+        a.append("e1", "after-flush").await,
+        Ok(Written::Appended {
+            seq: head + 1,
+            registration: None
+        })
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
