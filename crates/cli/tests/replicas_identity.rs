@@ -628,7 +628,11 @@ fn with_redis_down_writes_are_refused_typed_and_keys_still_authenticate() {
         std::thread::sleep(Duration::from_millis(50));
     };
     let second = answer["key"].as_str().unwrap().to_owned();
-    until_status(a, &second, 200, Duration::from_secs(3));
+    // On every replica before Redis loses the feed: the replica that seeds it again does so
+    // from its mirror, which must hold `second`.
+    for replica in [a, b, c] {
+        until_status(replica, &second, 200, Duration::from_secs(3));
+    }
 
     // Redis restarted empty: the feed is seeded again from a mirror; keys and writes go on.
     redis.restart_empty().unwrap();
