@@ -86,6 +86,76 @@ fn bench_serve_open_loop_never_offers_more_than_its_rate() {
 }
 
 #[test]
+fn bench_serve_timeline_lists_every_measured_pair_in_start_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pairs.csv");
+    let output = bench_serve(&[
+        "--clients",
+        "4",
+        "--rate",
+        "200",
+        "--seconds",
+        "1",
+        "--warmup-ms",
+        "100",
+        "--timeline",
+        path.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let csv = std::fs::read_to_string(&path).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("start_ms,pair_ms,acquire_ms,release_ms"));
+    let rows: Vec<Vec<f64>> = lines
+        .map(|line| line.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len() as u64, report["pairs"].as_u64().unwrap());
+    for pair in rows.windows(2) {
+        assert!(pair[0][0] <= pair[1][0], "in start order: {pair:?}");
+    }
+    let max_pair_ms = report["pairLatency"]["maxMs"].as_f64().unwrap();
+    for row in &rows {
+        let [start, pair, acquire, release] = row[..] else {
+            panic!("four columns: {row:?}");
+        };
+        assert!((0.0..1000.0).contains(&start), "after the warm-up: {row:?}");
+        assert!(
+            acquire > 0.0 && release > 0.0 && pair <= max_pair_ms + 0.001,
+            "{row:?}"
+        );
+        assert!(
+            pair + 0.002 >= acquire + release,
+            "a pair holds both requests: {row:?}"
+        );
+    }
+}
+
+#[test]
+fn bench_serve_timeline_to_an_unwritable_path_is_refused() {
+    let output = bench_serve(&[
+        "--clients",
+        "1",
+        "--seconds",
+        "1",
+        "--warmup-ms",
+        "0",
+        "--timeline",
+        "/nonexistent-dir/pairs.csv",
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--timeline /nonexistent-dir/pairs.csv"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn bench_serve_refuses_bad_targets_and_counts() {
     let cases: [(&[&str], &str); 7] = [
         (&["--url", "http://127.0.0.1:1"], "--url needs --key"),

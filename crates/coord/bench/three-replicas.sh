@@ -7,13 +7,16 @@
 #   crates/coord/bench/three-replicas.sh [path/to/turnstile] [seconds] [clients per replica] [pairs/s per replica]
 #
 # Without the fourth argument each generator runs a closed loop (saturation); with it, an open
-# loop at that rate (`bench-serve --rate`).
+# loop at that rate (`bench-serve --rate`). With TIMELINE_DIR set, each generator also writes
+# its pairs to $TIMELINE_DIR/bench{0,1,2}.csv (`bench-serve --timeline`), to see when a tail
+# happened and whether the three replicas stalled together (the host) or one alone.
 set -euo pipefail
 bin="${1:-target/release/turnstile}"
 seconds="${2:-10}"
 clients="${3:-32}"
 rate_args=()
 if [ -n "${4:-}" ]; then rate_args=(--rate "$4"); fi
+timeline_args() { if [ -n "${TIMELINE_DIR:-}" ]; then echo "--timeline $TIMELINE_DIR/bench$1.csv"; fi; }
 work="$(mktemp -d)"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 # REDIS_ARGS="--zset-max-listpack-entries 0" passes more options to redis-server.
@@ -74,7 +77,8 @@ replica_before=(); for pid in "${pids[@]}"; do replica_before+=("$(proc_cpu "$pi
 redis_proc_before=$(proc_cpu "$redis_pid")
 for i in 0 1 2; do
   "$bin" bench-serve --url "${urls[$i]}" --key "${keys[$i]}" --provider bench-provider \
-    --clients "$clients" --seconds "$seconds" "${rate_args[@]}" --json > "$work/bench$i.json" &
+    --clients "$clients" --seconds "$seconds" "${rate_args[@]}" $(timeline_args "$i") \
+    --json > "$work/bench$i.json" &
   bench_pids[$i]=$!
 done
 for i in 0 1 2; do wait "${bench_pids[$i]}"; done

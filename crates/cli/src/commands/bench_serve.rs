@@ -65,6 +65,11 @@ pub struct BenchServeArgs {
     /// release pair, from `INFO commandstats` before and after the run.
     #[arg(long)]
     pub redis_url: Option<String>,
+    /// Also write every measured pair to this file as CSV (`start_ms,pair_ms,acquire_ms,
+    /// release_ms`, the start counted from the end of the warm-up, in start order): to find
+    /// when a tail happened, e.g. the worst 10 ms windows of a run.
+    #[arg(long)]
+    pub timeline: Option<std::path::PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -102,6 +107,14 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
     if args.clients == 0 || args.seconds == 0 {
         bail!("--clients and --seconds must be at least 1");
     }
+    // Created first, so an unwritable path is refused before anything starts, not after the run.
+    let timeline_file = match &args.timeline {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("--timeline {}", path.display()))?,
+        ),
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -188,7 +201,15 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
             None => None,
         };
         let cpu_before = process_cpu();
-        let driven = drive(&target, args.clients, args.rate, warmup, measured).await;
+        let driven = drive(
+            &target,
+            args.clients,
+            args.rate,
+            warmup,
+            measured,
+            args.timeline.is_some(),
+        )
+        .await;
         let cpu = process_cpu()
             .zip(cpu_before)
             .map(|(after, before)| after.saturating_sub(before));
@@ -207,7 +228,12 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         if let Some(dir) = data_dir {
             let _ = std::fs::remove_dir_all(dir);
         }
-        let report = Report::new(&args, driven?, measured, cpu, fcall);
+        let mut driven = driven?;
+        if let (Some(path), Some(file)) = (&args.timeline, timeline_file) {
+            write_timeline(file, &mut driven.timeline)
+                .with_context(|| format!("--timeline {}", path.display()))?;
+        }
+        let report = Report::new(&args, driven, measured, cpu, fcall);
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
@@ -233,6 +259,9 @@ struct Samples {
     failures: BTreeMap<PairFailure, u64>,
     /// Pairs of the warm-up (not in the latencies; Redis's figures include them).
     warmup_pairs: u64,
+    /// With `--timeline`: every measured pair as (start after the warm-up, pair, acquire,
+    /// release), µs.
+    timeline: Vec<[u64; 4]>,
     /// Wall-clock time of warm-up and measurement.
     elapsed: Duration,
 }
@@ -249,6 +278,7 @@ async fn drive(
     rate: Option<f64>,
     warmup: Duration,
     measured: Duration,
+    timeline: bool,
 ) -> anyhow::Result<Samples> {
     let pace = rate.map(|rate| Duration::from_secs_f64(clients as f64 / rate));
     let stagger = move |client_index: usize| client_index as f64 / clients as f64;
@@ -314,12 +344,20 @@ async fn drive(
                 }
                 match outcome {
                     Ok(times) => {
-                        samples.pairs.push(micros(elapsed));
                         let waited_for_schedule = sent_at.duration_since(counted_from);
-                        samples
-                            .acquires
-                            .push(micros(times.acquire + waited_for_schedule));
-                        samples.releases.push(micros(times.release));
+                        let (pair, acquire, release) = (
+                            micros(elapsed),
+                            micros(times.acquire + waited_for_schedule),
+                            micros(times.release),
+                        );
+                        samples.pairs.push(pair);
+                        samples.acquires.push(acquire);
+                        samples.releases.push(release);
+                        if timeline {
+                            let started =
+                                micros(counted_from.duration_since(start).saturating_sub(warmup));
+                            samples.timeline.push([started, pair, acquire, release]);
+                        }
                     }
                     Err(failure) => *samples.failures.entry(failure).or_default() += 1,
                 }
@@ -333,6 +371,7 @@ async fn drive(
         merged.pairs.append(&mut samples.pairs);
         merged.acquires.append(&mut samples.acquires);
         merged.releases.append(&mut samples.releases);
+        merged.timeline.append(&mut samples.timeline);
         merged.warmup_pairs += samples.warmup_pairs;
         for (failure, count) in samples.failures {
             *merged.failures.entry(failure).or_default() += count;
@@ -343,6 +382,26 @@ async fn drive(
     merged.acquires.sort_unstable();
     merged.releases.sort_unstable();
     Ok(merged)
+}
+
+/// `--timeline`: the measured pairs in start order, as CSV with milliseconds.
+fn write_timeline(file: std::fs::File, timeline: &mut [[u64; 4]]) -> std::io::Result<()> {
+    use std::io::Write;
+    timeline.sort_unstable();
+    let mut out = std::io::BufWriter::new(file);
+    writeln!(out, "start_ms,pair_ms,acquire_ms,release_ms")?;
+    let ms = |us: u64| us as f64 / 1000.0;
+    for [start, pair, acquire, release] in timeline.iter().copied() {
+        writeln!(
+            out,
+            "{:.3},{:.3},{:.3},{:.3}",
+            ms(start),
+            ms(pair),
+            ms(acquire),
+            ms(release)
+        )?;
+    }
+    out.flush()
 }
 
 /// Two sorted sample sets as one sorted set.
