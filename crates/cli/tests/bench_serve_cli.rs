@@ -201,15 +201,11 @@ fn bench_serve_against_an_unreachable_service_fails_with_transport_errors() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("no acquire + release pair succeeded"));
 }
 
-#[test]
-fn bench_serve_counts_refused_requests_by_status() {
-    // A real service and a key it does not know: every acquire is answered 401, each answer is
-    // framed and counted, and the client reconnects after each (a refused request never
-    // poisons the next).
-    let data = tempfile::tempdir().unwrap();
+/// A real `turnstile serve` on a fresh data directory; its base URL.
+fn start_service(data: &std::path::Path) -> (std::process::Child, String) {
     let mut service = Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data.path())
+        .arg(data)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -226,11 +222,23 @@ fn bench_serve_counts_refused_requests_by_status() {
         })
         .expect("the service prints its address");
     std::thread::spawn(move || for _ in lines {});
+    (service, url)
+}
+
+const UNKNOWN_KEY: &str = "tsk_0000000000000000000000000000000000000000000000000000000000000000";
+
+#[test]
+fn bench_serve_counts_refused_requests_by_status() {
+    // A real service and a key it does not know: every acquire is answered 401, each answer is
+    // framed and counted, and the client reconnects after each (a refused request never
+    // poisons the next).
+    let data = tempfile::tempdir().unwrap();
+    let (mut service, url) = start_service(data.path());
     let output = bench_serve(&[
         "--url",
         &url,
         "--key",
-        "tsk_0000000000000000000000000000000000000000000000000000000000000000",
+        UNKNOWN_KEY,
         "--clients",
         "2",
         "--seconds",
@@ -250,4 +258,35 @@ fn bench_serve_counts_refused_requests_by_status() {
     );
     assert!(!stdout.contains("transport"), "{stdout}");
     assert!(stdout.contains("status 401"), "{stdout} {stderr}");
+}
+
+#[test]
+fn bench_serve_spreads_its_clients_over_several_urls() {
+    // Two targets, a live service (401: the key is unknown) and a refused port: with two
+    // clients, one goes to each, so both kinds of failure are counted.
+    let data = tempfile::tempdir().unwrap();
+    let (mut service, url) = start_service(data.path());
+    let both = format!("{url},http://127.0.0.1:1");
+    let output = bench_serve(&[
+        "--url",
+        &both,
+        "--key",
+        UNKNOWN_KEY,
+        "--clients",
+        "2",
+        "--seconds",
+        "1",
+        "--warmup-ms",
+        "0",
+        "--json",
+    ]);
+    let _ = service.kill();
+    let _ = service.wait();
+    assert!(!output.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["target"], both.as_str());
+    assert_eq!(report["inProcessService"], false);
+    let failures = &report["failures"];
+    assert!(failures["status 401"].as_u64().unwrap() > 0, "{report}");
+    assert!(failures["transport"].as_u64().unwrap() > 0, "{report}");
 }

@@ -31,8 +31,11 @@ use super::bench_client::{BenchClient, Endpoint, PairFailure};
 #[derive(Debug, Args)]
 pub struct BenchServeArgs {
     /// Base URL of a running service (e.g. http://127.0.0.1:8686); default: in-process.
-    #[arg(long)]
-    pub url: Option<String>,
+    /// Several (`--url A,B,C` or the flag repeated): replicas of one deployment, the clients
+    /// spread over them in turn (client i on URL i mod n), all acting with the same `--key`
+    /// (keys are shared between replicas, `docs/replicas.md`).
+    #[arg(long, value_delimiter = ',')]
+    pub url: Vec<String>,
     /// Principal key for `--url`.
     #[arg(long)]
     pub key: Option<String>,
@@ -89,7 +92,8 @@ const BENCH_PROFILE: &str = r#"{
 }"#;
 
 struct Target {
-    base: String,
+    /// One base URL, or a deployment's replicas (clients take them in turn).
+    bases: Vec<String>,
     key: String,
     provider: String,
 }
@@ -124,14 +128,18 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         let client = reqwest::Client::new();
         let mut server = None;
         let mut data_dir = None;
-        let target = match (&args.url, &args.key) {
-            (Some(url), Some(key)) => Target {
-                base: url.trim_end_matches('/').to_owned(),
+        let target = match (args.url.is_empty(), &args.key) {
+            (false, Some(key)) => Target {
+                bases: args
+                    .url
+                    .iter()
+                    .map(|url| url.trim_end_matches('/').to_owned())
+                    .collect(),
                 key: key.clone(),
                 provider: args.provider.clone(),
             },
-            (Some(_), None) => bail!("--url needs --key (a principal key)"),
-            (None, _) => {
+            (false, None) => bail!("--url needs --key (a principal key)"),
+            (true, _) => {
                 let stamp = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos());
@@ -184,7 +192,9 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
             };
             println!(
                 "bench-serve: {} clients, {load}, {} s, target {}",
-                args.clients, args.seconds, target.base
+                args.clients,
+                args.seconds,
+                target.bases.join(", ")
             );
         }
         let warmup = Duration::from_millis(args.warmup_ms);
@@ -286,7 +296,7 @@ async fn drive(
     let mut tasks = Vec::with_capacity(clients);
     for client_index in 0..clients {
         let endpoint = Endpoint::new(
-            &target.base,
+            &target.bases[client_index % target.bases.len()],
             &target.key,
             &target.provider,
             &format!("bench-{client_index}"),
@@ -494,8 +504,12 @@ impl Report {
         let failed: u64 = samples.failures.values().sum();
         let every_pair = pairs as u64 + samples.warmup_pairs + failed;
         Report {
-            target: args.url.clone().unwrap_or_else(|| "in-process".to_owned()),
-            in_process_service: args.url.is_none(),
+            target: if args.url.is_empty() {
+                "in-process".to_owned()
+            } else {
+                args.url.join(",")
+            },
+            in_process_service: args.url.is_empty(),
             clients: args.clients,
             target_pairs_per_second: args.rate,
             measured_seconds: args.seconds,
@@ -592,7 +606,7 @@ fn process_cpu() -> Option<Duration> {
 async fn setup(client: &reqwest::Client, base: &str, admin: &str) -> anyhow::Result<Target> {
     let key = register_bench_principal(client, base, admin, BENCH_PROFILE).await?;
     Ok(Target {
-        base: base.to_owned(),
+        bases: vec![base.to_owned()],
         key,
         provider: "bench-provider".to_owned(),
     })
