@@ -120,9 +120,10 @@ pub enum WriteError {
     /// Redis ran it after its deadline and refused it: nothing was written.
     #[error("Redis ran the write after its deadline and refused it; nothing was written")]
     Late,
-    /// Sent, and no usable answer came back (a timeout: Redis hangs; the connection broke
-    /// after sending; an answer that does not parse). Answered only once Redis's clock is past
-    /// the write's deadline: it applied before this answer, or it never will.
+    /// Sent, and no usable answer came back: a timeout (Redis hangs) or a connection broken
+    /// after sending, answered only once Redis's clock is past the write's deadline; or an
+    /// answer that does not parse (Redis ran it). Either way it applied before this answer,
+    /// or it never will.
     #[error("{0}; the write either applied before this answer or never will")]
     OutcomeUnknown(CoordError),
 }
