@@ -123,3 +123,16 @@ def test_arguments_are_checked_before_any_request() -> None:
     with pytest.raises(ValueError, match="heartbeat_fraction"):
         Client("http://127.0.0.1:9", "k", heartbeat_fraction=1.5)
     client.close()
+
+
+def test_an_unknown_write_outcome_is_its_own_unavailable_error() -> None:
+    from turnstile_client import OutcomeUnknown, Unavailable
+    from turnstile_client._errors import error_from_response
+
+    unknown = error_from_response(
+        503, {"error": "coordination-outcome-unknown", "message": "m"}, "", {"retry-after": "1"}
+    )
+    assert isinstance(unknown, OutcomeUnknown) and isinstance(unknown, Unavailable)
+    assert unknown.error == "coordination-outcome-unknown" and unknown.retry_after_ms == 1000
+    refused = error_from_response(503, {"error": "coordination-unavailable", "message": "m"}, "", {})
+    assert isinstance(refused, Unavailable) and not isinstance(refused, OutcomeUnknown)

@@ -72,10 +72,19 @@ export class LeaseLostError extends NotFoundError {
 export class ConflictError extends ApiError {
   override name = "ConflictError";
 }
-/** 503 `shutting-down` / `storage-error`, or a transport failure (`status` undefined,
- * `error` `unreachable` or `timeout`). */
+/** 503 `shutting-down` / `storage-error` / `coordination-unavailable` (replicas: nothing was
+ * written), or a transport failure (`status` undefined, `error` `unreachable` or `timeout`). */
 export class UnavailableError extends ApiError {
   override name = "UnavailableError";
+}
+/**
+ * 503 `coordination-outcome-unknown` (replicas): a key, revocation or profile write was sent
+ * to the shared store (Redis), which did not answer. It either applied before this answer or
+ * never will; once Redis answers, the keys and profiles every replica lists show which. Check
+ * them before writing again (a repeated key creation makes a second key).
+ */
+export class OutcomeUnknownError extends UnavailableError {
+  override name = "OutcomeUnknownError";
 }
 
 /**
@@ -184,6 +193,10 @@ export function errorFromResponse(
       : new NotFoundError(status, parsed, retryAfter);
   }
   if (status === 409) return new ConflictError(status, parsed, retryAfter);
-  if (status === 503) return new UnavailableError(status, parsed, retryAfter);
+  if (status === 503) {
+    return parsed.error === "coordination-outcome-unknown"
+      ? new OutcomeUnknownError(status, parsed, retryAfter)
+      : new UnavailableError(status, parsed, retryAfter);
+  }
   return new ApiError(status, parsed, retryAfter);
 }

@@ -26,6 +26,7 @@ export {
   ForbiddenError,
   LeaseLostError,
   NotFoundError,
+  OutcomeUnknownError,
   RefusedError,
   RetryAfterError,
   TurnstileError,

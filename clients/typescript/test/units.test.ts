@@ -2,7 +2,15 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Client, outcomeFor, RefusedError, RetryAfterError, retryAfterMsOf } from "turnstile-client";
+import {
+  Client,
+  OutcomeUnknownError,
+  outcomeFor,
+  RefusedError,
+  RetryAfterError,
+  retryAfterMsOf,
+  UnavailableError,
+} from "turnstile-client";
 
 test("a normal return is success, a throw is failure", () => {
   assert.deepEqual(outcomeFor(false), { outcome: "success" });
@@ -67,4 +75,26 @@ test("arguments are checked before any request", async () => {
   await assert.rejects(client.release("0".repeat(32), { actualUsage: { tokens: -1 } }), RangeError);
   await assert.rejects(client.release("0".repeat(32), { outcome: "success", retryAfterMs: 5 }), RangeError);
   assert.throws(() => new Client({ baseUrl: "http://x", key: "k", heartbeatFraction: 1.5 }), RangeError);
+});
+
+test("an unknown write outcome is its own UnavailableError", async () => {
+  const answer = (error: string) => async () =>
+    new Response(JSON.stringify({ error, message: "m" }), {
+      status: 503,
+      headers: { "content-type": "application/json", "retry-after": "1" },
+    });
+  const unknown = new Client({ baseUrl: "http://x", key: "k", fetch: answer("coordination-outcome-unknown") });
+  await assert.rejects(
+    unknown.revokeKey("w", "k1"),
+    (e: unknown) =>
+      e instanceof OutcomeUnknownError &&
+      e instanceof UnavailableError &&
+      e.error === "coordination-outcome-unknown" &&
+      e.retryAfterMs === 1000,
+  );
+  const refused = new Client({ baseUrl: "http://x", key: "k", fetch: answer("coordination-unavailable") });
+  await assert.rejects(
+    refused.revokeKey("w", "k1"),
+    (e: unknown) => e instanceof UnavailableError && !(e instanceof OutcomeUnknownError),
+  );
 });

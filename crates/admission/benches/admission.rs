@@ -18,40 +18,13 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use turnstile_admission::{
-    Acquired, AdmissionRequest, Controller, Estimate, Lease, Limits, Outcome, Profile,
-};
+use turnstile_admission::{Acquired, Controller, Outcome};
+
+mod common;
+use common::{profile, request, Handoffs};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-fn wide_limits(concurrency: u32) -> Limits {
-    Limits {
-        concurrency,
-        requests_per_minute: Some(u64::from(u32::MAX)),
-        tokens_per_second: Some(u64::from(u32::MAX)),
-        max_queue_length: Some(10_000_000),
-        ..Limits::default()
-    }
-}
-
-fn profile(workspace_concurrency: u32, principals: usize) -> Profile {
-    let mut profile = Profile {
-        workspace: wide_limits(workspace_concurrency),
-        ..Profile::default()
-    };
-    profile
-        .providers
-        .insert("jev".into(), wide_limits(workspace_concurrency));
-    for i in 0..principals {
-        profile.principals.insert(format!("p{i}"), wide_limits(4));
-    }
-    profile
-}
-
-fn request(principal: &str) -> AdmissionRequest {
-    AdmissionRequest::new(principal, "jev", "invocation").with_estimate(Estimate::new().tokens(100))
-}
 
 fn admit_release(c: &mut Criterion) {
     let mut controller = Controller::new(profile(64, 1), 0).expect("profile");
@@ -70,26 +43,10 @@ fn admit_release(c: &mut Criterion) {
     });
 }
 
-/// A controller with `lanes` principals, one lease held and one waiter per lane.
-fn handoff_setup(lanes: usize) -> (Controller, Lease, Vec<String>) {
-    let names: Vec<String> = (0..lanes).map(|i| format!("p{i}")).collect();
-    let mut controller = Controller::new(profile(1, lanes), 0).expect("profile");
-    let Acquired::Admitted(lease) = controller.acquire(request(&names[0]), 0) else {
-        panic!("first request must be admitted");
-    };
-    for name in &names {
-        let Acquired::Queued { .. } = controller.acquire(request(name), 0) else {
-            panic!("lane waiters must queue");
-        };
-    }
-    (controller, lease, names)
-}
-
 fn handoff(c: &mut Criterion) {
     let mut group = c.benchmark_group("handoff");
     for lanes in [10usize, 100_000] {
-        let (mut controller, mut lease, names) = handoff_setup(lanes);
-        let mut next = 0usize;
+        let mut handoffs = Handoffs::new(lanes);
         group.bench_with_input(BenchmarkId::new("lanes", lanes), &lanes, |b, _| {
             // Only the release (and the handoff it performs) is timed; re-queueing a waiter for
             // the admitted lane, which keeps every lane holding a waiter, is not.
@@ -97,13 +54,9 @@ fn handoff(c: &mut Criterion) {
                 let mut timed = Duration::ZERO;
                 for _ in 0..iterations {
                     let start = Instant::now();
-                    controller.release(lease.id, Outcome::Success, 0);
-                    let resolution = controller.poll_resolution().expect("a waiter is admitted");
+                    handoffs.hand_off();
                     timed += start.elapsed();
-                    lease = resolution.outcome.expect("admitted");
-                    let name = &names[next % names.len()];
-                    next += 1;
-                    black_box(controller.acquire(request(name), 0));
+                    handoffs.requeue();
                 }
                 timed
             })

@@ -86,6 +86,76 @@ fn bench_serve_open_loop_never_offers_more_than_its_rate() {
 }
 
 #[test]
+fn bench_serve_timeline_lists_every_measured_pair_in_start_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pairs.csv");
+    let output = bench_serve(&[
+        "--clients",
+        "4",
+        "--rate",
+        "200",
+        "--seconds",
+        "1",
+        "--warmup-ms",
+        "100",
+        "--timeline",
+        path.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let csv = std::fs::read_to_string(&path).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("start_ms,pair_ms,acquire_ms,release_ms"));
+    let rows: Vec<Vec<f64>> = lines
+        .map(|line| line.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len() as u64, report["pairs"].as_u64().unwrap());
+    for pair in rows.windows(2) {
+        assert!(pair[0][0] <= pair[1][0], "in start order: {pair:?}");
+    }
+    let max_pair_ms = report["pairLatency"]["maxMs"].as_f64().unwrap();
+    for row in &rows {
+        let [start, pair, acquire, release] = row[..] else {
+            panic!("four columns: {row:?}");
+        };
+        assert!((0.0..1000.0).contains(&start), "after the warm-up: {row:?}");
+        assert!(
+            acquire > 0.0 && release > 0.0 && pair <= max_pair_ms + 0.001,
+            "{row:?}"
+        );
+        assert!(
+            pair + 0.002 >= acquire + release,
+            "a pair holds both requests: {row:?}"
+        );
+    }
+}
+
+#[test]
+fn bench_serve_timeline_to_an_unwritable_path_is_refused() {
+    let output = bench_serve(&[
+        "--clients",
+        "1",
+        "--seconds",
+        "1",
+        "--warmup-ms",
+        "0",
+        "--timeline",
+        "/nonexistent-dir/pairs.csv",
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--timeline /nonexistent-dir/pairs.csv"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn bench_serve_refuses_bad_targets_and_counts() {
     let cases: [(&[&str], &str); 7] = [
         (&["--url", "http://127.0.0.1:1"], "--url needs --key"),
@@ -131,15 +201,11 @@ fn bench_serve_against_an_unreachable_service_fails_with_transport_errors() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("no acquire + release pair succeeded"));
 }
 
-#[test]
-fn bench_serve_counts_refused_requests_by_status() {
-    // A real service and a key it does not know: every acquire is answered 401, each answer is
-    // framed and counted, and the client reconnects after each (a refused request never
-    // poisons the next).
-    let data = tempfile::tempdir().unwrap();
+/// A real `turnstile serve` on a fresh data directory; its base URL.
+fn start_service(data: &std::path::Path) -> (std::process::Child, String) {
     let mut service = Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data.path())
+        .arg(data)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -156,11 +222,23 @@ fn bench_serve_counts_refused_requests_by_status() {
         })
         .expect("the service prints its address");
     std::thread::spawn(move || for _ in lines {});
+    (service, url)
+}
+
+const UNKNOWN_KEY: &str = "tsk_0000000000000000000000000000000000000000000000000000000000000000";
+
+#[test]
+fn bench_serve_counts_refused_requests_by_status() {
+    // A real service and a key it does not know: every acquire is answered 401, each answer is
+    // framed and counted, and the client reconnects after each (a refused request never
+    // poisons the next).
+    let data = tempfile::tempdir().unwrap();
+    let (mut service, url) = start_service(data.path());
     let output = bench_serve(&[
         "--url",
         &url,
         "--key",
-        "tsk_0000000000000000000000000000000000000000000000000000000000000000",
+        UNKNOWN_KEY,
         "--clients",
         "2",
         "--seconds",
@@ -180,4 +258,35 @@ fn bench_serve_counts_refused_requests_by_status() {
     );
     assert!(!stdout.contains("transport"), "{stdout}");
     assert!(stdout.contains("status 401"), "{stdout} {stderr}");
+}
+
+#[test]
+fn bench_serve_spreads_its_clients_over_several_urls() {
+    // Two targets, a live service (401: the key is unknown) and a refused port: with two
+    // clients, one goes to each, so both kinds of failure are counted.
+    let data = tempfile::tempdir().unwrap();
+    let (mut service, url) = start_service(data.path());
+    let both = format!("{url},http://127.0.0.1:1");
+    let output = bench_serve(&[
+        "--url",
+        &both,
+        "--key",
+        UNKNOWN_KEY,
+        "--clients",
+        "2",
+        "--seconds",
+        "1",
+        "--warmup-ms",
+        "0",
+        "--json",
+    ]);
+    let _ = service.kill();
+    let _ = service.wait();
+    assert!(!output.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["target"], both.as_str());
+    assert_eq!(report["inProcessService"], false);
+    let failures = &report["failures"];
+    assert!(failures["status 401"].as_u64().unwrap() > 0, "{report}");
+    assert!(failures["transport"].as_u64().unwrap() > 0, "{report}");
 }

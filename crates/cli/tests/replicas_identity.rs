@@ -11,9 +11,15 @@
 //! - Registrations on two replicas at once are put in one order (every record's previous
 //!   version is the record before it, on every replica); the same version with different
 //!   limits at once: one wins, the other is 409.
-//! - Redis stopped: key and profile writes are refused with 503 `coordination-unavailable`,
-//!   existing keys still authenticate; after Redis answers again writes work and propagate.
-//!   Redis restarted empty: the feed is seeded again from a mirror and writes work again.
+//! - Redis stopped: key and profile writes are refused with 503 (`coordination-unavailable`,
+//!   or `coordination-outcome-unknown` for a write already sent), none of them applies when
+//!   Redis resumes, existing keys still authenticate; after Redis answers again writes work
+//!   and propagate. Redis restarted empty: the feed is seeded again from a mirror and writes
+//!   work again.
+//! - Redis hanging with writes in it (held by `CLIENT PAUSE … WRITE`, then SIGSTOP, or in the
+//!   stopped Redis's socket buffer): the revocation, registration and key creation are answered
+//!   503 `coordination-outcome-unknown` and none applies after Redis resumes (each write's
+//!   deadline in Redis's clock passed before the answer; v1 applied the revocation).
 //! - A replica killed and restarted on its data directory catches up (a key created and one
 //!   revoked while it was down); a new replica adopts the shared state and prints no key.
 #![cfg(unix)]
@@ -574,15 +580,10 @@ fn with_redis_down_writes_are_refused_typed_and_keys_still_authenticate() {
     assert_eq!(status, 201, "{answer}");
     let key = answer["key"].as_str().unwrap().to_owned();
     let key_id = answer["keyId"].as_str().unwrap().to_owned();
-    // The revocation refused below names another key: a write refused because its call timed
-    // out may still run when Redis resumes (the command sat in Redis's socket buffer), so its
-    // outcome is unknown (docs/replicas.md, "Not done yet") and `key` must not depend on it.
-    let (status, answer) = create_key(a, &admin);
-    assert_eq!(status, 201, "{answer}");
-    let doomed_key_id = answer["keyId"].as_str().unwrap().to_owned();
     for replica in [a, b, c] {
         until_status(replica, &key, 200, Duration::from_secs(3));
     }
+    let keys_before = live_keys(a, &admin);
 
     redis.signal("STOP");
     for replica in [a, b, c] {
@@ -592,16 +593,30 @@ fn with_redis_down_writes_are_refused_typed_and_keys_still_authenticate() {
             "authenticated from the mirror"
         );
     }
+    // Refused: never sent (`coordination-unavailable`: the revocation's and the registration's
+    // catch-up read hangs first), or sent into the stopped Redis's socket buffer
+    // (`coordination-outcome-unknown`: the key creation, dated from a recent clock reading).
     let refusals = [
         create_key(b, &admin),
-        revoke(c, &admin, &doomed_key_id),
+        revoke(c, &admin, &key_id),
         put_profile(a, &admin, "v2", &profile(Some(1))),
     ];
     for (status, answer) in &refusals {
         assert_eq!(*status, 503, "{answer}");
-        assert_eq!(answer["error"], "coordination-unavailable", "{answer}");
+        let error = answer["error"].as_str().unwrap_or_default();
+        assert!(
+            ["coordination-unavailable", "coordination-outcome-unknown"].contains(&error),
+            "{answer}"
+        );
     }
     redis.signal("CONT");
+    // None of them applies when Redis resumes (their deadlines passed while it was stopped).
+    std::thread::sleep(Duration::from_secs(2));
+    for replica in [a, b, c] {
+        assert_eq!(auth_status(replica, &key), 200, "not revoked");
+        assert_eq!(live_keys(replica, &admin), keys_before, "no key created");
+    }
+    agreed_history(&[a, b, c], &admin, 1);
     // Writes work again and reach every replica.
     let start = Instant::now();
     let answer = loop {
@@ -613,7 +628,11 @@ fn with_redis_down_writes_are_refused_typed_and_keys_still_authenticate() {
         std::thread::sleep(Duration::from_millis(50));
     };
     let second = answer["key"].as_str().unwrap().to_owned();
-    until_status(a, &second, 200, Duration::from_secs(3));
+    // On every replica before Redis loses the feed: the replica that seeds it again does so
+    // from its mirror, which must hold `second`.
+    for replica in [a, b, c] {
+        until_status(replica, &second, 200, Duration::from_secs(3));
+    }
 
     // Redis restarted empty: the feed is seeded again from a mirror; keys and writes go on.
     redis.restart_empty().unwrap();
@@ -782,4 +801,147 @@ fn a_new_replica_does_not_start_without_redis() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("never joined"), "{stderr}");
     assert!(!String::from_utf8_lossy(&output.stdout).contains("admin key"));
+}
+
+/// `redis-cli` against the test's server (installed with `redis-server`).
+fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (installed with redis-server)");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// How many live keys `replica` lists for the workspace.
+fn live_keys(replica: &Replica, admin: &str) -> usize {
+    let (status, answer) = http(
+        replica.addr(),
+        "GET",
+        &format!("/v1/workspaces/{WORKSPACE}/keys"),
+        admin,
+        None,
+    )
+    .expect("the replica answers");
+    assert_eq!(status, 200, "{answer}");
+    answer["keys"].as_array().map_or(0, Vec::len)
+}
+
+/// The bug this guards against (docs/replicas.md, "Shared keys, profiles and audit"): a write
+/// answered 503 because its call to a *hanging* Redis timed out used to sit in Redis (its
+/// socket buffer, or its queue of paused clients) and apply when Redis resumed, reaching every
+/// replica through the feed. Each write now carries a deadline in Redis's clock that has
+/// passed when the replica answers, so a refused write can never apply later.
+///
+/// A revocation and a registration first catch up with the feed (a read), so to have their
+/// write sit in Redis the test holds writes only (`CLIENT PAUSE … WRITE`: reads answer, the
+/// write waits in Redis), then stops Redis altogether (SIGSTOP) while the writes wait; a key
+/// creation is sent straight into the stopped Redis's socket buffer. Redis resumes (SIGCONT)
+/// after the replicas answered; 2 s later nothing of it has applied anywhere.
+#[test]
+fn writes_answered_while_redis_hangs_never_apply_after_it_resumes() {
+    let _one = one_at_a_time();
+    let (redis, replicas, admin) = deployment();
+    let [a, b, c] = [&replicas[0], &replicas[1], &replicas[2]];
+    let (status, answer) = put_profile(a, &admin, "v1", &profile(None));
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = create_key(a, &admin);
+    assert_eq!(status, 201, "{answer}");
+    let key = answer["key"].as_str().unwrap().to_owned();
+    let key_id = answer["keyId"].as_str().unwrap().to_owned();
+    for replica in [a, b, c] {
+        until_status(replica, &key, 200, Duration::from_secs(3));
+    }
+    agreed_history(&[a, b, c], &admin, 1);
+    let keys_before = live_keys(a, &admin);
+
+    // Writes held in Redis for 3.5 s (reads still answer); then Redis stops altogether.
+    assert_eq!(
+        redis_cli(&redis, &["CLIENT", "PAUSE", "3500", "WRITE"]),
+        "OK"
+    );
+    let sent = Instant::now();
+    let writes: Vec<_> = [
+        (
+            c.addr().to_owned(),
+            "DELETE",
+            format!("/keys/{key_id}"),
+            None,
+        ),
+        (
+            a.addr().to_owned(),
+            "PUT",
+            "/profiles/v2".to_owned(),
+            Some(profile(Some(1))),
+        ),
+    ]
+    .into_iter()
+    .map(|(addr, method, path, body)| {
+        let admin = admin.clone();
+        std::thread::spawn(move || {
+            http(
+                &addr,
+                method,
+                &format!("/v1/workspaces/{WORKSPACE}{path}"),
+                &admin,
+                body.as_ref(),
+            )
+            .expect("the replica answers")
+        })
+    })
+    .collect();
+    // The catch-up reads answered and the writes wait in Redis: stop it.
+    std::thread::sleep(Duration::from_millis(500));
+    redis.signal("STOP");
+    // A key creation goes straight to the stopped Redis (its socket buffer).
+    let created = create_key(b, &admin);
+    let mut answers: Vec<(u16, Value)> = writes.into_iter().map(|h| h.join().unwrap()).collect();
+    answers.push(created);
+    let answered = sent.elapsed();
+    for (status, answer) in &answers {
+        assert_eq!(*status, 503, "refused: {answer}");
+    }
+    // Redis resumes after every answer, with its pause over: whatever still waits in it runs.
+    std::thread::sleep(Duration::from_millis(4_000).saturating_sub(sent.elapsed()));
+    redis.signal("CONT");
+    std::thread::sleep(Duration::from_secs(2));
+    for replica in [a, b, c] {
+        assert_eq!(
+            auth_status(replica, &key),
+            200,
+            "the revocation answered 503 after {answered:?} did not apply on {}",
+            replica.addr()
+        );
+        assert_eq!(
+            live_keys(replica, &admin),
+            keys_before,
+            "the key creation answered 503 did not apply on {}",
+            replica.addr()
+        );
+    }
+    let records = agreed_history(&[a, b, c], &admin, 1);
+    assert_eq!(records[0]["profileVersion"], "v1", "{records:#?}");
+    // Each answer says what is known: written before the answer, or never.
+    for (_, answer) in &answers {
+        let error = answer["error"].as_str().unwrap_or_default();
+        assert!(
+            ["coordination-outcome-unknown", "coordination-unavailable"].contains(&error),
+            "{answer}"
+        );
+    }
+    assert_eq!(answers[0].1["error"], "coordination-outcome-unknown");
+    assert_eq!(answers[1].1["error"], "coordination-outcome-unknown");
+    // And the revocation, sent again once Redis answers, works.
+    let start = Instant::now();
+    loop {
+        let (status, answer) = revoke(a, &admin, &key_id);
+        if status == 200 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for replica in [a, b, c] {
+        until_status(replica, &key, 401, Duration::from_secs(3));
+    }
 }

@@ -7,13 +7,18 @@
 #   crates/coord/bench/three-replicas.sh [path/to/turnstile] [seconds] [clients per replica] [pairs/s per replica]
 #
 # Without the fourth argument each generator runs a closed loop (saturation); with it, an open
-# loop at that rate (`bench-serve --rate`).
+# loop at that rate (`bench-serve --rate`). With TIMELINE_DIR set, each generator also writes
+# its pairs to $TIMELINE_DIR/bench{0,1,2}.csv (`bench-serve --timeline`), to see when a tail
+# happened and whether the three replicas stalled together (the host) or one alone. With
+# GENERATOR=one, a single bench-serve drives all three replicas (3 × the clients, client i on
+# replica i mod 3) instead of one generator process per replica.
 set -euo pipefail
 bin="${1:-target/release/turnstile}"
 seconds="${2:-10}"
 clients="${3:-32}"
 rate_args=()
 if [ -n "${4:-}" ]; then rate_args=(--rate "$4"); fi
+timeline_args() { if [ -n "${TIMELINE_DIR:-}" ]; then echo "--timeline $TIMELINE_DIR/bench$1.csv"; fi; }
 work="$(mktemp -d)"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 # REDIS_ARGS="--zset-max-listpack-entries 0" passes more options to redis-server.
@@ -72,18 +77,31 @@ steal_before=$(steal)
 proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"; }
 replica_before=(); for pid in "${pids[@]}"; do replica_before+=("$(proc_cpu "$pid")"); done
 redis_proc_before=$(proc_cpu "$redis_pid")
-for i in 0 1 2; do
-  "$bin" bench-serve --url "${urls[$i]}" --key "${keys[$i]}" --provider bench-provider \
-    --clients "$clients" --seconds "$seconds" "${rate_args[@]}" --json > "$work/bench$i.json" &
-  bench_pids[$i]=$!
-done
-for i in 0 1 2; do wait "${bench_pids[$i]}"; done
+if [ "${GENERATOR:-three}" = one ]; then
+  # One load generator for the three replicas: 3 × clients, client i on replica i mod 3, and
+  # 3 × the rate per replica in all.
+  one_rate=()
+  if [ -n "${4:-}" ]; then one_rate=(--rate "$((3 * $4))"); fi
+  gens=(0)
+  "$bin" bench-serve --url "$(IFS=,; echo "${urls[*]}")" --key "${keys[0]}" --provider bench-provider \
+    --clients "$((3 * clients))" --seconds "$seconds" "${one_rate[@]}" $(timeline_args 0) \
+    --json > "$work/bench0.json"
+else
+  gens=(0 1 2)
+  for i in 0 1 2; do
+    "$bin" bench-serve --url "${urls[$i]}" --key "${keys[$i]}" --provider bench-provider \
+      --clients "$clients" --seconds "$seconds" "${rate_args[@]}" $(timeline_args "$i") \
+      --json > "$work/bench$i.json" &
+    bench_pids[$i]=$!
+  done
+  for i in 0 1 2; do wait "${bench_pids[$i]}"; done
+fi
 cpu_after=$(cpu)
 admissions_after=$(admissions)
 replica_after=(); for pid in "${pids[@]}"; do replica_after+=("$(proc_cpu "$pid")"); done
 redis_proc_after=$(proc_cpu "$redis_pid")
 total=0
-for i in 0 1 2; do
+for i in "${gens[@]}"; do
   jq -c '{pairs, pairsPerSecond, failures, requestP50: .requestLatency.p50Ms, requestP99: .requestLatency.p99Ms, pairP99: .pairLatency.p99Ms}' "$work/bench$i.json"
   total=$((total + $(jq .pairs "$work/bench$i.json")))
 done
@@ -104,6 +122,6 @@ for i in 0 1 2; do
   echo "replica $((i + 1)) CPU per pair: $(echo "1000000 * (${replica_after[$i]} - ${replica_before[$i]}) / ($all_pairs / 3)" | bc -l | cut -c1-6) us"
 done
 echo "redis-server CPU per pair: $(echo "1000000 * ($redis_proc_after - $redis_proc_before) / $all_pairs" | bc -l | cut -c1-6) us"
-for i in 0 1 2; do
+for i in "${gens[@]}"; do
   echo "generator $((i + 1)) CPU per pair: $(jq '1000000 * .processCpuSeconds / .pairs' "$work/bench$i.json" | cut -c1-6) us"
 done

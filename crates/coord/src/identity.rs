@@ -1,6 +1,6 @@
 //! The shared identity of a deployment: API keys (hashes only), revocations, profile
 //! registrations and audit records, as one ordered change feed in Redis (the
-//! `turnstile_identity_v1` library, `lua/turnstile_identity_v1.lua`).
+//! `turnstile_identity_v2` library, `lua/turnstile_identity_v2.lua`).
 //!
 //! Each replica keeps its SQLite store as a mirror of the feed and follows it with a short
 //! poll ([`IdentityStore::since`]: one read-only call answers the feed's epoch, its head and
@@ -18,18 +18,37 @@
 //! - A write names the epoch its writer follows; a feed that Redis lost and a replica seeded
 //!   again has a new epoch, so no write lands in a feed its writer does not follow.
 //! - No call waits longer than the timeout; the library is loaded again when Redis lost it.
+//! - Every write carries a deadline in Redis's clock ([`deadline`]) and a write that did not
+//!   answer is answered [`WriteError::OutcomeUnknown`] no earlier than its send + the timeout,
+//!   when Redis's clock is past that deadline: a write this client did not see succeed either
+//!   applied before that answer or never will (the feed shows which). A write refused before
+//!   it was sent, or answered by Redis with an error or `late`, wrote nothing
+//!   ([`WriteError::NotWritten`], [`WriteError::Late`]).
 
-use std::time::Duration;
+pub mod deadline;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
-use redis::{Cmd, Value};
+use redis::{Cmd, ErrorKind, RedisError, Value};
 
 use crate::error::CoordError;
 use crate::keys::short_hash;
 use crate::store::{array, connect_lazily, int, text};
+use deadline::ClockReading;
 
 /// The function library (Lua), versioned by name.
-pub const IDENTITY_LIBRARY: &str = include_str!("lua/turnstile_identity_v1.lua");
+pub const IDENTITY_LIBRARY: &str = include_str!("lua/turnstile_identity_v2.lua");
+
+/// The library's functions (a changed contract gets new names: `docs/replicas.md`, "Rolling
+/// deploys").
+const SEED: &str = "ts_id_seed_v2";
+const KEY: &str = "ts_id_key_v2";
+const REVOKE: &str = "ts_id_revoke_v2";
+const REGISTER: &str = "ts_id_register_v2";
+const APPEND: &str = "ts_id_append_v2";
+const SINCE: &str = "ts_id_since_v2";
 
 /// The keys every identity function names, in the library's order.
 const KEYS: [&str; 5] = [
@@ -91,6 +110,48 @@ pub enum Written {
     WrongEpoch { current: Option<String> },
 }
 
+/// Why a write has no answer to give. Each variant says what is known about the feed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// Not sent (Redis did not answer the clock reading, or the connection could not be
+    /// made), or Redis answered it with an error: nothing was written.
+    #[error("{0}; nothing was written")]
+    NotWritten(CoordError),
+    /// Redis ran it after its deadline and refused it: nothing was written.
+    #[error("Redis ran the write after its deadline and refused it; nothing was written")]
+    Late,
+    /// Sent, and no usable answer came back: a timeout (Redis hangs) or a connection broken
+    /// after sending, answered only once Redis's clock is past the write's deadline; or an
+    /// answer that does not parse (Redis ran it). Either way it applied before this answer,
+    /// or it never will.
+    #[error("{0}; the write either applied before this answer or never will")]
+    OutcomeUnknown(CoordError),
+}
+
+/// How one call ended without an answer, as far as knowing whether it ran.
+enum CallFailure {
+    /// The command was not sent, or Redis answered it with an error.
+    Refused(CoordError),
+    /// The command may have reached Redis and run.
+    Unknown(CoordError),
+}
+
+/// Sorts a redis-rs error: Redis's own error answer and a refused connection wrote nothing;
+/// anything else (a timeout, a connection broken after sending) may have run.
+fn classify(error: &RedisError, timeout: &CoordError) -> CallFailure {
+    if error.is_timeout() {
+        return CallFailure::Unknown(timeout.clone());
+    }
+    let coord = CoordError::Redis(error.to_string());
+    if error.is_connection_refusal() {
+        return CallFailure::Refused(coord);
+    }
+    match error.kind() {
+        ErrorKind::Server(_) | ErrorKind::Extension => CallFailure::Refused(coord),
+        _ => CallFailure::Unknown(coord),
+    }
+}
+
 /// What seeding did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seeded {
@@ -124,6 +185,8 @@ pub enum SeedItem {
 pub struct IdentityStore {
     connection: ConnectionManager,
     timeout: Duration,
+    /// The latest reading of Redis's clock (every feed read answers one).
+    clock: Arc<Mutex<Option<ClockReading>>>,
 }
 
 fn unsigned(value: &Value) -> Result<u64, CoordError> {
@@ -142,6 +205,7 @@ impl IdentityStore {
         Ok(IdentityStore {
             connection,
             timeout,
+            clock: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -194,15 +258,20 @@ impl IdentityStore {
     pub async fn since(&self, after: u64, count: usize) -> Result<FeedPage, CoordError> {
         let value = self
             .fcall(
-                "ts_id_since_v1",
+                SINCE,
                 true,
                 &[&after.to_string(), &count.max(1).to_string()],
             )
             .await?;
+        let received = Instant::now();
         let items = array(value)?;
-        let [epoch, head, rest @ ..] = items.as_slice() else {
+        let [epoch, head, now, rest @ ..] = items.as_slice() else {
             return Err(CoordError::Protocol("since answer".into()));
         };
+        self.remember(ClockReading {
+            server_ms: unsigned(now)?,
+            received,
+        });
         let events = rest
             .chunks(2)
             .map(|pair| match pair {
@@ -221,7 +290,7 @@ impl IdentityStore {
     }
 
     /// Creates the feed with `epoch` and `items` (in order), unless a feed exists.
-    pub async fn seed(&self, epoch: &str, items: &[SeedItem]) -> Result<Seeded, CoordError> {
+    pub async fn seed(&self, epoch: &str, items: &[SeedItem]) -> Result<Seeded, WriteError> {
         let mut args: Vec<&str> = vec![epoch];
         for item in items {
             match item {
@@ -235,44 +304,67 @@ impl IdentityStore {
                 SeedItem::Event(event) => args.extend(["e", "", "", event.as_str()]),
             }
         }
-        let items = array(self.fcall("ts_id_seed_v1", false, &args).await?)?;
+        let answer = self.dated_write(SEED, &args).await?;
+        Self::seeded(answer).map_err(WriteError::OutcomeUnknown)?
+    }
+
+    fn seeded(answer: Value) -> Result<Result<Seeded, WriteError>, CoordError> {
+        let items = array(answer)?;
+        if let [outcome, _] = items.as_slice() {
+            if text(outcome)? == "late" {
+                return Ok(Err(WriteError::Late));
+            }
+        }
         let [outcome, epoch, head] = items.as_slice() else {
             return Err(CoordError::Protocol("seed answer".into()));
         };
         let (epoch, head) = (text(epoch)?, unsigned(head)?);
         match text(outcome)?.as_str() {
-            "seeded" => Ok(Seeded::Created { epoch, head }),
-            "exists" => Ok(Seeded::Exists { epoch, head }),
+            "seeded" => Ok(Ok(Seeded::Created { epoch, head })),
+            "exists" => Ok(Ok(Seeded::Exists { epoch, head })),
             other => Err(CoordError::Protocol(format!("seed outcome {other}"))),
         }
     }
 
-    async fn write(&self, function: &str, args: &[&str]) -> Result<Written, CoordError> {
-        let items = array(self.fcall(function, false, args).await?)?;
+    async fn write(&self, function: &str, args: &[&str]) -> Result<Written, WriteError> {
+        let answer = self.dated_write(function, args).await?;
+        match Self::written(answer) {
+            Ok(Some(written)) => Ok(written),
+            Ok(None) => Err(WriteError::Late),
+            // Redis ran it (it answered) but the answer does not say how.
+            Err(error) => Err(WriteError::OutcomeUnknown(error)),
+        }
+    }
+
+    /// A write's answer; `None` for `late`.
+    fn written(answer: Value) -> Result<Option<Written>, CoordError> {
+        let items = array(answer)?;
         let outcome = items
             .first()
             .map(text)
             .transpose()?
             .ok_or_else(|| CoordError::Protocol("empty write answer".into()))?;
-        match (outcome.as_str(), &items[1..]) {
-            ("ok", [seq]) => Ok(Written::Appended {
+        let written = match (outcome.as_str(), &items[1..]) {
+            ("ok", [seq]) => Written::Appended {
                 seq: unsigned(seq)?,
                 registration: None,
-            }),
-            ("ok", [seq, n]) => Ok(Written::Appended {
+            },
+            ("ok", [seq, n]) => Written::Appended {
                 seq: unsigned(seq)?,
                 registration: Some(unsigned(n)?),
-            }),
-            ("duplicate", []) => Ok(Written::Duplicate),
-            ("unknown", []) => Ok(Written::Unknown),
-            ("stale", [count]) => Ok(Written::Stale {
+            },
+            ("duplicate", []) => Written::Duplicate,
+            ("unknown", []) => Written::Unknown,
+            ("stale", [count]) => Written::Stale {
                 registrations: unsigned(count)?,
-            }),
-            ("epoch", [current]) => Ok(Written::WrongEpoch {
+            },
+            ("epoch", [current]) => Written::WrongEpoch {
                 current: epoch_of(current)?,
-            }),
-            (other, _) => Err(CoordError::Protocol(format!("write outcome {other}"))),
-        }
+            },
+            ("late", [_]) => return Ok(None),
+            (other, _) => return Err(CoordError::Protocol(format!("write outcome {other}"))),
+        };
+        Ok(Some(written))
     }
 
     /// Stores a new key's hash with its [`key_tag`] and appends `event`.
@@ -282,8 +374,8 @@ impl IdentityStore {
         hash: &str,
         tag: &str,
         event: &str,
-    ) -> Result<Written, CoordError> {
-        self.write("ts_id_key_v1", &[epoch, hash, tag, event]).await
+    ) -> Result<Written, WriteError> {
+        self.write(KEY, &[epoch, hash, tag, event]).await
     }
 
     /// Removes the live key with `hash` and `tag` and appends `event`.
@@ -293,9 +385,8 @@ impl IdentityStore {
         hash: &str,
         tag: &str,
         event: &str,
-    ) -> Result<Written, CoordError> {
-        self.write("ts_id_revoke_v1", &[epoch, hash, tag, event])
-            .await
+    ) -> Result<Written, WriteError> {
+        self.write(REVOKE, &[epoch, hash, tag, event]).await
     }
 
     /// Appends a registration of the workspace with `workspace_tag`, validated against
@@ -306,17 +397,99 @@ impl IdentityStore {
         workspace_tag: &str,
         expected: u64,
         event: &str,
-    ) -> Result<Written, CoordError> {
+    ) -> Result<Written, WriteError> {
         self.write(
-            "ts_id_register_v1",
+            REGISTER,
             &[epoch, workspace_tag, &expected.to_string(), event],
         )
         .await
     }
 
     /// Appends an event (an audit record) as it is.
-    pub async fn append(&self, epoch: &str, event: &str) -> Result<Written, CoordError> {
-        self.write("ts_id_append_v1", &[epoch, event]).await
+    pub async fn append(&self, epoch: &str, event: &str) -> Result<Written, WriteError> {
+        self.write(APPEND, &[epoch, event]).await
+    }
+
+    /// Calls `function` with a deadline as its first argument (see [`deadline`]); the raw
+    /// answer, or why there is none. A call that may have run and did not answer is answered
+    /// no earlier than its send + the timeout.
+    async fn dated_write(&self, function: &str, args: &[&str]) -> Result<Value, WriteError> {
+        let mut reading = match self.reading(Instant::now()) {
+            Some(reading) => reading,
+            // No recent reading: ask Redis's clock first (nothing is sent if it does not answer).
+            None => self.read_clock().await.map_err(WriteError::NotWritten)?,
+        };
+        let mut retried = false;
+        loop {
+            let sent = Instant::now();
+            let deadline = reading.deadline(sent, self.timeout).to_string();
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(function)
+                .arg(KEYS.len())
+                .arg(&KEYS[..])
+                .arg(&deadline)
+                .arg(args);
+            match self.call(&cmd).await {
+                Ok(value) => return Ok(value),
+                Err(CallFailure::Refused(CoordError::Redis(message)))
+                    if !retried && message.contains("Function not found") =>
+                {
+                    // A Redis without the library restarted or failed over: read its clock
+                    // again rather than extrapolate one read before.
+                    self.load_library().await.map_err(WriteError::NotWritten)?;
+                    reading = self.read_clock().await.map_err(WriteError::NotWritten)?;
+                    retried = true;
+                }
+                Err(CallFailure::Refused(error)) => return Err(WriteError::NotWritten(error)),
+                Err(CallFailure::Unknown(error)) => {
+                    // Until then Redis may still run it within its deadline.
+                    tokio::time::sleep_until((sent + self.timeout).into()).await;
+                    return Err(WriteError::OutcomeUnknown(error));
+                }
+            }
+        }
+    }
+
+    /// One call, telling a call that may have run from one that did not.
+    async fn call(&self, cmd: &Cmd) -> Result<Value, CallFailure> {
+        let mut connection = self.connection.clone();
+        match tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut connection)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(classify(&error, &self.timed_out())),
+            Err(_) => Err(CallFailure::Unknown(self.timed_out())),
+        }
+    }
+
+    /// Redis's clock, read now (`TIME`), remembered for the next writes.
+    async fn read_clock(&self) -> Result<ClockReading, CoordError> {
+        let value = self.run(&redis::cmd("TIME")).await?;
+        let received = Instant::now();
+        let items = array(value)?;
+        let [seconds, micros] = items.as_slice() else {
+            return Err(CoordError::Protocol("TIME answer".into()));
+        };
+        let server_ms = unsigned(seconds)?
+            .saturating_mul(1_000)
+            .saturating_add(unsigned(micros)? / 1_000);
+        let reading = ClockReading {
+            server_ms,
+            received,
+        };
+        self.remember(reading);
+        Ok(reading)
+    }
+
+    /// The latest reading if it may still date a write sent at `now`.
+    fn reading(&self, now: Instant) -> Option<ClockReading> {
+        let latest = *self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        latest.filter(|reading| reading.fresh(now))
+    }
+
+    fn remember(&self, reading: ClockReading) {
+        let mut latest = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        if latest.is_none_or(|old| old.received <= reading.received) {
+            *latest = Some(reading);
+        }
     }
 }
 

@@ -7,12 +7,62 @@
 //! Invariant: every key a function call names comes from one [`WorkspaceKeys`], so all keys of
 //! one call share a slot.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use sha2::{Digest, Sha256};
 
+/// How many hashed IDs each thread remembers (see [`short_hash`]); past it the memo starts
+/// over.
+const SHORT_HASHES_KEPT: usize = 4096;
+
+thread_local! {
+    /// IDs hashed on this thread, with their 16 hex digits.
+    static SHORT_HASHES: RefCell<HashMap<Box<str>, [u8; 16], foldhash::fast::RandomState>> =
+        RefCell::new(HashMap::default());
+}
+
 /// 16 hex digits of sha256(`text`).
+///
+/// Memoised per thread: an admission names its workspace, principal, provider and budget in
+/// several keys, and a SHA-256 costs about 3,000 instructions on a CPU without SHA extensions
+/// (`docs/performance.md`), about 8 of them per acquire. The memo is bounded (it starts over
+/// past [`SHORT_HASHES_KEPT`] IDs: budget IDs come from clients) and holds nothing a replica
+/// does not already hold in memory.
 pub fn short_hash(text: &str) -> String {
+    let remembered = SHORT_HASHES.with(|memo| {
+        let memo = memo.try_borrow().ok()?;
+        memo.get(text).copied()
+    });
+    let hex = match remembered {
+        Some(hex) => hex,
+        None => {
+            let hex = hash_hex(text);
+            SHORT_HASHES.with(|memo| {
+                if let Ok(mut memo) = memo.try_borrow_mut() {
+                    if memo.len() >= SHORT_HASHES_KEPT {
+                        memo.clear();
+                    }
+                    memo.insert(text.into(), hex);
+                }
+            });
+            hex
+        }
+    };
+    // Hex digits are ASCII.
+    hex.iter().map(|&digit| char::from(digit)).collect()
+}
+
+/// The 16 hex digits of sha256(`text`), as ASCII bytes.
+fn hash_hex(text: &str) -> [u8; 16] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(text.as_bytes());
-    hex::encode(&digest[..8])
+    let mut hex = [0u8; 16];
+    for (pair, byte) in hex.chunks_exact_mut(2).zip(digest.iter()) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0x0f)];
+    }
+    hex
 }
 
 /// The keys of one workspace.
@@ -124,5 +174,20 @@ mod tests {
             }
         }
         assert_ne!(WorkspaceKeys::new("a"), WorkspaceKeys::new("b"));
+    }
+
+    #[test]
+    fn short_hash_is_the_first_16_hex_digits_of_sha256_remembered_or_not() {
+        // sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad
+        assert_eq!(short_hash("abc"), "ba7816bf8f01cfea");
+        assert_eq!(short_hash("abc"), "ba7816bf8f01cfea", "from the memo");
+        // Past the bound the memo starts over and answers stay the same.
+        for i in 0..SHORT_HASHES_KEPT + 10 {
+            let id = format!("budget-{i}");
+            let expected = hex::encode(&Sha256::digest(id.as_bytes())[..8]);
+            assert_eq!(short_hash(&id), expected);
+        }
+        SHORT_HASHES.with(|memo| assert!(memo.borrow().len() <= SHORT_HASHES_KEPT));
+        assert_eq!(short_hash("abc"), "ba7816bf8f01cfea");
     }
 }

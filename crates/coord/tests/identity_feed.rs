@@ -1,12 +1,18 @@
-//! The shared identity feed (`turnstile_identity_v1`) against a real `redis-server`: seeding
+//! The shared identity feed (`turnstile_identity_v2`) against a real `redis-server`: seeding
 //! once (a second seed adopts), gapless ordered events, atomic key creation and revocation
 //! (a duplicate or a second revocation is refused), the registration compare-and-set (two
 //! writers validated against the same count: exactly one wins), epoch fencing after Redis lost
-//! its state, and no tenant ID or secret in any key name.
+//! its state, no tenant ID or secret in any key name, and the write deadline: every write
+//! function refuses a write whose deadline (Redis server time) has passed and applies one
+//! whose deadline has not; a write sent to a stopped Redis is answered "outcome unknown" and
+//! never applies when Redis resumes.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use turnstile_coord::identity::{key_tag, workspace_tag, IdentityStore, SeedItem, Seeded, Written};
+use redis::Value;
+use turnstile_coord::identity::{
+    key_tag, workspace_tag, IdentityStore, SeedItem, Seeded, WriteError, Written,
+};
 use turnstile_coord::testing::RedisServer;
 
 fn store(server: &RedisServer) -> IdentityStore {
@@ -288,4 +294,197 @@ async fn many_writers_racing_get_every_registration_number_once_and_a_gapless_fe
     assert_eq!(page.head, 3 + writers * each);
     let seqs: Vec<u64> = page.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (4..4 + writers * each).collect::<Vec<_>>());
+}
+
+/// The identity keys, in the library's order (as `identity.rs` names them).
+const KEYS: [&str; 5] = [
+    "ts:{ts-id}:epoch",
+    "ts:{ts-id}:seq",
+    "ts:{ts-id}:feed",
+    "ts:{ts-id}:keys",
+    "ts:{ts-id}:regs",
+];
+
+/// One `FCALL` of an identity write function with an explicit deadline (server ms).
+async fn fcall(
+    connection: &mut redis::aio::MultiplexedConnection,
+    function: &str,
+    deadline: u64,
+    args: &[&str],
+) -> Vec<String> {
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg(function)
+        .arg(KEYS.len())
+        .arg(&KEYS[..])
+        .arg(deadline)
+        .arg(args);
+    let value: Value = cmd.query_async(connection).await.unwrap();
+    let Value::Array(items) = value else {
+        panic!("{value:?}")
+    };
+    items
+        .iter()
+        .map(|item| match item {
+            Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            Value::Int(n) => n.to_string(),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+async fn server_now(connection: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(connection).await.unwrap();
+    seconds * 1_000 + micros / 1_000
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_function_refuses_a_past_deadline_and_applies_a_future_one() {
+    let server = RedisServer::start().unwrap();
+    let a = store(&server);
+    // The first read loads the library; no feed yet.
+    assert_eq!(a.since(0, 10).await.unwrap().epoch, None);
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let hash = "ee".repeat(32);
+    let tag = key_tag(Some("acme"));
+    let acme = workspace_tag("acme");
+    let past = |now: u64| now - 1;
+    let future = |now: u64| now + 60_000;
+
+    // The seed: refused past its deadline (no feed is created), applied before it.
+    let now = server_now(&mut connection).await;
+    let answer = fcall(
+        &mut connection,
+        "ts_id_seed_v2",
+        past(now),
+        &["e1", "e", "", "", "x"],
+    )
+    .await;
+    assert_eq!(answer[0], "late", "{answer:?}");
+    assert!(answer[1].parse::<u64>().unwrap() >= now);
+    assert_eq!(a.since(0, 10).await.unwrap().epoch, None, "nothing seeded");
+    let answer = fcall(
+        &mut connection,
+        "ts_id_seed_v2",
+        future(now),
+        &["e1", "e", "", "", "x"],
+    )
+    .await;
+    assert_eq!(answer, ["seeded", "e1", "1"]);
+
+    // Each write: late (nothing written: no event, no index change), then applied.
+    let writes: [(&str, Vec<&str>); 4] = [
+        ("ts_id_key_v2", vec!["e1", &hash, &tag, "created"]),
+        ("ts_id_register_v2", vec!["e1", &acme, "0", "registered"]),
+        ("ts_id_append_v2", vec!["e1", "audit"]),
+        ("ts_id_revoke_v2", vec!["e1", &hash, &tag, "revoked"]),
+    ];
+    let mut head = 1;
+    for (function, args) in &writes {
+        let now = server_now(&mut connection).await;
+        let answer = fcall(&mut connection, function, past(now), args).await;
+        assert_eq!(answer[0], "late", "{function}: {answer:?}");
+        let page = a.since(0, 100).await.unwrap();
+        assert_eq!(page.head, head, "{function} late: no event");
+        let answer = fcall(&mut connection, function, future(now), args).await;
+        assert_eq!(answer[0], "ok", "{function}: {answer:?}");
+        head += 1;
+        assert_eq!(answer[1], head.to_string(), "{function}");
+    }
+    let events: Vec<String> = a
+        .since(0, 100)
+        .await
+        .unwrap()
+        .events
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(events, ["x", "created", "registered", "audit", "revoked"]);
+    // A deadline that does not parse writes nothing either.
+    let answer = fcall(&mut connection, "ts_id_append_v2", 0, &["e1", "audit"]).await;
+    assert_eq!(answer[0], "late");
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg("ts_id_append_v2")
+        .arg(KEYS.len())
+        .arg(&KEYS[..])
+        .arg("soon")
+        .arg("e1")
+        .arg("x");
+    let value: Value = cmd.query_async(&mut connection).await.unwrap();
+    assert!(format!("{value:?}").contains("late"), "{value:?}");
+    assert_eq!(a.since(0, 100).await.unwrap().head, head);
+    // A write that finds the library missing loads it, reads Redis's clock again and is sent
+    // once more.
+    assert_eq!(redis_cli(&server, &["FUNCTION", "FLUSH"]), "OK");
+    assert_eq!(
+        a.append("e1", "after-flush").await,
+        Ok(Written::Appended {
+            seq: head + 1,
+            registration: None
+        })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_sent_to_a_stopped_redis_is_answered_unknown_and_never_applies_after_it_resumes() {
+    let server = RedisServer::start().unwrap();
+    let timeout = Duration::from_secs(1);
+    let a = IdentityStore::new(&server.url(), timeout).unwrap();
+    let epoch = seeded(&a).await;
+    // A fresh reading of Redis's clock (a feed read), so the writes are sent at once.
+    a.since(0, 10).await.unwrap();
+    server.signal("STOP");
+    let hash = "ff".repeat(32);
+    let tag = key_tag(Some("acme"));
+    let acme = workspace_tag("acme");
+    let sent = Instant::now();
+    let (created, registered) = tokio::join!(
+        a.create_key(&epoch, &hash, &tag, "created"),
+        a.register(&epoch, &acme, 1, "registered"),
+    );
+    let answered = sent.elapsed();
+    for outcome in [&created, &registered] {
+        assert!(
+            matches!(outcome, Err(WriteError::OutcomeUnknown(_))),
+            "{outcome:?}"
+        );
+    }
+    assert!(answered >= timeout, "answered after {answered:?}");
+    // Stopped for longer than the deadlines: when Redis resumes, both writes are late.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.signal("CONT");
+    let page = answered_again(&a).await;
+    assert_eq!(page.head, 3, "nothing applied: {:?}", page.events);
+    assert_eq!(
+        redis_cli(&server, &["HEXISTS", "ts:{ts-id}:keys", &hash]),
+        "0"
+    );
+    // Redis answers again: the same writes go through.
+    assert!(matches!(
+        a.create_key(&epoch, &hash, &tag, "created").await,
+        Ok(Written::Appended { seq: 4, .. })
+    ));
+    // A write with no recent reading of Redis's clock asks for one first: with Redis stopped
+    // nothing is sent, and the answer says nothing was written.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    server.signal("STOP");
+    let refused = a.append(&epoch, "audit").await;
+    server.signal("CONT");
+    assert!(
+        matches!(refused, Err(WriteError::NotWritten(_))),
+        "{refused:?}"
+    );
+    assert_eq!(answered_again(&a).await.head, 4);
+}
+
+/// The feed, once the client's connection answers again (it may reconnect after timeouts).
+async fn answered_again(store: &IdentityStore) -> turnstile_coord::identity::FeedPage {
+    let started = Instant::now();
+    loop {
+        match store.since(0, 100).await {
+            Ok(page) => return page,
+            Err(error) => assert!(started.elapsed() < Duration::from_secs(5), "{error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

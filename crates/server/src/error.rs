@@ -64,6 +64,11 @@ pub enum ApiError {
     /// nothing was written. Retryable.
     #[error("{0}")]
     CoordinationUnavailable(String),
+    /// Replicas: a key or profile write was sent to the shared store (Redis), which did not
+    /// answer: it applied before this answer or never will (its deadline in Redis's clock has
+    /// passed); the feed shows which once Redis answers.
+    #[error("{0}")]
+    CoordinationOutcomeUnknown(String),
 }
 
 #[derive(Serialize)]
@@ -93,6 +98,7 @@ impl ApiError {
             ApiError::ShuttingDown => "shutting-down",
             ApiError::Storage => "storage-error",
             ApiError::CoordinationUnavailable(_) => "coordination-unavailable",
+            ApiError::CoordinationOutcomeUnknown(_) => "coordination-outcome-unknown",
         }
     }
 
@@ -112,9 +118,10 @@ impl ApiError {
             ApiError::KeyBusy(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::ShuttingDown | ApiError::Storage | ApiError::CoordinationUnavailable(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::ShuttingDown
+            | ApiError::Storage
+            | ApiError::CoordinationUnavailable(_)
+            | ApiError::CoordinationOutcomeUnknown(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -175,7 +182,10 @@ impl IntoResponse for ApiError {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
-            ApiError::ShuttingDown | ApiError::Storage | ApiError::CoordinationUnavailable(_) => {
+            ApiError::ShuttingDown
+            | ApiError::Storage
+            | ApiError::CoordinationUnavailable(_)
+            | ApiError::CoordinationOutcomeUnknown(_) => {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -89,8 +89,16 @@ class Conflict(ApiError):
 
 
 class Unavailable(ApiError):
-    """The service cannot answer: 503 `shutting-down` / `storage-error`, or a transport failure
+    """The service cannot answer: 503 `shutting-down` / `storage-error` /
+    `coordination-unavailable` (replicas: nothing was written), or a transport failure
     (connection refused, timeout; then `status` is None and `error` is `unreachable`)."""
+
+
+class OutcomeUnknown(Unavailable):
+    """503 `coordination-outcome-unknown` (replicas): a key, revocation or profile write was
+    sent to the shared store (Redis), which did not answer. It either applied before this answer
+    or never will; once Redis answers, the keys and profiles every replica lists show which.
+    Check them before writing again (a repeated key creation makes a second key)."""
 
 
 class RetryAfter(Exception):
@@ -197,7 +205,7 @@ def error_from_response(
     elif status == 409:
         kind = Conflict
     elif status == 503:
-        kind = Unavailable
+        kind = OutcomeUnknown if error == "coordination-outcome-unknown" else Unavailable
     else:
         kind = ApiError
     return kind(status, error, message, field if isinstance(field, str) else None, retry_after)

@@ -31,8 +31,11 @@ use super::bench_client::{BenchClient, Endpoint, PairFailure};
 #[derive(Debug, Args)]
 pub struct BenchServeArgs {
     /// Base URL of a running service (e.g. http://127.0.0.1:8686); default: in-process.
-    #[arg(long)]
-    pub url: Option<String>,
+    /// Several (`--url A,B,C` or the flag repeated): replicas of one deployment, the clients
+    /// spread over them in turn (client i on URL i mod n), all acting with the same `--key`
+    /// (keys are shared between replicas, `docs/replicas.md`).
+    #[arg(long, value_delimiter = ',')]
+    pub url: Vec<String>,
     /// Principal key for `--url`.
     #[arg(long)]
     pub key: Option<String>,
@@ -65,6 +68,11 @@ pub struct BenchServeArgs {
     /// release pair, from `INFO commandstats` before and after the run.
     #[arg(long)]
     pub redis_url: Option<String>,
+    /// Also write every measured pair to this file as CSV (`start_ms,pair_ms,acquire_ms,
+    /// release_ms`, the start counted from the end of the warm-up, in start order): to find
+    /// when a tail happened, e.g. the worst 10 ms windows of a run.
+    #[arg(long)]
+    pub timeline: Option<std::path::PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -84,7 +92,8 @@ const BENCH_PROFILE: &str = r#"{
 }"#;
 
 struct Target {
-    base: String,
+    /// One base URL, or a deployment's replicas (clients take them in turn).
+    bases: Vec<String>,
     key: String,
     provider: String,
 }
@@ -102,6 +111,14 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
     if args.clients == 0 || args.seconds == 0 {
         bail!("--clients and --seconds must be at least 1");
     }
+    // Created first, so an unwritable path is refused before anything starts, not after the run.
+    let timeline_file = match &args.timeline {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("--timeline {}", path.display()))?,
+        ),
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -111,14 +128,18 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         let client = reqwest::Client::new();
         let mut server = None;
         let mut data_dir = None;
-        let target = match (&args.url, &args.key) {
-            (Some(url), Some(key)) => Target {
-                base: url.trim_end_matches('/').to_owned(),
+        let target = match (args.url.is_empty(), &args.key) {
+            (false, Some(key)) => Target {
+                bases: args
+                    .url
+                    .iter()
+                    .map(|url| url.trim_end_matches('/').to_owned())
+                    .collect(),
                 key: key.clone(),
                 provider: args.provider.clone(),
             },
-            (Some(_), None) => bail!("--url needs --key (a principal key)"),
-            (None, _) => {
+            (false, None) => bail!("--url needs --key (a principal key)"),
+            (true, _) => {
                 let stamp = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos());
@@ -171,7 +192,9 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
             };
             println!(
                 "bench-serve: {} clients, {load}, {} s, target {}",
-                args.clients, args.seconds, target.base
+                args.clients,
+                args.seconds,
+                target.bases.join(", ")
             );
         }
         let warmup = Duration::from_millis(args.warmup_ms);
@@ -188,7 +211,15 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
             None => None,
         };
         let cpu_before = process_cpu();
-        let driven = drive(&target, args.clients, args.rate, warmup, measured).await;
+        let driven = drive(
+            &target,
+            args.clients,
+            args.rate,
+            warmup,
+            measured,
+            args.timeline.is_some(),
+        )
+        .await;
         let cpu = process_cpu()
             .zip(cpu_before)
             .map(|(after, before)| after.saturating_sub(before));
@@ -207,7 +238,12 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         if let Some(dir) = data_dir {
             let _ = std::fs::remove_dir_all(dir);
         }
-        let report = Report::new(&args, driven?, measured, cpu, fcall);
+        let mut driven = driven?;
+        if let (Some(path), Some(file)) = (&args.timeline, timeline_file) {
+            write_timeline(file, &mut driven.timeline)
+                .with_context(|| format!("--timeline {}", path.display()))?;
+        }
+        let report = Report::new(&args, driven, measured, cpu, fcall);
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
@@ -233,6 +269,9 @@ struct Samples {
     failures: BTreeMap<PairFailure, u64>,
     /// Pairs of the warm-up (not in the latencies; Redis's figures include them).
     warmup_pairs: u64,
+    /// With `--timeline`: every measured pair as (start after the warm-up, pair, acquire,
+    /// release), µs.
+    timeline: Vec<[u64; 4]>,
     /// Wall-clock time of warm-up and measurement.
     elapsed: Duration,
 }
@@ -249,6 +288,7 @@ async fn drive(
     rate: Option<f64>,
     warmup: Duration,
     measured: Duration,
+    timeline: bool,
 ) -> anyhow::Result<Samples> {
     let pace = rate.map(|rate| Duration::from_secs_f64(clients as f64 / rate));
     let stagger = move |client_index: usize| client_index as f64 / clients as f64;
@@ -256,7 +296,7 @@ async fn drive(
     let mut tasks = Vec::with_capacity(clients);
     for client_index in 0..clients {
         let endpoint = Endpoint::new(
-            &target.base,
+            &target.bases[client_index % target.bases.len()],
             &target.key,
             &target.provider,
             &format!("bench-{client_index}"),
@@ -314,12 +354,20 @@ async fn drive(
                 }
                 match outcome {
                     Ok(times) => {
-                        samples.pairs.push(micros(elapsed));
                         let waited_for_schedule = sent_at.duration_since(counted_from);
-                        samples
-                            .acquires
-                            .push(micros(times.acquire + waited_for_schedule));
-                        samples.releases.push(micros(times.release));
+                        let (pair, acquire, release) = (
+                            micros(elapsed),
+                            micros(times.acquire + waited_for_schedule),
+                            micros(times.release),
+                        );
+                        samples.pairs.push(pair);
+                        samples.acquires.push(acquire);
+                        samples.releases.push(release);
+                        if timeline {
+                            let started =
+                                micros(counted_from.duration_since(start).saturating_sub(warmup));
+                            samples.timeline.push([started, pair, acquire, release]);
+                        }
                     }
                     Err(failure) => *samples.failures.entry(failure).or_default() += 1,
                 }
@@ -333,6 +381,7 @@ async fn drive(
         merged.pairs.append(&mut samples.pairs);
         merged.acquires.append(&mut samples.acquires);
         merged.releases.append(&mut samples.releases);
+        merged.timeline.append(&mut samples.timeline);
         merged.warmup_pairs += samples.warmup_pairs;
         for (failure, count) in samples.failures {
             *merged.failures.entry(failure).or_default() += count;
@@ -343,6 +392,26 @@ async fn drive(
     merged.acquires.sort_unstable();
     merged.releases.sort_unstable();
     Ok(merged)
+}
+
+/// `--timeline`: the measured pairs in start order, as CSV with milliseconds.
+fn write_timeline(file: std::fs::File, timeline: &mut [[u64; 4]]) -> std::io::Result<()> {
+    use std::io::Write;
+    timeline.sort_unstable();
+    let mut out = std::io::BufWriter::new(file);
+    writeln!(out, "start_ms,pair_ms,acquire_ms,release_ms")?;
+    let ms = |us: u64| us as f64 / 1000.0;
+    for [start, pair, acquire, release] in timeline.iter().copied() {
+        writeln!(
+            out,
+            "{:.3},{:.3},{:.3},{:.3}",
+            ms(start),
+            ms(pair),
+            ms(acquire),
+            ms(release)
+        )?;
+    }
+    out.flush()
 }
 
 /// Two sorted sample sets as one sorted set.
@@ -435,8 +504,12 @@ impl Report {
         let failed: u64 = samples.failures.values().sum();
         let every_pair = pairs as u64 + samples.warmup_pairs + failed;
         Report {
-            target: args.url.clone().unwrap_or_else(|| "in-process".to_owned()),
-            in_process_service: args.url.is_none(),
+            target: if args.url.is_empty() {
+                "in-process".to_owned()
+            } else {
+                args.url.join(",")
+            },
+            in_process_service: args.url.is_empty(),
             clients: args.clients,
             target_pairs_per_second: args.rate,
             measured_seconds: args.seconds,
@@ -533,7 +606,7 @@ fn process_cpu() -> Option<Duration> {
 async fn setup(client: &reqwest::Client, base: &str, admin: &str) -> anyhow::Result<Target> {
     let key = register_bench_principal(client, base, admin, BENCH_PROFILE).await?;
     Ok(Target {
-        base: base.to_owned(),
+        bases: vec![base.to_owned()],
         key,
         provider: "bench-provider".to_owned(),
     })

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use turnstile_admission::Registry;
 use turnstile_coord::identity::{
-    key_tag, new_epoch, workspace_tag, IdentityStore, SeedItem, Seeded,
+    key_tag, new_epoch, workspace_tag, IdentityStore, SeedItem, Seeded, WriteError,
 };
 use turnstile_coord::CoordError;
 use turnstile_store::service::{KeyRole, ServiceStore, ServiceStoreError};
@@ -60,6 +60,8 @@ pub enum JoinError {
     NeverJoined(CoordError),
     #[error(transparent)]
     Redis(#[from] CoordError),
+    #[error("the shared feed could not be seeded: {0}")]
+    Seed(#[from] WriteError),
     #[error(transparent)]
     Event(#[from] EventError),
     #[error(transparent)]

@@ -23,7 +23,13 @@
 //! - Events are applied exactly in feed order, once each (one lock around the cursor); the
 //!   cursor is stored with the mirror after each page.
 //! - While Redis does not answer, keys authenticate from the mirror and every key or profile
-//!   write is refused with 503 `coordination-unavailable`; the mirror catches up on recovery.
+//!   write is refused with 503 `coordination-unavailable` (nothing was written); the mirror
+//!   catches up on recovery.
+//! - A write that was sent and got no answer (Redis hung, the connection broke after sending)
+//!   is answered 503 `coordination-outcome-unknown`, never `coordination-unavailable`: it
+//!   either applied before that answer or never will (its deadline in Redis's clock has passed,
+//!   [`turnstile_coord::identity::deadline`]); the feed shows which once Redis answers, and a
+//!   write that applied reaches this replica and every other through it like any write.
 //! - Without `redis_url` none of this exists: the store is the single process's, as before.
 
 pub mod event;
@@ -34,7 +40,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use turnstile_admission::{Profile, ProfileChangeRecord, Registry};
-use turnstile_coord::identity::{key_tag, workspace_tag, FeedEvent, IdentityStore, Written};
+use turnstile_coord::identity::{
+    key_tag, workspace_tag, FeedEvent, IdentityStore, WriteError, Written,
+};
 use turnstile_coord::CoordError;
 use turnstile_shell::{Clock, Command, DriverHandle};
 use turnstile_store::service::{AuditKind, AuditRecord, KeyRole, ServiceStoreError, StoredKey};
@@ -76,6 +84,8 @@ pub enum FollowError {
     Store,
     #[error("the feed could not be seeded again: {0}")]
     Seed(String),
+    #[error("the feed could not be seeded again: {0}")]
+    SeedWrite(#[from] WriteError),
 }
 
 impl From<ApiError> for FollowError {
@@ -120,6 +130,16 @@ fn unavailable(error: impl std::fmt::Display) -> ApiError {
     ApiError::CoordinationUnavailable(format!(
         "coordination-unavailable: keys and profiles are shared through Redis, which did not answer ({error}); nothing was written, try again"
     ))
+}
+
+/// The answer to a write that has none: nothing written, or an outcome nobody knows yet.
+fn write_failed(error: WriteError) -> ApiError {
+    match error {
+        WriteError::NotWritten(_) | WriteError::Late => unavailable(error),
+        WriteError::OutcomeUnknown(cause) => ApiError::CoordinationOutcomeUnknown(format!(
+            "coordination-outcome-unknown: keys and profiles are shared through Redis, which did not answer this write ({cause}). It either applied before this answer or never will (Redis refuses it past its deadline); once Redis answers, every replica's keys and profiles show which. Check before writing again"
+        )),
+    }
 }
 
 impl Mirror {
@@ -359,7 +379,7 @@ impl Mirror {
             .redis
             .create_key(&epoch, &key.hash, &key_tag(workspace), &event)
             .await
-            .map_err(unavailable)?;
+            .map_err(write_failed)?;
         self.written(written).await.map(|_| ())
     }
 
@@ -383,7 +403,7 @@ impl Mirror {
             .redis
             .revoke_key(&epoch, hash, &key_tag(Some(workspace)), &event)
             .await
-            .map_err(unavailable)?;
+            .map_err(write_failed)?;
         match written {
             Written::Unknown => Ok(false),
             other => self.written(other).await.map(|_| true),
@@ -391,7 +411,9 @@ impl Mirror {
     }
 
     /// Appends audit records this replica wrote (breaker transitions, pauses) to the feed, for
-    /// the other replicas' mirrors. Best effort: a record that cannot be shared stays local.
+    /// the other replicas' mirrors. Best effort: a record that cannot be shared stays local (one
+    /// whose outcome is unknown is in the feed or never will be; this replica skips its own
+    /// records when it follows them).
     pub async fn share_audit(&self, records: Vec<AuditRecord>) {
         let epoch = self.epoch().await;
         for record in records {
@@ -485,7 +507,7 @@ impl Mirror {
                 .redis
                 .register(&epoch, &workspace_tag(workspace), expected, &event)
                 .await
-                .map_err(unavailable)?;
+                .map_err(write_failed)?;
             match written {
                 Written::Stale { .. } => continue,
                 other => {
