@@ -41,12 +41,16 @@ fn a_server_binary_that_runs_the_other_implementation_is_refused() {
     // twice: starting it is an error naming the binary.
     let dir = std::env::temp_dir().join(format!("turnstile-test-server-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (real, fake_name) = match ServerKind::expected_for(&server_binary()) {
-        ServerKind::Redis => ("redis-server", "valkey-server"),
-        ServerKind::Valkey => ("valkey-server", "redis-server"),
+    // The binary under test, behind a link named as the other implementation's.
+    let binary = server_binary();
+    let fake_name = match ServerKind::expected_for(&binary) {
+        ServerKind::Redis => "valkey-server",
+        ServerKind::Valkey => "redis-server",
     };
-    let Some(real) = which(real) else {
-        panic!("{real} is not on PATH");
+    let real = if binary.contains('/') {
+        std::path::PathBuf::from(&binary)
+    } else {
+        which(&binary).unwrap_or_else(|| panic!("{binary} is not on PATH"))
     };
     let fake = dir.join(fake_name);
     let _ = std::fs::remove_file(&fake);
