@@ -302,12 +302,22 @@ fn a_replica_killed_holding_leases_gives_its_slots_back_within_the_liveness_boun
         );
         std::thread::sleep(Duration::from_millis(25));
     }
+    // The dead replica's leases were granted one after another, so (unless a renewal caught
+    // them all after the last grant) they expire one after another too, a few ms apart on a
+    // quiet machine, more on a loaded one: each remaining slot is back within the same bound.
     for _ in granted..LIMIT as usize {
-        let (status, answer) = acquire(&replicas[0], "upstream", 0);
-        assert_eq!(
-            status, 200,
-            "all the dead replica's slots are back: {answer}"
-        );
+        loop {
+            let (status, answer) = acquire(&replicas[0], "upstream", 0);
+            if status == 200 {
+                break;
+            }
+            assert_eq!(status, 429, "{answer}");
+            assert!(
+                killed.elapsed() < Duration::from_millis(1_500 + 300 + 700),
+                "all the dead replica's slots are back within the liveness bound: {answer}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     let (status, answer) = acquire(&replicas[1], "upstream", 0);
     assert_eq!(status, 429, "{answer}");

@@ -117,9 +117,10 @@ impl<T: Clone> PerRedis<T> {
     }
 }
 
-/// One replica scenario at a time within a test binary: each starts a redis-server and its
-/// replicas, and side by side on two cores their Redis calls pass a 100 ms timeout, which is
-/// the declared degraded mode (correct behaviour, but not what these tests look at).
+/// One replica scenario at a time within a test binary: each starts a Redis (`redis-server`, or
+/// the binary `TURNSTILE_TEST_REDIS_SERVER` names, e.g. `valkey-server`) and its replicas, and
+/// side by side on two cores their Redis calls pass a 100 ms timeout, which is the declared
+/// degraded mode (correct behaviour, but not what these tests look at).
 pub fn one_at_a_time() -> MutexGuard<'static, ()> {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     ONE_AT_A_TIME

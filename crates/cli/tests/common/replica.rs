@@ -4,6 +4,10 @@
 //! Keys and profiles are shared through Redis (`docs/replicas.md`, "Shared keys, profiles and
 //! audit"): the first replica started on a Redis registers the deployment's profile and
 //! creates its keys; every later replica on the same Redis adopts them.
+//!
+//! The Redis is [`RedisServer`] (`turnstile_coord::testing`): `redis-server`, or the binary
+//! `TURNSTILE_TEST_REDIS_SERVER` names (`valkey-server`: `.ci/run` runs the replica tests again
+//! against Valkey), checked at start by `INFO server`.
 
 use std::path::{Path, PathBuf};
 
