@@ -11,6 +11,8 @@
 //! - Redis SIGSTOPped, then SIGKILLed and restarted empty: every replica reports `degraded`
 //!   within 250 ms, admits only its declared share (evidence `coordination: degraded`), fails
 //!   money budgets closed, and is healthy again within 2 s with its live leases registered.
+//! - A Redis Cluster node (none of its slots served, then all of them): the replica refuses to
+//!   start and names the reason.
 #![cfg(unix)]
 
 use std::io::{BufRead, BufReader};
@@ -441,4 +443,108 @@ fn a_restarted_replica_registers_its_reinstated_leases_again() {
     assert_eq!(status, 200, "{answer}");
     let (status, answer) = acquire(&replicas[1], "upstream", 0);
     assert_eq!(status, 429, "the reinstated leases count: {answer}");
+}
+
+/// A Redis Cluster node (this repository's functions are loaded per node and its calls do not
+/// follow `MOVED`): `turnstile serve --redis-url` refuses to start against one and says why,
+/// instead of joining it and then failing every call. Run against Valkey too (`.ci/run`).
+#[test]
+fn a_redis_cluster_node_is_refused_at_start_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let binary = turnstile_coord::testing::server_binary();
+    let mut server = Command::new(&binary)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+        .args(["--cluster-enabled", "yes", "--cluster-config-file"])
+        .arg(dir.path().join("nodes.conf"))
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{binary} starts: {e}"));
+    let ready = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < ready,
+            "{binary} in cluster mode did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let config = dir.path().join("turnstile.toml");
+    std::fs::write(
+        &config,
+        format!("demo = false\n\n[coordination]\nredis_url = \"redis://127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
+    // First a node that serves no slot (every call answers CLUSTERDOWN), then one that serves
+    // them all (every call would work on it, and the replica would join).
+    for (phase, data) in [("no slot", "data-1"), ("every slot", "data-2")] {
+        if phase == "every slot" {
+            let added = Command::new("redis-cli")
+                .args([
+                    "-p",
+                    &port.to_string(),
+                    "CLUSTER",
+                    "ADDSLOTSRANGE",
+                    "0",
+                    "16383",
+                ])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&added.stdout).trim(), "OK");
+            // A node that was down marks itself ok again after a rejoin delay of up to 5 s
+            // (Valkey takes that long here; Redis is at once).
+            let ok = Instant::now() + Duration::from_secs(15);
+            loop {
+                let info = Command::new("redis-cli")
+                    .args(["-p", &port.to_string(), "CLUSTER", "INFO"])
+                    .output()
+                    .unwrap();
+                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < ok,
+                    "the cluster node never served its slots"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let mut serve = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(dir.path().join(data))
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = serve.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = serve.kill();
+                let _ = server.kill();
+                panic!("{phase}: turnstile serve kept running against a cluster node");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut serve.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success(), "{phase}: {stderr}");
+        assert!(
+            stderr.contains("Redis Cluster node (cluster_enabled:1)")
+                && stderr.contains("not supported"),
+            "{phase}: {stderr}"
+        );
+    }
+    let _ = server.kill();
+    let _ = server.wait();
 }

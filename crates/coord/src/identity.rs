@@ -254,6 +254,20 @@ impl IdentityStore {
         }
     }
 
+    /// Whether this Redis is a Redis Cluster node (`INFO cluster`: `cluster_enabled:1`; Valkey
+    /// answers the same). Coordination needs a standalone server: its functions are loaded on
+    /// the node the replica talks to, and its calls do not follow `MOVED` redirections.
+    pub async fn cluster_enabled(&self) -> Result<bool, CoordError> {
+        let value = self.run(redis::cmd("INFO").arg("cluster")).await?;
+        let text = match value {
+            Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Value::VerbatimString { text, .. } => text,
+            Value::SimpleString(text) => text,
+            other => return Err(CoordError::Protocol(format!("INFO answer {other:?}"))),
+        };
+        Ok(text.lines().any(|line| line.trim() == "cluster_enabled:1"))
+    }
+
     /// The feed's epoch and head and up to `count` events numbered above `after`.
     pub async fn since(&self, after: u64, count: usize) -> Result<FeedPage, CoordError> {
         let value = self

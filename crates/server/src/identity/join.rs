@@ -70,6 +70,12 @@ pub enum JoinError {
     Bootstrap(#[from] BootstrapError),
     #[error("the shared feed is inconsistent: {0}")]
     Feed(String),
+    #[error(
+        "the Redis at the coordination URL is a Redis Cluster node (cluster_enabled:1); \
+         turnstile coordinates through one standalone Redis or Valkey (a primary, with replicas \
+         for failover if wanted): Redis Cluster is not supported yet (docs/replicas.md)"
+    )]
+    Cluster,
 }
 
 /// The epoch of a feed seeded with `items` events: random, and naming the seed's length so a
@@ -186,7 +192,14 @@ pub async fn join(
     now: u64,
 ) -> Result<Joined, JoinError> {
     let mirrored = store.mirror_cursor()?;
-    let page = match first_look(redis, 0, Duration::from_secs(2)).await {
+    let looked = first_look(redis, 0, Duration::from_secs(2)).await;
+    // A Redis that answered (the feed, or an error such as `MOVED` / `CLUSTERDOWN`) is asked
+    // whether it is a cluster node: that is refused with its reason, not joined (or left to
+    // fail on every call later). One that did not answer is not asked.
+    if !matches!(looked, Err(CoordError::Timeout(_))) && redis.cluster_enabled().await == Ok(true) {
+        return Err(JoinError::Cluster);
+    }
+    let page = match looked {
         Ok(page) => page,
         Err(error) => {
             return match mirrored {
