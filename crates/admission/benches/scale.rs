@@ -34,9 +34,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use turnstile_admission::{
-    Acquired, AdmissionRequest, BudgetBounds, Controller, Estimate, LeaseId, Limits, Outcome,
-    Profile,
+    Acquired, AdmissionRequest, BudgetBounds, Controller, Estimate, LeaseId, Outcome,
 };
+
+mod common;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -46,30 +47,6 @@ const WAITERS: usize = 1_000_000;
 const WORKSPACE_CONCURRENCY: u32 = 1_000;
 /// Waiters never expire during the run (a deadline ten hours away).
 const DEADLINE_MS: u64 = 36_000_000;
-
-fn wide_limits(concurrency: u32) -> Limits {
-    Limits {
-        concurrency,
-        requests_per_minute: Some(u64::from(u32::MAX)),
-        tokens_per_second: Some(u64::from(u32::MAX)),
-        max_queue_length: Some(10_000_000),
-        ..Limits::default()
-    }
-}
-
-fn profile() -> Profile {
-    let mut profile = Profile {
-        workspace: wide_limits(WORKSPACE_CONCURRENCY),
-        ..Profile::default()
-    };
-    profile
-        .providers
-        .insert("jev".into(), wide_limits(WORKSPACE_CONCURRENCY));
-    for i in 0..PRINCIPALS {
-        profile.principals.insert(format!("p{i}"), wide_limits(4));
-    }
-    profile
-}
 
 /// Resident set size of this process, in bytes.
 fn rss_bytes() -> u64 {
@@ -112,7 +89,7 @@ impl Scale {
 
     fn build() -> Self {
         let names: Vec<String> = (0..PRINCIPALS).map(|i| format!("p{i}")).collect();
-        let profile = profile();
+        let profile = common::profile(WORKSPACE_CONCURRENCY, PRINCIPALS);
         let before_controller = rss_bytes();
         let mut controller = Controller::new(profile, 0).expect("profile");
         controller.set_budget_bounds(BudgetBounds {

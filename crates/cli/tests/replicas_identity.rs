@@ -803,16 +803,6 @@ fn a_new_replica_does_not_start_without_redis() {
     assert!(!String::from_utf8_lossy(&output.stdout).contains("admin key"));
 }
 
-/// `redis-cli` against the test's server (installed with `redis-server`).
-fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &redis.port().to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli (installed with redis-server)");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// How many live keys `replica` lists for the workspace.
 fn live_keys(replica: &Replica, admin: &str) -> usize {
     let (status, answer) = http(
@@ -856,10 +846,7 @@ fn writes_answered_while_redis_hangs_never_apply_after_it_resumes() {
     let keys_before = live_keys(a, &admin);
 
     // Writes held in Redis for 3.5 s (reads still answer); then Redis stops altogether.
-    assert_eq!(
-        redis_cli(&redis, &["CLIENT", "PAUSE", "3500", "WRITE"]),
-        "OK"
-    );
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "3500", "WRITE"]), "OK");
     let sent = Instant::now();
     let writes: Vec<_> = [
         (

@@ -117,22 +117,14 @@ fn coordination(replica: &Replica) -> String {
     answer["coordination"].as_str().unwrap_or("").to_owned()
 }
 
-fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &redis.port().to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli (installed with redis-server)");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// Leases whose liveness has not run out by Redis's clock.
 fn live_leases(redis: &RedisServer, provider: &str) -> u64 {
     let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider(provider));
-    let time = redis_cli(redis, &["TIME"]);
+    let time = redis.cli(&["TIME"]);
     let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
     let now_ms = parts.next().unwrap() * 1000 + parts.next().unwrap() / 1000;
-    redis_cli(redis, &["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
+    redis
+        .cli(&["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
         .parse()
         .unwrap_or(u64::MAX)
 }

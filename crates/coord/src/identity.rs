@@ -51,7 +51,7 @@ const APPEND: &str = "ts_id_append_v2";
 const SINCE: &str = "ts_id_since_v2";
 
 /// The keys every identity function names, in the library's order.
-const KEYS: [&str; 5] = [
+pub const KEYS: [&str; 5] = [
     "ts:{ts-id}:epoch",
     "ts:{ts-id}:seq",
     "ts:{ts-id}:feed",

@@ -281,6 +281,17 @@ impl RedisServer {
         self.port
     }
 
+    /// `redis-cli ARGS…` against this server (installed with `redis-server`; it speaks to
+    /// Valkey too): its trimmed standard output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli (installed with redis-server)");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

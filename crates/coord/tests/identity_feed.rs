@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 use turnstile_coord::identity::{
-    key_tag, workspace_tag, IdentityStore, SeedItem, Seeded, WriteError, Written,
+    key_tag, workspace_tag, IdentityStore, SeedItem, Seeded, WriteError, Written, KEYS,
 };
 use turnstile_coord::testing::RedisServer;
 
@@ -295,15 +295,6 @@ async fn many_writers_racing_get_every_registration_number_once_and_a_gapless_fe
     let seqs: Vec<u64> = page.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (4..4 + writers * each).collect::<Vec<_>>());
 }
-
-/// The identity keys, in the library's order (as `identity.rs` names them).
-const KEYS: [&str; 5] = [
-    "ts:{ts-id}:epoch",
-    "ts:{ts-id}:seq",
-    "ts:{ts-id}:feed",
-    "ts:{ts-id}:keys",
-    "ts:{ts-id}:regs",
-];
 
 /// One `FCALL` of an identity write function with an explicit deadline (server ms).
 async fn fcall(

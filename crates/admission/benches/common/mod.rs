@@ -1,6 +1,10 @@
 //! The handoff set-up shared by `benches/admission.rs` and `benches/handoff_ratio.rs`: a
 //! controller with one principal per lane, workspace concurrency 1, one lease held and one
 //! waiter queued in every lane, so each release hands the permit to the next lane's head.
+//! `benches/scale.rs` takes its profile from here too.
+
+// Each bench uses its own part of this module.
+#![allow(dead_code)]
 
 use turnstile_admission::{
     Acquired, AdmissionRequest, Controller, Estimate, Lease, Limits, Outcome, Profile,
