@@ -70,14 +70,30 @@ local function wrong_epoch(keys, epoch)
   return {'epoch', current or ''}
 end
 
+-- A write under its deadline: ARGV[1] is the deadline, checked before anything is read; the
+-- write itself gets the rest of ARGV (the v1 arguments).
+local function by_deadline(write)
+  return function(keys, argv)
+    local too_late = late(argv[1])
+    if too_late then return too_late end
+    return write(keys, shifted(argv))
+  end
+end
+
+-- A write of the epoch its writer follows (its first argument), under its deadline.
+local function in_epoch(write)
+  return by_deadline(function(keys, args)
+    local wrong = wrong_epoch(keys, args[1])
+    if wrong then return wrong end
+    return write(keys, args)
+  end)
+end
+
 -- ts_id_seed_v2: ARGV deadline, epoch, then groups of 4: op ('k' key, 'r' registration,
 -- 'e' event), a, b, event. 'k': keys[a] = b; 'r': regs[a] += 1. Every group appends its event.
 -- Only into a deployment without a feed: {'seeded', epoch, seq} or {'exists', epoch, seq};
 -- past the deadline {'late', now}.
-local function seed(keys, argv)
-  local too_late = late(argv[1])
-  if too_late then return too_late end
-  local args = shifted(argv)
+local function seed(keys, args)
   local current = redis.call('GET', keys[1])
   if current then
     return {'exists', current, tonumber(redis.call('GET', keys[2]) or '0')}
@@ -99,12 +115,7 @@ end
 
 -- ts_id_key_v2: ARGV deadline, epoch, key hash, tag, event. {'ok', seq} | {'duplicate'} | epoch
 -- | late.
-local function create_key(keys, argv)
-  local too_late = late(argv[1])
-  if too_late then return too_late end
-  local args = shifted(argv)
-  local wrong = wrong_epoch(keys, args[1])
-  if wrong then return wrong end
+local function create_key(keys, args)
   if redis.call('HEXISTS', keys[4], args[2]) == 1 then
     return {'duplicate'}
   end
@@ -114,12 +125,7 @@ end
 
 -- ts_id_revoke_v2: ARGV deadline, epoch, key hash, expected tag, event. Only a live key with that tag
 -- (a principal key of that workspace): {'ok', seq} | {'unknown'} | epoch | late.
-local function revoke_key(keys, argv)
-  local too_late = late(argv[1])
-  if too_late then return too_late end
-  local args = shifted(argv)
-  local wrong = wrong_epoch(keys, args[1])
-  if wrong then return wrong end
+local function revoke_key(keys, args)
   if redis.call('HGET', keys[4], args[2]) ~= args[3] then
     return {'unknown'}
   end
@@ -131,12 +137,7 @@ end
 -- workspace's registration count: the writer validated the registration against exactly
 -- `expected` earlier ones, so two replicas registering at once cannot both be number n.
 -- {'ok', seq, n} | {'stale', current count} | epoch | late.
-local function register(keys, argv)
-  local too_late = late(argv[1])
-  if too_late then return too_late end
-  local args = shifted(argv)
-  local wrong = wrong_epoch(keys, args[1])
-  if wrong then return wrong end
+local function register(keys, args)
   local count = tonumber(redis.call('HGET', keys[5], args[2]) or '0')
   if count ~= tonumber(args[3]) then
     return {'stale', count}
@@ -147,12 +148,7 @@ end
 
 -- ts_id_append_v2: ARGV deadline, epoch, event (an audit record). {'ok', seq} | epoch |
 -- late.
-local function append_event(keys, argv)
-  local too_late = late(argv[1])
-  if too_late then return too_late end
-  local args = shifted(argv)
-  local wrong = wrong_epoch(keys, args[1])
-  if wrong then return wrong end
+local function append_event(keys, args)
   return {'ok', append(keys, args[2])}
 end
 
@@ -176,9 +172,9 @@ local function since(keys, args)
   return out
 end
 
-redis.register_function('ts_id_seed_v2', seed)
-redis.register_function('ts_id_key_v2', create_key)
-redis.register_function('ts_id_revoke_v2', revoke_key)
-redis.register_function('ts_id_register_v2', register)
-redis.register_function('ts_id_append_v2', append_event)
+redis.register_function('ts_id_seed_v2', by_deadline(seed))
+redis.register_function('ts_id_key_v2', in_epoch(create_key))
+redis.register_function('ts_id_revoke_v2', in_epoch(revoke_key))
+redis.register_function('ts_id_register_v2', in_epoch(register))
+redis.register_function('ts_id_append_v2', in_epoch(append_event))
 redis.register_function{function_name = 'ts_id_since_v2', callback = since, flags = {'no-writes'}}
