@@ -11,6 +11,11 @@
 //! values those flags announce), which the script decodes once per distinct shape; a plain
 //! release passes its lease keys and the member, nothing else.
 //!
+//! [`acquire_op_in`] and [`release_op`] are the reference encoding: they format every key and
+//! argument from the spec. The coordinator sends the same operations from its lanes' cached
+//! pieces (`crate::lane_keys`, tested equal to these), and a lane's own connection writes them
+//! with [`write_ops`] instead of a `redis::Cmd` (tested byte for byte against redis-rs).
+//!
 //! Invariants:
 //! - The keys and values are in exactly the order the Lua header of each function documents;
 //!   a change to either side is a change of contract and gets new function names.
@@ -20,10 +25,13 @@
 //! - A release names only lease zsets the acquire wrote (scopes with a concurrency, plus the
 //!   probe zset of a probe lease): see `Coordinator::held_for`.
 
+use std::sync::Arc;
+
 use redis::Cmd;
 use turnstile_admission::Millis;
 
 use crate::keys::WorkspaceKeys;
+use crate::resp::{write_array, write_bulk, write_bulk_count};
 use crate::spec::{LaneSpec, ScopeLimits};
 use crate::store::ReleaseCall;
 
@@ -59,7 +67,12 @@ impl ScopeFlags {
     }
 }
 
-fn signed(v: Option<u64>) -> i64 {
+/// One word of a call (a key or an argument): shared, so a lane's cached pieces
+/// (`crate::lane_keys`) go into every call by pointer.
+pub type Word = Arc<str>;
+
+/// An optional count as the scripts take it: `-1` for none.
+pub(crate) fn signed(v: Option<u64>) -> i64 {
     v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
@@ -68,8 +81,9 @@ fn signed(v: Option<u64>) -> i64 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Op {
     pub kind: OpKind,
-    pub keys: Vec<String>,
-    pub args: Vec<String>,
+    /// The keys, in the function's order (a lane's plain list is shared, not copied).
+    pub keys: Arc<[Word]>,
+    pub args: Vec<Word>,
 }
 
 /// What an [`Op`] does.
@@ -100,10 +114,22 @@ impl OpKind {
 impl Op {
     /// Fills `cmd` (an `FCALL`) with this operation as a single call.
     pub fn single_command(&self, cmd: &mut Cmd) {
-        cmd.arg(self.kind.function())
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
+        cmd.arg(self.kind.function()).arg(self.keys.len());
+        for word in self.keys.iter().chain(&self.args) {
+            cmd.arg(&**word);
+        }
+    }
+
+    /// Appends the RESP of this operation as its single call: what redis-rs packs for the `Cmd`
+    /// [`single_command`](Self::single_command) fills.
+    fn write_single(&self, out: &mut Vec<u8>) {
+        write_array(out, 3 + self.keys.len() + self.args.len());
+        write_bulk(out, b"FCALL");
+        write_bulk(out, self.kind.function().as_bytes());
+        write_bulk_count(out, self.keys.len());
+        for word in self.keys.iter().chain(&self.args) {
+            write_bulk(out, word.as_bytes());
+        }
     }
 }
 
@@ -127,13 +153,50 @@ pub fn batch_command<'a>(cmd: &mut Cmd, ops: impl Iterator<Item = &'a Op> + Clon
     let nkeys: usize = ops.clone().map(|op| op.keys.len()).sum();
     cmd.arg("ts_batch_v4").arg(nkeys);
     for op in ops.clone() {
-        cmd.arg(&op.keys);
+        for key in op.keys.iter() {
+            cmd.arg(&**key);
+        }
     }
     for op in ops {
         cmd.arg(op.kind.letter())
             .arg(op.keys.len())
-            .arg(op.args.len())
-            .arg(&op.args);
+            .arg(op.args.len());
+        for arg in &op.args {
+            cmd.arg(&**arg);
+        }
+    }
+}
+
+/// Appends to `out` the RESP bytes of the call [`ops_command`] makes for `ops`: byte for byte
+/// what redis-rs packs for that `Cmd` (tested), without building one (a lane's own
+/// connection, `crate::direct`, sends these).
+pub fn write_ops<'a>(out: &mut Vec<u8>, ops: impl Iterator<Item = &'a Op> + Clone) {
+    let mut rest = ops.clone();
+    if let (Some(op), None) = (rest.next(), rest.next()) {
+        op.write_single(out);
+        return;
+    }
+    let (mut nkeys, mut words) = (0, 3);
+    for op in ops.clone() {
+        nkeys += op.keys.len();
+        words += op.keys.len() + 3 + op.args.len();
+    }
+    write_array(out, words);
+    write_bulk(out, b"FCALL");
+    write_bulk(out, b"ts_batch_v4");
+    write_bulk_count(out, nkeys);
+    for op in ops.clone() {
+        for key in op.keys.iter() {
+            write_bulk(out, key.as_bytes());
+        }
+    }
+    for op in ops {
+        write_bulk(out, op.kind.letter().as_bytes());
+        write_bulk_count(out, op.keys.len());
+        write_bulk_count(out, op.args.len());
+        for arg in &op.args {
+            write_bulk(out, arg.as_bytes());
+        }
     }
 }
 
@@ -233,9 +296,13 @@ pub fn acquire_op_in(
     }
     Op {
         kind: OpKind::Acquire,
-        keys: key_list,
-        args,
+        keys: words(key_list).into(),
+        args: words(args),
     }
+}
+
+fn words(texts: Vec<String>) -> Vec<Word> {
+    texts.into_iter().map(Word::from).collect()
 }
 
 /// The shape of `ts_acquire_v4`: what stays the same from one admission of the lane to the
@@ -303,8 +370,8 @@ pub fn release_op(call: &ReleaseCall) -> Op {
         // A plain release: every key is a lease zset.
         return Op {
             kind: OpKind::Release,
-            keys,
-            args,
+            keys: words(keys).into(),
+            args: words(args),
         };
     }
     args.push(call.lease_keys.len().to_string());
@@ -325,8 +392,8 @@ pub fn release_op(call: &ReleaseCall) -> Op {
     }
     Op {
         kind: OpKind::Release,
-        keys,
-        args,
+        keys: words(keys).into(),
+        args: words(args),
     }
 }
 
