@@ -111,7 +111,7 @@ pub struct Batcher {
     /// workspaces, TCP and unix sockets only), instead of the shared multiplexed connection.
     direct: Option<String>,
     max: usize,
-    lanes: Mutex<HashMap<String, Arc<Lane>>>,
+    lanes: Mutex<HashMap<String, Arc<Lane>, foldhash::fast::RandomState>>,
     /// Bumped when any call to Redis fails: every lane's own connection is opened again
     /// before its next call (Redis may have restarted while the connection sat idle).
     epoch: Arc<AtomicU64>,
@@ -124,7 +124,7 @@ impl Batcher {
             store,
             direct,
             max: max.max(1),
-            lanes: Mutex::new(HashMap::new()),
+            lanes: Mutex::new(HashMap::default()),
             epoch: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -135,7 +135,7 @@ impl Batcher {
         self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Lane>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Lane>, foldhash::fast::RandomState>> {
         self.lanes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

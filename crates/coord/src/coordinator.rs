@@ -155,11 +155,15 @@ impl HeldShared {
     }
 }
 
+/// The books' maps: hashed with foldhash (seeded per map), a few times cheaper than SipHash on
+/// tokens and key names, which are this replica's own (a client's token only looks up).
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 #[derive(Default)]
 struct Inner {
-    leases: HashMap<String, HeldShared>,
+    leases: Map<String, HeldShared>,
     /// This replica's leases per lease zset (what the degraded share counts).
-    in_flight: HashMap<Word, u64>,
+    in_flight: Map<Word, u64>,
     /// Degraded-mode buckets by bucket key (created full at first use).
     buckets: HashMap<String, TokenBucket>,
     /// Pauses seen while degraded: pause key → (workspace, provider hash key, local until).
@@ -255,12 +259,15 @@ impl Coordinator {
         self.batcher.invalidate();
     }
 
+    /// A new lease member: `<replica id>-<n>`.
     fn member(&self) -> Word {
-        Word::from(format!(
-            "{}-{}",
-            self.replica,
-            self.next.fetch_add(1, Ordering::Relaxed)
-        ))
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut member = String::with_capacity(self.replica.len() + 21);
+        member.push_str(&self.replica);
+        member.push('-');
+        let mut digits = [0u8; 20];
+        member.push_str(crate::resp::decimal(&mut digits, n));
+        Word::from(member)
     }
 
     /// The key names and argument pieces of `spec`'s lane (remembered, [`LaneMemo`]).

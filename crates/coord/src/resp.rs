@@ -154,26 +154,29 @@ pub fn write_bulk(out: &mut Vec<u8>, word: &[u8]) {
 /// Appends one word that is a count (as redis-rs writes a `usize` argument: its decimal).
 pub fn write_bulk_count(out: &mut Vec<u8>, n: usize) {
     let mut digits = [0u8; 20];
-    let text = decimal(&mut digits, n);
-    write_bulk(out, text);
+    let text = decimal(&mut digits, n as u64);
+    write_bulk(out, text.as_bytes());
 }
 
 fn write_decimal(out: &mut Vec<u8>, n: usize) {
     let mut digits = [0u8; 20];
-    out.extend_from_slice(decimal(&mut digits, n));
+    out.extend_from_slice(decimal(&mut digits, n as u64).as_bytes());
 }
 
-/// `n` in decimal, in the tail of `digits`.
-fn decimal(digits: &mut [u8; 20], mut n: usize) -> &[u8] {
+/// `n` in decimal, in the tail of `digits` (what `n.to_string()` writes).
+pub fn decimal(digits: &mut [u8; 20], n: u64) -> &str {
     let mut at = digits.len();
+    let mut rest = n;
     loop {
         at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &digits[at..];
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
         }
     }
+    // ASCII digits only.
+    std::str::from_utf8(&digits[at..]).unwrap_or("0")
 }
 
 #[cfg(test)]
@@ -264,6 +267,12 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn decimal_writes_what_to_string_writes(n in any::<u64>()) {
+            let mut digits = [0u8; 20];
+            prop_assert_eq!(decimal(&mut digits, n), n.to_string());
+        }
+
         /// Whatever `parse_common` reads, it reads as redis-rs does; what it leaves, redis-rs
         /// reads instead (so nothing is misread): over random answers and random cuts and
         /// corruptions of them.
