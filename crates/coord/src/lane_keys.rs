@@ -33,7 +33,7 @@ use turnstile_admission::Millis;
 
 use crate::breaker::{BreakerKeys, Outcome};
 use crate::keys::WorkspaceKeys;
-use crate::protocol::{lane_shape, signed, Op, OpKind, ScopeFlags, Word};
+use crate::protocol::{lane_shape, signed, Op, OpKind, Packed, ScopeFlags, Word};
 use crate::spec::{BreakerSpec, LaneSpec, ScopeLimits};
 
 /// How many lanes a replica's memo keeps; past it the memo starts over.
@@ -59,6 +59,11 @@ pub struct LaneKeys {
     turn_principal: Option<Word>,
     /// Whether an acquire sends the estimate (tokens, micro-dollars).
     estimates: bool,
+    /// An acquire's fixed bytes (a lane that charges no budget: its keys are all fixed).
+    acquire_packed: Option<Arc<Packed>>,
+    /// A plain release's fixed bytes (a probe lease's release is never plain: its lane has a
+    /// breaker).
+    release_packed: Arc<Packed>,
     /// The lease zsets an acquire writes (scopes with a concurrency), and the same with the
     /// probe zset (a probe lease's).
     leases: Arc<[Word]>,
@@ -161,6 +166,30 @@ impl LaneKeys {
         }
         let mut leases_and_probe = leases.clone();
         leases_and_probe.push(word(keys.probes(&spec.provider)));
+        let shape = word(lane_shape(
+            spec,
+            &flags,
+            liveness_ms,
+            turn_window_ms.filter(|_| nfair > 0),
+        ));
+        let turn_principal = (nfair > 0).then(|| {
+            word(
+                spec.scopes
+                    .first()
+                    .map_or(String::new(), |s| s.name.0.clone()),
+            )
+        });
+        let estimates = budgets || buckets;
+        // The acquire's arguments: the member, the shape, the principal with turns, the
+        // estimate (two) with buckets or budgets.
+        let fixed: Vec<Word> = std::iter::once(shape.clone())
+            .chain(turn_principal.clone())
+            .collect();
+        let acquire_packed = budget_at.is_none().then(|| {
+            let args = 1 + fixed.len() + if estimates { 2 } else { 0 };
+            Arc::new(Packed::new(OpKind::Acquire, &acquire_keys, args, &fixed))
+        });
+        let release_packed = Arc::new(Packed::new(OpKind::Release, &leases, 1, &[]));
         LaneKeys {
             workspace_id: spec.workspace.as_str().into(),
             provider_id: spec.provider.as_str().into(),
@@ -168,20 +197,11 @@ impl LaneKeys {
             breaker_spec: spec.breaker,
             acquire_keys: acquire_keys.into(),
             budget_at,
-            shape: word(lane_shape(
-                spec,
-                &flags,
-                liveness_ms,
-                turn_window_ms.filter(|_| nfair > 0),
-            )),
-            turn_principal: (nfair > 0).then(|| {
-                word(
-                    spec.scopes
-                        .first()
-                        .map_or(String::new(), |s| s.name.0.clone()),
-                )
-            }),
-            estimates: budgets || buckets,
+            shape,
+            turn_principal,
+            estimates,
+            acquire_packed,
+            release_packed,
             leases: leases.into(),
             leases_and_probe: leases_and_probe.into(),
             pause,
@@ -224,15 +244,15 @@ impl LaneKeys {
         tokens: Option<u64>,
         micro_usd: Option<u64>,
     ) -> Op {
-        let keys = match (self.budget_at, budget_key) {
+        let (keys, packed) = match (self.budget_at, budget_key) {
             (Some(at), Some(budget)) => {
                 let mut keys = self.acquire_keys.to_vec();
                 if let Some(slot) = keys.get_mut(at) {
                     *slot = budget.clone();
                 }
-                keys.into()
+                (keys.into(), None)
             }
-            _ => self.acquire_keys.clone(),
+            _ => (self.acquire_keys.clone(), self.acquire_packed.clone()),
         };
         let mut args = Vec::with_capacity(5);
         args.push(member.clone());
@@ -246,6 +266,7 @@ impl LaneKeys {
             kind: OpKind::Acquire,
             keys,
             args,
+            packed,
         }
     }
 
@@ -280,6 +301,7 @@ impl LaneKeys {
                 kind: OpKind::Release,
                 keys: lease_keys.clone(),
                 args: vec![of.member.clone()],
+                packed: (!of.probe).then(|| self.release_packed.clone()),
             };
         }
         let mut keys = lease_keys.to_vec();
@@ -318,6 +340,7 @@ impl LaneKeys {
             kind: OpKind::Release,
             keys: keys.into(),
             args,
+            packed: None,
         }
     }
 }

@@ -78,12 +78,71 @@ pub(crate) fn signed(v: Option<u64>) -> i64 {
 
 /// One operation of a batch (`ts_batch_v4`): an acquire or a release, with exactly the keys
 /// and arguments its single call (`ts_acquire_v4` / `ts_release_v4`) takes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two operations are equal when their kind, keys and arguments are; `packed` only caches
+/// their bytes.
+#[derive(Debug, Clone)]
 pub struct Op {
     pub kind: OpKind,
     /// The keys, in the function's order (a lane's plain list is shared, not copied).
     pub keys: Arc<[Word]>,
     pub args: Vec<Word>,
+    /// The operation's fixed words already in RESP (a lane's cached operation,
+    /// `crate::lane_keys`): [`write_ops`] copies them instead of encoding them again.
+    pub(crate) packed: Option<Arc<Packed>>,
+}
+
+impl PartialEq for Op {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.keys == other.keys && self.args == other.args
+    }
+}
+
+impl Eq for Op {}
+
+/// The words an operation of a lane sends on every call, in RESP: everything but its first
+/// argument (the lease member) and the arguments after `tail_words` more (the estimate).
+///
+/// Invariant: the bytes are exactly [`write_bulk`] of the words they stand for, with the
+/// single call's header for `words` words in all (built only by [`Packed::new`]; the lane's
+/// property test compares the bytes sent with redis-rs's).
+#[derive(Debug)]
+pub struct Packed {
+    /// The single call up to its first argument: `*<words>`, `FCALL`, the function, the key
+    /// count, the keys.
+    single_head: Box<[u8]>,
+    /// The keys alone (a batch's key section).
+    keys: Box<[u8]>,
+    /// The fixed arguments after the first one.
+    tail: Box<[u8]>,
+    tail_words: usize,
+}
+
+impl Packed {
+    /// The fixed bytes of a `kind` operation with `keys` and `args` arguments in all, of which
+    /// the second to the `tail.len() + 1`-th are `tail`.
+    pub(crate) fn new(kind: OpKind, keys: &[Word], args: usize, tail: &[Word]) -> Self {
+        let mut key_bytes = Vec::new();
+        for key in keys {
+            write_bulk(&mut key_bytes, key.as_bytes());
+        }
+        let mut single_head = Vec::with_capacity(key_bytes.len() + 48);
+        write_array(&mut single_head, 3 + keys.len() + args);
+        write_bulk(&mut single_head, b"FCALL");
+        write_bulk(&mut single_head, kind.function().as_bytes());
+        write_bulk_count(&mut single_head, keys.len());
+        single_head.extend_from_slice(&key_bytes);
+        let mut tail_bytes = Vec::new();
+        for word in tail {
+            write_bulk(&mut tail_bytes, word.as_bytes());
+        }
+        Packed {
+            single_head: single_head.into(),
+            keys: key_bytes.into(),
+            tail: tail_bytes.into(),
+            tail_words: tail.len(),
+        }
+    }
 }
 
 /// What an [`Op`] does.
@@ -123,12 +182,46 @@ impl Op {
     /// Appends the RESP of this operation as its single call: what redis-rs packs for the `Cmd`
     /// [`single_command`](Self::single_command) fills.
     fn write_single(&self, out: &mut Vec<u8>) {
-        write_array(out, 3 + self.keys.len() + self.args.len());
-        write_bulk(out, b"FCALL");
-        write_bulk(out, self.kind.function().as_bytes());
-        write_bulk_count(out, self.keys.len());
-        for word in self.keys.iter().chain(&self.args) {
-            write_bulk(out, word.as_bytes());
+        match &self.packed {
+            Some(packed) => out.extend_from_slice(&packed.single_head),
+            None => {
+                write_array(out, 3 + self.keys.len() + self.args.len());
+                write_bulk(out, b"FCALL");
+                write_bulk(out, self.kind.function().as_bytes());
+                write_bulk_count(out, self.keys.len());
+                self.write_keys(out);
+            }
+        }
+        self.write_args(out);
+    }
+
+    /// Appends the keys, each a bulk string.
+    fn write_keys(&self, out: &mut Vec<u8>) {
+        match &self.packed {
+            Some(packed) => out.extend_from_slice(&packed.keys),
+            None => {
+                for key in self.keys.iter() {
+                    write_bulk(out, key.as_bytes());
+                }
+            }
+        }
+    }
+
+    /// Appends the arguments, each a bulk string.
+    fn write_args(&self, out: &mut Vec<u8>) {
+        let Some(packed) = &self.packed else {
+            for arg in &self.args {
+                write_bulk(out, arg.as_bytes());
+            }
+            return;
+        };
+        let mut args = self.args.iter();
+        if let Some(first) = args.next() {
+            write_bulk(out, first.as_bytes());
+        }
+        out.extend_from_slice(&packed.tail);
+        for arg in args.skip(packed.tail_words) {
+            write_bulk(out, arg.as_bytes());
         }
     }
 }
@@ -186,17 +279,13 @@ pub fn write_ops<'a>(out: &mut Vec<u8>, ops: impl Iterator<Item = &'a Op> + Clon
     write_bulk(out, b"ts_batch_v4");
     write_bulk_count(out, nkeys);
     for op in ops.clone() {
-        for key in op.keys.iter() {
-            write_bulk(out, key.as_bytes());
-        }
+        op.write_keys(out);
     }
     for op in ops {
         write_bulk(out, op.kind.letter().as_bytes());
         write_bulk_count(out, op.keys.len());
         write_bulk_count(out, op.args.len());
-        for arg in &op.args {
-            write_bulk(out, arg.as_bytes());
-        }
+        op.write_args(out);
     }
 }
 
@@ -298,6 +387,7 @@ pub fn acquire_op_in(
         kind: OpKind::Acquire,
         keys: words(key_list).into(),
         args: words(args),
+        packed: None,
     }
 }
 
@@ -372,6 +462,7 @@ pub fn release_op(call: &ReleaseCall) -> Op {
             kind: OpKind::Release,
             keys: words(keys).into(),
             args: words(args),
+            packed: None,
         };
     }
     args.push(call.lease_keys.len().to_string());
@@ -394,6 +485,7 @@ pub fn release_op(call: &ReleaseCall) -> Op {
         kind: OpKind::Release,
         keys: words(keys).into(),
         args: words(args),
+        packed: None,
     }
 }
 
