@@ -155,6 +155,9 @@ impl HeldShared {
     }
 }
 
+/// How many lease zsets with no lease of this replica its books may keep counting (at zero).
+const IN_FLIGHT_SLACK: usize = 1024;
+
 /// The books' maps: hashed with foldhash (seeded per map), a few times cheaper than SipHash on
 /// tokens and key names, which are this replica's own (a client's token only looks up).
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -162,7 +165,9 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 #[derive(Default)]
 struct Inner {
     leases: Map<String, HeldShared>,
-    /// This replica's leases per lease zset (what the degraded share counts).
+    /// This replica's leases per lease zset (what the degraded share counts); a zset whose
+    /// leases were all released may stay at zero (at most [`IN_FLIGHT_SLACK`] more entries
+    /// than four per held lease).
     in_flight: Map<Word, u64>,
     /// Degraded-mode buckets by bucket key (created full at first use).
     buckets: HashMap<String, TokenBucket>,
@@ -306,7 +311,12 @@ impl Coordinator {
     /// and takes its slot under one lock, so two admissions cannot both take the last one).
     fn hold_in(inner: &mut Inner, token: &str, held: HeldShared) {
         for key in held.lease_keys() {
-            *inner.in_flight.entry(key.clone()).or_insert(0) += 1;
+            match inner.in_flight.get_mut(key) {
+                Some(count) => *count += 1,
+                None => {
+                    inner.in_flight.insert(key.clone(), 1);
+                }
+            }
         }
         inner.leases.insert(token.to_owned(), held);
     }
@@ -317,10 +327,12 @@ impl Coordinator {
         for key in held.lease_keys() {
             if let Some(count) = inner.in_flight.get_mut(key) {
                 *count = count.saturating_sub(1);
-                if *count == 0 {
-                    inner.in_flight.remove(key);
-                }
             }
+        }
+        // A key's count stays at zero until the next lease of its lane (no removal and
+        // insertion per pair); zeros are dropped once they outnumber the leases.
+        if inner.in_flight.len() > IN_FLIGHT_SLACK + 4 * inner.leases.len() {
+            inner.in_flight.retain(|_, count| *count > 0);
         }
         Some(held)
     }
