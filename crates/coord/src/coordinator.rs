@@ -356,8 +356,7 @@ impl Coordinator {
         }
         let member = self.member();
         let lane = self.lane(spec);
-        let budget_key = lane.budget_key(&spec.budget_id);
-        let op = lane.acquire(&member, budget_key.as_ref(), spec.tokens, spec.micro_usd);
+        let (op, budget_key) = lane.acquire(&member, &spec.budget_id, spec.tokens, spec.micro_usd);
         let verdict = match self.batcher.call(lane.workspace().prefix(), op).await {
             Ok(value) => decode_acquire(value).inspect_err(|error| self.failed(error)),
             Err(failure) => {

@@ -13,8 +13,9 @@
 //! - What a lane's pieces make is exactly what the reference encoding in `protocol`
 //!   ([`acquire_op_in`](crate::protocol::acquire_op_in),
 //!   [`release_op`](crate::protocol::release_op)) makes for the same spec, member and release:
-//!   the same keys and arguments, so the same bytes on the wire (tested below over random lanes
-//!   and limits, and in `protocol` for the bytes).
+//!   the same keys and arguments, and the same bytes on the wire (tested below over random
+//!   lanes and limits: a lane's connection writes, from the pieces and their pre-encoded RESP,
+//!   exactly what redis-rs packs for the reference operations).
 //! - The memo answers an entry only for a spec equal to the one it was built from in
 //!   everything the pieces depend on (workspace, provider, every scope's name and limits, the
 //!   breaker; the liveness and the turn window are the coordinator's and never change): a
@@ -235,16 +236,18 @@ impl LaneKeys {
             .map(|_| word(self.workspace.budget(budget_id)))
     }
 
-    /// The acquire registering `member`, charging `budget_key` (see [`budget_key`]
-    /// (Self::budget_key)) with the estimate: `protocol::acquire_op_in` for the lane's spec.
+    /// The acquire registering `member` for the invocation `budget_id` with the estimate
+    /// (`protocol::acquire_op_in` for the lane's spec with these), and the invocation's
+    /// budget key ([`budget_key`](Self::budget_key): the lease's release settles it).
     pub fn acquire(
         &self,
         member: &Word,
-        budget_key: Option<&Word>,
+        budget_id: &str,
         tokens: Option<u64>,
         micro_usd: Option<u64>,
-    ) -> Op {
-        let (keys, packed) = match (self.budget_at, budget_key) {
+    ) -> (Op, Option<Word>) {
+        let budget_key = self.budget_key(budget_id);
+        let (keys, packed) = match (self.budget_at, &budget_key) {
             (Some(at), Some(budget)) => {
                 let mut keys = self.acquire_keys.to_vec();
                 if let Some(slot) = keys.get_mut(at) {
@@ -262,12 +265,13 @@ impl LaneKeys {
             args.push(word(signed(tokens).to_string()));
             args.push(word(signed(micro_usd).to_string()));
         }
-        Op {
+        let op = Op {
             kind: OpKind::Acquire,
             keys,
             args,
             packed,
-        }
+        };
+        (op, budget_key)
     }
 
     /// The lease zsets an acquire of this lane wrote (with the probe zset for a probe lease).
@@ -562,8 +566,8 @@ mod tests {
             let mut memo = LaneMemo::new(liveness_ms, turn_window_ms);
             let lane = memo.get(&spec);
             let member = Word::from("0123456789abcdef-7");
-            let budget_key = lane.budget_key(&spec.budget_id);
-            let acquire = lane.acquire(&member, budget_key.as_ref(), spec.tokens, spec.micro_usd);
+            let (acquire, budget_key) =
+                lane.acquire(&member, &spec.budget_id, spec.tokens, spec.micro_usd);
             let keys = WorkspaceKeys::new(&spec.workspace);
             let reference = acquire_op_in(&keys, &spec, &member, liveness_ms, turn_window_ms);
             prop_assert_eq!(&acquire, &reference);
@@ -602,9 +606,10 @@ mod tests {
             };
             let again = memo.get(&second);
             prop_assert!(Arc::ptr_eq(&lane, &again));
-            let budget_key = again.budget_key(&second.budget_id);
+            let (second_acquire, _) =
+                again.acquire(&member, &second.budget_id, second.tokens, second.micro_usd);
             prop_assert_eq!(
-                sent_bytes(&[again.acquire(&member, budget_key.as_ref(), second.tokens, second.micro_usd)]),
+                sent_bytes(&[second_acquire]),
                 reference_bytes(&[acquire_op_in(&keys, &second, &member, liveness_ms, turn_window_ms)])
             );
 
@@ -616,9 +621,8 @@ mod tests {
             let updated = memo.get(&profile);
             prop_assert!(!Arc::ptr_eq(&lane, &updated));
             prop_assert!(updated.matches(&profile) && !updated.matches(&spec));
-            let budget_key = updated.budget_key(&profile.budget_id);
             prop_assert_eq!(
-                updated.acquire(&member, budget_key.as_ref(), profile.tokens, profile.micro_usd),
+                updated.acquire(&member, &profile.budget_id, profile.tokens, profile.micro_usd).0,
                 acquire_op_in(&keys, &profile, &member, liveness_ms, turn_window_ms)
             );
         }
