@@ -23,7 +23,7 @@
 //!   keys and arguments in a batch are exactly those of its single call.
 //! - Scope indices in the answers are the positions in `LaneSpec::scopes` (1-based), as in v1.
 //! - A release names only lease zsets the acquire wrote (scopes with a concurrency, plus the
-//!   probe zset of a probe lease): see `Coordinator::held_for`.
+//!   probe zset of a probe lease): see `LaneKeys::lease_keys` (`crate::lane_keys`).
 
 use std::sync::Arc;
 
