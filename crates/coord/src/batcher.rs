@@ -50,7 +50,7 @@ use tokio::time::Instant;
 
 use crate::direct::Direct;
 use crate::error::CoordError;
-use crate::protocol::{ops_command, Op};
+use crate::protocol::{write_ops, Op};
 use crate::store::{is_missing_function_reply, ops_answers, RedisStore};
 
 /// The most operations one `ts_batch_v4` call carries.
@@ -111,7 +111,7 @@ pub struct Batcher {
     /// workspaces, TCP and unix sockets only), instead of the shared multiplexed connection.
     direct: Option<String>,
     max: usize,
-    lanes: Mutex<HashMap<String, Arc<Lane>>>,
+    lanes: Mutex<HashMap<String, Arc<Lane>, foldhash::fast::RandomState>>,
     /// Bumped when any call to Redis fails: every lane's own connection is opened again
     /// before its next call (Redis may have restarted while the connection sat idle).
     epoch: Arc<AtomicU64>,
@@ -124,7 +124,7 @@ impl Batcher {
             store,
             direct,
             max: max.max(1),
-            lanes: Mutex::new(HashMap::new()),
+            lanes: Mutex::new(HashMap::default()),
             epoch: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -135,7 +135,7 @@ impl Batcher {
         self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Lane>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Lane>, foldhash::fast::RandomState>> {
         self.lanes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -153,6 +153,7 @@ impl Batcher {
             Some(url) => match Direct::new(url, timeout_ms) {
                 Ok(direct) => Link::Direct {
                     direct: Box::new(direct),
+                    packed: Vec::new(),
                     store: self.store.clone(),
                     epoch: self.epoch.clone(),
                     seen: self.epoch.load(Ordering::Relaxed),
@@ -293,9 +294,11 @@ enum Link {
     /// The replica's multiplexed connection (redis-rs `ConnectionManager`).
     Shared(RedisStore),
     /// The lane's own connection; the store loads the library when a call finds it missing.
-    /// `seen`: the [`Batcher::invalidate`] epoch the connection was opened in.
+    /// `seen`: the [`Batcher::invalidate`] epoch the connection was opened in; `packed`: the
+    /// call being sent, in RESP (the buffer is kept from call to call).
     Direct {
         direct: Box<Direct>,
+        packed: Vec<u8>,
         store: RedisStore,
         epoch: Arc<AtomicU64>,
         seen: u64,
@@ -326,6 +329,7 @@ impl Link {
             Link::Shared(store) => store.batch(ops, deadline).await,
             Link::Direct {
                 direct,
+                packed,
                 store,
                 epoch,
                 seen,
@@ -336,16 +340,16 @@ impl Link {
                     *seen = now;
                 }
                 let count = ops.clone().count();
-                let mut cmd = redis::cmd("FCALL");
-                ops_command(&mut cmd, ops);
-                let mut value = direct.call(&cmd, deadline).await?;
+                packed.clear();
+                write_ops(packed, ops);
+                let mut value = direct.call(packed, deadline).await?;
                 if is_missing_function_reply(&value) {
                     // Redis lost its functions (restarted empty): load them, send again (the
                     // call did not run).
                     tokio::time::timeout_at(deadline, store.load_library())
                         .await
                         .map_err(|_| CoordError::Timeout(direct.timeout_ms()))??;
-                    value = direct.call(&cmd, deadline).await?;
+                    value = direct.call(packed, deadline).await?;
                 }
                 ops_answers(value, count)
             }

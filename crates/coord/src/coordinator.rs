@@ -25,6 +25,9 @@
 //! - A dead replica's leases expire in Redis `liveness_ms` after its last renewal, whatever the
 //!   client-facing lease TTL.
 //! - No tenant ID reaches Redis (hashed keys), a log or a metric label.
+//! - An acquire and its release send exactly what the reference encoding (`protocol`) makes for
+//!   the lane, from the lane's remembered pieces ([`LaneMemo`]: key names, shape; built once
+//!   per lane and limits, bounded); a lease's record shares them, it copies no key name.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,12 +43,11 @@ use crate::breaker::{BreakerKeys, Outcome, SeenOutcomes};
 use crate::error::CoordError;
 use crate::health::{Health, HealthCell};
 use crate::keys::WorkspaceKeys;
-use crate::protocol::{acquire_op_in, release_op};
+use crate::lane_keys::{LaneKeys, LaneMemo, ReleaseOf};
+use crate::protocol::Word;
 use crate::share::DegradedShare;
 use crate::spec::LaneSpec;
-use crate::store::{
-    decode_acquire, decode_release, RedisStore, ReleaseCall, RenewBatch, RenewMode,
-};
+use crate::store::{decode_acquire, decode_release, RedisStore, RenewBatch, RenewMode};
 use crate::verdict::Verdict;
 
 /// How long a principal refused a shared slot counts as waiting (fair turns): five of the
@@ -133,24 +135,40 @@ pub struct CoordMetrics {
     pub turns: AtomicU64,
 }
 
-/// A lease this replica holds in the shared limits (opaque to hosts).
+/// A lease this replica holds in the shared limits (opaque to hosts): its lane's key names
+/// (shared by every lease of the lane, [`LaneKeys`]) and what is its own.
 pub struct HeldShared {
-    member: String,
-    workspace: WorkspaceKeys,
-    lease_keys: Vec<String>,
-    pause_key: String,
-    budget_key: String,
-    budget_scopes: Vec<String>,
+    member: Word,
+    lane: Arc<LaneKeys>,
+    /// It holds the shared breaker's half-open probe (its probe zset is one of its lease keys).
+    probe: bool,
+    /// The invocation's budget key (a lane that charges budgets).
+    budget_key: Option<Word>,
     charged_tokens: u64,
     charged_micro: u64,
-    breaker: Option<BreakerKeys>,
 }
+
+impl HeldShared {
+    /// The lease zsets it is in.
+    fn lease_keys(&self) -> &[Word] {
+        self.lane.lease_keys(self.probe)
+    }
+}
+
+/// How many lease zsets with no lease of this replica its books may keep counting (at zero).
+const IN_FLIGHT_SLACK: usize = 1024;
+
+/// The books' maps: hashed with foldhash (seeded per map), a few times cheaper than SipHash on
+/// tokens and key names, which are this replica's own (a client's token only looks up).
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 #[derive(Default)]
 struct Inner {
-    leases: HashMap<String, HeldShared>,
-    /// This replica's leases per lease zset (what the degraded share counts).
-    in_flight: HashMap<String, u64>,
+    leases: Map<String, HeldShared>,
+    /// This replica's leases per lease zset (what the degraded share counts); a zset whose
+    /// leases were all released may stay at zero (at most [`IN_FLIGHT_SLACK`] more entries
+    /// than four per held lease).
+    in_flight: Map<Word, u64>,
     /// Degraded-mode buckets by bucket key (created full at first use).
     buckets: HashMap<String, TokenBucket>,
     /// Pauses seen while degraded: pause key → (workspace, provider hash key, local until).
@@ -169,6 +187,8 @@ pub struct Coordinator {
     next: AtomicU64,
     health: HealthCell,
     inner: Mutex<Inner>,
+    /// The key names and argument pieces of the lanes this replica coordinates (bounded).
+    lanes: Mutex<LaneMemo>,
     /// Notified when this replica releases a lease (its waiters try again at once).
     released: Notify,
     pub metrics: CoordMetrics,
@@ -189,6 +209,7 @@ fn random_replica_id() -> String {
 impl Coordinator {
     pub fn new(config: CoordConfig) -> Result<Arc<Self>, CoordError> {
         let store = RedisStore::new(&config.redis_url, config.timeout)?;
+        let lanes = LaneMemo::new(config.liveness_ms, config.turn_window_ms);
         Ok(Arc::new(Coordinator {
             batcher: Batcher::new(store.clone(), MAX_BATCH, Some(config.redis_url.clone())),
             store,
@@ -197,6 +218,7 @@ impl Coordinator {
             next: AtomicU64::new(0),
             health: HealthCell::new(),
             inner: Mutex::new(Inner::default()),
+            lanes: Mutex::new(lanes),
             released: Notify::new(),
             metrics: CoordMetrics::default(),
         }))
@@ -242,46 +264,42 @@ impl Coordinator {
         self.batcher.invalidate();
     }
 
-    fn member(&self) -> String {
-        format!(
-            "{}-{}",
-            self.replica,
-            self.next.fetch_add(1, Ordering::Relaxed)
-        )
+    /// A new lease member: `<replica id>-<n>`.
+    fn member(&self) -> Word {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut member = String::with_capacity(self.replica.len() + 21);
+        member.push_str(&self.replica);
+        member.push('-');
+        let mut digits = [0u8; 20];
+        member.push_str(crate::resp::decimal(&mut digits, n));
+        Word::from(member)
     }
 
-    /// What this replica keeps of a granted lease; `probe`: it holds the shared breaker's
-    /// half-open probe lease (renewed and released with the lease's other zsets).
-    fn held_for(spec: &LaneSpec, member: String, probe: bool) -> HeldShared {
-        let keys = WorkspaceKeys::new(&spec.workspace);
-        // The zsets the acquire wrote: scopes without a concurrency hold no lease.
-        let mut lease_keys: Vec<String> = spec
-            .scopes
-            .iter()
-            .filter(|s| s.concurrency.is_some())
-            .map(|s| keys.leases(&s.name))
-            .collect();
-        if probe {
-            lease_keys.push(keys.probes(&spec.provider));
-        }
+    /// The key names and argument pieces of `spec`'s lane (remembered, [`LaneMemo`]).
+    fn lane(&self, spec: &LaneSpec) -> Arc<LaneKeys> {
+        self.lanes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(spec)
+    }
+
+    /// What this replica keeps of a lease of `spec` granted in `lane` (`spec`'s pieces);
+    /// `probe`: it holds the shared breaker's half-open probe lease (renewed and released with
+    /// the lease's other zsets).
+    fn held_for(
+        spec: &LaneSpec,
+        lane: Arc<LaneKeys>,
+        member: Word,
+        budget_key: Option<Word>,
+        probe: bool,
+    ) -> HeldShared {
         HeldShared {
-            breaker: spec
-                .breaker
-                .as_ref()
-                .map(|b| BreakerKeys::new(&keys, &spec.provider, b)),
-            lease_keys,
-            pause_key: keys.pause(&spec.provider),
-            budget_key: keys.budget(&spec.budget_id),
-            budget_scopes: spec
-                .scopes
-                .iter()
-                .filter(|s| s.has_budget())
-                .map(|s| s.name.0.clone())
-                .collect(),
+            member,
+            lane,
+            probe,
+            budget_key,
             charged_tokens: spec.tokens.unwrap_or(0),
             charged_micro: spec.micro_usd.unwrap_or(0),
-            member,
-            workspace: keys,
         }
     }
 
@@ -292,8 +310,13 @@ impl Coordinator {
     /// [`hold`](Self::hold) under a lock the caller already holds (the degraded share counts
     /// and takes its slot under one lock, so two admissions cannot both take the last one).
     fn hold_in(inner: &mut Inner, token: &str, held: HeldShared) {
-        for key in &held.lease_keys {
-            *inner.in_flight.entry(key.clone()).or_insert(0) += 1;
+        for key in held.lease_keys() {
+            match inner.in_flight.get_mut(key) {
+                Some(count) => *count += 1,
+                None => {
+                    inner.in_flight.insert(key.clone(), 1);
+                }
+            }
         }
         inner.leases.insert(token.to_owned(), held);
     }
@@ -301,13 +324,15 @@ impl Coordinator {
     fn unhold(&self, token: &str) -> Option<HeldShared> {
         let mut inner = self.lock();
         let held = inner.leases.remove(token)?;
-        for key in &held.lease_keys {
+        for key in held.lease_keys() {
             if let Some(count) = inner.in_flight.get_mut(key) {
                 *count = count.saturating_sub(1);
-                if *count == 0 {
-                    inner.in_flight.remove(key);
-                }
             }
+        }
+        // A key's count stays at zero until the next lease of its lane (no removal and
+        // insertion per pair); zeros are dropped once they outnumber the leases.
+        if inner.in_flight.len() > IN_FLIGHT_SLACK + 4 * inner.leases.len() {
+            inner.in_flight.retain(|_, count| *count > 0);
         }
         Some(held)
     }
@@ -317,7 +342,9 @@ impl Coordinator {
     /// (a replica starts degraded and reconciles on its first probe), without charging its
     /// budgets again.
     pub fn adopt(&self, token: &str, spec: &LaneSpec) {
-        let held = Self::held_for(spec, self.member(), false);
+        let lane = self.lane(spec);
+        let budget_key = lane.budget_key(&spec.budget_id);
+        let held = Self::held_for(spec, lane, self.member(), budget_key, false);
         self.hold(token, held);
     }
 
@@ -328,15 +355,9 @@ impl Coordinator {
             return self.acquire_degraded(spec, token, now, None);
         }
         let member = self.member();
-        let keys = WorkspaceKeys::new(&spec.workspace);
-        let op = acquire_op_in(
-            &keys,
-            spec,
-            &member,
-            self.config.liveness_ms,
-            self.config.turn_window_ms,
-        );
-        let verdict = match self.batcher.call(keys.prefix(), op).await {
+        let lane = self.lane(spec);
+        let (op, budget_key) = lane.acquire(&member, &spec.budget_id, spec.tokens, spec.micro_usd);
+        let verdict = match self.batcher.call(lane.workspace().prefix(), op).await {
             Ok(value) => decode_acquire(value).inspect_err(|error| self.failed(error)),
             Err(failure) => {
                 self.batch_failed(&failure);
@@ -345,7 +366,7 @@ impl Coordinator {
         };
         match verdict {
             Ok(Verdict::Granted { probe, .. }) => {
-                self.hold(token, Self::held_for(spec, member, probe));
+                self.hold(token, Self::held_for(spec, lane, member, budget_key, probe));
                 self.metrics
                     .shared_admissions
                     .fetch_add(1, Ordering::Relaxed);
@@ -392,17 +413,22 @@ impl Coordinator {
         spec: &LaneSpec,
         token: &str,
         now: Millis,
-        member: Option<String>,
+        member: Option<Word>,
     ) -> Admission {
         let share = self.config.degraded_share;
         if share == DegradedShare::Closed || spec.scopes.iter().any(|s| s.has_usage_budget()) {
             return Admission::Unavailable;
         }
-        let keys = WorkspaceKeys::new(&spec.workspace);
+        // The lane's pieces first: the memo has its own lock, never taken under `inner`'s.
+        let lane = self.lane(spec);
+        let keys = lane.workspace();
         let mut inner = self.lock();
         for scope in &spec.scopes {
             if let Some(limit) = scope.concurrency {
-                let held = inner.in_flight.get(&keys.leases(&scope.name)).copied();
+                let held = inner
+                    .in_flight
+                    .get(keys.leases(&scope.name).as_str())
+                    .copied();
                 if held.unwrap_or(0) >= share.of(u64::from(limit)) {
                     return Admission::Wait {
                         reason: Reason::Concurrency,
@@ -461,8 +487,10 @@ impl Coordinator {
             }
         }
         // Counted under the lock that checked the share: checked and taken at once.
+        let budget_key = lane.budget_key(&spec.budget_id);
         let member = member.unwrap_or_else(|| self.member());
-        Self::hold_in(&mut inner, token, Self::held_for(spec, member, false));
+        let held = Self::held_for(spec, lane, member, budget_key, false);
+        Self::hold_in(&mut inner, token, held);
         drop(inner);
         self.metrics
             .degraded_admissions
@@ -519,36 +547,30 @@ impl Coordinator {
         outcome: Outcome,
         now: Millis,
     ) {
+        let lane = &held.lane;
         if self.health.get() != Health::Healthy {
-            self.note_outcome(held.breaker.as_ref(), outcome);
+            self.note_outcome(lane.breaker(), outcome);
             if pause_ms > 0 {
                 self.note_pause(
-                    &held.workspace,
-                    &held.pause_key,
+                    lane.workspace(),
+                    lane.pause_key(),
                     now.saturating_add(pause_ms),
                 );
             }
             return;
         }
-        let call = ReleaseCall {
-            member: held.member,
-            lease_keys: held.lease_keys,
-            pause_key: held.pause_key.clone(),
-            budget_key: held.budget_key,
-            budget_scopes: held.budget_scopes,
+        let op = lane.release(&ReleaseOf {
+            member: held.member.clone(),
+            probe: held.probe,
+            budget_key: held.budget_key.clone(),
             pause_ms,
             charged_tokens: held.charged_tokens,
             actual_tokens,
             charged_micro: held.charged_micro,
             actual_micro,
-            breaker: held.breaker.clone(),
             outcome,
-        };
-        let released = match self
-            .batcher
-            .call(held.workspace.prefix(), release_op(&call))
-            .await
-        {
+        });
+        let released = match self.batcher.call(lane.workspace().prefix(), op).await {
             Ok(value) => decode_release(value).map_err(|error| self.failed(&error)),
             Err(failure) => {
                 self.batch_failed(&failure);
@@ -556,11 +578,11 @@ impl Coordinator {
             }
         };
         if released.is_err() {
-            self.note_outcome(held.breaker.as_ref(), outcome);
+            self.note_outcome(lane.breaker(), outcome);
             if pause_ms > 0 {
                 self.note_pause(
-                    &held.workspace,
-                    &held.pause_key,
+                    lane.workspace(),
+                    lane.pause_key(),
                     now.saturating_add(pause_ms),
                 );
             }
@@ -693,17 +715,17 @@ impl Coordinator {
         let mut index: HashMap<&str, usize> = HashMap::new();
         for held in inner.leases.values() {
             let batch = by_workspace
-                .entry(held.workspace.prefix())
+                .entry(held.lane.workspace().prefix())
                 .or_insert_with(|| RenewBatch {
                     keys: Vec::new(),
                     members: Vec::new(),
                 });
-            for key in &held.lease_keys {
-                let i = *index.entry(key.as_str()).or_insert_with(|| {
-                    batch.keys.push(key.clone());
+            for key in held.lease_keys() {
+                let i = *index.entry(key).or_insert_with(|| {
+                    batch.keys.push(key.to_string());
                     batch.keys.len() - 1
                 });
-                batch.members.push((i, held.member.clone()));
+                batch.members.push((i, held.member.to_string()));
             }
         }
         by_workspace.into_values().collect()

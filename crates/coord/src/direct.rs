@@ -16,16 +16,19 @@
 //!   lane's connection after any failed call of the replica (`Batcher::invalidate`), so a
 //!   Redis restarted while a connection sat idle costs no failed call. A call is never
 //!   re-sent on a new connection.
+//! - The caller brings the command's bytes (`protocol::write_ops`: no `redis::Cmd` per call);
+//!   an answer is read by [`crate::resp`] when it is a common one, by redis-rs otherwise.
 //! - The handshake sends `AUTH` (and `SELECT`) when the URL has a password (a database); no
 //!   credential is ever logged or put in an error.
 
 use std::io;
 
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, Value};
+use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::error::CoordError;
+use crate::resp::{parse_common, value_end};
 
 enum Stream {
     Tcp(tokio::net::TcpStream),
@@ -73,61 +76,7 @@ pub struct Direct {
     /// peer that went away (closed by Redis's idle `timeout`, or a restart) before it is used.
     used: Instant,
     buf: Vec<u8>,
-    out: Vec<u8>,
     timeout_ms: u64,
-}
-
-/// Where one RESP value starting at `at` ends (the index after it), `Ok(None)` while it is
-/// incomplete. RESP2 and RESP3 types.
-fn value_end(buf: &[u8], at: usize) -> Result<Option<usize>, CoordError> {
-    let Some(&kind) = buf.get(at) else {
-        return Ok(None);
-    };
-    let Some(line) = buf
-        .get(at + 1..)
-        .and_then(|rest| rest.windows(2).position(|w| w == b"\r\n"))
-    else {
-        return Ok(None);
-    };
-    let header = &buf[at + 1..at + 1 + line];
-    let next = at + 1 + line + 2;
-    let number = || -> Result<i64, CoordError> {
-        std::str::from_utf8(header)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| CoordError::Protocol("RESP length".into()))
-    };
-    match kind {
-        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Ok(Some(next)),
-        b'$' | b'!' | b'=' => {
-            let n = number()?;
-            if n < 0 {
-                return Ok(Some(next));
-            }
-            let end = next + usize::try_from(n).unwrap_or(usize::MAX / 2) + 2;
-            Ok((buf.len() >= end).then_some(end))
-        }
-        b'*' | b'~' | b'>' | b'%' | b'|' => {
-            let n = number()?;
-            if n < 0 {
-                return Ok(Some(next));
-            }
-            let count = if matches!(kind, b'%' | b'|') {
-                2 * n
-            } else {
-                n
-            };
-            let mut end = next;
-            for _ in 0..count {
-                match value_end(buf, end)? {
-                    Some(e) => end = e,
-                    None => return Ok(None),
-                }
-            }
-            Ok(Some(end))
-        }
-        other => Err(CoordError::Protocol(format!("RESP type {other}"))),
-    }
 }
 
 impl Direct {
@@ -145,7 +94,6 @@ impl Direct {
             stream: None,
             used: Instant::now(),
             buf: Vec::with_capacity(4096),
-            out: Vec::with_capacity(4096),
             timeout_ms,
         })
     }
@@ -202,10 +150,11 @@ impl Direct {
         self.timeout_ms
     }
 
-    /// Sends `cmd` and reads its answer, by `deadline`. A `Value::ServerError` answer is
-    /// returned as it is (the connection stays).
-    pub async fn call(&mut self, cmd: &Cmd, deadline: Instant) -> Result<Value, CoordError> {
-        match tokio::time::timeout_at(deadline, self.exchange(cmd)).await {
+    /// Sends `packed` (one command, in RESP: `protocol::write_ops`, or a `Cmd`'s
+    /// `get_packed_command`) and reads its answer, by `deadline`. A `Value::ServerError` answer
+    /// is returned as it is (the connection stays).
+    pub async fn call(&mut self, packed: &[u8], deadline: Instant) -> Result<Value, CoordError> {
+        match tokio::time::timeout_at(deadline, self.exchange(packed)).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => {
                 self.stream = None;
@@ -223,7 +172,7 @@ impl Direct {
         self.stream = None;
     }
 
-    async fn exchange(&mut self, cmd: &Cmd) -> Result<Value, CoordError> {
+    async fn exchange(&mut self, packed: &[u8]) -> Result<Value, CoordError> {
         if self.used.elapsed() > IDLE_CHECK && !self.stream.as_ref().is_some_and(Stream::alive) {
             self.stream = None;
         }
@@ -233,10 +182,8 @@ impl Direct {
         let Some(stream) = self.stream.as_mut() else {
             return Err(CoordError::Redis("not connected".into()));
         };
-        self.out.clear();
-        cmd.write_packed_command(&mut self.out);
         stream
-            .write_all(&self.out)
+            .write_all(packed)
             .await
             .map_err(|e| CoordError::Redis(e.to_string()))?;
         self.buf.clear();
@@ -249,8 +196,13 @@ impl Direct {
 async fn read_value(stream: &mut Stream, buf: &mut Vec<u8>) -> Result<Value, CoordError> {
     loop {
         if let Some(end) = value_end(buf, 0)? {
-            let value = redis::parse_redis_value(&buf[..end])
-                .map_err(|e| CoordError::Protocol(e.to_string()))?;
+            // The common answers (an integer, an array of integers and strings) without
+            // redis-rs's general parser; everything else through it.
+            let value = match parse_common(&buf[..end]) {
+                Some(value) => value,
+                None => redis::parse_redis_value(&buf[..end])
+                    .map_err(|e| CoordError::Protocol(e.to_string()))?,
+            };
             if end != buf.len() {
                 // One command in flight: nothing may follow its answer.
                 return Err(CoordError::Protocol("more than one answer".into()));
@@ -267,22 +219,5 @@ async fn read_value(stream: &mut Stream, buf: &mut Vec<u8>) -> Result<Value, Coo
         if n == 0 {
             return Err(CoordError::Redis("the connection was closed".into()));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::value_end;
-
-    #[test]
-    fn a_resp_value_is_complete_only_with_all_its_bytes() {
-        let whole = b"*3\r\n:17\r\n$5\r\nhello\r\n*2\r\n+OK\r\n-ERR x\r\n";
-        for cut in 0..whole.len() {
-            assert_eq!(value_end(&whole[..cut], 0).unwrap(), None, "cut at {cut}");
-        }
-        assert_eq!(value_end(whole, 0).unwrap(), Some(whole.len()));
-        assert_eq!(value_end(b"$-1\r\n", 0).unwrap(), Some(5));
-        assert_eq!(value_end(b"*0\r\n", 0).unwrap(), Some(4));
-        assert!(value_end(b"?x\r\n", 0).is_err());
     }
 }

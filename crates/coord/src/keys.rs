@@ -30,6 +30,13 @@ thread_local! {
 /// past [`SHORT_HASHES_KEPT`] IDs: budget IDs come from clients) and holds nothing a replica
 /// does not already hold in memory.
 pub fn short_hash(text: &str) -> String {
+    let mut hash = String::with_capacity(16);
+    push_short_hash(&mut hash, text);
+    hash
+}
+
+/// Appends [`short_hash`]`(text)` to `out`.
+pub fn push_short_hash(out: &mut String, text: &str) {
     let remembered = SHORT_HASHES.with(|memo| {
         let memo = memo.try_borrow().ok()?;
         memo.get(text).copied()
@@ -49,8 +56,8 @@ pub fn short_hash(text: &str) -> String {
             hex
         }
     };
-    // Hex digits are ASCII.
-    hex.iter().map(|&digit| char::from(digit)).collect()
+    // Hex digits are ASCII: always UTF-8.
+    out.push_str(std::str::from_utf8(&hex).unwrap_or_default());
 }
 
 /// The 16 hex digits of sha256(`text`), as ASCII bytes.
@@ -135,7 +142,7 @@ pub struct ScopeName(pub String);
 
 impl ScopeName {
     pub fn principal(principal: &str) -> Self {
-        ScopeName(format!("u{}", short_hash(principal)))
+        ScopeName::hashed('u', principal)
     }
 
     pub fn workspace() -> Self {
@@ -143,7 +150,15 @@ impl ScopeName {
     }
 
     pub fn provider(provider: &str) -> Self {
-        ScopeName(format!("p{}", short_hash(provider)))
+        ScopeName::hashed('p', provider)
+    }
+
+    /// `letter` then the short hash of `id` (one allocation: built for every admission).
+    fn hashed(letter: char, id: &str) -> Self {
+        let mut name = String::with_capacity(17);
+        name.push(letter);
+        push_short_hash(&mut name, id);
+        ScopeName(name)
     }
 }
 
@@ -174,6 +189,11 @@ mod tests {
             }
         }
         assert_ne!(WorkspaceKeys::new("a"), WorkspaceKeys::new("b"));
+        assert_eq!(scope.0, format!("u{}", short_hash("alice")));
+        assert_eq!(
+            ScopeName::provider("openai").0,
+            format!("p{}", short_hash("openai"))
+        );
     }
 
     #[test]

@@ -11,6 +11,11 @@
 //! values those flags announce), which the script decodes once per distinct shape; a plain
 //! release passes its lease keys and the member, nothing else.
 //!
+//! [`acquire_op_in`] and [`release_op`] are the reference encoding: they format every key and
+//! argument from the spec. The coordinator sends the same operations from its lanes' cached
+//! pieces (`crate::lane_keys`, tested equal to these), and a lane's own connection writes them
+//! with [`write_ops`] instead of a `redis::Cmd` (tested byte for byte against redis-rs).
+//!
 //! Invariants:
 //! - The keys and values are in exactly the order the Lua header of each function documents;
 //!   a change to either side is a change of contract and gets new function names.
@@ -18,12 +23,15 @@
 //!   keys and arguments in a batch are exactly those of its single call.
 //! - Scope indices in the answers are the positions in `LaneSpec::scopes` (1-based), as in v1.
 //! - A release names only lease zsets the acquire wrote (scopes with a concurrency, plus the
-//!   probe zset of a probe lease): see `Coordinator::held_for`.
+//!   probe zset of a probe lease): see `LaneKeys::lease_keys` (`crate::lane_keys`).
+
+use std::sync::Arc;
 
 use redis::Cmd;
 use turnstile_admission::Millis;
 
 use crate::keys::WorkspaceKeys;
+use crate::resp::{write_array, write_bulk, write_bulk_count};
 use crate::spec::{LaneSpec, ScopeLimits};
 use crate::store::ReleaseCall;
 
@@ -59,17 +67,82 @@ impl ScopeFlags {
     }
 }
 
-fn signed(v: Option<u64>) -> i64 {
+/// One word of a call (a key or an argument): shared, so a lane's cached pieces
+/// (`crate::lane_keys`) go into every call by pointer.
+pub type Word = Arc<str>;
+
+/// An optional count as the scripts take it: `-1` for none.
+pub(crate) fn signed(v: Option<u64>) -> i64 {
     v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
 /// One operation of a batch (`ts_batch_v4`): an acquire or a release, with exactly the keys
 /// and arguments its single call (`ts_acquire_v4` / `ts_release_v4`) takes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two operations are equal when their kind, keys and arguments are; `packed` only caches
+/// their bytes.
+#[derive(Debug, Clone)]
 pub struct Op {
     pub kind: OpKind,
-    pub keys: Vec<String>,
-    pub args: Vec<String>,
+    /// The keys, in the function's order (a lane's plain list is shared, not copied).
+    pub keys: Arc<[Word]>,
+    pub args: Vec<Word>,
+    /// The operation's fixed words already in RESP (a lane's cached operation,
+    /// `crate::lane_keys`): [`write_ops`] copies them instead of encoding them again.
+    pub(crate) packed: Option<Arc<Packed>>,
+}
+
+impl PartialEq for Op {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.keys == other.keys && self.args == other.args
+    }
+}
+
+impl Eq for Op {}
+
+/// The words an operation of a lane sends on every call, in RESP: everything but its first
+/// argument (the lease member) and the arguments after `tail_words` more (the estimate).
+///
+/// Invariant: the bytes are exactly [`write_bulk`] of the words they stand for, with the
+/// single call's header for `words` words in all (built only by [`Packed::new`]; the lane's
+/// property test compares the bytes sent with redis-rs's).
+#[derive(Debug)]
+pub struct Packed {
+    /// The single call up to its first argument: `*<words>`, `FCALL`, the function, the key
+    /// count, the keys.
+    single_head: Box<[u8]>,
+    /// The keys alone (a batch's key section).
+    keys: Box<[u8]>,
+    /// The fixed arguments after the first one.
+    tail: Box<[u8]>,
+    tail_words: usize,
+}
+
+impl Packed {
+    /// The fixed bytes of a `kind` operation with `keys` and `args` arguments in all, of which
+    /// the second to the `tail.len() + 1`-th are `tail`.
+    pub(crate) fn new(kind: OpKind, keys: &[Word], args: usize, tail: &[Word]) -> Self {
+        let mut key_bytes = Vec::new();
+        for key in keys {
+            write_bulk(&mut key_bytes, key.as_bytes());
+        }
+        let mut single_head = Vec::with_capacity(key_bytes.len() + 48);
+        write_array(&mut single_head, 3 + keys.len() + args);
+        write_bulk(&mut single_head, b"FCALL");
+        write_bulk(&mut single_head, kind.function().as_bytes());
+        write_bulk_count(&mut single_head, keys.len());
+        single_head.extend_from_slice(&key_bytes);
+        let mut tail_bytes = Vec::new();
+        for word in tail {
+            write_bulk(&mut tail_bytes, word.as_bytes());
+        }
+        Packed {
+            single_head: single_head.into(),
+            keys: key_bytes.into(),
+            tail: tail_bytes.into(),
+            tail_words: tail.len(),
+        }
+    }
 }
 
 /// What an [`Op`] does.
@@ -100,10 +173,56 @@ impl OpKind {
 impl Op {
     /// Fills `cmd` (an `FCALL`) with this operation as a single call.
     pub fn single_command(&self, cmd: &mut Cmd) {
-        cmd.arg(self.kind.function())
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
+        cmd.arg(self.kind.function()).arg(self.keys.len());
+        for word in self.keys.iter().chain(&self.args) {
+            cmd.arg(&**word);
+        }
+    }
+
+    /// Appends the RESP of this operation as its single call: what redis-rs packs for the `Cmd`
+    /// [`single_command`](Self::single_command) fills.
+    fn write_single(&self, out: &mut Vec<u8>) {
+        match &self.packed {
+            Some(packed) => out.extend_from_slice(&packed.single_head),
+            None => {
+                write_array(out, 3 + self.keys.len() + self.args.len());
+                write_bulk(out, b"FCALL");
+                write_bulk(out, self.kind.function().as_bytes());
+                write_bulk_count(out, self.keys.len());
+                self.write_keys(out);
+            }
+        }
+        self.write_args(out);
+    }
+
+    /// Appends the keys, each a bulk string.
+    fn write_keys(&self, out: &mut Vec<u8>) {
+        match &self.packed {
+            Some(packed) => out.extend_from_slice(&packed.keys),
+            None => {
+                for key in self.keys.iter() {
+                    write_bulk(out, key.as_bytes());
+                }
+            }
+        }
+    }
+
+    /// Appends the arguments, each a bulk string.
+    fn write_args(&self, out: &mut Vec<u8>) {
+        let Some(packed) = &self.packed else {
+            for arg in &self.args {
+                write_bulk(out, arg.as_bytes());
+            }
+            return;
+        };
+        let mut args = self.args.iter();
+        if let Some(first) = args.next() {
+            write_bulk(out, first.as_bytes());
+        }
+        out.extend_from_slice(&packed.tail);
+        for arg in args.skip(packed.tail_words) {
+            write_bulk(out, arg.as_bytes());
+        }
     }
 }
 
@@ -127,13 +246,46 @@ pub fn batch_command<'a>(cmd: &mut Cmd, ops: impl Iterator<Item = &'a Op> + Clon
     let nkeys: usize = ops.clone().map(|op| op.keys.len()).sum();
     cmd.arg("ts_batch_v4").arg(nkeys);
     for op in ops.clone() {
-        cmd.arg(&op.keys);
+        for key in op.keys.iter() {
+            cmd.arg(&**key);
+        }
     }
     for op in ops {
         cmd.arg(op.kind.letter())
             .arg(op.keys.len())
-            .arg(op.args.len())
-            .arg(&op.args);
+            .arg(op.args.len());
+        for arg in &op.args {
+            cmd.arg(&**arg);
+        }
+    }
+}
+
+/// Appends to `out` the RESP bytes of the call [`ops_command`] makes for `ops`: byte for byte
+/// what redis-rs packs for that `Cmd` (tested), without building one (a lane's own
+/// connection, `crate::direct`, sends these).
+pub fn write_ops<'a>(out: &mut Vec<u8>, ops: impl Iterator<Item = &'a Op> + Clone) {
+    let mut rest = ops.clone();
+    if let (Some(op), None) = (rest.next(), rest.next()) {
+        op.write_single(out);
+        return;
+    }
+    let (mut nkeys, mut words) = (0, 3);
+    for op in ops.clone() {
+        nkeys += op.keys.len();
+        words += op.keys.len() + 3 + op.args.len();
+    }
+    write_array(out, words);
+    write_bulk(out, b"FCALL");
+    write_bulk(out, b"ts_batch_v4");
+    write_bulk_count(out, nkeys);
+    for op in ops.clone() {
+        op.write_keys(out);
+    }
+    for op in ops {
+        write_bulk(out, op.kind.letter().as_bytes());
+        write_bulk_count(out, op.keys.len());
+        write_bulk_count(out, op.args.len());
+        op.write_args(out);
     }
 }
 
@@ -233,9 +385,14 @@ pub fn acquire_op_in(
     }
     Op {
         kind: OpKind::Acquire,
-        keys: key_list,
-        args,
+        keys: words(key_list).into(),
+        args: words(args),
+        packed: None,
     }
+}
+
+fn words(texts: Vec<String>) -> Vec<Word> {
+    texts.into_iter().map(Word::from).collect()
 }
 
 /// The shape of `ts_acquire_v4`: what stays the same from one admission of the lane to the
@@ -303,8 +460,9 @@ pub fn release_op(call: &ReleaseCall) -> Op {
         // A plain release: every key is a lease zset.
         return Op {
             kind: OpKind::Release,
-            keys,
-            args,
+            keys: words(keys).into(),
+            args: words(args),
+            packed: None,
         };
     }
     args.push(call.lease_keys.len().to_string());
@@ -325,8 +483,9 @@ pub fn release_op(call: &ReleaseCall) -> Op {
     }
     Op {
         kind: OpKind::Release,
-        keys,
-        args,
+        keys: words(keys).into(),
+        args: words(args),
+        packed: None,
     }
 }
 

@@ -13,14 +13,14 @@ use crate::error::CoordError;
 use crate::keys::ScopeName;
 
 /// A bucket: `rate` units per period, `capacity` units.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BucketSpec {
     pub rate: u64,
     pub capacity: u64,
 }
 
 /// The shared limits of one scope.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ScopeLimits {
     pub name: ScopeName,
     pub concurrency: Option<u32>,
@@ -98,7 +98,7 @@ impl ScopeLimits {
 }
 
 /// The provider lane's circuit breaker (the core's `circuitBreaker`, defaults applied).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BreakerSpec {
     /// Consecutive failures that open it.
     pub failure_threshold: u32,
