@@ -35,6 +35,8 @@
 //! O(1) per pause and breaker; draining is O(scopes the profile names), once per restart.
 
 use crate::breaker::BreakerTransition;
+use crate::bucket::{MINUTE_MS, SECOND_MS};
+use crate::limits::Limits;
 use crate::reason::BreakerState;
 use crate::time::Millis;
 
@@ -105,12 +107,16 @@ impl Controller {
                 .state_mut(provider, now)
                 .drain_since(since, now);
         }
+        let elapsed = now.saturating_sub(since);
         for principal in 0..self.scopes.principals.len() as u32 {
-            let rated =
-                self.scopes.principals.limits(principal).is_some_and(|l| {
-                    l.requests_per_minute.is_some() || l.tokens_per_second.is_some()
-                });
-            if rated {
+            // A principal whose buckets would be full again anyway keeps no state for this
+            // (a forgotten or unused state is re-created full).
+            let drains = self
+                .scopes
+                .principals
+                .limits(principal)
+                .is_some_and(|l| refills_later(l, elapsed));
+            if drains {
                 lowered += self
                     .scopes
                     .principals
@@ -122,12 +128,28 @@ impl Controller {
     }
 }
 
+/// Whether a bucket of `limits`, empty `elapsed` ms ago, is not full again yet.
+fn refills_later(limits: &Limits, elapsed: Millis) -> bool {
+    let not_full = |rate: Option<u64>, capacity: Option<u64>, period: Millis| match (rate, capacity)
+    {
+        (Some(rate), Some(capacity)) => {
+            u128::from(rate) * u128::from(elapsed) < u128::from(capacity) * u128::from(period)
+        }
+        _ => false,
+    };
+    not_full(
+        limits.requests_per_minute,
+        limits.request_capacity(),
+        MINUTE_MS,
+    ) || not_full(limits.tokens_per_second, limits.token_capacity(), SECOND_MS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::controller::AdmissionRequest;
     use crate::estimate::Estimate;
-    use crate::limits::{CircuitBreakerConfig, Limits};
+    use crate::limits::CircuitBreakerConfig;
     use crate::profile::Profile;
     use crate::reason::Reason;
 
@@ -249,9 +271,11 @@ mod tests {
         assert_eq!(reason(&mut c, 100, 60_000), None);
         assert_eq!(reason(&mut c, 0, 60_000), Some(Reason::RequestsPerMinute));
 
-        // A minute or more ago: every bucket is full, nothing lowered.
+        // A minute or more ago: every bucket is full, nothing lowered, no principal state
+        // created for it.
         let mut c = Controller::new(profile(), 0).unwrap();
         assert_eq!(c.drain_buckets_since(0, 60_000), 0);
+        assert_eq!(c.principal_states_kept(), 0);
         for _ in 0..60 {
             assert_eq!(reason(&mut c, 1, 60_000), None);
         }
