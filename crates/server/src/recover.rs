@@ -180,3 +180,124 @@ pub fn reinstate_leases(
     }
     Ok(count)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use turnstile_admission::{
+        AdmissionRequest, BreakerState, CircuitBreakerConfig, Limits, Profile, Reason,
+    };
+    use turnstile_store::service::{AuditRecord, MemoryServiceStore};
+
+    fn registry() -> Registry {
+        let mut provider = Limits::with_concurrency(8);
+        provider.requests_per_minute = Some(60);
+        provider.circuit_breaker = Some(CircuitBreakerConfig {
+            failure_threshold: 1,
+            open_ms: Some(10_000),
+            half_open_max_calls: Some(1),
+        });
+        let profile = Profile {
+            workspace: Limits::with_concurrency(8),
+            providers: [
+                ("paused".to_owned(), Limits::with_concurrency(8)),
+                ("broken".to_owned(), provider),
+            ]
+            .into_iter()
+            .collect(),
+            principals: [("p".to_owned(), Limits::with_concurrency(8))]
+                .into_iter()
+                .collect(),
+        };
+        let mut registry = Registry::new();
+        registry.register("w", "v1", profile, 0).unwrap();
+        registry
+    }
+
+    fn record(workspace: &str, kind: AuditKind, json: String) -> AuditRecord {
+        AuditRecord {
+            workspace_id: workspace.into(),
+            kind,
+            record_json: json,
+            at_epoch_ms: 50_000,
+            actor_key_id: None,
+        }
+    }
+
+    fn refusal(registry: &mut Registry, provider: &str, now: Millis) -> Option<Reason> {
+        let request = AdmissionRequest::new("p", provider, "b");
+        registry
+            .try_acquire("w", request, now)
+            .unwrap()
+            .err()
+            .map(|r| r.reason)
+    }
+
+    #[test]
+    fn lane_state_is_restored_from_the_last_records_and_unknown_or_bad_ones_are_skipped() {
+        let mut store = MemoryServiceStore::new();
+        let pause = |provider: &str, until: u64| {
+            format!(
+                r#"{{"providerId":"{provider}","retryAfterMs":1,"untilEpochMs":{until},"atEpochMs":50000,"cause":"retry-after-call","schema":"turnstile-provider-pause/v1"}}"#
+            )
+        };
+        let open = BreakerTransition {
+            provider_id: "broken".into(),
+            from: BreakerState::Closed,
+            to: BreakerState::Open,
+            at_epoch_ms: 55_000,
+            failures: 1,
+        };
+        store
+            .append_audit(&[
+                record("w", AuditKind::ProviderPause, pause("paused", 70_000)),
+                record("w", AuditKind::ProviderPause, pause("nowhere", 70_000)),
+                record("other", AuditKind::ProviderPause, pause("paused", 70_000)),
+                record(
+                    "w",
+                    AuditKind::ProviderPause,
+                    "{\"providerId\":\"paused\"}".into(),
+                ),
+                record("w", AuditKind::ProviderPause, pause("paused", 70_000)),
+                record(
+                    "w",
+                    AuditKind::BreakerTransition,
+                    serde_json::to_string(&open).unwrap(),
+                ),
+            ])
+            .unwrap();
+        let mut registry = registry();
+        let restored =
+            restore_lane_state(&store, Some(59_000), 3_600_000, &mut registry, 60_000).unwrap();
+        assert_eq!(
+            restored,
+            LaneStateRestored {
+                pauses: 1,
+                breakers: 1,
+                buckets: 1,
+                skipped: 2,
+            }
+        );
+        // Open since 55 s for 10 s (the core's time only moves forward: earliest first).
+        assert_eq!(
+            refusal(&mut registry, "broken", 64_999),
+            Some(Reason::CircuitOpen)
+        );
+        assert_eq!(refusal(&mut registry, "broken", 65_000), None, "a probe");
+        // Paused until the journaled end plus a second.
+        assert_eq!(
+            refusal(&mut registry, "paused", 70_999),
+            Some(Reason::RetryAfter)
+        );
+        assert_eq!(refusal(&mut registry, "paused", 71_000), None);
+    }
+
+    #[test]
+    fn a_fresh_data_directory_restores_nothing() {
+        let store = MemoryServiceStore::new();
+        let mut registry = registry();
+        let restored = restore_lane_state(&store, None, 3_600_000, &mut registry, 60_000).unwrap();
+        assert_eq!(restored, LaneStateRestored::default());
+        assert_eq!(refusal(&mut registry, "broken", 60_000), None);
+    }
+}
