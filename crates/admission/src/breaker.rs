@@ -112,6 +112,16 @@ impl Breaker {
         (self.state == BreakerState::Open && now < reopens_at).then_some(reopens_at)
     }
 
+    /// After a restart: the breaker is open again since `opened_at` with `failures` counted,
+    /// as the last journaled transition left it (no transition is reported: the journal
+    /// already holds it). Probes in flight are not counted (none are, after a restart).
+    pub fn restore_open(&mut self, opened_at: Millis, failures: u32) {
+        self.state = BreakerState::Open;
+        self.opened_at = opened_at;
+        self.failures = self.failures.max(failures);
+        self.probes_in_flight = 0;
+    }
+
     /// Counts an admitted probe.
     pub fn start_probe(&mut self) {
         self.probes_in_flight += 1;
@@ -216,6 +226,28 @@ mod tests {
             "the period is over"
         );
         assert_eq!(breaker.state(), BreakerState::Open, "reading moved nothing");
+    }
+
+    #[test]
+    fn a_restored_open_breaker_goes_half_open_when_its_period_ends_and_reports_only_that() {
+        let mut breaker = Breaker::default();
+        let mut log = Vec::new();
+        breaker.restore_open(1_000, 2);
+        assert_eq!(breaker.state(), BreakerState::Open);
+        assert_eq!(breaker.open_until(Some(&config()), 1_050), Some(1_100));
+        assert_eq!(
+            breaker.gate(Some(&config()), "jev", 1_099, &mut log),
+            BreakerGate::OpenUntil(1_100)
+        );
+        assert!(log.is_empty(), "restoring reports nothing");
+        assert_eq!(
+            breaker.gate(Some(&config()), "jev", 1_100, &mut log),
+            BreakerGate::Pass { probe: true }
+        );
+        assert_eq!(log.len(), 1);
+        // A failed probe opens it again at once (the failures were restored).
+        breaker.record_failure(Some(&config()), "jev", 1_101, &mut log);
+        assert_eq!(breaker.state(), BreakerState::Open);
     }
 
     #[test]

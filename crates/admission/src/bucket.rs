@@ -96,6 +96,22 @@ impl TokenBucket {
         self.level = self.level.saturating_sub(self.scaled(units));
     }
 
+    /// Restart after a crash: lowers the level to what a bucket that was **empty at `since`**
+    /// holds at `now` after refilling at its rate (`min(capacity, rate × (now − since))`); a
+    /// level already lower stays. `since` at or after `now` leaves the bucket empty at `now`.
+    ///
+    /// Why it is safe: a bucket's future decisions are monotone in its level, and any bucket
+    /// that was at level ≥ 0 at `since` and took nothing since holds at least this much at
+    /// `now`; so a drained bucket never passes a unit the uncrashed one would have refused.
+    /// Returns whether the level went down.
+    pub fn drain_since(&mut self, since: Millis, now: Millis) -> bool {
+        self.refill(now);
+        let gained = u128::from(now.saturating_sub(since)) * u128::from(self.rate);
+        let before = self.level;
+        self.level = self.level.min(gained.min(self.capacity()));
+        self.level < before
+    }
+
     /// Whole units available now (after refill).
     #[cfg(test)]
     pub fn available(&self) -> u64 {
@@ -166,6 +182,72 @@ mod tests {
         bucket.refill(60_000);
         assert_eq!(bucket.available(), 10, "capped at the burst, not the rate");
         assert!(!bucket.can_ever_hold(11));
+    }
+
+    #[test]
+    fn a_drained_bucket_is_empty_at_since_and_refills_from_there() {
+        let mut bucket = TokenBucket::full_with_capacity(60, 60, MINUTE_MS, 0);
+        bucket.drain_since(100_000, 110_000);
+        assert_eq!(bucket.available(), 10, "10 s of 60 per minute");
+        bucket.refill(115_000);
+        assert_eq!(bucket.available(), 15);
+        // Long enough ago: a full bucket stays full.
+        let mut bucket = TokenBucket::full_with_capacity(60, 60, MINUTE_MS, 0);
+        bucket.drain_since(0, 60_000);
+        assert!(bucket.is_full());
+        // A lower level stays lower; `since` after `now` (a clock stepped back) empties it.
+        let mut bucket = TokenBucket::full_with_capacity(60, 60, MINUTE_MS, 30_000);
+        bucket.take(58);
+        bucket.drain_since(0, 30_000);
+        assert_eq!(bucket.available(), 2);
+        bucket.drain_since(40_000, 30_000);
+        assert_eq!(bucket.available(), 0);
+        assert_eq!(bucket.wait_for(1), Some(1_000));
+    }
+
+    proptest::proptest! {
+        /// A crash at any instant after the last take, a restart at any later instant: the
+        /// drained bucket (fresh at the restart, drained since the last take) never passes a
+        /// unit the uncrashed bucket (which kept running) would have refused, whatever comes
+        /// after.
+        #[test]
+        fn a_drained_bucket_never_passes_more_than_the_uncrashed_one(
+            rate in 1u64..200,
+            extra_capacity in 0u64..50,
+            period in proptest::sample::select(vec![SECOND_MS, MINUTE_MS]),
+            before in proptest::collection::vec((0u64..5_000, 0u64..60), 0..40),
+            crash_after_ms in 0u64..5_000,
+            down_ms in 0u64..120_000,
+            after in proptest::collection::vec((0u64..5_000, 0u64..60), 0..60),
+        ) {
+            let capacity = rate + extra_capacity;
+            let mut uncrashed = TokenBucket::full_with_capacity(rate, capacity, period, 0);
+            let (mut now, mut last_take) = (0u64, None);
+            for (step, units) in before {
+                now += step;
+                uncrashed.refill(now);
+                if uncrashed.has(units) {
+                    uncrashed.take(units);
+                    last_take = Some(now);
+                }
+            }
+            let restart = now + crash_after_ms + down_ms;
+            let mut restarted = TokenBucket::full_with_capacity(rate, capacity, period, restart);
+            if let Some(since) = last_take {
+                restarted.drain_since(since, restart);
+            }
+            now = restart;
+            for (step, units) in after {
+                now += step;
+                uncrashed.refill(now);
+                restarted.refill(now);
+                if restarted.has(units) {
+                    proptest::prop_assert!(uncrashed.has(units), "passed {units} at {now}");
+                    restarted.take(units);
+                    uncrashed.take(units);
+                }
+            }
+        }
     }
 
     #[test]

@@ -32,7 +32,9 @@
 //!
 //! A host that journals grants rebuilds the accounting of a previous process after it replayed
 //! the registrations: [`Registry::restore_spend`] then [`Registry::reinstate`] (see
-//! `controller/reinstate.rs`). Neither decides, queues or emits anything.
+//! `controller/reinstate.rs`); and the lane state it journaled: [`Registry::restore_pause`],
+//! [`Registry::restore_breaker`], [`Registry::drain_buckets_since`] (`controller/restore.rs`).
+//! None of them decides, queues or emits anything.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -650,6 +652,56 @@ impl Registry {
             .ok_or(ReinstateError::UnknownWorkspace)?
             .controller
             .reinstate(principal_id, lease, now)
+    }
+
+    /// Pauses a provider lane of a workspace again until `until` after a restart
+    /// ([`Controller::restore_pause`]); returns whether the pause is in force at `now`.
+    pub fn restore_pause(
+        &mut self,
+        workspace_id: &str,
+        provider_id: &str,
+        until: Millis,
+        now: Millis,
+    ) -> Result<bool, ReinstateError> {
+        let entry = self
+            .workspaces
+            .get_mut(workspace_id)
+            .ok_or(ReinstateError::UnknownWorkspace)?;
+        let restored = entry.controller.restore_pause(provider_id, until, now)?;
+        self.reschedule(workspace_id);
+        Ok(restored)
+    }
+
+    /// Opens a provider's breaker again as its last journaled transition left it
+    /// ([`Controller::restore_breaker`]); returns whether it is open now.
+    pub fn restore_breaker(
+        &mut self,
+        workspace_id: &str,
+        last: &BreakerTransition,
+        now: Millis,
+    ) -> Result<bool, ReinstateError> {
+        let entry = self
+            .workspaces
+            .get_mut(workspace_id)
+            .ok_or(ReinstateError::UnknownWorkspace)?;
+        let restored = entry.controller.restore_breaker(last, now)?;
+        self.reschedule(workspace_id);
+        Ok(restored)
+    }
+
+    /// Drains every rate bucket of every workspace as if empty at `since`, the last grant a
+    /// previous process journaled ([`Controller::drain_buckets_since`]); returns how many
+    /// buckets it lowered.
+    pub fn drain_buckets_since(&mut self, since: Millis, now: Millis) -> usize {
+        let mut lowered = 0;
+        let ids: Vec<String> = self.workspaces.keys().cloned().collect();
+        for id in ids {
+            if let Some(entry) = self.workspaces.get_mut(&id) {
+                lowered += entry.controller.drain_buckets_since(since, now);
+            }
+            self.reschedule(&id);
+        }
+        lowered
     }
 
     /// Workspace IDs with a registered profile.

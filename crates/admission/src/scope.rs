@@ -60,6 +60,16 @@ impl ScopeState {
         }
     }
 
+    /// Lowers both buckets to what they would hold had they been empty at `since`
+    /// ([`TokenBucket::drain_since`]); returns how many it lowered.
+    pub fn drain_since(&mut self, since: Millis, now: Millis) -> usize {
+        let mut lowered = 0;
+        for bucket in [&mut self.requests, &mut self.tokens].into_iter().flatten() {
+            lowered += usize::from(bucket.drain_since(since, now));
+        }
+        lowered
+    }
+
     /// The state of a scope nobody has used under `limits`: zero counters, full buckets.
     pub fn fresh(limits: &Limits, now: Millis) -> Self {
         let mut state = ScopeState::default();

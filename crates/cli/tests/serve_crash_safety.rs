@@ -4,6 +4,10 @@
 //! The upstream never serves more calls than the provider's concurrency, the pre-crash lease
 //! IDs can still be heartbeated and released after the restart, a lease whose holder is gone
 //! is reclaimed at its TTL (never earlier), and budgets stay charged.
+//!
+//! The lane state survives too: a Retry-After pause holds until its end, an open breaker stays
+//! open until its open period ends (then lets a probe through), and a request bucket spent
+//! just before the crash is not full again after an immediate restart.
 #![cfg(unix)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -430,6 +434,227 @@ fn after_a_sigkill_an_abandoned_lease_is_reclaimed_at_its_ttl_and_budgets_stay_c
     assert_eq!(answer["reason"], "tokens", "{answer}");
     let (status, answer) = try_now("b", 40);
     assert_eq!(status, 200, "{answer}");
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+}
+
+// ----- lane state: pauses, breakers, rate buckets --------------------------------------------
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// `POST /v1/admissions` that is answered at once (`deadlineMs: 0`).
+fn try_acquire(service: &Service, key: &str, budget: &str) -> (u16, Value) {
+    http(
+        &service.addr,
+        "POST",
+        "/v1/admissions",
+        key,
+        Some(&acquire_body(budget, 1, 0)),
+    )
+    .unwrap()
+}
+
+fn release(service: &Service, key: &str, lease: &Value, outcome: Value) {
+    let id = lease["leaseId"].as_str().unwrap();
+    let (status, answer) = http(
+        &service.addr,
+        "POST",
+        &format!("/v1/leases/{id}/release"),
+        key,
+        Some(&outcome),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// The audit records at `path` once there are at least `count` (they are written by the store
+/// thread just after the answer that caused them).
+fn audit_records(service: &Service, key: &str, path: &str, count: usize) -> Vec<Value> {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, answer) = http(&service.addr, "GET", path, key, None).unwrap();
+        assert_eq!(status, 200, "{answer}");
+        let records = answer["records"].as_array().cloned().unwrap_or_default();
+        if records.len() >= count {
+            return records;
+        }
+        assert!(Instant::now() < give_up, "never journaled: {answer}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls until an acquire on the lane is admitted (then releases it); returns that acquire's
+/// answer. Every refusal on the way must have `reason`.
+fn admitted_after(service: &Service, key: &str, reason: &str, give_up: Duration) -> Value {
+    let start = Instant::now();
+    loop {
+        let (status, answer) = try_acquire(service, key, "later");
+        if status == 200 {
+            return answer;
+        }
+        assert_eq!(answer["reason"], reason, "{answer}");
+        assert!(start.elapsed() < give_up, "never admitted: {answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn after_a_sigkill_a_retry_after_pause_holds_until_its_end_then_the_lane_admits() {
+    const PAUSE_MS: u64 = 4_000;
+    let data = tempfile::tempdir().unwrap();
+    let config = config_file(data.path(), 30_000);
+    let mut service = start(data.path(), &config, true);
+    let key = set_up(
+        &service,
+        json!({"concurrency": 4}),
+        json!({"concurrency": 4}),
+    );
+    // The provider told a caller to back off: the lease is released with its Retry-After.
+    let (status, lease) = try_acquire(&service, &key, "b");
+    assert_eq!(status, 200, "{lease}");
+    release(
+        &service,
+        &key,
+        &lease,
+        json!({"outcome": "retry-after", "retryAfterMs": PAUSE_MS}),
+    );
+    let pauses = audit_records(&service, &key, "/v1/workspaces/crash/pauses", 1);
+    let until = pauses[0]["untilEpochMs"].as_u64().unwrap();
+    let (status, answer) = try_acquire(&service, &key, "b");
+    assert_eq!((status, &answer["reason"]), (503, &json!("retry-after")));
+
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    service = start(data.path(), &config, false);
+
+    // Still paused after the restart, with the real remaining time.
+    let (status, answer) = try_acquire(&service, &key, "b");
+    assert_eq!(status, 503, "the pause did not survive the crash: {answer}");
+    assert_eq!(answer["reason"], "retry-after", "{answer}");
+    let remaining = answer["evidence"]["retryAfterMs"].as_u64().unwrap();
+    let left = until.saturating_sub(epoch_ms());
+    assert!(
+        remaining >= left && remaining <= left + 1_000 + 100,
+        "remaining {remaining} ms, {left} ms of the pause left"
+    );
+    // Admitted once it ends (at most a second later: the journal's resolution).
+    let lease = admitted_after(&service, &key, "retry-after", Duration::from_secs(10));
+    assert!(epoch_ms() >= until, "admitted before the pause ended");
+    release(&service, &key, &lease, json!({"outcome": "success"}));
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+}
+
+#[test]
+fn after_a_sigkill_an_open_breaker_stays_open_then_lets_a_probe_through_after_its_open_period() {
+    const OPEN_MS: u64 = 3_000;
+    let data = tempfile::tempdir().unwrap();
+    let config = config_file(data.path(), 30_000);
+    let mut service = start(data.path(), &config, true);
+    let key = set_up(
+        &service,
+        json!({
+            "concurrency": 4,
+            "circuitBreaker": {"failureThreshold": 2, "openMs": OPEN_MS, "halfOpenMaxCalls": 1},
+        }),
+        json!({"concurrency": 4}),
+    );
+    // Two failed calls open the breaker.
+    for _ in 0..2 {
+        let (status, lease) = try_acquire(&service, &key, "b");
+        assert_eq!(status, 200, "{lease}");
+        release(&service, &key, &lease, json!({"outcome": "failure"}));
+    }
+    let transitions = audit_records(&service, &key, "/v1/workspaces/crash/breakers", 1);
+    assert_eq!(transitions[0]["to"], "open");
+    let opened_at = transitions[0]["atEpochMs"].as_u64().unwrap();
+
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    service = start(data.path(), &config, false);
+
+    let (status, answer) = try_acquire(&service, &key, "b");
+    assert_eq!(status, 503, "the breaker closed at the restart: {answer}");
+    assert_eq!(answer["reason"], "circuit-open", "{answer}");
+    // Half-open when it would have been without the crash: one probe, not before.
+    let probe = admitted_after(&service, &key, "circuit-open", Duration::from_secs(10));
+    assert!(
+        epoch_ms() >= opened_at + OPEN_MS,
+        "a probe passed before the open period ended"
+    );
+    let (status, answer) = try_acquire(&service, &key, "b");
+    assert_ne!(
+        status, 200,
+        "a second call passed a half-open breaker: {answer}"
+    );
+    release(&service, &key, &probe, json!({"outcome": "success"}));
+    let transitions = audit_records(&service, &key, "/v1/workspaces/crash/breakers", 3);
+    let states: Vec<&str> = transitions
+        .iter()
+        .map(|t| t["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["open", "half-open", "closed"]);
+    let (status, answer) = try_acquire(&service, &key, "b");
+    assert_eq!(status, 200, "{answer}");
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+}
+
+#[test]
+fn after_a_sigkill_a_request_bucket_spent_before_the_crash_is_not_full_again() {
+    // 12 requests per minute, at most 3 at once: one more every 5 s.
+    const REFILL_MS: u64 = 5_000;
+    let data = tempfile::tempdir().unwrap();
+    let config = config_file(data.path(), 30_000);
+    let mut service = start(data.path(), &config, true);
+    let key = set_up(
+        &service,
+        json!({"concurrency": 8, "requestsPerMinute": 12, "requestsBurst": 3}),
+        json!({"concurrency": 8}),
+    );
+    for _ in 0..3 {
+        let (status, lease) = try_acquire(&service, &key, "b");
+        assert_eq!(status, 200, "{lease}");
+        release(&service, &key, &lease, json!({"outcome": "success"}));
+    }
+    let last_grant = Instant::now();
+    let (status, answer) = try_acquire(&service, &key, "b");
+    assert_eq!(
+        (status, &answer["reason"]),
+        (429, &json!("requests-per-minute"))
+    );
+
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    service = start(data.path(), &config, false);
+
+    let (status, answer) = try_acquire(&service, &key, "b");
+    assert!(
+        last_grant.elapsed() < Duration::from_millis(REFILL_MS),
+        "the restart took too long for this test"
+    );
+    assert_eq!(status, 429, "a full bucket again after the crash: {answer}");
+    assert_eq!(answer["reason"], "requests-per-minute", "{answer}");
+    // It refills from the last grant before the crash, as it would have without one.
+    let lease = admitted_after(
+        &service,
+        &key,
+        "requests-per-minute",
+        Duration::from_secs(15),
+    );
+    assert!(
+        last_grant.elapsed() >= Duration::from_millis(REFILL_MS - 500),
+        "refilled after {:?}",
+        last_grant.elapsed()
+    );
+    release(&service, &key, &lease, json!({"outcome": "success"}));
+    let (status, answer) = try_acquire(&service, &key, "b");
+    assert_eq!(status, 429, "one request per 5 s: {answer}");
     service.child.kill().unwrap();
     service.child.wait().unwrap();
 }

@@ -5,7 +5,9 @@
 //! registration is acknowledged to its client only after its transaction committed (the
 //! completion runs on the store thread). Breaker transitions are written under the workspace
 //! the core tagged them with; so are Retry-After pauses (`turnstile-provider-pause/v1`: the
-//! console's pause history, which survives a restart; the pause itself does not).
+//! console's pause history). Both survive a restart as history, and `recover.rs` reads each
+//! lane's last record to pause the lane again and reopen its breaker; they are written just
+//! after the answer that caused them, not before it as lease events are.
 //!
 //! Lease events (grants, releases, budget releases) do not go to the store thread: one driver
 //! batch is one append to the [`LeaseLog`], written from the driver task itself (a `write(2)`

@@ -57,4 +57,4 @@ pub mod ui;
 
 pub use bootstrap::BootstrapKeys;
 pub use config::{Config, ConfigError};
-pub use serve::{start, start_with_telemetry, RunningServer, ServerError};
+pub use serve::{start, start_with_telemetry, Restored, RunningServer, ServerError};

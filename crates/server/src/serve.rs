@@ -94,8 +94,18 @@ pub struct RunningServer {
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
     metrics: Arc<Metrics>,
+    restored: Restored,
     /// Held while the server runs: no second process serves the same data directory.
     _data_lock: DataDirLock,
+}
+
+/// What this start put back from the previous process (counts only, never IDs).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// Held leases reinstated.
+    pub leases: usize,
+    /// Pauses, breakers and rate buckets ([`recover::restore_lane_state`]).
+    pub lanes: recover::LaneStateRestored,
 }
 
 impl RunningServer {
@@ -116,6 +126,11 @@ impl RunningServer {
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// What this start put back from the previous process.
+    pub fn restored(&self) -> Restored {
+        self.restored
     }
 
     /// Stops gracefully and waits until everything is flushed.
@@ -190,8 +205,17 @@ pub async fn start_with_telemetry(
         Some((_, joined)) => joined.bootstrap.clone(),
         None => bootstrap::first_start(&mut store, &mut registry, config.demo, clock.now_ms())?,
     };
-    // What the previous process charged and granted counts again before anything is answered.
+    // What the previous process charged and granted counts again before anything is answered,
+    // and its lanes' pauses, open breakers and spent rate buckets hold again (the leases are
+    // reinstated into the driver below, after the buckets are drained).
     recover::restore_spend(&recovered.spend, &mut registry, clock.now_ms())?;
+    let lane_state = recover::restore_lane_state(
+        &store,
+        recovered.last_grant_at_ms,
+        config.admission.max_retry_after_ms,
+        &mut registry,
+        clock.now_ms(),
+    )?;
     let keys = Arc::new(KeyRing::from_stored(&store.keys()?));
 
     let listener = TcpListener::bind(config.listen)
@@ -240,7 +264,7 @@ pub async fn start_with_telemetry(
         ),
         lease_metrics.clone(),
     );
-    recover::reinstate_leases(recovered.leases, &mut driver)?;
+    let reinstated = recover::reinstate_leases(recovered.leases, &mut driver)?;
     let joining = identity.as_ref().map(|(_, joined)| joined.how.clone());
     let mirror = match identity {
         Some((redis, joined)) => {
@@ -320,6 +344,10 @@ pub async fn start_with_telemetry(
         shutdown: Some(shutdown_tx),
         task,
         metrics,
+        restored: Restored {
+            leases: reinstated,
+            lanes: lane_state,
+        },
         _data_lock: data_lock,
     })
 }

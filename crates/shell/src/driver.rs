@@ -145,7 +145,15 @@ pub struct Driver {
     tally: Tally,
     /// Grants per principal over the last minutes, always kept (`crate::fairness`).
     fairness: FairnessWindows,
+    /// Per (workspace, provider lane): the end of the last pause handed to the journal, so a
+    /// lane's journaled end is never more than [`JOURNAL_EXTENSION_MS`](crate::pause::JOURNAL_EXTENSION_MS)
+    /// before its real one (a restart pauses the lane again from the journal).
+    journaled_pauses: HashMap<(Arc<str>, String), Millis>,
 }
+
+/// Lanes whose last journaled pause end the driver remembers before it forgets the ended ones
+/// (lanes are profile-named providers, so this is rarely reached).
+const JOURNALED_PAUSES_KEPT: usize = 4_096;
 
 impl Driver {
     /// A driver over `registry` (which may already hold replayed profiles).
@@ -181,6 +189,7 @@ impl Driver {
             feed: None,
             tally: Tally::default(),
             fairness: FairnessWindows::default(),
+            journaled_pauses: HashMap::default(),
         };
         (driver, handle)
     }
@@ -375,7 +384,6 @@ impl Driver {
                 retry_after_ms,
                 reply,
             } => {
-                let before = self.pause_end(&workspace, &provider, now);
                 let result = self
                     .registry
                     .coordinate_retry_after(&workspace, &provider, retry_after_ms, now)
@@ -388,7 +396,7 @@ impl Driver {
                         at_epoch_ms: now,
                         cause: PauseCause::RetryAfterCall,
                     };
-                    self.paused(&workspace, pause, before, now);
+                    self.paused(&workspace, pause, now);
                 }
                 self.deliver(&workspace, now);
                 let _ = reply.send(result);
@@ -730,10 +738,7 @@ impl Driver {
             Outcome::RetryAfter { retry_after_ms } => self
                 .registry
                 .lease_charge(workspace, entry.lease)
-                .map(|charge| {
-                    let before = self.pause_end(workspace, &charge.provider_id, now);
-                    (charge.provider_id, retry_after_ms, before)
-                }),
+                .map(|charge| (charge.provider_id, retry_after_ms)),
             _ => None,
         };
         let released = self
@@ -741,8 +746,8 @@ impl Driver {
             .release_with_usage(workspace, entry.lease, outcome, usage, now)
             .ok()
             .flatten();
-        if let Some((provider_id, retry_after_ms, before)) = paused_provider {
-            self.release_paused(workspace, provider_id, retry_after_ms, before, now);
+        if let Some((provider_id, retry_after_ms)) = paused_provider {
+            self.release_paused(workspace, provider_id, retry_after_ms, now);
         }
         let transitions = released.map(|r| r.breaker_transitions).unwrap_or_default();
         if let Some(span) = entry.span {
@@ -762,14 +767,23 @@ impl Driver {
             .filter(|&until| until > now)
     }
 
-    /// Reports a pause the core applied to the feed, and to the journal when it starts a pause
-    /// or moves the end of the one in force (`before`) by at least
-    /// [`JOURNAL_EXTENSION_MS`](crate::pause::JOURNAL_EXTENSION_MS).
-    fn paused(&mut self, workspace: &str, pause: Pause, before: Option<Millis>, now: Millis) {
-        let journaled = before.is_none_or(|end| {
-            pause.until_epoch_ms >= end.saturating_add(crate::pause::JOURNAL_EXTENSION_MS)
-        });
+    /// Reports a pause the core applied to the feed, and to the journal when no journaled
+    /// pause of the lane is in force or it moves the end of the last journaled one by at least
+    /// [`JOURNAL_EXTENSION_MS`](crate::pause::JOURNAL_EXTENSION_MS) (compared with the last
+    /// *journaled* end, so extensions too small to journal one by one never add up to more).
+    fn paused(&mut self, workspace: &str, pause: Pause, now: Millis) {
+        let key: (Arc<str>, String) = (workspace.into(), pause.provider_id.clone());
+        let journaled = match self.journaled_pauses.get(&key) {
+            Some(&end) if end > now => {
+                pause.until_epoch_ms >= end.saturating_add(crate::pause::JOURNAL_EXTENSION_MS)
+            }
+            _ => true,
+        };
         if journaled {
+            if self.journaled_pauses.len() >= JOURNALED_PAUSES_KEPT {
+                self.journaled_pauses.retain(|_, end| *end > now);
+            }
+            self.journaled_pauses.insert(key, pause.until_epoch_ms);
             self.journal.provider_paused(workspace, &pause);
         }
         self.tally.pause(workspace, pause, now);
@@ -782,7 +796,6 @@ impl Driver {
         workspace: &str,
         provider_id: String,
         retry_after_ms: Millis,
-        before: Option<Millis>,
         now: Millis,
     ) {
         // No pause in the lane view: the core applied none (a zero Retry-After).
@@ -796,7 +809,7 @@ impl Driver {
             at_epoch_ms: now,
             cause: PauseCause::ReleaseOutcome,
         };
-        self.paused(workspace, pause, before, now);
+        self.paused(workspace, pause, now);
     }
 
     fn heartbeat(

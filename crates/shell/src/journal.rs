@@ -89,8 +89,10 @@ pub trait Journal: Send + 'static {
     fn profile_registered(&mut self, registration: Registration, done: Done);
     /// Records breaker transitions of one workspace, oldest first.
     fn breaker_transitions(&mut self, workspace: &str, transitions: &[BreakerTransition]);
-    /// Records a Retry-After pause of one of the workspace's provider lanes (history only: a
-    /// restart does not pause the lane again). Journals that keep no history ignore it.
+    /// Records a Retry-After pause of one of the workspace's provider lanes. A host that keeps
+    /// them pauses the lane again after a restart until the pause's `until_epoch_ms` plus
+    /// [`JOURNAL_EXTENSION_MS`](crate::pause::JOURNAL_EXTENSION_MS) (the server does, from its
+    /// audit log). Journals that keep no history ignore it.
     fn provider_paused(&mut self, _workspace: &str, _pause: &Pause) {}
     /// Whether this journal keeps leases; when `false` the driver builds no lease events and
     /// holds back no reply.

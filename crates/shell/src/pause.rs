@@ -1,8 +1,10 @@
 //! A Retry-After pause of a provider lane, as the driver reports it to the event feed and the
 //! journal (the console's "breakers and pauses" history).
 //!
-//! Invariants: a pause is journaled when it starts one (the lane was not paused) or moves the
-//! end of the lane's pause by at least [`JOURNAL_EXTENSION_MS`]; a [`Pause`] names a provider
+//! Invariants: a pause is journaled when no journaled pause of its lane is in force or it moves
+//! the end of the lane's last journaled pause by at least [`JOURNAL_EXTENSION_MS`], so the
+//! journaled end is never more than that before the real one (a restart pauses the lane again
+//! until the journaled end plus [`JOURNAL_EXTENSION_MS`]); a [`Pause`] names a provider
 //! lane, never a principal, workspace or budget ID
 //! (the journal files it under its workspace); `until_epoch_ms` is the instant the lane's pause
 //! ends after this pause was applied (the core keeps the later of an existing pause and the new

@@ -278,6 +278,52 @@ async fn a_pause_that_outlasts_the_deadline_is_refused_at_once() {
     assert!(h.driver.retry_after("ws", "nope", 10).await.is_err());
 }
 
+/// Records the ends of the pauses the driver journals.
+struct PauseJournal(Arc<Mutex<Vec<u64>>>);
+
+impl Journal for PauseJournal {
+    fn profile_registered(&mut self, _registration: Registration, done: Done) {
+        done(Ok(()));
+    }
+
+    fn breaker_transitions(&mut self, _workspace: &str, _transitions: &[BreakerTransition]) {}
+
+    fn provider_paused(&mut self, _workspace: &str, pause: &turnstile_shell::Pause) {
+        self.0.lock().unwrap().push(pause.until_epoch_ms);
+    }
+
+    fn lease_events(&mut self, _events: Vec<turnstile_shell::LeaseEvent>, done: Done) {
+        done(Ok(()));
+    }
+}
+
+/// A restart pauses a lane again from the journal, so small extensions must not add up: the
+/// journaled end stays within `JOURNAL_EXTENSION_MS` of the real one.
+#[tokio::test(start_paused = true)]
+async fn pause_extensions_too_small_to_journal_one_by_one_are_journaled_once_they_add_up_to_a_second(
+) {
+    let ends = Arc::new(Mutex::new(Vec::new()));
+    let (driver, _task) = Driver::spawn(
+        Registry::new(),
+        Clock::starting_at(0),
+        DriverConfig { lease_ttl_ms: None },
+        Box::new(PauseJournal(ends.clone())),
+        Arc::new(LeaseMetrics::default()),
+    );
+    driver
+        .register("ws", "v1", profile("llm", 1, false), String::new())
+        .await
+        .unwrap();
+    let mut real_ends = Vec::new();
+    for _ in 0..4 {
+        real_ends.push(driver.retry_after("ws", "llm", 5_000).await.unwrap());
+        tokio::time::advance(Duration::from_millis(600)).await;
+    }
+    assert_eq!(real_ends, [5_000, 5_600, 6_200, 6_800]);
+    // 5,600 and 6,800 are within a second of the last journaled end; 6,200 is not.
+    assert_eq!(*ends.lock().unwrap(), [5_000, 6_200]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn breakers_of_two_workspaces_tripping_at_the_same_tick_are_journaled_each_under_its_own() {
     let h = harness(None);

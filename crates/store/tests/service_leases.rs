@@ -177,6 +177,40 @@ fn many_segments_compact_into_the_snapshot_without_losing_a_change() {
     assert_eq!(recovered.spend, expected);
 }
 
+fn granted_at(token: &str, at: u64) -> LeaseChange {
+    let mut granted = lease(token, "b", 1);
+    granted.admitted_at_ms = at;
+    LeaseChange::Granted(granted)
+}
+
+/// The rate buckets restart as if empty at the last grant: its instant survives the release of
+/// its lease, compaction into the snapshot and any number of reopenings.
+#[test]
+fn the_last_grant_instant_outlives_its_released_lease_compaction_and_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut log, recovered) = open(dir.path(), LeaseDurability::Process, 512);
+        assert_eq!(recovered.last_grant_at_ms, None, "a log that never granted");
+        for i in 0..60u64 {
+            append(&mut log, &[granted_at(&format!("t{i}"), 1_000 + i)]);
+            append(&mut log, &[released(&format!("t{i}"), None)]);
+        }
+        // An older grant recorded later (a queued grant) does not move it back.
+        append(&mut log, &[granted_at("late", 500), released("late", None)]);
+        log.wait_for_compaction();
+    }
+    let (_log, recovered) = open(dir.path(), LeaseDurability::Process, 512);
+    assert!(recovered.leases.is_empty());
+    assert_eq!(recovered.last_grant_at_ms, Some(1_059));
+    drop(_log);
+    let (_log, recovered) = open(dir.path(), LeaseDurability::Process, 512);
+    assert_eq!(
+        recovered.last_grant_at_ms,
+        Some(1_059),
+        "kept by the snapshot"
+    );
+}
+
 fn only_segment(dir: &Path) -> std::path::PathBuf {
     let mut segments: Vec<_> = std::fs::read_dir(dir.join(LEASE_LOG_DIR))
         .unwrap()

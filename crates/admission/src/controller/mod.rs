@@ -59,6 +59,8 @@
 //! - `snapshot.rs`: the read-only views: snapshot, counts and their peaks.
 //! - `reinstate.rs`: putting back, after a restart of the host, the leases and budget spend a
 //!   previous process granted (what a journal needs to record, and how it is replayed).
+//! - `restore.rs`: putting back, after a restart, the lane state a previous process left:
+//!   pauses, open breakers, and rate buckets drained since its last grant.
 //! - The data structures with an invariant of their own are crate modules: the round-robin ring
 //!   ([`crate::ring`]), the waiter queue with its ordered expiries ([`crate::queue`]), the lanes
 //!   ([`crate::lane`]) and the scope tables ([`crate::scopes`]).
@@ -77,6 +79,7 @@ mod admit;
 mod lanes;
 mod pump;
 mod reinstate;
+mod restore;
 mod snapshot;
 
 use std::collections::VecDeque;

@@ -102,6 +102,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             server.local_addr()
         );
         println!("  state:   {}", data_dir.display());
+        let restored = server.restored();
+        let lanes = restored.lanes;
+        if restored.leases + lanes.pauses + lanes.breakers + lanes.buckets > 0 {
+            println!(
+                "  restored: {} leases, {} paused lanes, {} open breakers, {} rate buckets \
+                 drained since the last grant",
+                restored.leases, lanes.pauses, lanes.breakers, lanes.buckets
+            );
+        }
         if let Some(joining) = server.joining() {
             println!("  shared:  {}", joining_line(joining));
         }

@@ -114,6 +114,9 @@ pub struct Recovered {
     pub leases: Vec<StoredLease>,
     /// Spend lines of open invocations.
     pub spend: Vec<StoredSpend>,
+    /// The latest `admitted_at_ms` of any grant the log recorded, released leases included
+    /// (`None`: it never granted anything). The rate buckets restart as if empty then.
+    pub last_grant_at_ms: Option<u64>,
 }
 
 /// Counters of the log's background work (for `/metrics`).
@@ -184,6 +187,7 @@ fn read_snapshot(dir: &Path, state: &mut LeaseState) -> Result<u64, LeaseLogErro
         SnapshotRecord::Held(lease) => state.restore_lease(lease),
         SnapshotRecord::Spend(line) => state.restore_spend(line),
     })?;
+    state.note_grant_at(header.and_then(|h| h.last_grant_at_ms));
     header
         .map(|h| h.segment)
         .ok_or_else(|| LeaseLogError::Corrupt {
@@ -226,6 +230,7 @@ fn write_snapshot(
         lease_log: FORMAT_VERSION,
         kind: FileKind::Snapshot,
         segment,
+        last_grant_at_ms: state.last_grant_at_ms(),
     };
     encode_line(&mut buf, &header)?;
     for lease in state.held_leases() {
@@ -285,6 +290,7 @@ fn create_segment(
             lease_log: FORMAT_VERSION,
             kind: FileKind::Segment,
             segment: n,
+            last_grant_at_ms: None,
         },
     )?;
     file.write_all(&buf)
@@ -328,6 +334,7 @@ impl LeaseLog {
         let recovered = Recovered {
             leases: state.held_leases().cloned().collect(),
             spend: state.spend().into_iter().cloned().collect(),
+            last_grant_at_ms: state.last_grant_at_ms(),
         };
         drop(state);
         let segment = last + 1;

@@ -5,7 +5,8 @@
 //!   driver applied them: `{"granted":{…}}`, `{"released":{…}}`, `{"budgetReleased":{…}}`.
 //! - The **snapshot** (`snapshot.jsonl`) holds the state through a segment number: the held
 //!   leases in grant order (`{"held":{…}}`, their charge already counted) and the spend lines
-//!   (`{"spend":{…}}`).
+//!   (`{"spend":{…}}`); its header also keeps the instant of the latest grant
+//!   (`lastGrantAtMs`), which outlives the released leases it came from.
 //!
 //! Invariant: a line is complete only with its `\n`. The one line a crash can tear is the
 //! last line of a file, which lacks its `\n` (or holds the zeros of a page the machine never
@@ -32,6 +33,11 @@ pub struct Header {
     pub kind: FileKind,
     /// A segment's own number; a snapshot's last covered segment.
     pub segment: u64,
+    /// A snapshot's: the latest `admittedAtMs` of any grant through its segment, released
+    /// leases included (the instant from which a restart refills the rate buckets). Absent in
+    /// segments, and in snapshots written before it existed or of a log that never granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_grant_at_ms: Option<u64>,
 }
 
 /// What a file holds.

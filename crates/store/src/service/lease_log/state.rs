@@ -5,7 +5,8 @@
 //! with actual usage replaces the lease's charge by it; a budget release forgets its spend and
 //! detaches its held leases; an unknown token changes nothing).
 //!
-//! Invariants: `leases` is in grant order; `by_budget[(w, b)]` holds exactly the tokens of the
+//! Invariants: `leases` is in grant order; `last_grant_at_ms` is the latest `admitted_at_ms`
+//! of every grant the records (and the snapshot's header) describe, released ones included; `by_budget[(w, b)]` holds exactly the tokens of the
 //! held leases whose `budget_id` is `b` in workspace `w`; `spend` holds only lines of budgets
 //! that were charged since their last release.
 
@@ -28,6 +29,8 @@ pub struct LeaseState {
     leases: LinkedHashMap<String, StoredLease>,
     by_budget: HashMap<BudgetKey, HashSet<String>>,
     spend: HashMap<BudgetKey, HashMap<LaneKey, StoredSpend>>,
+    /// The latest `admitted_at_ms` of any grant applied or restored.
+    last_grant_at_ms: Option<u64>,
 }
 
 impl LeaseState {
@@ -56,6 +59,7 @@ impl LeaseState {
 
     /// Puts back one held lease as a snapshot recorded it (its charge is already in the spend).
     pub fn restore_lease(&mut self, lease: StoredLease) {
+        self.note_grant_at(Some(lease.admitted_at_ms));
         self.index(&lease);
         self.leases.insert(lease.token.clone(), lease);
     }
@@ -157,6 +161,16 @@ impl LeaseState {
                 ))
         });
         lines
+    }
+
+    /// Moves the instant of the latest grant to `at` if that is later (a snapshot's header).
+    pub fn note_grant_at(&mut self, at: Option<u64>) {
+        self.last_grant_at_ms = self.last_grant_at_ms.max(at);
+    }
+
+    /// The latest `admitted_at_ms` of any grant applied or restored (`None`: no grant ever).
+    pub fn last_grant_at_ms(&self) -> Option<u64> {
+        self.last_grant_at_ms
     }
 
     /// How many leases are held.
