@@ -20,6 +20,15 @@ pub struct Service {
     pub admin_key: Option<String>,
 }
 
+/// A test that fails (panics) still stops its service: a `turnstile serve` left running would
+/// keep the test's output pipe open and hang a piped `cargo test`.
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 pub fn start(data: &Path, config: &Path, first: bool) -> Service {
     start_with(data, config, first, &[])
 }
