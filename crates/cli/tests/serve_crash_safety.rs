@@ -8,6 +8,10 @@
 //! The lane state survives too: a Retry-After pause holds until its end, an open breaker stays
 //! open until its open period ends (then lets a probe through), and a request bucket spent
 //! just before the crash is not full again after an immediate restart.
+//!
+//! A clean stop (SIGTERM) is not a crash: the bucket checkpoint it writes gives every lane
+//! exactly the requests it had left after an immediate restart (an untouched lane its whole
+//! burst), and a crash after a clean restart drains again (the checkpoint is used once).
 #![cfg(unix)]
 
 use std::io::{BufRead, BufReader, Read, Write};
