@@ -112,6 +112,28 @@ impl TokenBucket {
         self.level < before
     }
 
+    /// The level in the bucket's fixed-point units (units × `period_ms`) at `now`, without
+    /// changing the bucket (a refill to `now` changes no later decision).
+    pub fn scaled_level_at(&self, now: Millis) -> u128 {
+        let mut read = self.clone();
+        read.refill(now);
+        read.level
+    }
+
+    /// Restart after a clean stop: sets the level to `level` (fixed-point units, as
+    /// [`scaled_level_at`](Self::scaled_level_at) read it at `read_at`) refilled at this
+    /// bucket's rate from `read_at` to `now`, clamped to the capacity. Refilling composes
+    /// (`min(min(a + x, c) + y, c) = min(a + x + y, c)`), so this is exactly the level the bucket
+    /// that never stopped holds at `now` if it took nothing since `read_at`. `read_at` after
+    /// `now` (a clock stepped back) refills nothing. Returns whether the level changed.
+    pub fn restore_level(&mut self, level: u128, read_at: Millis, now: Millis) -> bool {
+        let gained = u128::from(now.saturating_sub(read_at)) * u128::from(self.rate);
+        let before = self.level;
+        self.level = level.saturating_add(gained).min(self.capacity());
+        self.refilled_at = self.refilled_at.max(now);
+        self.level != before
+    }
+
     /// Whole units available now (after refill).
     #[cfg(test)]
     pub fn available(&self) -> u64 {
@@ -248,6 +270,71 @@ mod tests {
                 }
             }
         }
+    }
+
+    proptest::proptest! {
+        /// A clean stop at any instant, a restart at any later instant: the bucket restored
+        /// from the level read at the stop decides exactly as the bucket that never stopped.
+        #[test]
+        fn a_restored_bucket_decides_exactly_as_the_one_that_never_stopped(
+            rate in 1u64..200,
+            extra_capacity in 0u64..50,
+            period in proptest::sample::select(vec![SECOND_MS, MINUTE_MS]),
+            before in proptest::collection::vec((0u64..5_000, 0u64..60), 0..40),
+            stop_after_ms in 0u64..5_000,
+            down_ms in 0u64..120_000,
+            after in proptest::collection::vec((0u64..5_000, 0u64..60), 0..60),
+        ) {
+            let capacity = rate + extra_capacity;
+            let mut uncrashed = TokenBucket::full_with_capacity(rate, capacity, period, 0);
+            let mut now = 0u64;
+            for (step, units) in before {
+                now += step;
+                uncrashed.refill(now);
+                if uncrashed.has(units) {
+                    uncrashed.take(units);
+                }
+            }
+            let read_at = now + stop_after_ms;
+            let level = uncrashed.scaled_level_at(read_at);
+            let restart = read_at + down_ms;
+            let mut restarted = TokenBucket::full_with_capacity(rate, capacity, period, restart);
+            restarted.restore_level(level, read_at, restart);
+            now = restart;
+            for (step, units) in after {
+                now += step;
+                uncrashed.refill(now);
+                restarted.refill(now);
+                proptest::prop_assert_eq!(restarted.has(units), uncrashed.has(units));
+                proptest::prop_assert_eq!(restarted.wait_for(units), uncrashed.wait_for(units));
+                if restarted.has(units) {
+                    restarted.take(units);
+                    uncrashed.take(units);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_restored_level_refills_from_its_reading_and_is_clamped() {
+        let mut bucket = TokenBucket::full_with_capacity(60, 60, MINUTE_MS, 0);
+        bucket.take(50);
+        let level = bucket.scaled_level_at(1_000);
+        assert_eq!(
+            level,
+            11 * u128::from(MINUTE_MS),
+            "10 left, 1 back in a second"
+        );
+        let mut restarted = TokenBucket::full_with_capacity(60, 60, MINUTE_MS, 5_000);
+        assert!(restarted.restore_level(level, 1_000, 5_000));
+        assert_eq!(restarted.available(), 15);
+        // A capacity lowered since: clamped; a clock stepped back: nothing refilled.
+        let mut smaller = TokenBucket::full_with_capacity(6, 6, MINUTE_MS, 5_000);
+        smaller.restore_level(level, 1_000, 5_000);
+        assert_eq!(smaller.available(), 6);
+        let mut stepped_back = TokenBucket::full_with_capacity(60, 60, MINUTE_MS, 500);
+        stepped_back.restore_level(level, 1_000, 500);
+        assert_eq!(stepped_back.available(), 11);
     }
 
     #[test]

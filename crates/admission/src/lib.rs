@@ -30,8 +30,9 @@ pub mod time;
 pub use breaker::BreakerTransition;
 pub use budget::{ActualUsage, BudgetBounds, InvalidActualCost};
 pub use controller::{
-    Acquired, AdmissionRequest, BucketLevel, Charge, Controller, Counts, LaneView, LeaseCharge,
-    ProviderSnapshot, ReinstateError, Released, Resolution, Snapshot, UnknownProvider,
+    Acquired, AdmissionRequest, BucketLevel, BucketLevels, Charge, Controller, Counts, LaneView,
+    LeaseCharge, ProviderSnapshot, ReinstateError, Released, Resolution, ScopeLevels, Snapshot,
+    UnknownProvider,
 };
 pub use estimate::{CheckedEstimate, Estimate, InvalidEstimate};
 pub use evidence::{Coordination, Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};

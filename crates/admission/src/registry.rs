@@ -33,7 +33,9 @@
 //! A host that journals grants rebuilds the accounting of a previous process after it replayed
 //! the registrations: [`Registry::restore_spend`] then [`Registry::reinstate`] (see
 //! `controller/reinstate.rs`); and the lane state it journaled: [`Registry::restore_pause`],
-//! [`Registry::restore_breaker`], [`Registry::drain_buckets_since`] (`controller/restore.rs`).
+//! [`Registry::restore_breaker`], [`Registry::drain_buckets_since`] (`controller/restore.rs`),
+//! or, after a clean stop, [`Registry::restore_bucket_levels`] with the levels
+//! [`Registry::bucket_levels`] read (`controller/levels.rs`).
 //! None of them decides, queues or emits anything.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -45,8 +47,8 @@ use serde::{Deserialize, Serialize};
 use crate::breaker::BreakerTransition;
 use crate::budget::{ActualUsage, BudgetBounds};
 use crate::controller::{
-    Acquired, AdmissionRequest, Charge, Controller, Counts, LaneView, LeaseCharge, ReinstateError,
-    Released, Resolution, Snapshot, TRANSITION_OUTBOX_LIMIT,
+    Acquired, AdmissionRequest, BucketLevels, Charge, Controller, Counts, LaneView, LeaseCharge,
+    ReinstateError, Released, Resolution, Snapshot, TRANSITION_OUTBOX_LIMIT,
 };
 use crate::digest::canonical_digest;
 use crate::evidence::{Lease, LeaseId, Outcome, Rejection, WaiterId};
@@ -702,6 +704,33 @@ impl Registry {
             self.reschedule(&id);
         }
         lowered
+    }
+
+    /// The level of every bucket of every workspace, read at `now`
+    /// ([`Controller::bucket_levels`]), by workspace ID; changes nothing.
+    pub fn bucket_levels(&self, now: Millis) -> BTreeMap<String, BucketLevels> {
+        self.workspaces
+            .iter()
+            .map(|(id, entry)| (id.clone(), entry.controller.bucket_levels(now)))
+            .collect()
+    }
+
+    /// Restores the bucket levels a clean stop read ([`Controller::restore_bucket_levels`]);
+    /// a workspace the levels do not name starts with full buckets, one this registry does
+    /// not know is skipped. Returns how many buckets were set.
+    pub fn restore_bucket_levels(
+        &mut self,
+        levels: &BTreeMap<String, BucketLevels>,
+        now: Millis,
+    ) -> usize {
+        let mut restored = 0;
+        for (id, workspace) in levels {
+            if let Some(entry) = self.workspaces.get_mut(id) {
+                restored += entry.controller.restore_bucket_levels(workspace, now);
+                self.reschedule(id);
+            }
+        }
+        restored
     }
 
     /// Workspace IDs with a registered profile.

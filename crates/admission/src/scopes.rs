@@ -365,6 +365,14 @@ impl<X: ScopeExtra> ScopeTable<X> {
         self.entries[index as usize].blocked_in_pass == pass
     }
 
+    /// Every scope that keeps counters and buckets now, with its ID (unordered).
+    pub(crate) fn kept_states(&self) -> impl Iterator<Item = (&str, &ScopeState)> {
+        self.index.iter().filter_map(|(id, &index)| {
+            let state = self.entries[index as usize].state.as_deref()?;
+            Some((id.as_str(), state))
+        })
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = &ScopeEntry<X>> {
         self.entries.iter()
     }

@@ -14,7 +14,7 @@
 //! of a few hundred bytes), and the batch's held-back replies go out once the log says the
 //! batch is durable, so a grant is answered only once it is (`docs/server.md`, "Durability").
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use turnstile_admission::BreakerTransition;
@@ -38,6 +38,35 @@ pub struct StoreJournal {
     coord: Option<Arc<turnstile_coord::Coordinator>>,
     /// Replicas: breaker transitions and pauses also go to the shared feed.
     shared_audit: SharedAudit,
+    /// The latest grant handed to the lease log (for the bucket checkpoint of a clean stop).
+    last_grant: LastGrant,
+}
+
+/// The lease log's latest grant instant, as the journal appends grants: what the log held at
+/// the start, raised by every grant since. Shared with the shutdown, which writes it into the
+/// bucket checkpoint (`crate::checkpoint`) once the driver stopped.
+#[derive(Clone, Debug, Default)]
+pub struct LastGrant(Arc<AtomicU64>);
+
+impl LastGrant {
+    /// Starts at the log's latest grant when it was opened (`None`: it never granted).
+    pub fn new(at: Option<u64>) -> Self {
+        let last = LastGrant::default();
+        if let Some(at) = at {
+            last.note(at);
+        }
+        last
+    }
+
+    /// Stored plus one, so 0 means "no grant".
+    fn note(&self, at: u64) {
+        self.0.fetch_max(at.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// The latest grant so far (`None`: none).
+    pub fn get(&self) -> Option<u64> {
+        self.0.load(Ordering::Relaxed).checked_sub(1)
+    }
 }
 
 /// Replicas: where the journal shares the audit records it writes (breaker transitions,
@@ -73,7 +102,14 @@ impl StoreJournal {
             metrics,
             coord: None,
             shared_audit: SharedAudit::default(),
+            last_grant: LastGrant::default(),
         }
+    }
+
+    /// Raises `last_grant` with every grant appended to the lease log.
+    pub fn with_last_grant(mut self, last_grant: LastGrant) -> Self {
+        self.last_grant = last_grant;
+        self
     }
 
     /// Replicas: shares breaker transitions and pauses through the identity feed.
@@ -156,6 +192,11 @@ impl Journal for StoreJournal {
                         tokio::spawn(async move { coord.finish(held, 0, None, None, 0).await });
                     }
                 }
+            }
+        }
+        for event in &events {
+            if let LeaseEvent::Granted(held) = event {
+                self.last_grant.note(held.lease.admitted_at);
             }
         }
         self.leases.append(events.iter().map(lease_change), done);

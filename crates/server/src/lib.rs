@@ -32,6 +32,7 @@ pub mod api;
 pub mod auth;
 pub mod body;
 pub mod bootstrap;
+pub mod checkpoint;
 pub mod config;
 pub mod conn;
 pub mod data_lock;

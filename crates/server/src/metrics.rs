@@ -77,6 +77,8 @@ pub struct Metrics {
     pub actual_tokens: AtomicU64,
     /// Micro-dollars, so the counter stays an integer.
     pub actual_cost_micro_usd: AtomicU64,
+    /// Bucket checkpoints found at the start but not used (stale or unreadable).
+    pub bucket_checkpoints_ignored: AtomicU64,
 }
 
 impl Metrics {
@@ -97,7 +99,7 @@ impl Metrics {
 
     /// The text exposition of the service's own series.
     pub fn render(&self) -> String {
-        let plain: [(&str, &str, &str, &AtomicU64); 5] = [
+        let plain: [(&str, &str, &str, &AtomicU64); 6] = [
             (
                 "turnstile_http_connections_open",
                 "gauge",
@@ -127,6 +129,12 @@ impl Metrics {
                 "counter",
                 "Cost reported as actually spent on release, in micro-USD.",
                 &self.actual_cost_micro_usd,
+            ),
+            (
+                "turnstile_bucket_checkpoints_ignored_total",
+                "counter",
+                "Bucket checkpoints of a clean stop found at the start but not used (stale or unreadable): the rate buckets were drained instead.",
+                &self.bucket_checkpoints_ignored,
             ),
         ];
         let mut out = String::with_capacity(1024);

@@ -23,9 +23,17 @@
 //!   the real end can be up to that much later).
 //! - **Breakers**: each lane's last journaled transition; open or half-open restarts open
 //!   (`Registry::restore_breaker`: from the transition, or from the restart for half-open).
-//! - **Rate buckets**: every bucket restarts as if empty at the lease log's last grant and
-//!   refilled since (`Registry::drain_buckets_since`), then the reinstated leases are debited
-//!   as before.
+//! - **Rate buckets**, by one of three rules ([`BucketRule`]):
+//!   - after a **clean stop** (a bucket checkpoint, `crate::checkpoint`, and no grant in the
+//!     lease log after the one it names): every bucket it names holds exactly its level,
+//!     refilled since it was read (`Registry::restore_bucket_levels`); a bucket it does not
+//!     name starts full. The reinstated leases are **not** debited again: the levels were read
+//!     after their grants and already hold them.
+//!   - after a **crash** (no checkpoint, or a stale or unreadable one: warned and counted, no
+//!     IDs): every bucket restarts as if empty at the lease log's last grant and refilled since
+//!     (`Registry::drain_buckets_since`), then the reinstated leases are debited as before (a
+//!     drained level knows nothing of them).
+//!   - a lease log that never granted anything: every bucket starts full.
 //!
 //! Audit records are history written by the store thread, also by other replicas' mirrors: a
 //! record that does not parse or names a lane this process does not know is skipped (counted),
@@ -33,6 +41,8 @@
 
 use serde::Deserialize;
 use turnstile_admission::{BreakerTransition, Charge, LeaseCharge, Millis, Registry};
+
+use crate::checkpoint::{BucketCheckpoint, CheckpointError};
 use turnstile_shell::pause::JOURNAL_EXTENSION_MS;
 use turnstile_shell::{Driver, HeldLease, LeaseToken, ReinstateFailure};
 use turnstile_store::service::{
@@ -60,10 +70,36 @@ pub struct LaneStateRestored {
     pub pauses: usize,
     /// Breakers open again.
     pub breakers: usize,
-    /// Rate buckets lowered (drained since the last grant).
+    /// Rate buckets lowered (drained since the last grant) or set from the checkpoint, as
+    /// `bucket_rule` says.
     pub buckets: usize,
+    /// Which rule the rate buckets restarted under.
+    pub bucket_rule: BucketRule,
+    /// A bucket checkpoint that was found but not used.
+    pub checkpoint_ignored: Option<CheckpointIgnored>,
     /// Audit records skipped: unparseable, or naming a workspace or provider not known here.
     pub skipped: usize,
+}
+
+/// How the rate buckets restarted (see the module docs).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum BucketRule {
+    /// The lease log never granted anything: every bucket full.
+    #[default]
+    Full,
+    /// A clean stop's checkpoint: exact levels, refilled since they were read.
+    Checkpoint,
+    /// A crash: as if empty at the lease log's last grant.
+    Drained,
+}
+
+/// Why a bucket checkpoint was not used (the conservative drain applied instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointIgnored {
+    /// The lease log holds a grant later than the checkpoint's last grant.
+    Stale,
+    /// The file cannot be read or parsed, or has another format.
+    Unreadable,
 }
 
 /// The fields of a pause record a restart needs.
@@ -74,13 +110,15 @@ struct JournaledPause {
     until_epoch_ms: Millis,
 }
 
-/// Puts back the pauses, open breakers and drained rate buckets of the previous process (see
+/// Puts back the pauses, open breakers and rate bucket levels of the previous process (see
 /// the module docs), before the leases are reinstated. `last_grant_at` is the lease log's
-/// latest grant; `max_retry_after_ms` bounds how far back a pause that still holds can have
-/// been journaled.
+/// latest grant; `checkpoint` what the data directory holds of a clean stop's bucket
+/// checkpoint; `max_retry_after_ms` bounds how far back a pause that still holds can have been
+/// journaled.
 pub fn restore_lane_state(
     store: &dyn ServiceStore,
     last_grant_at: Option<Millis>,
+    checkpoint: Result<Option<BucketCheckpoint>, CheckpointError>,
     max_retry_after_ms: Millis,
     registry: &mut Registry,
     now: Millis,
@@ -108,8 +146,20 @@ pub fn restore_lane_state(
             Err(_) => restored.skipped += 1,
         }
     }
+    match checkpoint {
+        // `None` (a log that never granted) is not later than anything.
+        Ok(Some(checkpoint)) if last_grant_at <= checkpoint.last_grant_at_ms => {
+            restored.buckets = registry.restore_bucket_levels(&checkpoint.workspaces, now);
+            restored.bucket_rule = BucketRule::Checkpoint;
+            return Ok(restored);
+        }
+        Ok(Some(_)) => restored.checkpoint_ignored = Some(CheckpointIgnored::Stale),
+        Err(_) => restored.checkpoint_ignored = Some(CheckpointIgnored::Unreadable),
+        Ok(None) => {}
+    }
     if let Some(since) = last_grant_at {
         restored.buckets = registry.drain_buckets_since(since, now);
+        restored.bucket_rule = BucketRule::Drained;
     }
     Ok(restored)
 }
@@ -190,7 +240,7 @@ mod tests {
     use turnstile_store::service::{AuditRecord, MemoryServiceStore};
 
     fn registry() -> Registry {
-        let mut provider = Limits::with_concurrency(8);
+        let mut provider = Limits::with_concurrency(1_000);
         provider.requests_per_minute = Some(60);
         provider.circuit_breaker = Some(CircuitBreakerConfig {
             failure_threshold: 1,
@@ -198,14 +248,14 @@ mod tests {
             half_open_max_calls: Some(1),
         });
         let profile = Profile {
-            workspace: Limits::with_concurrency(8),
+            workspace: Limits::with_concurrency(1_000),
             providers: [
-                ("paused".to_owned(), Limits::with_concurrency(8)),
+                ("paused".to_owned(), Limits::with_concurrency(1_000)),
                 ("broken".to_owned(), provider),
             ]
             .into_iter()
             .collect(),
-            principals: [("p".to_owned(), Limits::with_concurrency(8))]
+            principals: [("p".to_owned(), Limits::with_concurrency(1_000))]
                 .into_iter()
                 .collect(),
         };
@@ -267,14 +317,23 @@ mod tests {
             ])
             .unwrap();
         let mut registry = registry();
-        let restored =
-            restore_lane_state(&store, Some(59_000), 3_600_000, &mut registry, 60_000).unwrap();
+        let restored = restore_lane_state(
+            &store,
+            Some(59_000),
+            Ok(None),
+            3_600_000,
+            &mut registry,
+            60_000,
+        )
+        .unwrap();
         assert_eq!(
             restored,
             LaneStateRestored {
                 pauses: 1,
                 breakers: 1,
                 buckets: 1,
+                bucket_rule: BucketRule::Drained,
+                checkpoint_ignored: None,
                 skipped: 2,
             }
         );
@@ -292,11 +351,79 @@ mod tests {
         assert_eq!(refusal(&mut registry, "paused", 71_000), None);
     }
 
+    /// The registry of a clean stop at 59 s: 30 of the provider's 60 requests spent at 58 s.
+    fn clean_stop() -> BucketCheckpoint {
+        let mut before = registry();
+        for _ in 0..30 {
+            assert_eq!(refusal(&mut before, "broken", 58_000), None);
+        }
+        BucketCheckpoint::new(Some(58_000), before.bucket_levels(59_000))
+    }
+
+    #[test]
+    fn a_checkpoint_not_older_than_the_last_grant_restores_the_levels_exactly() {
+        let store = MemoryServiceStore::new();
+        let mut registry = registry();
+        let restored = restore_lane_state(
+            &store,
+            Some(58_000),
+            Ok(Some(clean_stop())),
+            3_600_000,
+            &mut registry,
+            60_000,
+        )
+        .unwrap();
+        assert_eq!(restored.bucket_rule, BucketRule::Checkpoint);
+        assert_eq!((restored.buckets, restored.checkpoint_ignored), (1, None));
+        // 30 left at 58 s, one more each second: exactly 32 (a drain would leave 2).
+        for _ in 0..32 {
+            assert_eq!(refusal(&mut registry, "broken", 60_000), None);
+        }
+        assert_eq!(
+            refusal(&mut registry, "broken", 60_000),
+            Some(Reason::RequestsPerMinute)
+        );
+    }
+
+    #[test]
+    fn a_stale_or_unreadable_checkpoint_is_ignored_and_the_buckets_drained() {
+        let store = MemoryServiceStore::new();
+        for (checkpoint, ignored) in [
+            (Ok(Some(clean_stop())), CheckpointIgnored::Stale),
+            (
+                Err(CheckpointError::Encode(
+                    serde_json::from_str::<u8>("x").unwrap_err(),
+                )),
+                CheckpointIgnored::Unreadable,
+            ),
+        ] {
+            let mut registry = registry();
+            // A grant at 59.5 s that the checkpoint of 58 s does not hold.
+            let restored = restore_lane_state(
+                &store,
+                Some(59_500),
+                checkpoint,
+                3_600_000,
+                &mut registry,
+                60_000,
+            )
+            .unwrap();
+            assert_eq!(restored.bucket_rule, BucketRule::Drained);
+            assert_eq!(restored.checkpoint_ignored, Some(ignored));
+            assert_eq!(
+                refusal(&mut registry, "broken", 60_000),
+                Some(Reason::RequestsPerMinute),
+                "half a request refilled since the last grant"
+            );
+        }
+    }
+
     #[test]
     fn a_fresh_data_directory_restores_nothing() {
         let store = MemoryServiceStore::new();
         let mut registry = registry();
-        let restored = restore_lane_state(&store, None, 3_600_000, &mut registry, 60_000).unwrap();
+        let restored =
+            restore_lane_state(&store, None, Ok(None), 3_600_000, &mut registry, 60_000).unwrap();
         assert_eq!(restored, LaneStateRestored::default());
         assert_eq!(refusal(&mut registry, "broken", 60_000), None);
     }

@@ -19,7 +19,10 @@
 //!   `body::read`): 413 while reading, never buffered whole.
 //! - **Graceful shutdown.** Readiness flips to 503, the listener closes, the driver cancels
 //!   every queued admission (answered 503 `shutting-down`), in-flight requests get up to
-//!   `http.shutdown_grace_ms` to finish, then the driver stops and the store thread flushes.
+//!   `http.shutdown_grace_ms` to finish, then the driver's bucket levels are read (it admits
+//!   nothing any more), the driver stops, the bucket checkpoint is written into the data
+//!   directory ([`crate::checkpoint`]: the next start restores the levels instead of draining
+//!   them) and the store thread flushes.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,13 +41,14 @@ use turnstile_store::service::{LeaseLog, ServiceStore, SqliteServiceStore};
 
 use crate::api::{AppParts, AppState};
 use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
+use crate::checkpoint::{self, BucketCheckpoint, CheckpointError};
 use crate::config::{Config, ConfigError};
 use crate::conn::DeadlineIo;
 use crate::metrics::Cut;
 use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, Feed, LeaseMetrics, Telemetry};
 
 use crate::data_lock::{DataDirLock, DataLockError};
-use crate::journal::StoreJournal;
+use crate::journal::{LastGrant, StoreJournal};
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
 use crate::persist::StoreHandle;
@@ -83,6 +87,8 @@ pub enum ServerError {
     Coordination(turnstile_coord::CoordError),
     #[error("shared keys and profiles: {0}")]
     Identity(#[from] crate::identity::join::JoinError),
+    #[error("start-up failed: {0}")]
+    Checkpoint(#[from] CheckpointError),
 }
 
 /// A started service. Dropping it without [`RunningServer::shutdown`] leaves it running until
@@ -92,7 +98,7 @@ pub struct RunningServer {
     bootstrap: Option<BootstrapKeys>,
     joining: Option<crate::identity::join::Joining>,
     shutdown: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    task: JoinHandle<Stopped>,
     metrics: Arc<Metrics>,
     restored: Restored,
     /// Held while the server runs: no second process serves the same data directory.
@@ -106,6 +112,14 @@ pub struct Restored {
     pub leases: usize,
     /// Pauses, breakers and rate buckets ([`recover::restore_lane_state`]).
     pub lanes: recover::LaneStateRestored,
+}
+
+/// How a graceful stop ended.
+#[derive(Debug)]
+pub struct Stopped {
+    /// The bucket checkpoint: how many workspaces it holds, or why it was not written (the
+    /// next start then drains every rate bucket, as after a crash).
+    pub checkpoint: Result<usize, CheckpointError>,
 }
 
 impl RunningServer {
@@ -134,7 +148,7 @@ impl RunningServer {
     }
 
     /// Stops gracefully and waits until everything is flushed.
-    pub async fn shutdown(mut self) -> Result<(), ServerError> {
+    pub async fn shutdown(mut self) -> Result<Stopped, ServerError> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -147,7 +161,7 @@ impl RunningServer {
     pub async fn run_until(
         mut self,
         signal: impl std::future::Future<Output = ()>,
-    ) -> Result<(), ServerError> {
+    ) -> Result<Stopped, ServerError> {
         signal.await;
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -208,14 +222,19 @@ pub async fn start_with_telemetry(
     // What the previous process charged and granted counts again before anything is answered,
     // and its lanes' pauses, open breakers and spent rate buckets hold again (the leases are
     // reinstated into the driver below, after the buckets are drained).
+    // A clean stop left its bucket levels (`crate::checkpoint`): used once at most.
     recover::restore_spend(&recovered.spend, &mut registry, clock.now_ms())?;
+    let found = checkpoint::read(&config.data_dir);
+    let had_checkpoint = !matches!(found, Ok(None));
     let lane_state = recover::restore_lane_state(
         &store,
         recovered.last_grant_at_ms,
+        found,
         config.admission.max_retry_after_ms,
         &mut registry,
         clock.now_ms(),
     )?;
+    let last_grant = LastGrant::new(recovered.last_grant_at_ms);
     let keys = Arc::new(KeyRing::from_stored(&store.keys()?));
 
     let listener = TcpListener::bind(config.listen)
@@ -230,6 +249,11 @@ pub async fn start_with_telemetry(
     })?;
 
     let metrics = Arc::new(Metrics::default());
+    if lane_state.checkpoint_ignored.is_some() {
+        metrics
+            .bucket_checkpoints_ignored
+            .fetch_add(1, Ordering::Relaxed);
+    }
     let boxed: Box<dyn ServiceStore> = Box::new(store);
     let (store, store_thread) =
         StoreHandle::spawn(boxed, metrics.clone()).map_err(ServerError::Thread)?;
@@ -260,7 +284,8 @@ pub async fn start_with_telemetry(
         Box::new(
             StoreJournal::new(store.clone(), lease_log, metrics.clone())
                 .with_coordination(coord.clone())
-                .with_shared_audit(shared_audit.clone()),
+                .with_shared_audit(shared_audit.clone())
+                .with_last_grant(last_grant.clone()),
         ),
         lease_metrics.clone(),
     );
@@ -323,6 +348,11 @@ pub async fn start_with_telemetry(
         identity: mirror.clone(),
     });
     shared_audit.set(mirror.clone());
+    // Restored (or not usable): gone before anything is served, so a later crash never finds
+    // these levels (see `crate::checkpoint`).
+    if had_checkpoint {
+        checkpoint::remove(&config.data_dir)?;
+    }
     let (shutdown_tx, shutdown_rx) = oneshot::channel();
     let task = tokio::spawn(accept_loop(
         listener,
@@ -334,6 +364,7 @@ pub async fn start_with_telemetry(
             store_thread,
             ready: ready.clone(),
             mirror,
+            last_grant,
         },
     ));
     ready.store(true, Ordering::Relaxed);
@@ -359,6 +390,8 @@ struct AcceptParts {
     driver_task: JoinHandle<()>,
     store_thread: std::thread::JoinHandle<()>,
     ready: Arc<AtomicBool>,
+    /// The lease log's latest grant, for the bucket checkpoint.
+    last_grant: LastGrant,
 }
 
 async fn accept_loop(
@@ -366,7 +399,7 @@ async fn accept_loop(
     state: AppState,
     mut shutdown: oneshot::Receiver<()>,
     parts: AcceptParts,
-) {
+) -> Stopped {
     let config = state.config.clone();
     let metrics = state.metrics.clone();
     let app = router(state.clone(), false);
@@ -450,9 +483,25 @@ async fn accept_loop(
     let grace = Duration::from_millis(config.http.shutdown_grace_ms);
     let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
     drop((app, operators_app));
+    // Drained: no grant follows this reading, so the levels are the last ones.
+    let levels = parts.driver.bucket_levels().await;
     parts.driver.stop();
     let _ = parts.driver_task.await;
     drop(parts.driver);
+    // Every grant of this process is in the lease log (and in `last_grant`) now.
+    let checkpoint = match levels {
+        Ok(Some(levels)) => {
+            let checkpoint = BucketCheckpoint::new(parts.last_grant.get(), levels);
+            let dir = config.data_dir.clone();
+            tokio::task::spawn_blocking(move || {
+                checkpoint::write(&dir, &checkpoint).map(|()| checkpoint.workspaces.len())
+            })
+            .await
+            .unwrap_or_else(|e| Err(checkpoint_gone(e.to_string())))
+        }
+        Ok(None) => Err(checkpoint_gone("the driver did not drain".into())),
+        Err(e) => Err(checkpoint_gone(e.to_string())),
+    };
     // The store thread ends once every handle is gone; wait for its last writes.
     let store_thread = parts.store_thread;
     let _ = tokio::time::timeout(
@@ -460,4 +509,13 @@ async fn accept_loop(
         tokio::task::spawn_blocking(move || store_thread.join()),
     )
     .await;
+    Stopped { checkpoint }
+}
+
+/// A checkpoint that could not be read from the driver or written.
+fn checkpoint_gone(reason: String) -> CheckpointError {
+    CheckpointError::Io {
+        path: checkpoint::CHECKPOINT_FILE.into(),
+        source: std::io::Error::other(reason),
+    }
 }

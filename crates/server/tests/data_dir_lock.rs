@@ -19,7 +19,7 @@ fn start_second(dir: &std::path::Path) -> Result<(), ServerError> {
         .unwrap();
     runtime.block_on(async move {
         let server = turnstile_server::start(config).await?;
-        server.shutdown().await
+        server.shutdown().await.map(drop)
     })
 }
 

@@ -3,13 +3,14 @@
 //! Every command that expects an answer carries a oneshot sender; the driver answers each
 //! exactly once (a dropped sender means the driver has stopped).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::oneshot;
 use turnstile_admission::{
-    ActualUsage, BreakerTransition, Estimate, LaneView, Limits, Millis, Outcome, Profile,
-    ProfileChangeRecord, Rejection, Snapshot,
+    ActualUsage, BreakerTransition, BucketLevels, Estimate, LaneView, Limits, Millis, Outcome,
+    Profile, ProfileChangeRecord, Rejection, Snapshot,
 };
 
 use crate::error::DriverError;
@@ -155,6 +156,11 @@ pub enum Command {
     /// Shutdown: refuse new admissions, cancel every queued one.
     Drain {
         reply: oneshot::Sender<()>,
+    },
+    /// Every workspace's bucket levels, read now; answered only once draining (no grant can
+    /// follow the reading), `None` before.
+    BucketLevels {
+        reply: oneshot::Sender<Option<BTreeMap<String, BucketLevels>>>,
     },
     /// Ends the driver task.
     Stop,

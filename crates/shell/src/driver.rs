@@ -463,6 +463,10 @@ impl Driver {
                 self.drain(now);
                 let _ = reply.send(());
             }
+            Command::BucketLevels { reply } => {
+                let levels = self.draining.then(|| self.registry.bucket_levels(now));
+                let _ = reply.send(levels);
+            }
             Command::Stop => self.stopped = true,
         }
         self.journal_transitions();

@@ -5,12 +5,13 @@
 //! guard sends [`Command::Cancel`]); one whose grant arrives after the caller left is reclaimed
 //! (the [`Grant`](crate::Grant)'s `Drop`). Nothing a caller abandons stays held.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use turnstile_admission::{LaneView, Millis, Profile, ProfileChangeRecord};
+use turnstile_admission::{BucketLevels, LaneView, Millis, Profile, ProfileChangeRecord};
 
 use crate::command::{
     Acquire, AcquireCommand, AcquireReply, Command, LaneLimits, Standing, WorkspaceSnapshot,
@@ -272,6 +273,14 @@ impl DriverHandle {
     /// Refuses new admissions and cancels every queued one.
     pub async fn drain(&self) -> Result<(), DriverError> {
         self.ask(|reply| Command::Drain { reply }).await
+    }
+
+    /// Every workspace's bucket levels, read after [`DriverHandle::drain`] (no grant can follow
+    /// them: a clean stop's checkpoint); `None` before the driver drains.
+    pub async fn bucket_levels(
+        &self,
+    ) -> Result<Option<BTreeMap<String, BucketLevels>>, DriverError> {
+        self.ask(|reply| Command::BucketLevels { reply }).await
     }
 
     /// Ends the driver task.

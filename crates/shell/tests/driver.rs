@@ -373,3 +373,34 @@ async fn breakers_of_two_workspaces_tripping_at_the_same_tick_are_journaled_each
         assert_eq!(workspace, expected, "{transition:?}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn bucket_levels_are_read_only_once_the_driver_drained_and_then_nothing_is_granted() {
+    let h = harness(None);
+    let mut rated = profile("llm", 4, false);
+    if let Some(lane) = rated.providers.get_mut("llm") {
+        lane.requests_per_minute = Some(60);
+    }
+    h.driver
+        .register("ws", "v1", rated, String::new())
+        .await
+        .unwrap();
+    let held = grant(&h.driver, ask("ws", "llm", Wait::For(0))).await;
+    assert_eq!(
+        h.driver.bucket_levels().await.unwrap(),
+        None,
+        "still admitting"
+    );
+    h.driver.drain().await.unwrap();
+    let levels = h.driver.bucket_levels().await.unwrap().expect("drained");
+    // 59 of 60 requests left, in fixed-point units (× 60,000 ms).
+    assert_eq!(levels["ws"].providers["llm"].requests, Some(59 * 60_000));
+    assert!(matches!(
+        h.driver
+            .acquire(ask("ws", "llm", Wait::For(0)))
+            .await
+            .unwrap(),
+        AcquireReply::ShuttingDown
+    ));
+    drop(held);
+}

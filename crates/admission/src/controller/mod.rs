@@ -77,6 +77,7 @@
 
 mod admit;
 mod lanes;
+mod levels;
 mod pump;
 mod reinstate;
 mod restore;
@@ -102,6 +103,7 @@ pub use crate::scopes::IDLE_PRINCIPALS_KEPT;
 use crate::time::Millis;
 
 pub use lanes::{BucketLevel, LaneView};
+pub use levels::{BucketLevels, ScopeLevels};
 pub use reinstate::{Charge, LeaseCharge, ReinstateError};
 pub use snapshot::{Counts, ProviderSnapshot, Snapshot};
 
@@ -237,6 +239,9 @@ pub struct Controller {
     peak: Counts,
     /// Idle principal states kept beyond those not yet pristine ([`IDLE_PRINCIPALS_KEPT`]).
     idle_principals_kept: usize,
+    /// Set once bucket levels read after the last grant were restored (`levels.rs`): they hold
+    /// every held lease's request and tokens already, so reinstating debits no bucket.
+    levels_hold_leases: bool,
 }
 
 impl Controller {
@@ -265,6 +270,7 @@ impl Controller {
             lanes_visited: 0,
             peak: Counts::default(),
             idle_principals_kept: IDLE_PRINCIPALS_KEPT,
+            levels_hold_leases: false,
         };
         controller.install_profile(profile);
         Ok(controller)

@@ -24,7 +24,9 @@
 //!   lease was granted. A profile registered since that lowers a ceiling leaves `active` above
 //!   it until enough leases are released, exactly as a live profile change does.
 //! - Rate buckets are charged one request and the lease's estimated tokens again (saturating at
-//!   empty), so a restart does not hand out a fresh burst on top of the calls still running.
+//!   empty), so a restart does not hand out a fresh burst on top of the calls still running;
+//!   except after [`Controller::restore_bucket_levels`] (a clean stop's levels, read after the
+//!   last grant, already hold these leases' grants: `levels.rs`).
 //! - A lease or spend line naming a provider or principal this controller never interned
 //!   (no profile ever named it) is refused with [`ReinstateError`] and changes nothing.
 //!
@@ -170,11 +172,12 @@ impl Controller {
         if let Some(lane) = self.lanes.get_mut(lane_slot) {
             lane.active += 1;
         }
+        let debit = !self.levels_hold_leases;
         for scope in self.scopes.of_lane_mut(lane, now) {
-            if let Some(bucket) = &mut scope.requests {
+            if let Some(bucket) = scope.requests.as_mut().filter(|_| debit) {
                 bucket.take(1);
             }
-            if let Some(bucket) = &mut scope.tokens {
+            if let Some(bucket) = scope.tokens.as_mut().filter(|_| debit) {
                 bucket.take(tokens);
             }
             scope.active += 1;

@@ -20,7 +20,8 @@
 //!   grant, took nothing after it, and refills at the same rate, so it would hold at least as
 //!   much: the restarted controller never passes a request or token the uncrashed one would
 //!   have refused (property test in `bucket.rs`). `since` more than a refill period ago changes
-//!   nothing (the bucket is full either way).
+//!   nothing (the bucket is full either way). This is the rule after a crash; after a clean
+//!   stop the host restores the exact levels instead (`levels.rs`).
 //!
 //! # Invariants
 //!

@@ -232,7 +232,11 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         };
         // The in-process service and its data directory go away whatever the outcome.
         let stopped = match server {
-            Some(server) => server.shutdown().await.map_err(anyhow::Error::from),
+            Some(server) => server
+                .shutdown()
+                .await
+                .map(drop)
+                .map_err(anyhow::Error::from),
             None => Ok(()),
         };
         if let Some(dir) = data_dir {

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use turnstile_server::recover::{BucketRule, CheckpointIgnored};
 use turnstile_server::Config;
 use turnstile_shell::telemetry::otlp::otlp_pipeline;
 use turnstile_shell::Telemetry;
@@ -104,11 +105,25 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("  state:   {}", data_dir.display());
         let restored = server.restored();
         let lanes = restored.lanes;
+        match lanes.checkpoint_ignored {
+            Some(CheckpointIgnored::Stale) => eprintln!(
+                "turnstile serve: warning: the bucket checkpoint of the last clean stop is \
+                 older than the lease log's last grant; rate buckets drained instead"
+            ),
+            Some(CheckpointIgnored::Unreadable) => eprintln!(
+                "turnstile serve: warning: the bucket checkpoint of the last clean stop \
+                 cannot be read; rate buckets drained instead"
+            ),
+            None => {}
+        }
         if restored.leases + lanes.pauses + lanes.breakers + lanes.buckets > 0 {
             println!(
-                "  restored: {} leases, {} paused lanes, {} open breakers, {} rate buckets \
-                 drained since the last grant",
-                restored.leases, lanes.pauses, lanes.breakers, lanes.buckets
+                "  restored: {} leases, {} paused lanes, {} open breakers, {} rate buckets {}",
+                restored.leases,
+                lanes.pauses,
+                lanes.breakers,
+                lanes.buckets,
+                bucket_rule(lanes.bucket_rule)
             );
         }
         if let Some(joining) = server.joining() {
@@ -117,7 +132,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         if let Some(keys) = server.bootstrap_keys() {
             print!("{}", banner(keys, &data_dir));
         }
-        server.run_until(shutdown_signal()).await?;
+        let stopped = server.run_until(shutdown_signal()).await?;
+        if let Err(error) = stopped.checkpoint {
+            eprintln!(
+                "turnstile serve: warning: no bucket checkpoint written ({error}); the next \
+                 start drains every rate bucket as after a crash"
+            );
+        }
         anyhow::Ok(())
     });
     drop(runtime);
@@ -196,6 +217,15 @@ async fn shutdown_signal() {
 }
 
 /// Replicas: how this start met the deployment's shared keys and profiles (`docs/replicas.md`).
+/// The banner's words for how the rate buckets restarted (counts only, no IDs).
+fn bucket_rule(rule: BucketRule) -> &'static str {
+    match rule {
+        BucketRule::Checkpoint => "restored from the clean stop's checkpoint",
+        BucketRule::Drained => "drained since the last grant (no usable checkpoint)",
+        BucketRule::Full => "full",
+    }
+}
+
 fn joining_line(joining: &turnstile_server::identity::join::Joining) -> String {
     use turnstile_server::identity::join::Joining;
     match joining {
