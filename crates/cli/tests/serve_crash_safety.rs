@@ -46,20 +46,16 @@ fn config_file(dir: &Path, ttl_ms: u64) -> std::path::PathBuf {
     path
 }
 
-/// Registers the test profile and returns a key of principal `client`.
-fn set_up(service: &Service, provider: Value, principal: Value) -> String {
+/// Registers `profile` as revision v1 of workspace `crash` and answers a new key of principal
+/// `client`.
+fn register(service: &Service, profile: &Value) -> String {
     let admin = service.admin_key.as_deref().expect("first start");
-    let profile = json!({
-        "workspace": {"concurrency": 64},
-        "providers": {"upstream": provider},
-        "principals": {"client": principal},
-    });
     let (status, answer) = http(
         &service.addr,
         "PUT",
         "/v1/workspaces/crash/profiles/v1",
         admin,
-        Some(&profile),
+        Some(profile),
     )
     .unwrap();
     assert_eq!(status, 201, "{answer}");
@@ -73,6 +69,16 @@ fn set_up(service: &Service, provider: Value, principal: Value) -> String {
     .unwrap();
     assert_eq!(status, 201, "{answer}");
     answer["key"].as_str().unwrap().to_owned()
+}
+
+/// Registers the test profile (one provider lane) and returns a key of principal `client`.
+fn set_up(service: &Service, provider: Value, principal: Value) -> String {
+    let profile = json!({
+        "workspace": {"concurrency": 64},
+        "providers": {"upstream": provider},
+        "principals": {"client": principal},
+    });
+    register(service, &profile)
 }
 
 /// Where the clients find the service (changes at the restart).
@@ -680,7 +686,6 @@ fn after_a_sigkill_a_request_bucket_spent_before_the_crash_is_not_full_again() {
 /// Registers a profile of two rate-limited provider lanes, `busy` (6 requests per minute: one
 /// more every 10 s) and `idle` (3 per minute), and returns a key of principal `client`.
 fn set_up_two_lanes(service: &Service) -> String {
-    let admin = service.admin_key.as_deref().expect("first start");
     let profile = json!({
         "workspace": {"concurrency": 64},
         "providers": {
@@ -689,25 +694,7 @@ fn set_up_two_lanes(service: &Service) -> String {
         },
         "principals": {"client": {"concurrency": 8}},
     });
-    let (status, answer) = http(
-        &service.addr,
-        "PUT",
-        "/v1/workspaces/crash/profiles/v1",
-        admin,
-        Some(&profile),
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{answer}");
-    let (status, answer) = http(
-        &service.addr,
-        "POST",
-        "/v1/workspaces/crash/keys",
-        admin,
-        Some(&json!({"principalId": "client"})),
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{answer}");
-    answer["key"].as_str().unwrap().to_owned()
+    register(service, &profile)
 }
 
 /// `POST /v1/admissions` on `provider`, answered at once; a granted lease is released at once.
