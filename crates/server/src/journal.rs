@@ -5,14 +5,15 @@
 //! registration is acknowledged to its client only after its transaction committed (the
 //! completion runs on the store thread). Breaker transitions are written under the workspace
 //! the core tagged them with; so are Retry-After pauses (`turnstile-provider-pause/v1`: the
-//! console's pause history). Both survive a restart as history, and `recover.rs` reads each
-//! lane's last record to pause the lane again and reopen its breaker; they are written just
-//! after the answer that caused them, not before it as lease events are.
+//! console's pause history). Both are history, written just after the answer that caused
+//! them; what a restart puts back (each lane's pause, its open breaker) comes from their
+//! `Paused` and `Breaker` lease events instead, which are durable before the answer.
 //!
-//! Lease events (grants, releases, budget releases) do not go to the store thread: one driver
-//! batch is one append to the [`LeaseLog`], written from the driver task itself (a `write(2)`
-//! of a few hundred bytes), and the batch's held-back replies go out once the log says the
-//! batch is durable, so a grant is answered only once it is (`docs/server.md`, "Durability").
+//! Lease events (grants, releases, budget releases, pauses, breaker transitions) do not go to
+//! the store thread: one driver batch is one append to the [`LeaseLog`], written from the
+//! driver task itself (a `write(2)` of a few hundred bytes), and the batch's held-back replies
+//! go out once the log says the batch is durable, so a grant is answered only once it is
+//! (`docs/server.md`, "Durability").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -237,6 +238,26 @@ fn lease_change(event: &LeaseEvent) -> LeaseChangeRef<'_, LeaseToken> {
             token,
             actual_tokens: usage.tokens,
             actual_cost_usd: usage.cost_usd(),
+        },
+        LeaseEvent::Paused {
+            workspace,
+            provider,
+            until_epoch_ms,
+        } => LeaseChangeRef::Paused {
+            workspace_id: workspace,
+            provider_id: provider,
+            until_epoch_ms: *until_epoch_ms,
+        },
+        LeaseEvent::Breaker {
+            workspace,
+            transition,
+        } => LeaseChangeRef::Breaker {
+            workspace_id: workspace,
+            provider_id: &transition.provider_id,
+            from: transition.from.as_str(),
+            to: transition.to.as_str(),
+            at_epoch_ms: transition.at_epoch_ms,
+            failures: transition.failures,
         },
         LeaseEvent::BudgetReleased { workspace, budget } => LeaseChangeRef::BudgetReleased {
             workspace_id: workspace,

@@ -17,12 +17,14 @@
 //! What else the previous process enforced comes back in the same step, so a crash under load
 //! does not burst over what the provider allows:
 //!
-//! - **Pauses**: each lane's last journaled pause (`turnstile-provider-pause/v1` in the audit
-//!   log) that ends after the restart pauses the lane again until its end plus
-//!   [`JOURNAL_EXTENSION_MS`] (extensions smaller than that are not journaled one by one, so
-//!   the real end can be up to that much later).
-//! - **Breakers**: each lane's last journaled transition; open or half-open restarts open
-//!   (`Registry::restore_breaker`: from the transition, or from the restart for half-open).
+//! - **Pauses**: each lane's latest pause in the lease log (a `paused` record, written in the
+//!   batch of the answer that caused it, so before that answer) that ends after the restart
+//!   pauses the lane again until its end plus [`JOURNAL_EXTENSION_MS`] (extensions smaller
+//!   than that are not journaled one by one, so the real end can be up to that much later).
+//! - **Breakers**: each lane's latest transition in the lease log (a `breaker` record, also
+//!   written before its answer); open or half-open restarts open (`Registry::restore_breaker`:
+//!   from the transition, or from the restart for half-open). A closed breaker leaves no
+//!   record.
 //! - **Rate buckets**, by one of three rules ([`BucketRule`]):
 //!   - after a **clean stop** (a bucket checkpoint, `crate::checkpoint`, and no grant in the
 //!     lease log after the one it names): every bucket it names holds exactly its level,
@@ -35,19 +37,19 @@
 //!     drained level knows nothing of them).
 //!   - a lease log that never granted anything: every bucket starts full.
 //!
-//! Audit records are history written by the store thread, also by other replicas' mirrors: a
-//! record that does not parse or names a lane this process does not know is skipped (counted),
-//! never a reason to refuse the start. Only counts are reported, never IDs.
+//! The audit log's pause and breaker records stay history for the console (written after
+//! the answer); a restart does not read them. A lease log record that names a lane this
+//! process does not know (a profile changed since) or a breaker state it cannot read is
+//! skipped (counted), never a reason to refuse the start. Only counts are reported, never IDs.
 
+use serde::de::IntoDeserializer;
 use serde::Deserialize;
-use turnstile_admission::{BreakerTransition, Charge, LeaseCharge, Millis, Registry};
+use turnstile_admission::{BreakerState, BreakerTransition, Charge, LeaseCharge, Millis, Registry};
 
 use crate::checkpoint::{BucketCheckpoint, CheckpointError};
 use turnstile_shell::pause::JOURNAL_EXTENSION_MS;
 use turnstile_shell::{Driver, HeldLease, LeaseToken, ReinstateFailure};
-use turnstile_store::service::{
-    AuditKind, ServiceStore, ServiceStoreError, StoredLease, StoredSpend,
-};
+use turnstile_store::service::{Recovered, StoredBreaker, StoredLease, StoredSpend};
 
 /// A journaled lease or spend line that cannot be put back.
 #[derive(Debug, thiserror::Error)]
@@ -58,9 +60,6 @@ pub enum RecoverError {
     /// A held lease cannot be reinstated.
     #[error("stored lease #{index} cannot be reinstated: {reason}")]
     Lease { index: usize, reason: String },
-    /// The audit log cannot be read for the pauses and breakers to restore.
-    #[error("the journaled pauses and breakers cannot be read: {0}")]
-    Audit(#[from] ServiceStoreError),
 }
 
 /// What [`restore_lane_state`] put back (counts only: never a workspace or principal ID).
@@ -77,7 +76,8 @@ pub struct LaneStateRestored {
     pub bucket_rule: BucketRule,
     /// A bucket checkpoint that was found but not used.
     pub checkpoint_ignored: Option<CheckpointIgnored>,
-    /// Audit records skipped: unparseable, or naming a workspace or provider not known here.
+    /// Lease log records skipped: a breaker state not known here, or a workspace or provider
+    /// not known here.
     pub skipped: usize,
 }
 
@@ -102,46 +102,31 @@ pub enum CheckpointIgnored {
     Unreadable,
 }
 
-/// The fields of a pause record a restart needs.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JournaledPause {
-    provider_id: String,
-    until_epoch_ms: Millis,
-}
-
 /// Puts back the pauses, open breakers and rate bucket levels of the previous process (see
-/// the module docs), before the leases are reinstated. `last_grant_at` is the lease log's
-/// latest grant; `checkpoint` what the data directory holds of a clean stop's bucket
-/// checkpoint; `max_retry_after_ms` bounds how far back a pause that still holds can have been
-/// journaled.
+/// the module docs), before the leases are reinstated: the lanes' latest pauses and breaker
+/// transitions and the latest grant come from the lease log (`recovered`); `checkpoint` is
+/// what the data directory holds of a clean stop's bucket checkpoint.
 pub fn restore_lane_state(
-    store: &dyn ServiceStore,
-    last_grant_at: Option<Millis>,
+    recovered: &Recovered,
     checkpoint: Result<Option<BucketCheckpoint>, CheckpointError>,
-    max_retry_after_ms: Millis,
     registry: &mut Registry,
     now: Millis,
-) -> Result<LaneStateRestored, RecoverError> {
+) -> LaneStateRestored {
     let mut restored = LaneStateRestored::default();
-    let since = now.saturating_sub(max_retry_after_ms.saturating_add(JOURNAL_EXTENSION_MS));
-    for record in store.latest_audit_by_provider(AuditKind::ProviderPause, since)? {
-        let Ok(pause) = serde_json::from_str::<JournaledPause>(&record.record_json) else {
-            restored.skipped += 1;
-            continue;
-        };
+    let last_grant_at = recovered.last_grant_at_ms;
+    for pause in &recovered.pauses {
         let until = pause.until_epoch_ms.saturating_add(JOURNAL_EXTENSION_MS);
-        match registry.restore_pause(&record.workspace_id, &pause.provider_id, until, now) {
+        match registry.restore_pause(&pause.workspace_id, &pause.provider_id, until, now) {
             Ok(paused) => restored.pauses += usize::from(paused),
             Err(_) => restored.skipped += 1,
         }
     }
-    for record in store.latest_audit_by_provider(AuditKind::BreakerTransition, 0)? {
-        let Ok(last) = serde_json::from_str::<BreakerTransition>(&record.record_json) else {
+    for stored in &recovered.breakers {
+        let Some(last) = breaker_transition(stored) else {
             restored.skipped += 1;
             continue;
         };
-        match registry.restore_breaker(&record.workspace_id, &last, now) {
+        match registry.restore_breaker(&stored.workspace_id, &last, now) {
             Ok(open) => restored.breakers += usize::from(open),
             Err(_) => restored.skipped += 1,
         }
@@ -151,7 +136,7 @@ pub fn restore_lane_state(
         Ok(Some(checkpoint)) if last_grant_at <= checkpoint.last_grant_at_ms => {
             restored.buckets = registry.restore_bucket_levels(&checkpoint.workspaces, now);
             restored.bucket_rule = BucketRule::Checkpoint;
-            return Ok(restored);
+            return restored;
         }
         Ok(Some(_)) => restored.checkpoint_ignored = Some(CheckpointIgnored::Stale),
         Err(_) => restored.checkpoint_ignored = Some(CheckpointIgnored::Unreadable),
@@ -161,7 +146,25 @@ pub fn restore_lane_state(
         restored.buckets = registry.drain_buckets_since(since, now);
         restored.bucket_rule = BucketRule::Drained;
     }
-    Ok(restored)
+    restored
+}
+
+/// The core's form of a stored breaker transition; `None` for a state the core does not know.
+fn breaker_transition(stored: &StoredBreaker) -> Option<BreakerTransition> {
+    Some(BreakerTransition {
+        provider_id: stored.provider_id.clone(),
+        from: breaker_state(&stored.from)?,
+        to: breaker_state(&stored.to)?,
+        at_epoch_ms: stored.at_epoch_ms,
+        failures: stored.failures,
+    })
+}
+
+/// A breaker state from its spec spelling (`closed`, `open`, `half-open`).
+fn breaker_state(name: &str) -> Option<BreakerState> {
+    let name: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
+        name.into_deserializer();
+    BreakerState::deserialize(name).ok()
 }
 
 /// Puts every stored spend line back into the registry; returns how many there were.
@@ -234,10 +237,8 @@ pub fn reinstate_leases(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use turnstile_admission::{
-        AdmissionRequest, BreakerState, CircuitBreakerConfig, Limits, Profile, Reason,
-    };
-    use turnstile_store::service::{AuditRecord, MemoryServiceStore};
+    use turnstile_admission::{AdmissionRequest, CircuitBreakerConfig, Limits, Profile, Reason};
+    use turnstile_store::service::StoredPause;
 
     fn registry() -> Registry {
         let mut provider = Limits::with_concurrency(1_000);
@@ -264,13 +265,11 @@ mod tests {
         registry
     }
 
-    fn record(workspace: &str, kind: AuditKind, json: String) -> AuditRecord {
-        AuditRecord {
-            workspace_id: workspace.into(),
-            kind,
-            record_json: json,
-            at_epoch_ms: 50_000,
-            actor_key_id: None,
+    /// The lease log of a process that last granted at `last_grant`.
+    fn log(last_grant: Option<Millis>) -> Recovered {
+        Recovered {
+            last_grant_at_ms: last_grant,
+            ..Recovered::default()
         }
     }
 
@@ -284,48 +283,31 @@ mod tests {
     }
 
     #[test]
-    fn lane_state_is_restored_from_the_last_records_and_unknown_or_bad_ones_are_skipped() {
-        let mut store = MemoryServiceStore::new();
-        let pause = |provider: &str, until: u64| {
-            format!(
-                r#"{{"providerId":"{provider}","retryAfterMs":1,"untilEpochMs":{until},"atEpochMs":50000,"cause":"retry-after-call","schema":"turnstile-provider-pause/v1"}}"#
-            )
+    fn lane_state_is_restored_from_the_lease_log_and_unknown_lanes_are_skipped() {
+        let pause = |workspace: &str, provider: &str, until: u64| StoredPause {
+            workspace_id: workspace.into(),
+            provider_id: provider.into(),
+            until_epoch_ms: until,
         };
-        let open = BreakerTransition {
-            provider_id: "broken".into(),
-            from: BreakerState::Closed,
-            to: BreakerState::Open,
+        let breaker = |provider: &str, to: &str| StoredBreaker {
+            workspace_id: "w".into(),
+            provider_id: provider.into(),
+            from: "closed".into(),
+            to: to.into(),
             at_epoch_ms: 55_000,
             failures: 1,
         };
-        store
-            .append_audit(&[
-                record("w", AuditKind::ProviderPause, pause("paused", 70_000)),
-                record("w", AuditKind::ProviderPause, pause("nowhere", 70_000)),
-                record("other", AuditKind::ProviderPause, pause("paused", 70_000)),
-                record(
-                    "w",
-                    AuditKind::ProviderPause,
-                    "{\"providerId\":\"paused\"}".into(),
-                ),
-                record("w", AuditKind::ProviderPause, pause("paused", 70_000)),
-                record(
-                    "w",
-                    AuditKind::BreakerTransition,
-                    serde_json::to_string(&open).unwrap(),
-                ),
-            ])
-            .unwrap();
+        let recovered = Recovered {
+            pauses: vec![
+                pause("w", "paused", 70_000),
+                pause("w", "nowhere", 70_000),
+                pause("other", "paused", 70_000),
+            ],
+            breakers: vec![breaker("broken", "open"), breaker("broken", "ajar")],
+            ..log(Some(59_000))
+        };
         let mut registry = registry();
-        let restored = restore_lane_state(
-            &store,
-            Some(59_000),
-            Ok(None),
-            3_600_000,
-            &mut registry,
-            60_000,
-        )
-        .unwrap();
+        let restored = restore_lane_state(&recovered, Ok(None), &mut registry, 60_000);
         assert_eq!(
             restored,
             LaneStateRestored {
@@ -334,7 +316,7 @@ mod tests {
                 buckets: 1,
                 bucket_rule: BucketRule::Drained,
                 checkpoint_ignored: None,
-                skipped: 2,
+                skipped: 3,
             }
         );
         // Open since 55 s for 10 s (the core's time only moves forward: earliest first).
@@ -362,17 +344,13 @@ mod tests {
 
     #[test]
     fn a_checkpoint_not_older_than_the_last_grant_restores_the_levels_exactly() {
-        let store = MemoryServiceStore::new();
         let mut registry = registry();
         let restored = restore_lane_state(
-            &store,
-            Some(58_000),
+            &log(Some(58_000)),
             Ok(Some(clean_stop())),
-            3_600_000,
             &mut registry,
             60_000,
-        )
-        .unwrap();
+        );
         assert_eq!(restored.bucket_rule, BucketRule::Checkpoint);
         assert_eq!((restored.buckets, restored.checkpoint_ignored), (1, None));
         // 30 left at 58 s, one more each second: exactly 32 (a drain would leave 2).
@@ -387,7 +365,6 @@ mod tests {
 
     #[test]
     fn a_stale_or_unreadable_checkpoint_is_ignored_and_the_buckets_drained() {
-        let store = MemoryServiceStore::new();
         for (checkpoint, ignored) in [
             (Ok(Some(clean_stop())), CheckpointIgnored::Stale),
             (
@@ -399,15 +376,8 @@ mod tests {
         ] {
             let mut registry = registry();
             // A grant at 59.5 s that the checkpoint of 58 s does not hold.
-            let restored = restore_lane_state(
-                &store,
-                Some(59_500),
-                checkpoint,
-                3_600_000,
-                &mut registry,
-                60_000,
-            )
-            .unwrap();
+            let restored =
+                restore_lane_state(&log(Some(59_500)), checkpoint, &mut registry, 60_000);
             assert_eq!(restored.bucket_rule, BucketRule::Drained);
             assert_eq!(restored.checkpoint_ignored, Some(ignored));
             assert_eq!(
@@ -420,10 +390,8 @@ mod tests {
 
     #[test]
     fn a_fresh_data_directory_restores_nothing() {
-        let store = MemoryServiceStore::new();
         let mut registry = registry();
-        let restored =
-            restore_lane_state(&store, None, Ok(None), 3_600_000, &mut registry, 60_000).unwrap();
+        let restored = restore_lane_state(&log(None), Ok(None), &mut registry, 60_000);
         assert_eq!(restored, LaneStateRestored::default());
         assert_eq!(refusal(&mut registry, "broken", 60_000), None);
     }

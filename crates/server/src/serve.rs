@@ -226,14 +226,7 @@ pub async fn start_with_telemetry(
     recover::restore_spend(&recovered.spend, &mut registry, clock.now_ms())?;
     let found = checkpoint::read(&config.data_dir);
     let had_checkpoint = !matches!(found, Ok(None));
-    let lane_state = recover::restore_lane_state(
-        &store,
-        recovered.last_grant_at_ms,
-        found,
-        config.admission.max_retry_after_ms,
-        &mut registry,
-        clock.now_ms(),
-    )?;
+    let lane_state = recover::restore_lane_state(&recovered, found, &mut registry, clock.now_ms());
     let last_grant = LastGrant::new(recovered.last_grant_at_ms);
     let keys = Arc::new(KeyRing::from_stored(&store.keys()?));
 

@@ -399,7 +399,14 @@ impl Driver {
                     self.paused(&workspace, pause, now);
                 }
                 self.deliver(&workspace, now);
-                let _ = reply.send(result);
+                if result.is_ok() {
+                    // Answered once the pause is durable (a restart pauses the lane again).
+                    self.hold(Box::new(move |_durable| {
+                        let _ = reply.send(result);
+                    }));
+                } else {
+                    let _ = reply.send(result);
+                }
             }
             Command::Snapshot { workspace, reply } => {
                 let snapshot = self.registry.snapshot(&workspace).map(|core| {
@@ -789,6 +796,12 @@ impl Driver {
             }
             self.journaled_pauses.insert(key, pause.until_epoch_ms);
             self.journal.provider_paused(workspace, &pause);
+            // In this batch: the answer that caused the pause waits until it is durable.
+            self.journal_lease(|| LeaseEvent::Paused {
+                workspace: Arc::from(workspace),
+                provider: pause.provider_id.clone(),
+                until_epoch_ms: pause.until_epoch_ms,
+            });
         }
         self.tally.pause(workspace, pause, now);
     }
@@ -1022,12 +1035,18 @@ impl Driver {
     }
 
     /// Hands every breaker transition the core made to the journal, each under its own
-    /// workspace, consecutive transitions of one workspace in one call.
+    /// workspace, consecutive transitions of one workspace in one call, and adds each to the
+    /// current lease batch (`LeaseEvent::Breaker`), so the answer that caused it waits for it.
     fn journal_transitions(&mut self) {
         let mut batch: Option<(String, Vec<BreakerTransition>)> = None;
         while let Some((workspace, transition)) = self.registry.poll_transition() {
             self.tally
                 .transition(&workspace, &transition, transition.at_epoch_ms);
+            // In this batch: the answer that caused the transition waits until it is durable.
+            self.journal_lease(|| LeaseEvent::Breaker {
+                workspace: Arc::from(workspace.as_str()),
+                transition: transition.clone(),
+            });
             match &mut batch {
                 Some((current, list)) if *current == workspace => list.push(transition),
                 _ => {

@@ -24,7 +24,17 @@
 //! workspace whose controller made it; every Retry-After pause the core applied reaches
 //! [`Journal::provider_paused`] once, right after the command that caused it; when [`Journal::keeps_leases`], every lease the driver
 //! grants reaches [`Journal::lease_events`] as `Granted` before its holder learns its token, and
-//! as `Released` exactly once when it leaves the lease table (release, reclaim, expiry).
+//! as `Released` exactly once when it leaves the lease table (release, reclaim, expiry); every
+//! pause that reaches [`Journal::provider_paused`] and every breaker transition also reaches
+//! [`Journal::lease_events`] (`Paused`, `Breaker`) in the batch of the command that caused it,
+//! so its answer (a release with outcome `retry-after`, a relayed Retry-After, a grant that
+//! moved a breaker) waits until the lane state a restart needs is durable.
+//!
+//! # Lane state
+//!
+//! [`Journal::breaker_transitions`] and [`Journal::provider_paused`] are history (the server's
+//! audit log, written after the answer); what a restart puts back comes from the `Paused` and
+//! `Breaker` lease events, which are durable before it.
 
 use std::sync::Arc;
 
@@ -66,7 +76,8 @@ pub struct HeldLease {
     pub expires_at: Option<Millis>,
 }
 
-/// One change to the held leases or to a budget.
+/// One change to the held leases, a budget, or the state of a provider lane that a restart
+/// puts back (its pause, its breaker).
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaseEvent {
     Granted(HeldLease),
@@ -81,6 +92,19 @@ pub enum LeaseEvent {
         workspace: Arc<str>,
         budget: String,
     },
+    /// A provider lane was paused, or its pause moved, until `until_epoch_ms` (only the pauses
+    /// [`Journal::provider_paused`] gets: extensions under
+    /// [`JOURNAL_EXTENSION_MS`](crate::pause::JOURNAL_EXTENSION_MS) are not recorded).
+    Paused {
+        workspace: Arc<str>,
+        provider: String,
+        until_epoch_ms: Millis,
+    },
+    /// A provider lane's breaker changed state.
+    Breaker {
+        workspace: Arc<str>,
+        transition: BreakerTransition,
+    },
 }
 
 /// Durable side effects of the driver.
@@ -91,8 +115,8 @@ pub trait Journal: Send + 'static {
     fn breaker_transitions(&mut self, workspace: &str, transitions: &[BreakerTransition]);
     /// Records a Retry-After pause of one of the workspace's provider lanes. A host that keeps
     /// them pauses the lane again after a restart until the pause's `until_epoch_ms` plus
-    /// [`JOURNAL_EXTENSION_MS`](crate::pause::JOURNAL_EXTENSION_MS) (the server does, from its
-    /// audit log). Journals that keep no history ignore it.
+    /// [`JOURNAL_EXTENSION_MS`](crate::pause::JOURNAL_EXTENSION_MS) (the server does, from the
+    /// `Paused` lease event of the same pause). Journals that keep no history ignore it.
     fn provider_paused(&mut self, _workspace: &str, _pause: &Pause) {}
     /// Whether this journal keeps leases; when `false` the driver builds no lease events and
     /// holds back no reply.

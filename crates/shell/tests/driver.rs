@@ -17,8 +17,8 @@ use turnstile_shell::{
 
 type Journaled = Arc<Mutex<Vec<(String, BreakerTransition)>>>;
 
-/// Records what the driver journals.
-struct RecordingJournal(Journaled);
+/// Records what the driver journals: breaker transitions as history, and as lease events.
+struct RecordingJournal(Journaled, Journaled);
 
 impl Journal for RecordingJournal {
     fn profile_registered(&mut self, _registration: Registration, done: Done) {
@@ -32,7 +32,17 @@ impl Journal for RecordingJournal {
         }
     }
 
-    fn lease_events(&mut self, _events: Vec<turnstile_shell::LeaseEvent>, done: Done) {
+    fn lease_events(&mut self, events: Vec<turnstile_shell::LeaseEvent>, done: Done) {
+        let mut journaled = self.1.lock().unwrap();
+        for event in events {
+            if let turnstile_shell::LeaseEvent::Breaker {
+                workspace,
+                transition,
+            } = event
+            {
+                journaled.push((workspace.to_string(), transition));
+            }
+        }
         done(Ok(()));
     }
 }
@@ -41,22 +51,26 @@ struct Harness {
     driver: DriverHandle,
     metrics: Arc<LeaseMetrics>,
     journaled: Journaled,
+    /// The `Breaker` lease events (what a restart reopens breakers from).
+    lease_breakers: Journaled,
 }
 
 fn harness(ttl: Option<u64>) -> Harness {
     let journaled = Journaled::default();
+    let lease_breakers = Journaled::default();
     let metrics = Arc::new(LeaseMetrics::default());
     let (driver, _task) = Driver::spawn(
         Registry::new(),
         Clock::starting_at(0),
         DriverConfig { lease_ttl_ms: ttl },
-        Box::new(RecordingJournal(journaled.clone())),
+        Box::new(RecordingJournal(journaled.clone(), lease_breakers.clone())),
         metrics.clone(),
     );
     Harness {
         driver,
         metrics,
         journaled,
+        lease_breakers,
     }
 }
 
@@ -278,8 +292,8 @@ async fn a_pause_that_outlasts_the_deadline_is_refused_at_once() {
     assert!(h.driver.retry_after("ws", "nope", 10).await.is_err());
 }
 
-/// Records the ends of the pauses the driver journals.
-struct PauseJournal(Arc<Mutex<Vec<u64>>>);
+/// Records the ends of the pauses the driver journals (as history, and as lease events).
+struct PauseJournal(Arc<Mutex<Vec<u64>>>, Arc<Mutex<Vec<u64>>>);
 
 impl Journal for PauseJournal {
     fn profile_registered(&mut self, _registration: Registration, done: Done) {
@@ -292,7 +306,12 @@ impl Journal for PauseJournal {
         self.0.lock().unwrap().push(pause.until_epoch_ms);
     }
 
-    fn lease_events(&mut self, _events: Vec<turnstile_shell::LeaseEvent>, done: Done) {
+    fn lease_events(&mut self, events: Vec<turnstile_shell::LeaseEvent>, done: Done) {
+        for event in events {
+            if let turnstile_shell::LeaseEvent::Paused { until_epoch_ms, .. } = event {
+                self.1.lock().unwrap().push(until_epoch_ms);
+            }
+        }
         done(Ok(()));
     }
 }
@@ -303,11 +322,12 @@ impl Journal for PauseJournal {
 async fn pause_extensions_too_small_to_journal_one_by_one_are_journaled_once_they_add_up_to_a_second(
 ) {
     let ends = Arc::new(Mutex::new(Vec::new()));
+    let lease_ends = Arc::new(Mutex::new(Vec::new()));
     let (driver, _task) = Driver::spawn(
         Registry::new(),
         Clock::starting_at(0),
         DriverConfig { lease_ttl_ms: None },
-        Box::new(PauseJournal(ends.clone())),
+        Box::new(PauseJournal(ends.clone(), lease_ends.clone())),
         Arc::new(LeaseMetrics::default()),
     );
     driver
@@ -322,6 +342,11 @@ async fn pause_extensions_too_small_to_journal_one_by_one_are_journaled_once_the
     assert_eq!(real_ends, [5_000, 5_600, 6_200, 6_800]);
     // 5,600 and 6,800 are within a second of the last journaled end; 6,200 is not.
     assert_eq!(*ends.lock().unwrap(), [5_000, 6_200]);
+    assert_eq!(
+        *lease_ends.lock().unwrap(),
+        [5_000, 6_200],
+        "the same in the lease log"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -372,6 +397,11 @@ async fn breakers_of_two_workspaces_tripping_at_the_same_tick_are_journaled_each
         };
         assert_eq!(workspace, expected, "{transition:?}");
     }
+    assert_eq!(
+        *h.lease_breakers.lock().unwrap(),
+        journaled,
+        "every transition is a lease event too, in the same order"
+    );
 }
 
 #[tokio::test(start_paused = true)]

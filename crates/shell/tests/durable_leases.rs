@@ -397,3 +397,80 @@ async fn a_reinstated_lease_whose_holder_is_gone_is_reclaimed_at_its_ttl() {
         AcquireReply::Admitted(_)
     ));
 }
+
+/// The pause a release with outcome `retry-after` (or a relayed Retry-After) applies goes into
+/// the same batch as the release, and the answer waits until that batch is durable: a crash
+/// after the answer cannot lose the pause a restart puts back.
+#[tokio::test(start_paused = true)]
+async fn a_pause_is_durable_before_the_answer_that_caused_it() {
+    let shared = Shared::new(Mode::Durable);
+    let (driver, handle) = driver(&shared, 0, 1_000);
+    tokio::spawn(driver.run());
+    let AcquireReply::Admitted(mut grant) = handle.acquire(ask(Wait::For(10))).await.unwrap()
+    else {
+        panic!("not admitted");
+    };
+    grant.accept();
+    *shared.mode.lock().unwrap() = Mode::Hold;
+    let releasing = {
+        let handle = handle.clone();
+        let token = grant.token;
+        tokio::spawn(async move {
+            handle
+                .ask(|reply| Command::Release {
+                    token,
+                    workspace: Arc::from("ws"),
+                    principal: Arc::from("p"),
+                    outcome: Outcome::RetryAfter {
+                        retry_after_ms: 5_000,
+                    },
+                    usage: ActualUsage::none(),
+                    forget_budget: None,
+                    reply,
+                })
+                .await
+                .unwrap()
+        })
+    };
+    settle().await;
+    assert!(
+        !releasing.is_finished(),
+        "answered before the pause was durable"
+    );
+    let events = shared.events();
+    assert_eq!(
+        events[events.len() - 2..],
+        [
+            LeaseEvent::Released {
+                token: grant.token,
+                usage: ActualUsage::none(),
+            },
+            LeaseEvent::Paused {
+                workspace: Arc::from("ws"),
+                provider: "llm".into(),
+                until_epoch_ms: 5_000,
+            },
+        ],
+        "one batch: the release, then its pause"
+    );
+    shared.complete_held();
+    assert!(releasing.await.unwrap().is_ok());
+
+    // A relayed Retry-After that moves the end by a second or more: held the same way.
+    let relaying = {
+        let handle = handle.clone();
+        tokio::spawn(async move { handle.retry_after("ws", "llm", 20_000).await })
+    };
+    settle().await;
+    assert!(!relaying.is_finished());
+    assert_eq!(
+        shared.events().last(),
+        Some(&LeaseEvent::Paused {
+            workspace: Arc::from("ws"),
+            provider: "llm".into(),
+            until_epoch_ms: 20_000,
+        })
+    );
+    shared.complete_held();
+    assert_eq!(relaying.await.unwrap().unwrap(), 20_000);
+}

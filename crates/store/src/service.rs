@@ -34,7 +34,10 @@ pub use lease_log::{
     Done as LeaseLogDone, LeaseLog, LeaseLogError, LeaseLogStats, LeaseState, Recovered,
     DEFAULT_SEGMENT_BYTES, LEASE_LOG_DIR,
 };
-pub use leases::{LeaseChange, LeaseDurability, StoredLease, StoredSpend};
+pub use leases::{
+    LeaseChange, LeaseDurability, StoredBreaker, StoredLease, StoredPause, StoredSpend,
+    BREAKER_CLOSED, PAUSE_KEPT_AFTER_END_MS,
+};
 pub use memory::MemoryServiceStore;
 pub use sqlite::{SqliteServiceStore, SERVICE_DB_FILE};
 pub use types::{

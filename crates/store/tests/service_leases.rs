@@ -1,14 +1,15 @@
 //! The lease log (issue 14: leases survive a crash of the process): the rules of held leases
 //! and spend, replay after reopening at either durability, torn tails, compaction across
-//! segments, corruption, and the one-time import of the interim SQLite lease file.
+//! segments, corruption, the one-time import of the interim SQLite lease file, and the lanes'
+//! latest pauses and breaker transitions.
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::mpsc;
 
 use turnstile_store::service::{
-    LeaseChange, LeaseDurability, LeaseLog, LeaseState, Recovered, StoredLease, StoredSpend,
-    DEFAULT_SEGMENT_BYTES, LEASE_LOG_DIR,
+    LeaseChange, LeaseDurability, LeaseLog, LeaseState, Recovered, StoredBreaker, StoredLease,
+    StoredPause, StoredSpend, DEFAULT_SEGMENT_BYTES, LEASE_LOG_DIR,
 };
 
 fn lease(token: &str, budget: &str, tokens: u64) -> StoredLease {
@@ -209,6 +210,119 @@ fn the_last_grant_instant_outlives_its_released_lease_compaction_and_reopening()
         Some(1_059),
         "kept by the snapshot"
     );
+}
+
+/// Far in the future: a pause that has not ended.
+const LATER: u64 = 1 << 60;
+
+fn paused(provider: &str, until: u64) -> LeaseChange {
+    LeaseChange::Paused {
+        workspace_id: "w".into(),
+        provider_id: provider.into(),
+        until_epoch_ms: until,
+    }
+}
+
+fn breaker(provider: &str, from: &str, to: &str, at: u64) -> StoredBreaker {
+    StoredBreaker {
+        workspace_id: "w".into(),
+        provider_id: provider.into(),
+        from: from.into(),
+        to: to.into(),
+        at_epoch_ms: at,
+        failures: 3,
+    }
+}
+
+fn stored_pause(provider: &str, until: u64) -> StoredPause {
+    StoredPause {
+        workspace_id: "w".into(),
+        provider_id: provider.into(),
+        until_epoch_ms: until,
+    }
+}
+
+/// A restart pauses lanes again and reopens breakers from the log: each lane's latest pause
+/// that has not ended and latest transition that is not to closed survive compaction and
+/// reopening; ended pauses and closed breakers are dropped.
+#[test]
+fn the_latest_pause_and_open_breaker_of_each_lane_survive_compaction_and_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut log, recovered) = open(dir.path(), LeaseDurability::Process, 512);
+        assert!(recovered.pauses.is_empty() && recovered.breakers.is_empty());
+        append(&mut log, &[paused("a", LATER), paused("a", LATER + 5)]);
+        append(&mut log, &[paused("ended", 1)]);
+        append(
+            &mut log,
+            &[
+                LeaseChange::Breaker(breaker("a", "closed", "open", 10)),
+                LeaseChange::Breaker(breaker("b", "closed", "open", 11)),
+                LeaseChange::Breaker(breaker("b", "open", "half-open", 12)),
+                LeaseChange::Breaker(breaker("c", "closed", "open", 13)),
+                LeaseChange::Breaker(breaker("c", "half-open", "closed", 14)),
+            ],
+        );
+        // Enough grants and releases to rotate and compact many times.
+        for i in 0..40u64 {
+            append(&mut log, &[granted_at(&format!("t{i}"), 1_000 + i)]);
+            append(&mut log, &[released(&format!("t{i}"), None)]);
+        }
+        log.wait_for_compaction();
+        assert!(log.current_segment() > 5, "rotated");
+    }
+    let expected_pauses = vec![stored_pause("a", LATER + 5)];
+    let expected_breakers = vec![
+        breaker("a", "closed", "open", 10),
+        breaker("b", "open", "half-open", 12),
+    ];
+    for _ in 0..2 {
+        let (_log, recovered) = open(dir.path(), LeaseDurability::Process, 512);
+        assert_eq!(recovered.pauses, expected_pauses);
+        assert_eq!(recovered.breakers, expected_breakers);
+    }
+    // The last records of a segment that was never compacted are replayed too.
+    {
+        let (mut log, _) = open(dir.path(), LeaseDurability::Process, 1 << 20);
+        append(
+            &mut log,
+            &[
+                paused("b", LATER),
+                LeaseChange::Breaker(breaker("a", "half-open", "closed", 20)),
+            ],
+        );
+    }
+    let (_log, recovered) = open(dir.path(), LeaseDurability::Process, 1 << 20);
+    assert_eq!(
+        recovered.pauses,
+        vec![stored_pause("a", LATER + 5), stored_pause("b", LATER)]
+    );
+    assert_eq!(
+        recovered.breakers,
+        vec![breaker("b", "open", "half-open", 12)]
+    );
+}
+
+/// A log written before pauses and breakers were kept (no such records) still opens.
+#[test]
+fn a_log_without_pause_or_breaker_records_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let leases = dir.path().join(LEASE_LOG_DIR);
+    std::fs::create_dir_all(&leases).unwrap();
+    std::fs::write(
+        leases.join("snapshot.jsonl"),
+        concat!(
+            r#"{"leaseLog":1,"kind":"snapshot","segment":1,"lastGrantAtMs":7}"#,
+            "\n",
+            r#"{"spend":{"workspaceId":"w","budgetId":"b","principalId":"p","providerId":"llm","attempts":1,"tokens":2,"costUsd":0.5}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let (_log, recovered) = open(dir.path(), LeaseDurability::Process, 1 << 20);
+    assert_eq!(recovered.last_grant_at_ms, Some(7));
+    assert_eq!(recovered.spend.len(), 1);
+    assert!(recovered.pauses.is_empty() && recovered.breakers.is_empty());
 }
 
 fn only_segment(dir: &Path) -> std::path::PathBuf {

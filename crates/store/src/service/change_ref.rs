@@ -31,6 +31,21 @@ pub enum LeaseChangeRef<'a, T: Display> {
         workspace_id: &'a str,
         budget_id: &'a str,
     },
+    Paused {
+        workspace_id: &'a str,
+        provider_id: &'a str,
+        until_epoch_ms: u64,
+    },
+    /// A breaker transition: the fields of a [`StoredBreaker`](super::StoredBreaker), in its
+    /// order (rare: encoded by serde, not by hand).
+    Breaker {
+        workspace_id: &'a str,
+        provider_id: &'a str,
+        from: &'a str,
+        to: &'a str,
+        at_epoch_ms: u64,
+        failures: u32,
+    },
 }
 
 /// A [`StoredLease`](super::StoredLease), borrowed.
@@ -105,6 +120,10 @@ impl<T: Display> LeaseChangeRef<'_, T> {
                 buf.extend_from_slice(br#","budgetId":"#);
                 write_str(buf, budget_id)?;
                 buf.extend_from_slice(b"}}");
+            }
+            // Rare (at most about one a second per lane): serde's own encoding.
+            LeaseChangeRef::Paused { .. } | LeaseChangeRef::Breaker { .. } => {
+                serde_json::to_writer(&mut *buf, self)?;
             }
         }
         Ok(())
@@ -231,6 +250,39 @@ mod tests {
             serde_json::to_string(&borrowed).unwrap(),
             serde_json::to_string(&owned).unwrap()
         );
+        let borrowed: LeaseChangeRef<'_, String> = LeaseChangeRef::Paused {
+            workspace_id: "w",
+            provider_id: "llm",
+            until_epoch_ms: 12,
+        };
+        let owned = LeaseChange::Paused {
+            workspace_id: "w".into(),
+            provider_id: "llm".into(),
+            until_epoch_ms: 12,
+        };
+        let mut ours = Vec::new();
+        borrowed.write_json(&mut ours).unwrap();
+        assert_eq!(ours, serde_json::to_vec(&owned).unwrap());
+        let transition = crate::service::StoredBreaker {
+            workspace_id: "w".into(),
+            provider_id: "llm".into(),
+            from: "closed".into(),
+            to: "open".into(),
+            at_epoch_ms: 3,
+            failures: 5,
+        };
+        let borrowed: LeaseChangeRef<'_, String> = LeaseChangeRef::Breaker {
+            workspace_id: "w",
+            provider_id: "llm",
+            from: "closed",
+            to: "open",
+            at_epoch_ms: 3,
+            failures: 5,
+        };
+        let mut ours = Vec::new();
+        borrowed.write_json(&mut ours).unwrap();
+        let back: LeaseChange = serde_json::from_slice(&ours).unwrap();
+        assert_eq!(back, LeaseChange::Breaker(transition));
     }
 }
 

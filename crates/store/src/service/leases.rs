@@ -17,6 +17,14 @@
 //! - `BudgetReleased` forgets every spend line of the invocation, and detaches its held leases
 //!   from it (their `budget_id` becomes `None`), so a later opening of the same budget ID is
 //!   never corrected by an older lease.
+//! - `Paused` keeps the latest pause end of its (workspace, provider) lane; a pause that ended
+//!   (more than [`PAUSE_KEPT_AFTER_END_MS`] ago, when a snapshot is written) is forgotten.
+//! - `Breaker` keeps the latest transition of its (workspace, provider) lane; a transition to
+//!   [`BREAKER_CLOSED`] forgets the lane's entry (a closed breaker needs nothing at restart).
+//!
+//! Pauses and breaker transitions travel in the same batches as grants and releases, so the
+//! answer that caused one waits until it is written (a restart pauses the lane again and
+//! reopens its breaker from the log). Both are bounded by the lanes the profiles name.
 //!
 //! The store keeps plain numbers and IDs, never admission types, like the rest of this module.
 
@@ -78,6 +86,36 @@ pub struct StoredSpend {
     pub cost_usd: f64,
 }
 
+/// A pause is kept this long after its end (a restart adds the shell's journaling slack to
+/// the end it restores, so a pause that only just ended may still be in force after it).
+pub const PAUSE_KEPT_AFTER_END_MS: u64 = 60_000;
+
+/// The breaker state that needs nothing at restart (its transition forgets the lane's entry).
+pub const BREAKER_CLOSED: &str = "closed";
+
+/// The latest Retry-After pause of a provider lane, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StoredPause {
+    pub workspace_id: String,
+    pub provider_id: String,
+    /// When the lane's pause ends (epoch milliseconds).
+    pub until_epoch_ms: u64,
+}
+
+/// The latest breaker transition of a provider lane, as stored (states in the spec's
+/// spelling: `closed`, `open`, `half-open`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StoredBreaker {
+    pub workspace_id: String,
+    pub provider_id: String,
+    pub from: String,
+    pub to: String,
+    pub at_epoch_ms: u64,
+    pub failures: u32,
+}
+
 /// One change to the held leases or the spend, as the service's driver made it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(
@@ -98,6 +136,14 @@ pub enum LeaseChange {
         workspace_id: String,
         budget_id: String,
     },
+    /// A provider lane was paused (or its pause extended) until `until_epoch_ms`.
+    Paused {
+        workspace_id: String,
+        provider_id: String,
+        until_epoch_ms: u64,
+    },
+    /// A provider lane's breaker changed state.
+    Breaker(StoredBreaker),
 }
 
 /// `spent` with a charge replaced by the actual amount (never below zero).

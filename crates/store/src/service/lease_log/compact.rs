@@ -90,5 +90,5 @@ fn compact(
             replay_segment(&path, n, &mut state)?;
         }
     }
-    write_snapshot(dir, &state, through, durability)
+    write_snapshot(dir, &mut state, through, durability)
 }

@@ -1,5 +1,5 @@
-//! The lease log: where the service journals every grant, release and budget release before
-//! it answers (issue 14: leases survive a crash of the process), as an append-only file the
+//! The lease log: where the service journals every grant, release and budget release, and
+//! every Retry-After pause and breaker transition a restart puts back, before it answers (issue 14: leases survive a crash of the process), as an append-only file the
 //! driver writes itself.
 //!
 //! Why not SQLite: a grant and a release are each one tiny record that must reach the operating
@@ -14,8 +14,8 @@
 //! - `segment-N.jsonl`: the changes in driver order. Exactly one segment is open for writing,
 //!   the highest; at `segment_bytes` the writer opens segment N+1 and asks the compaction
 //!   thread to fold segments ≤ N into the snapshot.
-//! - `snapshot.jsonl`: the state (held leases, spend lines) through segment S, written to a
-//!   temporary file and renamed, so it is always whole. Segments ≤ S are deleted after the
+//! - `snapshot.jsonl`: the state (held leases, spend lines, lanes' pauses and open breakers)
+//!   through segment S, written to a temporary file and renamed, so it is always whole. Segments ≤ S are deleted after the
 //!   rename; a crash in between leaves them, and they are skipped.
 //!
 //! Opening replays the snapshot and every later segment (a torn last line is ignored: it was
@@ -54,7 +54,9 @@ use self::compact::Compactor;
 pub use self::record::LogLine;
 use self::record::{encode_line, read_file, FileKind, Header, SnapshotRecord, FORMAT_VERSION};
 use self::sync::Syncer;
-use super::leases::{LeaseChange, LeaseDurability, StoredLease, StoredSpend};
+use super::leases::{
+    LeaseChange, LeaseDurability, StoredBreaker, StoredLease, StoredPause, StoredSpend,
+};
 
 /// The lease log's directory inside the data directory.
 pub const LEASE_LOG_DIR: &str = "leases";
@@ -117,6 +119,11 @@ pub struct Recovered {
     /// The latest `admitted_at_ms` of any grant the log recorded, released leases included
     /// (`None`: it never granted anything). The rate buckets restart as if empty then.
     pub last_grant_at_ms: Option<u64>,
+    /// Each lane's latest pause, unless it ended more than
+    /// [`PAUSE_KEPT_AFTER_END_MS`](super::PAUSE_KEPT_AFTER_END_MS) before the log was opened.
+    pub pauses: Vec<StoredPause>,
+    /// Each lane's latest breaker transition, unless it was to closed.
+    pub breakers: Vec<StoredBreaker>,
 }
 
 /// Counters of the log's background work (for `/metrics`).
@@ -186,6 +193,8 @@ fn read_snapshot(dir: &Path, state: &mut LeaseState) -> Result<u64, LeaseLogErro
     let header = read_file(&path, FileKind::Snapshot, |record| match record {
         SnapshotRecord::Held(lease) => state.restore_lease(lease),
         SnapshotRecord::Spend(line) => state.restore_spend(line),
+        SnapshotRecord::Pause(pause) => state.restore_pause(pause),
+        SnapshotRecord::Breaker(transition) => state.restore_breaker(transition),
     })?;
     state.note_grant_at(header.and_then(|h| h.last_grant_at_ms));
     header
@@ -213,10 +222,10 @@ fn replay_segment(path: &Path, n: u64, state: &mut LeaseState) -> Result<(), Lea
 }
 
 /// Writes `state` as the snapshot through `segment` (temporary file, then rename), then deletes
-/// the segments it covers.
+/// the segments it covers. Pauses that ended are forgotten first.
 fn write_snapshot(
     dir: &Path,
-    state: &LeaseState,
+    state: &mut LeaseState,
     segment: u64,
     durability: LeaseDurability,
 ) -> Result<(), LeaseLogError> {
@@ -225,6 +234,7 @@ fn write_snapshot(
         1 << 16,
         File::create(&tmp).map_err(|e| LeaseLogError::io(&tmp, e))?,
     );
+    state.forget_ended_pauses(now_epoch_ms());
     let mut buf = Vec::with_capacity(512);
     let header = Header {
         lease_log: FORMAT_VERSION,
@@ -249,6 +259,13 @@ fn write_snapshot(
             buf.clear();
         }
     }
+    // Bounded by the profiles' lanes: no flush needed in between.
+    for pause in state.pauses() {
+        encode_line(&mut buf, &SnapshotRecord::Pause(pause.clone()))?;
+    }
+    for transition in state.breakers() {
+        encode_line(&mut buf, &SnapshotRecord::Breaker(transition.clone()))?;
+    }
     out.write_all(&buf)
         .map_err(|e| LeaseLogError::io(&tmp, e))?;
     let file = out
@@ -269,6 +286,13 @@ fn write_snapshot(
         }
     }
     Ok(())
+}
+
+/// The wall clock in epoch milliseconds (0 before 1970: nothing is forgotten then).
+fn now_epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Creates segment `n` with its header.
@@ -327,7 +351,7 @@ impl LeaseLog {
             }
             last = last.max(n);
         }
-        write_snapshot(&dir, &state, last, durability)?;
+        write_snapshot(&dir, &mut state, last, durability)?;
         if let Some(legacy) = imported {
             legacy.remove()?;
         }
@@ -335,6 +359,8 @@ impl LeaseLog {
             leases: state.held_leases().cloned().collect(),
             spend: state.spend().into_iter().cloned().collect(),
             last_grant_at_ms: state.last_grant_at_ms(),
+            pauses: state.pauses().into_iter().cloned().collect(),
+            breakers: state.breakers().into_iter().cloned().collect(),
         };
         drop(state);
         let segment = last + 1;

@@ -2,10 +2,13 @@
 //! header line that names what it is.
 //!
 //! - A **segment** (`segment-NNNNNNNNNNNNNNNNNNNN.jsonl`) holds `LeaseChange`s in the order the
-//!   driver applied them: `{"granted":{…}}`, `{"released":{…}}`, `{"budgetReleased":{…}}`.
+//!   driver applied them: `{"granted":{…}}`, `{"released":{…}}`, `{"budgetReleased":{…}}`,
+//!   `{"paused":{…}}` (a lane's pause end), `{"breaker":{…}}` (a lane's breaker transition).
 //! - The **snapshot** (`snapshot.jsonl`) holds the state through a segment number: the held
-//!   leases in grant order (`{"held":{…}}`, their charge already counted) and the spend lines
-//!   (`{"spend":{…}}`); its header also keeps the instant of the latest grant
+//!   leases in grant order (`{"held":{…}}`, their charge already counted), the spend lines
+//!   (`{"spend":{…}}`), each lane's latest pause that has not ended (`{"pause":{…}}`) and each
+//!   lane's latest breaker transition that is not to closed (`{"breaker":{…}}`); logs written
+//!   before pauses and breakers were kept simply hold none. Its header also keeps the instant of the latest grant
 //!   (`lastGrantAtMs`), which outlives the released leases it came from.
 //!
 //! Invariant: a line is complete only with its `\n`. The one line a crash can tear is the
@@ -19,7 +22,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::LeaseLogError;
-use crate::service::leases::{LeaseChange, StoredLease, StoredSpend};
+use crate::service::leases::{LeaseChange, StoredBreaker, StoredLease, StoredPause, StoredSpend};
 use crate::service::LeaseChangeRef;
 
 /// The format version in every header.
@@ -54,6 +57,8 @@ pub enum FileKind {
 pub enum SnapshotRecord {
     Held(StoredLease),
     Spend(StoredSpend),
+    Pause(StoredPause),
+    Breaker(StoredBreaker),
 }
 
 /// A change the lease log can append as one line.

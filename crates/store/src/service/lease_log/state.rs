@@ -8,19 +8,23 @@
 //! Invariants: `leases` is in grant order; `last_grant_at_ms` is the latest `admitted_at_ms`
 //! of every grant the records (and the snapshot's header) describe, released ones included; `by_budget[(w, b)]` holds exactly the tokens of the
 //! held leases whose `budget_id` is `b` in workspace `w`; `spend` holds only lines of budgets
-//! that were charged since their last release.
+//! that were charged since their last release; `pauses` holds the latest pause of each lane
+//! (dropped by [`LeaseState::forget_ended_pauses`] once ended), `breakers` the latest
+//! transition of each lane whose breaker is not closed.
 
 use std::collections::{HashMap, HashSet};
 
 use hashlink::LinkedHashMap;
 
 use crate::service::leases::{
-    corrected_cost, corrected_tokens, LeaseChange, StoredLease, StoredSpend,
+    corrected_cost, corrected_tokens, LeaseChange, StoredBreaker, StoredLease, StoredPause,
+    StoredSpend, BREAKER_CLOSED, PAUSE_KEPT_AFTER_END_MS,
 };
 
 /// (workspace, budget)
 type BudgetKey = (String, String);
-/// (principal, provider): one spend line of a budget.
+/// (principal, provider): one spend line of a budget; (workspace, provider): a lane's pause
+/// or breaker.
 type LaneKey = (String, String);
 
 /// Held leases and spend lines, as the records applied so far leave them.
@@ -31,6 +35,10 @@ pub struct LeaseState {
     spend: HashMap<BudgetKey, HashMap<LaneKey, StoredSpend>>,
     /// The latest `admitted_at_ms` of any grant applied or restored.
     last_grant_at_ms: Option<u64>,
+    /// (workspace, provider) → the lane's latest pause.
+    pauses: HashMap<LaneKey, StoredPause>,
+    /// (workspace, provider) → the lane's latest transition, when not to closed.
+    breakers: HashMap<LaneKey, StoredBreaker>,
 }
 
 impl LeaseState {
@@ -47,7 +55,62 @@ impl LeaseState {
                 workspace_id,
                 budget_id,
             } => self.release_budget(workspace_id, budget_id),
+            LeaseChange::Paused {
+                workspace_id,
+                provider_id,
+                until_epoch_ms,
+            } => self.restore_pause(StoredPause {
+                workspace_id,
+                provider_id,
+                until_epoch_ms,
+            }),
+            LeaseChange::Breaker(transition) => self.restore_breaker(transition),
         }
+    }
+
+    /// Keeps `pause` as its lane's latest (a snapshot's line, or a `Paused` change).
+    pub fn restore_pause(&mut self, pause: StoredPause) {
+        let lane = (pause.workspace_id.clone(), pause.provider_id.clone());
+        self.pauses.insert(lane, pause);
+    }
+
+    /// Keeps `transition` as its lane's latest, or forgets the lane's when it closed.
+    pub fn restore_breaker(&mut self, transition: StoredBreaker) {
+        let lane = (
+            transition.workspace_id.clone(),
+            transition.provider_id.clone(),
+        );
+        if transition.to == BREAKER_CLOSED {
+            self.breakers.remove(&lane);
+        } else {
+            self.breakers.insert(lane, transition);
+        }
+    }
+
+    /// Forgets the pauses that ended more than [`PAUSE_KEPT_AFTER_END_MS`] before `now`
+    /// (before a snapshot is written).
+    pub fn forget_ended_pauses(&mut self, now: u64) {
+        self.pauses
+            .retain(|_, pause| pause.until_epoch_ms.saturating_add(PAUSE_KEPT_AFTER_END_MS) > now);
+    }
+
+    /// Every lane's latest pause, sorted by workspace and provider.
+    pub fn pauses(&self) -> Vec<&StoredPause> {
+        let mut pauses: Vec<&StoredPause> = self.pauses.values().collect();
+        pauses.sort_by(|a, b| {
+            (&a.workspace_id, &a.provider_id).cmp(&(&b.workspace_id, &b.provider_id))
+        });
+        pauses
+    }
+
+    /// Every lane's latest breaker transition that is not to closed, sorted by workspace and
+    /// provider.
+    pub fn breakers(&self) -> Vec<&StoredBreaker> {
+        let mut breakers: Vec<&StoredBreaker> = self.breakers.values().collect();
+        breakers.sort_by(|a, b| {
+            (&a.workspace_id, &a.provider_id).cmp(&(&b.workspace_id, &b.provider_id))
+        });
+        breakers
     }
 
     /// Puts back one spend line as a snapshot recorded it.
