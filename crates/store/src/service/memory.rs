@@ -94,19 +94,6 @@ impl ServiceStore for MemoryServiceStore {
         Ok(self.audit.clone())
     }
 
-    fn latest_audit_by_provider(
-        &self,
-        kind: AuditKind,
-        since_epoch_ms: u64,
-    ) -> Result<Vec<AuditRecord>, ServiceStoreError> {
-        Ok(super::types::latest_by_provider(
-            self.audit
-                .iter()
-                .filter(|r| r.kind == kind && r.at_epoch_ms >= since_epoch_ms)
-                .cloned(),
-        ))
-    }
-
     fn clear_identity(&mut self) -> Result<(), ServiceStoreError> {
         self.keys.clear();
         self.profiles.clear();

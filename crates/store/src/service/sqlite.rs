@@ -395,29 +395,6 @@ impl ServiceStore for SqliteServiceStore {
         Ok(records)
     }
 
-    fn latest_audit_by_provider(
-        &self,
-        kind: AuditKind,
-        since_epoch_ms: u64,
-    ) -> Result<Vec<AuditRecord>, ServiceStoreError> {
-        let mut statement = self.conn.prepare(
-            "SELECT workspace_id, record_json, at_epoch_ms, actor_key_id FROM audit
-             WHERE kind = ?1 AND at_epoch_ms >= ?2 ORDER BY seq",
-        )?;
-        let rows =
-            statement.query_map(params![kind.as_str(), to_sql_time(since_epoch_ms)], |row| {
-                Ok(AuditRecord {
-                    workspace_id: row.get(0)?,
-                    kind,
-                    record_json: row.get(1)?,
-                    at_epoch_ms: from_sql_time(row.get(2)?),
-                    actor_key_id: row.get(3)?,
-                })
-            })?;
-        let records = rows.collect::<Result<Vec<_>, _>>()?;
-        Ok(super::types::latest_by_provider(records))
-    }
-
     fn clear_identity(&mut self) -> Result<(), ServiceStoreError> {
         self.conn.execute_batch(
             "BEGIN IMMEDIATE; DELETE FROM api_keys; DELETE FROM profiles; DELETE FROM audit;
@@ -553,54 +530,6 @@ mod tests {
     fn sqlite_and_memory_keep_the_same_invariants() {
         roundtrip(&mut SqliteServiceStore::open_in_memory().unwrap());
         roundtrip(&mut super::super::MemoryServiceStore::new());
-    }
-
-    fn latest_per_provider(store: &mut dyn ServiceStore) {
-        let record = |workspace: &str, provider: &str, at: u64| AuditRecord {
-            workspace_id: workspace.into(),
-            kind: AuditKind::ProviderPause,
-            record_json: format!("{{\"providerId\":\"{provider}\",\"at\":{at}}}"),
-            at_epoch_ms: at,
-            actor_key_id: None,
-        };
-        let mut breaker = record("w", "a", 9);
-        breaker.kind = AuditKind::BreakerTransition;
-        let mut no_provider = record("w", "a", 8);
-        no_provider.record_json = "{}".into();
-        store
-            .append_audit(&[
-                record("w", "a", 1),
-                record("w", "b", 2),
-                record("v", "a", 3),
-                record("w", "a", 4),
-                breaker,
-                no_provider,
-            ])
-            .unwrap();
-        let latest = store
-            .latest_audit_by_provider(AuditKind::ProviderPause, 0)
-            .unwrap();
-        let at: Vec<u64> = latest.iter().map(|r| r.at_epoch_ms).collect();
-        assert_eq!(
-            at,
-            [2, 3, 4],
-            "the latest per workspace and provider, in order"
-        );
-        let since = store
-            .latest_audit_by_provider(AuditKind::ProviderPause, 3)
-            .unwrap();
-        let at: Vec<u64> = since.iter().map(|r| r.at_epoch_ms).collect();
-        assert_eq!(at, [3, 4]);
-        let breakers = store
-            .latest_audit_by_provider(AuditKind::BreakerTransition, 0)
-            .unwrap();
-        assert_eq!(breakers.len(), 1);
-    }
-
-    #[test]
-    fn the_latest_audit_record_of_each_provider_lane_is_found_in_both_stores() {
-        latest_per_provider(&mut SqliteServiceStore::open_in_memory().unwrap());
-        latest_per_provider(&mut super::super::MemoryServiceStore::new());
     }
 
     #[test]

@@ -179,14 +179,6 @@ pub trait ServiceStore: Send {
     /// Every audit record of every workspace and kind, oldest first (seeding a replicas'
     /// shared feed from this store).
     fn audit_all(&self) -> Result<Vec<AuditRecord>, ServiceStoreError>;
-    /// Per workspace and provider lane (the record's `providerId`), the latest record of
-    /// `kind` written at or after `since_epoch_ms`, oldest first: the pauses and breaker
-    /// states a restart puts back. Records without a `providerId` are skipped.
-    fn latest_audit_by_provider(
-        &self,
-        kind: AuditKind,
-        since_epoch_ms: u64,
-    ) -> Result<Vec<AuditRecord>, ServiceStoreError>;
     /// Replicas: forgets every key, registration and audit record and the mirror cursor, in
     /// one transaction, before this store mirrors a deployment's shared feed from its start.
     fn clear_identity(&mut self) -> Result<(), ServiceStoreError>;
@@ -194,29 +186,4 @@ pub trait ServiceStore: Send {
     fn mirror_cursor(&self) -> Result<Option<(String, u64)>, ServiceStoreError>;
     /// Replicas: records that every event up to `seq` of the feed `epoch` is applied.
     fn set_mirror_cursor(&mut self, epoch: &str, seq: u64) -> Result<(), ServiceStoreError>;
-}
-
-/// The latest of `records` (oldest first) per workspace and `providerId`, oldest first.
-pub(crate) fn latest_by_provider(
-    records: impl IntoIterator<Item = AuditRecord>,
-) -> Vec<AuditRecord> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Lane {
-        provider_id: String,
-    }
-    let mut latest: std::collections::HashMap<(String, String), (usize, AuditRecord)> =
-        std::collections::HashMap::new();
-    for (order, record) in records.into_iter().enumerate() {
-        let Ok(lane) = serde_json::from_str::<Lane>(&record.record_json) else {
-            continue;
-        };
-        latest.insert(
-            (record.workspace_id.clone(), lane.provider_id),
-            (order, record),
-        );
-    }
-    let mut kept: Vec<(usize, AuditRecord)> = latest.into_values().collect();
-    kept.sort_by_key(|(order, _)| *order);
-    kept.into_iter().map(|(_, record)| record).collect()
 }
