@@ -9,8 +9,8 @@ use std::time::Duration;
 use turnstile_admission::{ActualUsage, Estimate, Limits, Outcome, Profile, Reason, Registry};
 use turnstile_shell::journal::Done;
 use turnstile_shell::{
-    Acquire, AcquireReply, Clock, Command, Driver, DriverConfig, DriverHandle, HeldLease, Journal,
-    LeaseEvent, LeaseMetrics, LeaseToken, Registration, Wait,
+    Acquire, AcquireReply, Clock, Command, Driver, DriverConfig, DriverHandle, Grant, HeldLease,
+    Journal, LeaseEvent, LeaseMetrics, LeaseToken, Registration, Wait,
 };
 
 /// How the test journal answers a batch.
@@ -139,6 +139,16 @@ async fn settle() {
     }
 }
 
+/// One request admitted at once and accepted by its caller.
+async fn admitted(handle: &DriverHandle) -> Grant {
+    let AcquireReply::Admitted(mut grant) = handle.acquire(ask(Wait::For(10))).await.unwrap()
+    else {
+        panic!("not admitted");
+    };
+    grant.accept();
+    grant
+}
+
 async fn active(driver: &DriverHandle) -> u64 {
     driver.snapshot("ws").await.unwrap().unwrap().core.active
 }
@@ -239,11 +249,7 @@ async fn expiries_and_budget_releases_are_journaled() {
     let shared = Shared::new(Mode::Durable);
     let (driver, handle) = driver(&shared, 0, 1_000);
     tokio::spawn(driver.run());
-    let AcquireReply::Admitted(mut grant) = handle.acquire(ask(Wait::For(10))).await.unwrap()
-    else {
-        panic!("not admitted");
-    };
-    grant.accept();
+    let grant = admitted(&handle).await;
     tokio::time::advance(Duration::from_millis(1_000)).await;
     settle().await;
     assert_eq!(shared.released(), vec![(grant.token, ActualUsage::none())]);
@@ -268,11 +274,7 @@ async fn a_release_that_forgets_its_budget_is_answered_once_both_are_durable() {
     let shared = Shared::new(Mode::Durable);
     let (driver, handle) = driver(&shared, 0, 1_000);
     tokio::spawn(driver.run());
-    let AcquireReply::Admitted(mut grant) = handle.acquire(ask(Wait::For(10))).await.unwrap()
-    else {
-        panic!("not admitted");
-    };
-    grant.accept();
+    let grant = admitted(&handle).await;
     *shared.mode.lock().unwrap() = Mode::Hold;
     let token = grant.token;
     let releasing = {
@@ -406,11 +408,7 @@ async fn a_pause_is_durable_before_the_answer_that_caused_it() {
     let shared = Shared::new(Mode::Durable);
     let (driver, handle) = driver(&shared, 0, 1_000);
     tokio::spawn(driver.run());
-    let AcquireReply::Admitted(mut grant) = handle.acquire(ask(Wait::For(10))).await.unwrap()
-    else {
-        panic!("not admitted");
-    };
-    grant.accept();
+    let grant = admitted(&handle).await;
     *shared.mode.lock().unwrap() = Mode::Hold;
     let releasing = {
         let handle = handle.clone();
