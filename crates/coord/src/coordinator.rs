@@ -44,6 +44,7 @@ use crate::error::CoordError;
 use crate::health::{Health, HealthCell};
 use crate::keys::WorkspaceKeys;
 use crate::lane_keys::{LaneKeys, LaneMemo, ReleaseOf};
+use crate::link::Topology;
 use crate::protocol::Word;
 use crate::share::DegradedShare;
 use crate::spec::LaneSpec;
@@ -62,7 +63,10 @@ pub const TURN_NEXT_POLL_MS: Millis = 2;
 /// How a replica coordinates.
 #[derive(Debug, Clone)]
 pub struct CoordConfig {
+    /// One Redis, or a cluster's seed nodes (comma-separated), as [`CoordConfig::topology`] says.
     pub redis_url: String,
+    /// Whether the URL names one Redis or a Redis Cluster.
+    pub topology: Topology,
     /// Longest wait for one Redis call.
     pub timeout: Duration,
     /// A lease's liveness in Redis after each renewal.
@@ -84,6 +88,7 @@ impl CoordConfig {
     pub fn new(redis_url: &str, degraded_share: DegradedShare) -> Self {
         CoordConfig {
             redis_url: redis_url.to_owned(),
+            topology: Topology::Standalone,
             timeout: Duration::from_millis(100),
             liveness_ms: 10_000,
             renew_every: Duration::from_secs(2),
@@ -208,10 +213,12 @@ fn random_replica_id() -> String {
 
 impl Coordinator {
     pub fn new(config: CoordConfig) -> Result<Arc<Self>, CoordError> {
-        let store = RedisStore::new(&config.redis_url, config.timeout)?;
+        let store = RedisStore::new(&config.redis_url, config.topology, config.timeout)?;
         let lanes = LaneMemo::new(config.liveness_ms, config.turn_window_ms);
+        // A cluster's lanes batch through the cluster link, which routes each call by its slot.
+        let direct = (config.topology == Topology::Standalone).then(|| config.redis_url.clone());
         Ok(Arc::new(Coordinator {
-            batcher: Batcher::new(store.clone(), MAX_BATCH, Some(config.redis_url.clone())),
+            batcher: Batcher::new(store.clone(), MAX_BATCH, direct),
             store,
             config,
             replica: random_replica_id(),

@@ -30,12 +30,12 @@ pub mod deadline;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use redis::{Cmd, ErrorKind, RedisError, Value};
 
 use crate::error::CoordError;
 use crate::keys::short_hash;
-use crate::store::{array, connect_lazily, int, text};
+use crate::link::{Link, Topology};
+use crate::store::{array, int, text};
 use deadline::ClockReading;
 
 /// The function library (Lua), versioned by name.
@@ -183,10 +183,23 @@ pub enum SeedItem {
 /// feed never queues behind the limits' calls.
 #[derive(Clone)]
 pub struct IdentityStore {
-    connection: ConnectionManager,
+    link: Link,
+    /// The (first seed) URL, for the start's check of what kind of Redis it names.
+    url: String,
     timeout: Duration,
     /// The latest reading of Redis's clock (every feed read answers one).
     clock: Arc<Mutex<Option<ClockReading>>>,
+}
+
+/// Whether an `INFO cluster` answer says `cluster_enabled:1`.
+fn says_cluster_enabled(value: &Value) -> Result<bool, CoordError> {
+    let text = match value {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::SimpleString(text) => text.clone(),
+        other => return Err(CoordError::Protocol(format!("INFO answer {other:?}"))),
+    };
+    Ok(text.lines().any(|line| line.trim() == "cluster_enabled:1"))
 }
 
 fn unsigned(value: &Value) -> Result<u64, CoordError> {
@@ -199,14 +212,24 @@ fn epoch_of(value: &Value) -> Result<Option<String>, CoordError> {
 }
 
 impl IdentityStore {
-    /// A client for `url`; connects lazily (a Redis that is down fails calls, not this).
-    pub fn new(url: &str, timeout: Duration) -> Result<Self, CoordError> {
-        let connection = connect_lazily(url, timeout)?;
+    /// A client for `url` (a cluster's seed nodes, comma-separated); connects lazily (a Redis
+    /// that is down fails calls, not this).
+    pub fn new(url: &str, topology: Topology, timeout: Duration) -> Result<Self, CoordError> {
+        let link = Link::connect_lazily(url, topology, timeout)?;
+        let url = crate::link::seed_urls(url)
+            .first()
+            .map_or_else(String::new, |seed| (*seed).to_owned());
         Ok(IdentityStore {
-            connection,
+            link,
+            url,
             timeout,
             clock: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// What the URL names: one Redis or a cluster.
+    pub fn topology(&self) -> Topology {
+        self.link.topology()
     }
 
     /// The command timeout.
@@ -215,8 +238,14 @@ impl IdentityStore {
     }
 
     async fn run(&self, cmd: &Cmd) -> Result<Value, CoordError> {
-        let mut connection = self.connection.clone();
-        match tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut connection)).await {
+        self.bounded(self.link.query(cmd)).await
+    }
+
+    async fn bounded(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<Value>>,
+    ) -> Result<Value, CoordError> {
+        match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) if error.is_timeout() => Err(self.timed_out()),
             Ok(Err(error)) => Err(CoordError::Redis(error.to_string())),
@@ -228,11 +257,14 @@ impl IdentityStore {
         CoordError::Timeout(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX))
     }
 
-    /// Loads (or replaces) the identity library.
+    /// Loads (or replaces) the identity library (on every primary of a cluster: the one owning
+    /// `{ts-id}` may change).
     pub async fn load_library(&self) -> Result<(), CoordError> {
         let mut cmd = redis::cmd("FUNCTION");
         cmd.arg("LOAD").arg("REPLACE").arg(IDENTITY_LIBRARY);
-        self.run(&cmd).await.map(|_| ())
+        self.bounded(self.link.on_every_primary(&cmd))
+            .await
+            .map(|_| ())
     }
 
     /// One `FCALL` (or `FCALL_RO`) of `function` over the identity keys, loading the library
@@ -255,17 +287,21 @@ impl IdentityStore {
     }
 
     /// Whether this Redis is a Redis Cluster node (`INFO cluster`: `cluster_enabled:1`; Valkey
-    /// answers the same). Coordination needs a standalone server: its functions are loaded on
-    /// the node the replica talks to, and its calls do not follow `MOVED` redirections.
+    /// answers the same): a standalone link to one (its functions loaded on that node only, its
+    /// calls not following `MOVED`) is refused at start, naming `--redis-cluster`.
     pub async fn cluster_enabled(&self) -> Result<bool, CoordError> {
-        let value = self.run(redis::cmd("INFO").arg("cluster")).await?;
-        let text = match value {
-            Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Value::VerbatimString { text, .. } => text,
-            Value::SimpleString(text) => text,
-            other => return Err(CoordError::Protocol(format!("INFO answer {other:?}"))),
-        };
-        Ok(text.lines().any(|line| line.trim() == "cluster_enabled:1"))
+        self.bounded(self.link.query(redis::cmd("INFO").arg("cluster")))
+            .await
+            .and_then(|value| says_cluster_enabled(&value))
+    }
+
+    /// Whether the (first) seed node of the URL is a Redis Cluster node, asked over a
+    /// connection of its own (a cluster link to a standalone Redis cannot connect at all).
+    pub async fn seed_cluster_enabled(&self) -> Result<bool, CoordError> {
+        let link = Link::connect_lazily(&self.url, Topology::Standalone, self.timeout)?;
+        self.bounded(link.query(redis::cmd("INFO").arg("cluster")))
+            .await
+            .and_then(|value| says_cluster_enabled(&value))
     }
 
     /// The feed's epoch and head and up to `count` events numbered above `after`.
@@ -466,17 +502,19 @@ impl IdentityStore {
 
     /// One call, telling a call that may have run from one that did not.
     async fn call(&self, cmd: &Cmd) -> Result<Value, CallFailure> {
-        let mut connection = self.connection.clone();
-        match tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut connection)).await {
+        match tokio::time::timeout(self.timeout, self.link.query(cmd)).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(classify(&error, &self.timed_out())),
             Err(_) => Err(CallFailure::Unknown(self.timed_out())),
         }
     }
 
-    /// Redis's clock, read now (`TIME`), remembered for the next writes.
+    /// Redis's clock, read now (`TIME`; on a cluster, the clock of the primary that runs the
+    /// identity's writes), remembered for the next writes.
     async fn read_clock(&self) -> Result<ClockReading, CoordError> {
-        let value = self.run(&redis::cmd("TIME")).await?;
+        let value = self
+            .bounded(self.link.query_at_key(&redis::cmd("TIME"), KEYS[0]))
+            .await?;
         let received = Instant::now();
         let items = array(value)?;
         let [seconds, micros] = items.as_slice() else {

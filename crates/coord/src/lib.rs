@@ -33,6 +33,7 @@ pub mod health;
 pub mod identity;
 pub mod keys;
 pub mod lane_keys;
+pub mod link;
 pub mod protocol;
 pub(crate) mod resp;
 pub mod share;
@@ -48,6 +49,7 @@ pub use coordinator::{
 pub use error::CoordError;
 pub use health::Health;
 pub use identity::IdentityStore;
+pub use link::Topology;
 pub use share::{DegradedShare, InvalidShare};
 pub use spec::{BreakerSpec, BucketSpec, LaneSpec, ScopeLimits};
 pub use store::RedisStore;

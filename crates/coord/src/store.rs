@@ -1,28 +1,31 @@
-//! The Redis client: one multiplexed connection (redis-rs `ConnectionManager`, reconnecting in
-//! the background), the `turnstile_v4` function library, and a hard timeout on every call.
+//! The Redis client: one multiplexed link ([`crate::link`]: a standalone Redis, or a Redis
+//! Cluster routed by slot), the `turnstile_v4` function library, and a hard timeout on every
+//! call.
 //! (Acquires and releases are batched per workspace, `crate::batcher`, and sent on the batch
 //! task's own connection, `crate::direct`; [`RedisStore::batch`] is the multiplexed way.)
 //!
 //! Invariants:
 //! - No call waits longer than the command timeout ([`RedisStore::timeout`], 100 ms by
 //!   default): a stopped Redis (SIGSTOP) costs one timeout, never a hang.
-//! - The library is loaded with `FUNCTION LOAD REPLACE` at start and again whenever a call finds
-//!   it missing (a restarted Redis with empty state, a failover to a replica without it); the
-//!   call is then retried once.
+//! - The library is loaded with `FUNCTION LOAD REPLACE` (on every primary of a cluster) at
+//!   start and again whenever a call finds it missing (a restarted Redis with empty state, a
+//!   failover to a replica without it, a primary added to a cluster); the call is then retried
+//!   once.
 //! - One admission and one release are each one operation of exactly one `FCALL`
 //!   (`ts_batch_v4`, several operations of one workspace per call; `ts_acquire_v4` /
 //!   `ts_release_v4` alone); fair turns and the shared breaker ride in the same calls;
-//!   renewals of all of a replica's leases are one pipeline.
+//!   renewals of all of a replica's leases are one pipeline (on a cluster: one pipeline per
+//!   workspace, all sent at once, since a pipeline may not cross slots).
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Value};
 use turnstile_admission::Millis;
 
 use crate::breaker::{BreakerKeys, BreakerState, Outcome, SeenOutcomes};
 use crate::error::CoordError;
 use crate::keys::WorkspaceKeys;
+use crate::link::{Link, Topology};
 use crate::protocol::{acquire_command, ops_command, release_command, Op};
 use crate::spec::LaneSpec;
 use crate::verdict::Verdict;
@@ -123,7 +126,7 @@ impl FcallStats {
 
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
+    link: Link,
     timeout: Duration,
 }
 
@@ -248,32 +251,37 @@ pub fn decode_release(value: Value) -> Result<Released, CoordError> {
     })
 }
 
-/// A connection manager for `url` whose every call is bounded by `timeout` (response and
-/// connect); it connects on first use, so a Redis that is down fails calls, not this.
-pub(crate) fn connect_lazily(
-    url: &str,
-    timeout: Duration,
-) -> Result<ConnectionManager, CoordError> {
-    let client = redis::Client::open(url).map_err(|e| CoordError::InvalidUrl(e.to_string()))?;
-    let config = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(timeout))
-        .set_connection_timeout(Some(timeout))
-        .set_number_of_retries(1)
-        .set_min_delay(Duration::from_millis(20))
-        .set_max_delay(Duration::from_millis(100));
-    ConnectionManager::new_lazy_with_config(client, config)
-        .map_err(|e| CoordError::InvalidUrl(e.to_string()))
+/// One pipeline of `ts_renew_v4` calls, one per batch (workspace).
+fn renew_pipeline(batches: &[RenewBatch], liveness_ms: Millis, mode: RenewMode) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for batch in batches {
+        let cmd = pipe.cmd("FCALL").arg("ts_renew_v4").arg(batch.keys.len());
+        for key in &batch.keys {
+            cmd.arg(key);
+        }
+        cmd.arg(liveness_ms).arg(match mode {
+            RenewMode::Existing => "xx",
+            RenewMode::Register => "add",
+        });
+        for (index, member) in &batch.members {
+            cmd.arg(index + 1).arg(member);
+        }
+    }
+    pipe
 }
 
 impl RedisStore {
-    /// A client for `url` (`redis://host:port`, `unix:///path`); connects lazily, so a Redis
-    /// that is down at start makes the replica degraded, not unable to start.
-    pub fn new(url: &str, timeout: Duration) -> Result<Self, CoordError> {
-        let connection = connect_lazily(url, timeout)?;
-        Ok(RedisStore {
-            connection,
-            timeout,
-        })
+    /// A client for `url` (`redis://host:port`, `unix:///path`; a cluster's seed nodes,
+    /// comma-separated); connects lazily, so a Redis that is down at start makes the replica
+    /// degraded, not unable to start.
+    pub fn new(url: &str, topology: Topology, timeout: Duration) -> Result<Self, CoordError> {
+        let link = Link::connect_lazily(url, topology, timeout)?;
+        Ok(RedisStore { link, timeout })
+    }
+
+    /// What the URL names: one Redis or a cluster.
+    pub fn topology(&self) -> Topology {
+        self.link.topology()
     }
 
     /// The command timeout.
@@ -282,8 +290,14 @@ impl RedisStore {
     }
 
     async fn run(&self, cmd: &Cmd) -> Result<Value, redis::RedisError> {
-        let mut connection = self.connection.clone();
-        match tokio::time::timeout(self.timeout, cmd.query_async::<Value>(&mut connection)).await {
+        self.bounded(self.link.query(cmd)).await
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> redis::RedisResult<T> {
+        match tokio::time::timeout(self.timeout, call).await {
             Ok(answer) => answer,
             Err(_) => Err(redis::RedisError::from((
                 redis::ErrorKind::Io,
@@ -305,11 +319,11 @@ impl RedisStore {
         }
     }
 
-    /// Loads (or replaces) the function library.
+    /// Loads (or replaces) the function library (on every primary of a cluster).
     pub async fn load_library(&self) -> Result<(), CoordError> {
         let mut cmd = redis::cmd("FUNCTION");
         cmd.arg("LOAD").arg("REPLACE").arg(LIBRARY);
-        self.run(&cmd)
+        self.bounded(self.link.on_every_primary(&cmd))
             .await
             .map(|_| ())
             .map_err(|e| self.classify(&e))
@@ -329,11 +343,20 @@ impl RedisStore {
         }
     }
 
-    /// The server clock; the health probe. Answers whether the library had to be loaded.
+    /// The server clock; the health probe (on a cluster: of every primary, so any primary
+    /// that fails or hangs fails it). Answers whether the library had to be loaded.
     pub async fn time(&self) -> Result<(Millis, bool), CoordError> {
         let mut cmd = redis::cmd("FCALL_RO");
         cmd.arg("ts_time_v4").arg(0);
-        let (value, loaded) = self.fcall(&cmd).await?;
+        let probe = || self.bounded(self.link.on_every_primary(&cmd));
+        let (value, loaded) = match probe().await {
+            Ok(value) => (value, false),
+            Err(error) if is_missing_function(&error) => {
+                self.load_library().await?;
+                (probe().await.map_err(|e| self.classify(&e))?, true)
+            }
+            Err(error) => return Err(self.classify(&error)),
+        };
         let now = u64::try_from(int(&value)?).map_err(|_| CoordError::Protocol("time".into()))?;
         Ok((now, loaded))
     }
@@ -445,7 +468,8 @@ impl RedisStore {
         ))
     }
 
-    /// `ts_renew_v4` for every batch, in one pipeline (one round trip).
+    /// `ts_renew_v4` for every batch, in one pipeline (one round trip); on a cluster, one
+    /// pipeline per batch (a pipeline may not cross slots), all sent at once.
     pub async fn renew(
         &self,
         batches: &[RenewBatch],
@@ -455,36 +479,24 @@ impl RedisStore {
         if batches.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        for batch in batches {
-            let cmd = pipe.cmd("FCALL").arg("ts_renew_v4").arg(batch.keys.len());
-            for key in &batch.keys {
-                cmd.arg(key);
-            }
-            cmd.arg(liveness_ms).arg(match mode {
-                RenewMode::Existing => "xx",
-                RenewMode::Register => "add",
-            });
-            for (index, member) in &batch.members {
-                cmd.arg(index + 1).arg(member);
-            }
-        }
-        let mut connection = self.connection.clone();
-        let answer = tokio::time::timeout(
-            self.timeout,
-            pipe.query_async::<Vec<Value>>(&mut connection),
-        )
-        .await;
+        let pipes: Vec<redis::Pipeline> = match self.link.topology() {
+            Topology::Standalone => vec![renew_pipeline(batches, liveness_ms, mode)],
+            Topology::Cluster => batches
+                .chunks(1)
+                .map(|batch| renew_pipeline(batch, liveness_ms, mode))
+                .collect(),
+        };
+        let calls = pipes.iter().map(|pipe| self.link.pipeline(pipe));
+        let answer = self
+            .bounded(futures_util::future::try_join_all(calls))
+            .await;
         match answer {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(error)) if is_missing_function(&error) => {
+            Ok(_) => Ok(()),
+            Err(error) if is_missing_function(&error) => {
                 self.load_library().await?;
                 Err(CoordError::Redis("the function library was missing".into()))
             }
-            Ok(Err(error)) => Err(self.classify(&error)),
-            Err(_) => Err(CoordError::Timeout(
-                u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
-            )),
+            Err(error) => Err(self.classify(&error)),
         }
     }
 
@@ -510,9 +522,9 @@ impl RedisStore {
                 cmd.arg(*now).arg(*units);
             }
         }
-        let mut connection = self.connection.clone();
-        let answers = pipe
-            .query_async::<Vec<Value>>(&mut connection)
+        let answers = self
+            .link
+            .pipeline(&pipe)
             .await
             .map_err(|e| redis_error(&e))?;
         answers
@@ -535,18 +547,27 @@ impl RedisStore {
     }
 
     /// `INFO commandstats`' line for `FCALL` (what turnstile's shared limits cost Redis):
-    /// (calls, µs). Benchmarks read it before and after a run; the difference is exact for the
+    /// (calls, µs), summed over a cluster's primaries. Benchmarks read it before and after a run; the difference is exact for the
     /// run when nothing else calls functions on that Redis.
     pub async fn fcall_stats(&self) -> Result<FcallStats, CoordError> {
         let mut cmd = redis::cmd("INFO");
         cmd.arg("commandstats");
-        let value = self.run(&cmd).await.map_err(|e| self.classify(&e))?;
-        let info = match value {
-            Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Value::VerbatimString { text, .. } => text,
-            other => return Err(CoordError::Protocol(format!("{other:?}"))),
-        };
-        Ok(FcallStats::parse(&info))
+        let answers = self
+            .bounded(self.link.each_primary(&cmd))
+            .await
+            .map_err(|e| self.classify(&e))?;
+        let mut total = FcallStats::default();
+        for value in answers {
+            let info = match value {
+                Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                Value::VerbatimString { text, .. } => text,
+                other => return Err(CoordError::Protocol(format!("{other:?}"))),
+            };
+            let stats = FcallStats::parse(&info);
+            total.calls += stats.calls;
+            total.usec += stats.usec;
+        }
+        Ok(total)
     }
 
     /// Deletes an invocation's budget lines (`POST /v1/budgets/{id}/release`).

@@ -118,6 +118,8 @@ pub struct RedisServer {
     port: u16,
     binary: String,
     info: ServerInfo,
+    /// Arguments after the common ones (a cluster node's), kept for a restart.
+    extra: Vec<String>,
 }
 
 /// Why a test server could not be started.
@@ -145,6 +147,8 @@ pub enum RedisServerError {
     },
     #[error("no free port: {0}")]
     Port(std::io::Error),
+    #[error("the cluster could not be formed: {0}")]
+    Cluster(String),
 }
 
 fn free_port() -> Result<u16, RedisServerError> {
@@ -155,7 +159,7 @@ fn free_port() -> Result<u16, RedisServerError> {
         .map_err(RedisServerError::Port)
 }
 
-fn spawn(binary: &str, port: u16) -> Result<Child, RedisServerError> {
+fn spawn(binary: &str, port: u16, extra: &[String]) -> Result<Child, RedisServerError> {
     Command::new(binary)
         .args([
             "--port",
@@ -169,6 +173,7 @@ fn spawn(binary: &str, port: u16) -> Result<Child, RedisServerError> {
             "--protected-mode",
             "no",
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -256,14 +261,18 @@ impl RedisServer {
     /// Starts a fresh server (empty state) on a free port from `binary` (`redis-server`,
     /// `valkey-server` or a path).
     pub fn start_binary(binary: &str) -> Result<Self, RedisServerError> {
-        let port = free_port()?;
-        let mut child = spawn(binary, port)?;
+        Self::start_with(binary, free_port()?, Vec::new())
+    }
+
+    fn start_with(binary: &str, port: u16, extra: Vec<String>) -> Result<Self, RedisServerError> {
+        let mut child = spawn(binary, port, &extra)?;
         match wait_ready(binary, port) {
             Ok(info) => Ok(RedisServer {
                 child,
                 port,
                 binary: binary.to_owned(),
                 info,
+                extra,
             }),
             Err(error) => {
                 let _ = child.kill();
@@ -334,7 +343,7 @@ impl RedisServer {
     /// Kills the server and starts a new one, empty, on the same port.
     pub fn restart_empty(&mut self) -> Result<(), RedisServerError> {
         self.kill();
-        self.child = spawn(&self.binary, self.port)?;
+        self.child = spawn(&self.binary, self.port, &self.extra)?;
         self.info = wait_ready(&self.binary, self.port)?;
         Ok(())
     }
@@ -344,6 +353,114 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.signal("CONT");
         self.kill();
+    }
+}
+
+/// A running Redis Cluster of [`RedisServer`] primaries (no replicas) on free loopback ports,
+/// formed with `redis-cli --cluster create` (every slot assigned), each node's `nodes.conf` in
+/// a directory of its own that is removed on drop. Node timeout 2 s.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    dir: std::path::PathBuf,
+}
+
+impl RedisCluster {
+    /// Starts `primaries` (at least 3, as `redis-cli --cluster create` demands) nodes of
+    /// [`server_binary`] and forms the cluster; answers once every node says `cluster_state:ok`.
+    pub fn start(primaries: usize) -> Result<Self, RedisServerError> {
+        let binary = server_binary();
+        let dir = std::env::temp_dir().join(format!(
+            "turnstile-cluster-{}-{}",
+            std::process::id(),
+            free_port()?
+        ));
+        std::fs::create_dir_all(&dir).map_err(RedisServerError::Port)?;
+        let mut cluster = RedisCluster {
+            nodes: Vec::new(),
+            dir,
+        };
+        for _ in 0..primaries {
+            let port = free_port()?;
+            let extra = vec![
+                "--cluster-enabled".to_owned(),
+                "yes".to_owned(),
+                "--cluster-config-file".to_owned(),
+                cluster
+                    .dir
+                    .join(format!("nodes-{port}.conf"))
+                    .to_string_lossy()
+                    .into_owned(),
+                "--cluster-node-timeout".to_owned(),
+                "2000".to_owned(),
+            ];
+            cluster
+                .nodes
+                .push(RedisServer::start_with(&binary, port, extra)?);
+        }
+        let addresses: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port))
+            .collect();
+        let created = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .map_err(|e| RedisServerError::Cluster(format!("redis-cli: {e}")))?;
+        if !created.status.success() {
+            return Err(RedisServerError::Cluster(
+                String::from_utf8_lossy(&created.stdout).into_owned()
+                    + &String::from_utf8_lossy(&created.stderr),
+            ));
+        }
+        cluster.wait_ok(Duration::from_secs(20))?;
+        Ok(cluster)
+    }
+
+    /// Waits until every running node answers `cluster_state:ok`.
+    pub fn wait_ok(&self, within: Duration) -> Result<(), RedisServerError> {
+        let deadline = Instant::now() + within;
+        for node in &self.nodes {
+            while !node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+                if Instant::now() > deadline {
+                    return Err(RedisServerError::Cluster(format!(
+                        "node {} is not ok after {} s",
+                        node.port,
+                        within.as_secs()
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
+    }
+
+    /// The seed URLs of every node, comma-separated (`--redis-url` with `--redis-cluster`).
+    pub fn url(&self) -> String {
+        self.nodes
+            .iter()
+            .map(RedisServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The nodes (all primaries).
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// One node, to stop, kill or restart.
+    pub fn node_mut(&mut self, index: usize) -> &mut RedisServer {
+        &mut self.nodes[index]
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

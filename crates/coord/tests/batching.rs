@@ -17,6 +17,7 @@ use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
 use turnstile_coord::protocol::{acquire_op, release_op, Op, OpKind};
 use turnstile_coord::store::{FcallStats, ReleaseCall};
 use turnstile_coord::testing::RedisServer;
+use turnstile_coord::Topology;
 use turnstile_coord::{
     Admission, CoordConfig, Coordinator, DegradedShare, Health, LaneSpec, Mode, Outcome, RedisStore,
 };
@@ -275,8 +276,8 @@ proptest! {
         let batched = RedisServer::start().unwrap();
         let ops = ops(&steps);
         let (single, batch, states) = rt.block_on(async {
-            let a = RedisStore::new(&one_by_one.url(), Duration::from_secs(10)).unwrap();
-            let b = RedisStore::new(&batched.url(), Duration::from_secs(10)).unwrap();
+            let a = RedisStore::new(&one_by_one.url(), Topology::Standalone, Duration::from_secs(10)).unwrap();
+            let b = RedisStore::new(&batched.url(), Topology::Standalone, Duration::from_secs(10)).unwrap();
             a.load_library().await.unwrap();
             b.load_library().await.unwrap();
             let mut single = Vec::new();
@@ -343,7 +344,8 @@ async fn healthy(coord: &Coordinator) {
 }
 
 async fn fcalls(server: &RedisServer) -> FcallStats {
-    let store = RedisStore::new(&server.url(), Duration::from_secs(5)).unwrap();
+    let store =
+        RedisStore::new(&server.url(), Topology::Standalone, Duration::from_secs(5)).unwrap();
     store.fcall_stats().await.unwrap()
 }
 

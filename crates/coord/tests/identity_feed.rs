@@ -14,9 +14,10 @@ use turnstile_coord::identity::{
     key_tag, workspace_tag, IdentityStore, SeedItem, Seeded, WriteError, Written, KEYS,
 };
 use turnstile_coord::testing::RedisServer;
+use turnstile_coord::Topology;
 
 fn store(server: &RedisServer) -> IdentityStore {
-    IdentityStore::new(&server.url(), Duration::from_secs(2)).unwrap()
+    IdentityStore::new(&server.url(), Topology::Standalone, Duration::from_secs(2)).unwrap()
 }
 
 fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
@@ -420,7 +421,7 @@ async fn every_write_function_refuses_a_past_deadline_and_applies_a_future_one()
 async fn a_write_sent_to_a_stopped_redis_is_answered_unknown_and_never_applies_after_it_resumes() {
     let server = RedisServer::start().unwrap();
     let timeout = Duration::from_secs(1);
-    let a = IdentityStore::new(&server.url(), timeout).unwrap();
+    let a = IdentityStore::new(&server.url(), Topology::Standalone, timeout).unwrap();
     let epoch = seeded(&a).await;
     // A fresh reading of Redis's clock (a feed read), so the writes are sent at once.
     a.since(0, 10).await.unwrap();

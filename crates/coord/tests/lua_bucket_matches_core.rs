@@ -64,7 +64,7 @@ proptest! {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let server = SERVER.with(|s| s.url());
         let answers = runtime.block_on(async {
-            let store = RedisStore::new(&server, std::time::Duration::from_secs(10)).unwrap();
+            let store = RedisStore::new(&server, turnstile_coord::Topology::Standalone, std::time::Duration::from_secs(10)).unwrap();
             store.load_library().await.unwrap();
             store.bucket_runs("ts:{conformance}:bkt", &runs).await.unwrap()
         });

@@ -40,6 +40,7 @@
 //!
 //! [coordination]   # replicas sharing limits through Redis: docs/replicas.md
 //! redis_url = "redis://127.0.0.1:6379"   # absent: one process, nothing shared
+//! redis_cluster = false                  # true: redis_url names Redis Cluster seed nodes
 //! degraded_share = "closed"              # or a fraction in (0, 1], e.g. "0.33"
 //! timeout_ms = 100
 //! lease_liveness_ms = 10000
@@ -81,7 +82,11 @@ pub struct Config {
 #[serde(default, deny_unknown_fields)]
 pub struct CoordinationConfig {
     /// `redis://host:port` (or `unix:///path`); also `--redis-url` / `TURNSTILE_REDIS_URL`.
+    /// With `redis_cluster`: one or more seed nodes of the cluster, comma-separated.
     pub redis_url: Option<String>,
+    /// The URL names a Redis Cluster (also `--redis-cluster` / `TURNSTILE_REDIS_CLUSTER`):
+    /// calls are routed by slot, the functions loaded on every primary.
+    pub redis_cluster: bool,
     /// What this replica admits alone while Redis is unreachable: `closed`, or a fraction in
     /// (0, 1] of every concurrency and bucket limit (money and token budgets always fail
     /// closed).
@@ -107,6 +112,7 @@ impl Default for CoordinationConfig {
     fn default() -> Self {
         CoordinationConfig {
             redis_url: None,
+            redis_cluster: false,
             degraded_share: "closed".to_owned(),
             timeout_ms: 100,
             lease_liveness_ms: 10_000,
@@ -119,6 +125,15 @@ impl Default for CoordinationConfig {
 }
 
 impl CoordinationConfig {
+    /// What `redis_url` names: one Redis, or a Redis Cluster.
+    pub fn topology(&self) -> turnstile_coord::Topology {
+        if self.redis_cluster {
+            turnstile_coord::Topology::Cluster
+        } else {
+            turnstile_coord::Topology::Standalone
+        }
+    }
+
     /// The timeout of the shared identity's calls (key and profile writes, the follower):
     /// not on any request's hot path, so at least 1 s, whatever `timeout_ms` says.
     pub fn identity_timeout_ms(&self) -> u64 {
@@ -148,6 +163,7 @@ impl CoordinationConfig {
             }
         };
         let mut config = turnstile_coord::CoordConfig::new(url, share);
+        config.topology = self.topology();
         config.timeout = positive(self.timeout_ms, "coordination.timeout_ms")?;
         config.renew_every = positive(self.renew_every_ms, "coordination.renew_every_ms")?;
         config.probe_every = positive(self.probe_every_ms, "coordination.probe_every_ms")?;

@@ -205,7 +205,8 @@ pub async fn start_with_telemetry(
     let identity = match &config.coordination.redis_url {
         Some(url) => {
             let timeout = Duration::from_millis(config.coordination.identity_timeout_ms());
-            let redis = turnstile_coord::IdentityStore::new(url, timeout)
+            let topology = config.coordination.topology();
+            let redis = turnstile_coord::IdentityStore::new(url, topology, timeout)
                 .map_err(ServerError::Coordination)?;
             let joined =
                 crate::identity::join::join(&mut store, &redis, config.demo, clock.now_ms())

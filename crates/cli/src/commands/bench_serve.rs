@@ -68,6 +68,10 @@ pub struct BenchServeArgs {
     /// release pair, from `INFO commandstats` before and after the run.
     #[arg(long)]
     pub redis_url: Option<String>,
+    /// `--redis-url` names a Redis Cluster (seed nodes, comma-separated); Redis's time per
+    /// pair is then summed over its primaries.
+    #[arg(long)]
+    pub redis_cluster: bool,
     /// Also write every measured pair to this file as CSV (`start_ms,pair_ms,acquire_ms,
     /// release_ms`, the start counted from the end of the warm-up, in start order): to find
     /// when a tail happened, e.g. the worst 10 ms windows of a run.
@@ -96,6 +100,15 @@ struct Target {
     bases: Vec<String>,
     key: String,
     provider: String,
+}
+
+/// What `--redis-url` names.
+fn topology(cluster: bool) -> turnstile_coord::Topology {
+    if cluster {
+        turnstile_coord::Topology::Cluster
+    } else {
+        turnstile_coord::Topology::Standalone
+    }
 }
 
 fn parse_rate(text: &str) -> Result<f64, String> {
@@ -163,6 +176,7 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
                     ..turnstile_server::Config::default()
                 };
                 config.coordination.redis_url = args.redis_url.clone();
+                config.coordination.redis_cluster = args.redis_cluster;
                 let running = turnstile_server::start(config).await?;
                 let base = format!("http://{}", running.local_addr());
                 let admin = running
@@ -201,8 +215,12 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
         let measured = Duration::from_secs(args.seconds);
         let redis = match &args.redis_url {
             Some(url) => Some(
-                turnstile_coord::RedisStore::new(url, Duration::from_secs(2))
-                    .map_err(|e| anyhow::anyhow!("--redis-url: {e}"))?,
+                turnstile_coord::RedisStore::new(
+                    url,
+                    topology(args.redis_cluster),
+                    Duration::from_secs(2),
+                )
+                .map_err(|e| anyhow::anyhow!("--redis-url: {e}"))?,
             ),
             None => None,
         };

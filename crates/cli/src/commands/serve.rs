@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// overrides `[coordination] redis_url`; see docs/replicas.md).
     #[arg(long, env = "TURNSTILE_REDIS_URL")]
     pub redis_url: Option<String>,
+    /// The Redis URL names a Redis Cluster: one or more seed nodes, comma-separated
+    /// (`redis://10.0.0.5:7000,redis://10.0.0.6:7000`); sets `[coordination] redis_cluster`.
+    #[arg(long, env = "TURNSTILE_REDIS_CLUSTER")]
+    pub redis_cluster: bool,
 }
 
 /// The effective configuration: file (or defaults), then command-line overrides.
@@ -54,6 +58,9 @@ pub fn config(args: &ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(url) = &args.redis_url {
         config.coordination.redis_url = Some(url.clone());
+    }
+    if args.redis_cluster {
+        config.coordination.redis_cluster = true;
     }
     Ok(config)
 }

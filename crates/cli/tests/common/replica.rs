@@ -9,10 +9,15 @@
 //! `TURNSTILE_TEST_REDIS_SERVER` names (`valkey-server`: `.ci/run` runs the replica tests again
 //! against Valkey), checked at start by `INFO server`.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use turnstile_coord::testing::RedisServer;
+use turnstile_coord::testing::{RedisCluster, RedisServer};
 
 use super::{http, start_with, PerRedis, Service};
 
@@ -74,17 +79,41 @@ pub fn start_replica(
     config: impl FnOnce(&Path) -> PathBuf,
     deployment: &Deployment,
 ) -> Replica {
-    let data = tempfile::tempdir().unwrap();
-    let config = config(data.path());
     let url = redis.url();
     let id = (redis.port(), redis.pid());
+    start_replica_on(&["--redis-url", &url], id, deployments, config, deployment)
+}
+
+/// [`start_replica`] on a Redis Cluster (`--redis-cluster`, every node a seed).
+pub fn start_cluster_replica(
+    cluster: &RedisCluster,
+    deployments: &PerRedis<Keys>,
+    config: impl FnOnce(&Path) -> PathBuf,
+    deployment: &Deployment,
+) -> Replica {
+    let url = cluster.url();
+    let first = &cluster.nodes()[0];
+    let id = (first.port(), first.pid());
+    start_replica_on(
+        &["--redis-url", &url, "--redis-cluster"],
+        id,
+        deployments,
+        config,
+        deployment,
+    )
+}
+
+fn start_replica_on(
+    redis_args: &[&str],
+    id: (u16, u32),
+    deployments: &PerRedis<Keys>,
+    config: impl FnOnce(&Path) -> PathBuf,
+    deployment: &Deployment,
+) -> Replica {
+    let data = tempfile::tempdir().unwrap();
+    let config = config(data.path());
     let shared = deployments.get(id);
-    let service = start_with(
-        data.path(),
-        &config,
-        shared.is_none(),
-        &["--redis-url", &url],
-    );
+    let service = start_with(data.path(), &config, shared.is_none(), redis_args);
     if let Some(keys) = shared {
         return Replica {
             service,
@@ -130,4 +159,166 @@ pub fn start_replica(
         config,
         data,
     }
+}
+
+/// The replica's coordination state, from `/readyz`.
+pub fn coordination(replica: &Replica) -> String {
+    let (_, answer) = http(&replica.service.addr, "GET", "/readyz", "", None).unwrap_or_default();
+    answer["coordination"].as_str().unwrap_or("").to_owned()
+}
+
+/// Waits until every replica's `/readyz` says `state`; answers how long that took.
+pub fn wait_for_all(replicas: &[Replica], state: &str, within: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        if replicas.iter().all(|r| coordination(r) == state) {
+            return start.elapsed();
+        }
+        if start.elapsed() >= within {
+            let states: Vec<String> = replicas.iter().map(coordination).collect();
+            panic!("not all {state} within {within:?}: {states:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A running `turnstile fake-upstream` (killed on drop); `GET /_stats` answers its maximum
+/// in-flight count.
+pub struct FakeUpstream {
+    child: Child,
+    pub addr: String,
+}
+
+impl Drop for FakeUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `turnstile fake-upstream` on a free port.
+pub fn fake_upstream() -> FakeUpstream {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .arg("fake-upstream")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next().unwrap().unwrap();
+    let addr = line
+        .strip_prefix("fake-upstream listening on http://")
+        .unwrap()
+        .trim()
+        .to_owned();
+    std::thread::spawn(move || for _ in lines {});
+    FakeUpstream { child, addr }
+}
+
+/// One chat completion from the fake upstream (its first byte after 15 ms).
+pub fn call_upstream(addr: &str) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: up\r\nContent-Type: application/json\r\n\
+         x-fake-script: first-byte-ms=15\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
+/// A small xorshift: the clients' random choices, seeded per client.
+pub fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+/// Principal `client`'s admission of one call to `provider` (budget `run`, 1 token, $0.01).
+pub fn acquire(replica: &Replica, provider: &str, deadline_ms: u64) -> (u16, Value) {
+    http(
+        &replica.service.addr,
+        "POST",
+        "/v1/admissions",
+        replica.key("client"),
+        Some(&json!({
+            "providerId": provider,
+            "budgetId": "run",
+            "estimate": {"tokens": 1, "costUsd": 0.01},
+            "deadlineMs": deadline_ms,
+        })),
+    )
+    .expect("the replica answers")
+}
+
+/// Releases `lease` (outcome `success`) on the replica that granted it.
+pub fn release(replica: &Replica, lease: &str) {
+    let (status, answer) = http(
+        &replica.service.addr,
+        "POST",
+        &format!("/v1/leases/{lease}/release"),
+        replica.key("client"),
+        Some(&json!({"outcome": "success"})),
+    )
+    .expect("the replica answers");
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// `clients` threads of principal `client`, for `duration`: each picks a replica at random,
+/// is admitted to provider `upstream` (every admission shared), heartbeats one lease in three,
+/// calls the upstream and releases. Answers how many calls were admitted.
+pub fn drive_clients(
+    replicas: &Arc<Vec<Replica>>,
+    up: &FakeUpstream,
+    clients: u64,
+    duration: Duration,
+) -> usize {
+    let stop = Arc::new(AtomicBool::new(false));
+    let granted = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..clients)
+        .map(|i| {
+            let (replicas, stop, granted) = (replicas.clone(), stop.clone(), granted.clone());
+            let up = up.addr.clone();
+            std::thread::spawn(move || {
+                let mut seed = 0x9e37_79b9_7f4a_7c15 ^ (i + 1);
+                while !stop.load(Ordering::SeqCst) {
+                    let count = replicas.len() as u64;
+                    let replica = &replicas[(next(&mut seed) % count) as usize];
+                    let (status, lease) = acquire(replica, "upstream", 10_000);
+                    assert_eq!(status, 200, "{lease}");
+                    assert_eq!(lease["evidence"]["coordination"], "shared", "{lease}");
+                    granted.fetch_add(1, Ordering::SeqCst);
+                    let id = lease["leaseId"].as_str().unwrap();
+                    if next(&mut seed).is_multiple_of(3) {
+                        let (status, _) = http(
+                            &replica.service.addr,
+                            "POST",
+                            &format!("/v1/leases/{id}/heartbeat"),
+                            replica.key("client"),
+                            None,
+                        )
+                        .unwrap();
+                        assert_eq!(status, 200);
+                    }
+                    call_upstream(&up);
+                    release(replica, id);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(duration);
+    stop.store(true, Ordering::SeqCst);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    granted.load(Ordering::SeqCst)
 }

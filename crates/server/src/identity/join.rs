@@ -22,7 +22,7 @@ use turnstile_admission::Registry;
 use turnstile_coord::identity::{
     key_tag, new_epoch, workspace_tag, IdentityStore, SeedItem, Seeded, WriteError,
 };
-use turnstile_coord::CoordError;
+use turnstile_coord::{CoordError, Topology};
 use turnstile_store::service::{KeyRole, ServiceStore, ServiceStoreError};
 
 use super::event::{
@@ -71,11 +71,17 @@ pub enum JoinError {
     #[error("the shared feed is inconsistent: {0}")]
     Feed(String),
     #[error(
-        "the Redis at the coordination URL is a Redis Cluster node (cluster_enabled:1); \
-         turnstile coordinates through one standalone Redis or Valkey (a primary, with replicas \
-         for failover if wanted): Redis Cluster is not supported yet (docs/replicas.md)"
+        "the Redis at the coordination URL is a Redis Cluster node (cluster_enabled:1): start \
+         with --redis-cluster (or `[coordination] redis_cluster = true`) to coordinate through \
+         the cluster (docs/replicas.md)"
     )]
     Cluster,
+    #[error(
+        "--redis-cluster (`[coordination] redis_cluster`) is set, but the Redis at the \
+         coordination URL is not a Redis Cluster node (cluster_enabled:0): leave it out to \
+         coordinate through one standalone Redis (docs/replicas.md)"
+    )]
+    NotCluster,
 }
 
 /// The epoch of a feed seeded with `items` events: random, and naming the seed's length so a
@@ -194,10 +200,22 @@ pub async fn join(
     let mirrored = store.mirror_cursor()?;
     let looked = first_look(redis, 0, Duration::from_secs(2)).await;
     // A Redis that answered (the feed, or an error such as `MOVED` / `CLUSTERDOWN`) is asked
-    // whether it is a cluster node: that is refused with its reason, not joined (or left to
-    // fail on every call later). One that did not answer is not asked.
-    if !matches!(looked, Err(CoordError::Timeout(_))) && redis.cluster_enabled().await == Ok(true) {
-        return Err(JoinError::Cluster);
+    // whether it is a cluster node: a cluster reached as one Redis (or one Redis reached as a
+    // cluster) is refused with its reason, not joined (or left to fail on every call later).
+    // One that did not answer is not asked.
+    match redis.topology() {
+        Topology::Standalone => {
+            if !matches!(looked, Err(CoordError::Timeout(_)))
+                && redis.cluster_enabled().await == Ok(true)
+            {
+                return Err(JoinError::Cluster);
+            }
+        }
+        Topology::Cluster => {
+            if looked.is_err() && redis.seed_cluster_enabled().await == Ok(false) {
+                return Err(JoinError::NotCluster);
+            }
+        }
     }
     let page = match looked {
         Ok(page) => page,

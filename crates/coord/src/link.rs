@@ -1,0 +1,302 @@
+//! The replica's multiplexed link to Redis: one standalone server (redis-rs `ConnectionManager`,
+//! reconnecting in the background) or a **Redis Cluster** (redis-rs's async cluster
+//! connection, routing each call by the slot of its first key).
+//!
+//! # Invariants
+//!
+//! - Every call this crate makes names its keys, all under one hash tag (a workspace's `{W}`,
+//!   or the identity's `{ts-id}`), so on a cluster each call goes to the one primary owning
+//!   that slot; a keyless call (the health probe's `TIME`, `FUNCTION LOAD`) goes to **every**
+//!   primary ([`Link::on_every_primary`]).
+//! - A call is never sent twice once it may have run. redis-rs's cluster connection re-sends a
+//!   command after an I/O error by default, so it is built with no retries; this link follows
+//!   only the answers that say the command did **not** run: `MOVED` (the slot moved: the
+//!   connection rebuilds its slot map, the call goes to the new owner), `ASK` (a slot being
+//!   migrated: `ASKING` then the call, on the named node), `TRYAGAIN` and `CLUSTERDOWN`
+//!   (after a short pause), at most [`MAX_REDIRECTS`] times. Everything else, an I/O error
+//!   first of all, is the caller's failure (degraded mode), as on a standalone Redis.
+//! - No call waits on its own: callers bound every call with the command timeout.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
+
+use crate::error::CoordError;
+
+/// How many `MOVED` / `ASK` / `TRYAGAIN` / `CLUSTERDOWN` answers one call follows.
+pub const MAX_REDIRECTS: u32 = 4;
+
+/// How long a call waits before it tries again after `TRYAGAIN` or `CLUSTERDOWN`.
+const CLUSTER_PAUSE: Duration = Duration::from_millis(10);
+
+/// What the coordination URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Topology {
+    /// One Redis (a primary, possibly with replicas for failover): `redis://host:port`.
+    #[default]
+    Standalone,
+    /// A Redis Cluster: the URL is one or more seed nodes, comma-separated
+    /// (`redis://a:7000,redis://b:7001`); the rest of the cluster is discovered from them.
+    Cluster,
+}
+
+/// The multiplexed link (cheap to clone: every clone shares the connection).
+#[derive(Clone)]
+pub(crate) enum Link {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// The seed URLs of a cluster's comma-separated list.
+pub fn seed_urls(urls: &str) -> Vec<&str> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .collect()
+}
+
+/// The reason an answer gives for a call that did not run on this node, if it is one.
+enum Redirect<'a> {
+    Moved,
+    Ask(&'a str),
+    Pause,
+}
+
+fn redirect(error: &RedisError) -> Option<Redirect<'_>> {
+    match error.kind() {
+        ErrorKind::Server(ServerErrorKind::Moved) => Some(Redirect::Moved),
+        ErrorKind::Server(ServerErrorKind::Ask) => error
+            .redirect_node()
+            .map(|(node, _slot)| Redirect::Ask(node)),
+        ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown) => {
+            Some(Redirect::Pause)
+        }
+        _ => None,
+    }
+}
+
+/// `host:port` (IPv6 hosts may contain colons: the port is after the last one).
+fn node_address(node: &str) -> Option<(String, u16)> {
+    let (host, port) = node.rsplit_once(':')?;
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+impl Link {
+    /// A link to `url` whose connects and answers are bounded by `timeout`; it connects on
+    /// first use, so a Redis that is down fails calls, not this.
+    pub(crate) fn connect_lazily(
+        url: &str,
+        topology: Topology,
+        timeout: Duration,
+    ) -> Result<Link, CoordError> {
+        let invalid = |e: RedisError| CoordError::InvalidUrl(e.to_string());
+        match topology {
+            Topology::Standalone => {
+                let client = redis::Client::open(url).map_err(invalid)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(timeout))
+                    .set_connection_timeout(Some(timeout))
+                    .set_number_of_retries(1)
+                    .set_min_delay(Duration::from_millis(20))
+                    .set_max_delay(Duration::from_millis(100));
+                ConnectionManager::new_lazy_with_config(client, config)
+                    .map(Link::Standalone)
+                    .map_err(invalid)
+            }
+            Topology::Cluster => {
+                let seeds = seed_urls(url);
+                if seeds.is_empty() {
+                    return Err(CoordError::InvalidUrl("no cluster seed URL".into()));
+                }
+                let client = ClusterClient::builder(seeds)
+                    .retries(0)
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .build()
+                    .map_err(invalid)?;
+                let config = ClusterConfig::new()
+                    .set_connection_timeout(timeout)
+                    .set_response_timeout(timeout);
+                Ok(Link::Cluster(
+                    client.get_pending_async_connection_with_config(config),
+                ))
+            }
+        }
+    }
+
+    /// One command (routed by its first key on a cluster, following redirects that mean it
+    /// did not run).
+    pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+        match self {
+            Link::Standalone(connection) => {
+                let mut connection = connection.clone();
+                cmd.query_async::<Value>(&mut connection).await
+            }
+            Link::Cluster(connection) => {
+                let mut connection = connection.clone();
+                let mut redirects = 0;
+                let mut answer = cmd.query_async::<Value>(&mut connection).await;
+                loop {
+                    let error = match &answer {
+                        Err(error) if redirects < MAX_REDIRECTS => error,
+                        _ => return answer,
+                    };
+                    redirects += 1;
+                    answer = match redirect(error) {
+                        None => return answer,
+                        // The connection rebuilds its slot map on a `MOVED` answer: sending
+                        // again routes by the new map.
+                        Some(Redirect::Moved) => cmd.query_async::<Value>(&mut connection).await,
+                        Some(Redirect::Ask(node)) => {
+                            let Some((host, port)) = node_address(node) else {
+                                return answer;
+                            };
+                            asking(&mut connection, cmd, host, port).await
+                        }
+                        Some(Redirect::Pause) => {
+                            tokio::time::sleep(CLUSTER_PAUSE).await;
+                            cmd.query_async::<Value>(&mut connection).await
+                        }
+                    };
+                }
+            }
+        }
+    }
+
+    /// A pipeline whose commands all name keys of one slot (one hash tag).
+    pub(crate) async fn pipeline(&self, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
+        match self {
+            Link::Standalone(connection) => {
+                let mut connection = connection.clone();
+                pipe.query_async::<Vec<Value>>(&mut connection).await
+            }
+            Link::Cluster(connection) => {
+                let mut connection = connection.clone();
+                let mut redirects = 0;
+                loop {
+                    let answer = pipe.query_async::<Vec<Value>>(&mut connection).await;
+                    match &answer {
+                        Err(error)
+                            if redirects < MAX_REDIRECTS
+                                && matches!(
+                                    redirect(error),
+                                    Some(Redirect::Moved | Redirect::Pause)
+                                ) =>
+                        {
+                            redirects += 1;
+                            tokio::time::sleep(CLUSTER_PAUSE).await;
+                        }
+                        _ => return answer,
+                    }
+                }
+            }
+        }
+    }
+
+    /// A keyless command on every primary (a standalone Redis: on it); answers one primary's
+    /// answer when every primary succeeded, else the first failure.
+    pub(crate) async fn on_every_primary(&self, cmd: &Cmd) -> RedisResult<Value> {
+        match self {
+            Link::Standalone(_) => self.query(cmd).await,
+            Link::Cluster(connection) => {
+                let mut connection = connection.clone();
+                let routing = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::AllSucceeded),
+                ));
+                let answer = connection.route_command(cmd.clone(), routing).await?;
+                // An error reply of one primary comes back as a value: make it the failure.
+                answer.extract_error()
+            }
+        }
+    }
+
+    /// Every primary's answer to a keyless command, in no particular order (a standalone
+    /// Redis: its one answer).
+    pub(crate) async fn each_primary(&self, cmd: &Cmd) -> RedisResult<Vec<Value>> {
+        match self {
+            Link::Standalone(_) => Ok(vec![self.query(cmd).await?]),
+            Link::Cluster(connection) => {
+                let mut connection = connection.clone();
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                match connection.route_command(cmd.clone(), routing).await? {
+                    Value::Map(pairs) => pairs
+                        .into_iter()
+                        .map(|(_node, value)| value.extract_error())
+                        .collect(),
+                    other => Ok(vec![other.extract_error()?]),
+                }
+            }
+        }
+    }
+
+    /// A keyless command (`TIME`) on the primary that owns `key`'s slot (a standalone Redis:
+    /// on it), so it reads the clock of the node that runs the calls on that key.
+    pub(crate) async fn query_at_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
+        match self {
+            Link::Standalone(_) => self.query(cmd).await,
+            Link::Cluster(connection) => {
+                let mut connection = connection.clone();
+                let route = Route::with_key(key, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                connection.route_command(cmd.clone(), routing).await
+            }
+        }
+    }
+
+    /// Whether this link is to a cluster.
+    pub(crate) fn topology(&self) -> Topology {
+        match self {
+            Link::Standalone(_) => Topology::Standalone,
+            Link::Cluster(_) => Topology::Cluster,
+        }
+    }
+}
+
+/// `ASKING` then `cmd` on the node a slot is being migrated to (one pipeline, its second
+/// answer).
+async fn asking(
+    connection: &mut ClusterConnection,
+    cmd: &Cmd,
+    host: String,
+    port: u16,
+) -> RedisResult<Value> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING").add_command(cmd.clone());
+    let route = SingleNodeRoutingInfo::ByAddress { host, port };
+    let mut answers = connection.route_pipeline(pipe, 1, 1, route).await?;
+    answers
+        .pop()
+        .ok_or_else(|| RedisError::from((ErrorKind::Client, "ASKING: no answer")))?
+        .extract_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{node_address, seed_urls};
+
+    #[test]
+    fn seed_lists_split_on_commas_and_ignore_blanks() {
+        assert_eq!(
+            seed_urls("redis://a:7000, redis://b:7001,"),
+            vec!["redis://a:7000", "redis://b:7001"]
+        );
+        assert!(seed_urls(" , ").is_empty());
+    }
+
+    #[test]
+    fn redirect_addresses_take_the_port_after_the_last_colon() {
+        assert_eq!(
+            node_address("10.0.0.5:7001"),
+            Some(("10.0.0.5".into(), 7001))
+        );
+        assert_eq!(node_address("::1:7001"), Some(("::1".into(), 7001)));
+        assert_eq!(node_address("nohost"), None);
+    }
+}

@@ -1,0 +1,291 @@
+//! The shared limits and the identity feed on a real **Redis Cluster** (three primaries formed
+//! by `redis-cli --cluster create`): calls routed by each workspace's slot, the function
+//! libraries loaded on every primary, the limits held across replicas whichever primary owns a
+//! workspace, and degraded mode when any one primary hangs (SIGSTOP) or dies, with the library
+//! loaded again and the leases registered again after a primary restarts empty.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use turnstile_admission::{Limits, Reason};
+use turnstile_coord::identity::{SeedItem, Seeded, Written};
+use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
+use turnstile_coord::testing::{RedisCluster, RedisServer};
+use turnstile_coord::{
+    Admission, CoordConfig, Coordinator, Health, IdentityStore, LaneSpec, Mode, Topology,
+};
+
+fn limits(concurrency: u32) -> Limits {
+    Limits {
+        concurrency,
+        ..Limits::default()
+    }
+}
+
+fn spec(workspace: &str, principal: &str, provider: Limits) -> LaneSpec {
+    LaneSpec::new(
+        (workspace, "openai", principal),
+        "b",
+        (&limits(1000), &limits(1000), &provider),
+        Some(100),
+        Some(0.25),
+    )
+    .unwrap()
+}
+
+fn config(cluster: &RedisCluster) -> CoordConfig {
+    let mut config = CoordConfig::new(&cluster.url(), "0.5".parse().unwrap());
+    config.topology = Topology::Cluster;
+    config.liveness_ms = 1_000;
+    config.renew_every = Duration::from_millis(200);
+    config.probe_every = Duration::from_millis(50);
+    config
+}
+
+async fn replica(cluster: &RedisCluster) -> Arc<Coordinator> {
+    let coord = Coordinator::new(config(cluster)).unwrap();
+    // The first probe connects to every primary and loads the library on each.
+    for _ in 0..40 {
+        coord.tick(0, false).await;
+        if coord.health() == Health::Healthy {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(coord.health(), Health::Healthy);
+    coord
+}
+
+/// `redis-cli -c` (cluster mode: follows `MOVED`) against `node`.
+fn cli(node: &RedisServer, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-c", "-p", &node.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (package redis-tools, installed with redis-server)");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn provider_leases(cluster: &RedisCluster, workspace: &str) -> u64 {
+    let key = WorkspaceKeys::new(workspace).leases(&ScopeName::provider("openai"));
+    cli(&cluster.nodes()[0], &["ZCARD", &key])
+        .parse()
+        .unwrap_or(0)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Enough workspaces that every primary owns some (checked, not assumed).
+const WORKSPACES: usize = 24;
+
+fn workspace(i: usize) -> String {
+    format!("ws-cluster-{i}")
+}
+
+#[test]
+fn two_replicas_share_every_workspaces_limit_whichever_primary_owns_it() {
+    let rt = runtime();
+    let cluster = RedisCluster::start(3).unwrap();
+    rt.block_on(async {
+        let (a, b) = (replica(&cluster).await, replica(&cluster).await);
+        // The library is on every primary, not only on the node the replica first reached.
+        for node in cluster.nodes() {
+            let listed = node.cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_v4"]);
+            assert!(
+                listed.contains("ts_acquire_v4"),
+                "{}: {listed}",
+                node.port()
+            );
+        }
+        for i in 0..WORKSPACES {
+            let lane = spec(&workspace(i), "alice", limits(2));
+            assert_eq!(
+                a.acquire(&lane, &format!("a{i}"), 0).await,
+                Admission::Granted(Mode::Shared)
+            );
+            assert_eq!(
+                b.acquire(&lane, &format!("b{i}"), 0).await,
+                Admission::Granted(Mode::Shared)
+            );
+            assert!(matches!(
+                a.acquire(&lane, &format!("c{i}"), 0).await,
+                Admission::Wait {
+                    reason: Reason::Concurrency,
+                    mode: Mode::Shared,
+                    ..
+                }
+            ));
+            assert_eq!(provider_leases(&cluster, &workspace(i)), 2);
+        }
+        // Every primary holds some of them: the calls were routed by slot, not all to one node.
+        for node in cluster.nodes() {
+            let keys: u64 = node.cli(&["DBSIZE"]).parse().unwrap();
+            assert!(keys > 0, "primary {} holds no workspace", node.port());
+        }
+        // Renewals (one pipeline per workspace on a cluster) keep them past their liveness.
+        for _ in 0..8 {
+            a.tick(0, true).await;
+            b.tick(0, true).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for i in 0..WORKSPACES {
+            assert_eq!(provider_leases(&cluster, &workspace(i)), 2, "renewed");
+            assert!(a.release(&format!("a{i}"), 0, None, None, 0).await);
+            assert!(b.release(&format!("b{i}"), 0, None, None, 0).await);
+            assert_eq!(provider_leases(&cluster, &workspace(i)), 0);
+        }
+        // A pause set through one replica holds the lane on the other.
+        let until = a.pause(&workspace(3), "openai", 5_000, 0).await;
+        assert!(until > 4_000, "{until}");
+        let lane = spec(&workspace(3), "alice", limits(2));
+        assert!(matches!(
+            b.acquire(&lane, "p1", 0).await,
+            Admission::Paused { remaining_ms } if remaining_ms > 4_000
+        ));
+    });
+}
+
+/// Any one primary that hangs or dies makes the replica degraded within 250 ms (the probe asks
+/// every primary); the declared share applies; a primary restarted with empty state gets the
+/// library again and the live leases of its workspaces registered again.
+#[test]
+fn a_stopped_or_restarted_primary_degrades_then_reconciles() {
+    let rt = runtime();
+    let mut cluster = RedisCluster::start(3).unwrap();
+    rt.block_on(async {
+        let coord = replica(&cluster).await;
+        let clock_start = Instant::now();
+        let task = tokio::spawn(
+            coord
+                .clone()
+                .run(move || clock_start.elapsed().as_millis() as u64),
+        );
+        for i in 0..WORKSPACES {
+            let lane = spec(&workspace(i), "alice", limits(4));
+            assert_eq!(
+                coord.acquire(&lane, &format!("h{i}"), 0).await,
+                Admission::Granted(Mode::Shared)
+            );
+        }
+
+        cluster.node_mut(1).signal("STOP");
+        let stopped = Instant::now();
+        while coord.health() == Health::Healthy {
+            assert!(
+                stopped.elapsed() < Duration::from_millis(250),
+                "not degraded within 250 ms of a primary's SIGSTOP"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let noticed = stopped.elapsed();
+        // Share 0.5 of 4 = 2, counting the lease granted before: one more, then full.
+        let lane = spec(&workspace(0), "alice", limits(4));
+        assert_eq!(
+            coord.acquire(&lane, "d1", 0).await,
+            Admission::Granted(Mode::Degraded)
+        );
+        assert!(matches!(
+            coord.acquire(&lane, "d2", 0).await,
+            Admission::Wait {
+                mode: Mode::Degraded,
+                ..
+            }
+        ));
+        cluster.node_mut(1).signal("CONT");
+        let resumed = Instant::now();
+        while coord.health() != Health::Healthy {
+            assert!(
+                resumed.elapsed() < Duration::from_secs(2),
+                "not healthy within 2 s of SIGCONT"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(provider_leases(&cluster, &workspace(0)), 2, "h0 and d1");
+        assert!(coord.release("d1", 0, None, None, 0).await);
+
+        // SIGKILL of a primary, then a restart with empty state (its cluster configuration
+        // kept, so it serves its slots again, without the library or any lease).
+        cluster.node_mut(2).kill();
+        let killed = Instant::now();
+        while coord.health() == Health::Healthy {
+            assert!(
+                killed.elapsed() < Duration::from_millis(250),
+                "not degraded within 250 ms of a primary's SIGKILL"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let lost: u64 = cluster.nodes()[2].port().into();
+        cluster.node_mut(2).restart_empty().unwrap();
+        cluster.wait_ok(Duration::from_secs(20)).unwrap();
+        let ok = Instant::now();
+        while coord.health() != Health::Healthy {
+            assert!(
+                ok.elapsed() < Duration::from_secs(2),
+                "not healthy within 2 s of the cluster being ok again"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let listed = cluster.nodes()[2].cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_v4"]);
+        assert!(listed.contains("ts_acquire_v4"), "reloaded on {lost}");
+        for i in 0..WORKSPACES {
+            assert_eq!(
+                provider_leases(&cluster, &workspace(i)),
+                1,
+                "h{i} registered again"
+            );
+        }
+        eprintln!(
+            "a primary's SIGSTOP noticed after {noticed:?}; cluster ok to healthy after {:?}",
+            ok.elapsed()
+        );
+        task.abort();
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_identity_feed_lives_on_the_primary_of_its_slot() {
+    let cluster = RedisCluster::start(3).unwrap();
+    let store = || IdentityStore::new(&cluster.url(), Topology::Cluster, Duration::from_secs(2));
+    let (a, b) = (store().unwrap(), store().unwrap());
+    let epoch = match a
+        .seed("epoch-c", &[SeedItem::Event("first".into())])
+        .await
+        .unwrap()
+    {
+        Seeded::Created { epoch, head } => {
+            assert_eq!(head, 1);
+            epoch
+        }
+        other => panic!("{other:?}"),
+    };
+    let written = b.append(&epoch, "second").await.unwrap();
+    assert_eq!(
+        written,
+        Written::Appended {
+            seq: 2,
+            registration: None
+        }
+    );
+    let page = a.since(0, 10).await.unwrap();
+    assert_eq!(page.epoch.as_deref(), Some(epoch.as_str()));
+    let events: Vec<&str> = page.events.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(events, ["first", "second"]);
+    // The identity library is on every primary (the one owning `{ts-id}` may change).
+    for node in cluster.nodes() {
+        let listed = node.cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_identity_v2"]);
+        assert!(
+            listed.contains("ts_id_since_v2"),
+            "{}: {listed}",
+            node.port()
+        );
+    }
+    // What the start checks: the seed node is a cluster node.
+    assert_eq!(a.topology(), Topology::Cluster);
+    assert!(a.seed_cluster_enabled().await.unwrap());
+}
