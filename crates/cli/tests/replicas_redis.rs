@@ -308,10 +308,17 @@ fn a_redis_cluster_node_is_refused_at_start_with_its_reason() {
         .local_addr()
         .unwrap()
         .port();
+    let bus = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let binary = turnstile_coord::testing::server_binary();
     let mut server = Command::new(&binary)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+        // The bus port defaults to the port + 10,000: past 65,535 for a free port above 55,535.
+        .args(["--cluster-port", &bus.to_string()])
         .args(["--cluster-enabled", "yes", "--cluster-config-file"])
         .arg(dir.path().join("nodes.conf"))
         .current_dir(dir.path())

@@ -48,8 +48,9 @@ use redis::Value;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::direct::Direct;
+use crate::direct::{redirect_of, Direct, Redirect};
 use crate::error::CoordError;
+use crate::link::MAX_REDIRECTS;
 use crate::protocol::{write_ops, Op};
 use crate::store::{is_missing_function_reply, ops_answers, RedisStore};
 
@@ -341,8 +342,23 @@ impl Link {
                 }
                 let count = ops.clone().count();
                 packed.clear();
-                write_ops(packed, ops);
+                write_ops(packed, ops.clone());
                 let mut value = direct.call(packed, deadline).await?;
+                let mut redirects = 0;
+                while let Some(redirect) = redirect_of(&value) {
+                    // A cluster's answer that the call did not run on that node.
+                    match redirect {
+                        Redirect::Moved { host, port } if redirects < MAX_REDIRECTS => {
+                            // The workspace's slot lives elsewhere: follow it for good.
+                            redirects += 1;
+                            direct.follow(&host, port);
+                            value = direct.call(packed, deadline).await?;
+                        }
+                        // A migration in progress (or too many moves): the cluster link
+                        // follows `ASK`, `TRYAGAIN` and `CLUSTERDOWN`.
+                        _ => return store.batch(ops, deadline).await,
+                    }
+                }
                 if is_missing_function_reply(&value) {
                     // Redis lost its functions (restarted empty): load them, send again (the
                     // call did not run).

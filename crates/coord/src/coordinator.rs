@@ -215,8 +215,14 @@ impl Coordinator {
     pub fn new(config: CoordConfig) -> Result<Arc<Self>, CoordError> {
         let store = RedisStore::new(&config.redis_url, config.topology, config.timeout)?;
         let lanes = LaneMemo::new(config.liveness_ms, config.turn_window_ms);
-        // A cluster's lanes batch through the cluster link, which routes each call by its slot.
-        let direct = (config.topology == Topology::Standalone).then(|| config.redis_url.clone());
+        // On a cluster each lane's own connection starts at the first seed node and follows
+        // its workspace's slot (`MOVED`).
+        let direct = match config.topology {
+            Topology::Standalone => Some(config.redis_url.clone()),
+            Topology::Cluster => crate::link::seed_urls(&config.redis_url)
+                .first()
+                .map(|seed| (*seed).to_owned()),
+        };
         Ok(Arc::new(Coordinator {
             batcher: Batcher::new(store.clone(), MAX_BATCH, direct),
             store,

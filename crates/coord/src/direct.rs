@@ -20,6 +20,9 @@
 //!   an answer is read by [`crate::resp`] when it is a common one, by redis-rs otherwise.
 //! - The handshake sends `AUTH` (and `SELECT`) when the URL has a password (a database); no
 //!   credential is ever logged or put in an error.
+//! - On a Redis Cluster the connection starts at the first seed node and follows its
+//!   workspace's slot: a `MOVED` answer (the call did not run) moves it to the node named
+//!   ([`Direct::follow`]), with the same credentials; see [`redirect_of`].
 
 use std::io;
 
@@ -145,6 +148,16 @@ impl Direct {
         Ok(stream)
     }
 
+    /// Points the connection at `host:port` (a cluster's `MOVED` answer), same credentials; the
+    /// next call connects there.
+    pub fn follow(&mut self, host: &str, port: u16) {
+        self.info = self
+            .info
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(host.to_owned(), port));
+        self.stream = None;
+    }
+
     /// The command timeout in ms (what a timeout error reports).
     pub fn timeout_ms(&self) -> u64 {
         self.timeout_ms
@@ -193,6 +206,35 @@ impl Direct {
     }
 }
 
+/// A cluster's answer that the call did not run on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Redirect {
+    /// `MOVED <slot> <host:port>`: the slot lives there now.
+    Moved { host: String, port: u16 },
+    /// `ASK` (a slot being migrated), `TRYAGAIN` (its keys split by the migration) or
+    /// `CLUSTERDOWN`: the replica's cluster link handles these.
+    Other,
+}
+
+/// Whether `value` is a cluster redirect, and which.
+pub fn redirect_of(value: &Value) -> Option<Redirect> {
+    let Value::ServerError(error) = value else {
+        return None;
+    };
+    match error.code() {
+        "MOVED" => {
+            let node = error.details()?.split_ascii_whitespace().nth(1)?;
+            let (host, port) = node.rsplit_once(':')?;
+            Some(Redirect::Moved {
+                host: host.to_owned(),
+                port: port.parse().ok()?,
+            })
+        }
+        "ASK" | "TRYAGAIN" | "CLUSTERDOWN" => Some(Redirect::Other),
+        _ => None,
+    }
+}
+
 async fn read_value(stream: &mut Stream, buf: &mut Vec<u8>) -> Result<Value, CoordError> {
     loop {
         if let Some(end) = value_end(buf, 0)? {
@@ -219,5 +261,41 @@ async fn read_value(stream: &mut Stream, buf: &mut Vec<u8>) -> Result<Value, Coo
         if n == 0 {
             return Err(CoordError::Redis("the connection was closed".into()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{redirect_of, Redirect};
+
+    fn reply(text: &str) -> redis::Value {
+        redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn moved_names_the_node_and_the_other_cluster_answers_are_handed_on() {
+        assert_eq!(
+            redirect_of(&reply("MOVED 3999 127.0.0.1:7001")),
+            Some(Redirect::Moved {
+                host: "127.0.0.1".into(),
+                port: 7001
+            })
+        );
+        assert_eq!(
+            redirect_of(&reply("ASK 3999 127.0.0.1:7002")),
+            Some(Redirect::Other)
+        );
+        assert_eq!(
+            redirect_of(&reply(
+                "TRYAGAIN Multiple keys request during rehashing of slot"
+            )),
+            Some(Redirect::Other)
+        );
+        assert_eq!(
+            redirect_of(&reply("CLUSTERDOWN The cluster is down")),
+            Some(Redirect::Other)
+        );
+        assert_eq!(redirect_of(&reply("ERR Function not found")), None);
+        assert_eq!(redirect_of(&redis::Value::Int(1)), None);
     }
 }

@@ -12,9 +12,11 @@
 //!   command after an I/O error by default, so it is built with no retries; this link follows
 //!   only the answers that say the command did **not** run: `MOVED` (the slot moved: the
 //!   connection rebuilds its slot map, the call goes to the new owner), `ASK` (a slot being
-//!   migrated: `ASKING` then the call, on the named node), `TRYAGAIN` and `CLUSTERDOWN`
-//!   (after a short pause), at most [`MAX_REDIRECTS`] times. Everything else, an I/O error
-//!   first of all, is the caller's failure (degraded mode), as on a standalone Redis.
+//!   migrated: `ASKING` then the call, on the named node), at most [`MAX_REDIRECTS`] times, and
+//!   `TRYAGAIN` (a multi-key call whose slot is being migrated, its keys split between the two
+//!   nodes: Redis runs none until the slot's migration ends) and `CLUSTERDOWN`, every
+//!   [`CLUSTER_PAUSE`] until the caller's timeout. Everything else, an I/O error first of all,
+//!   is the caller's failure (degraded mode), as on a standalone Redis.
 //! - No call waits on its own: callers bound every call with the command timeout.
 
 use std::time::Duration;
@@ -29,11 +31,11 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, 
 
 use crate::error::CoordError;
 
-/// How many `MOVED` / `ASK` / `TRYAGAIN` / `CLUSTERDOWN` answers one call follows.
-pub const MAX_REDIRECTS: u32 = 4;
+/// How many `MOVED` / `ASK` answers one call follows.
+pub const MAX_REDIRECTS: u32 = 8;
 
 /// How long a call waits before it tries again after `TRYAGAIN` or `CLUSTERDOWN`.
-const CLUSTER_PAUSE: Duration = Duration::from_millis(10);
+pub const CLUSTER_PAUSE: Duration = Duration::from_millis(5);
 
 /// What the coordination URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -143,17 +145,18 @@ impl Link {
                 let mut redirects = 0;
                 let mut answer = cmd.query_async::<Value>(&mut connection).await;
                 loop {
-                    let error = match &answer {
-                        Err(error) if redirects < MAX_REDIRECTS => error,
-                        _ => return answer,
+                    let Err(error) = &answer else {
+                        return answer;
                     };
-                    redirects += 1;
                     answer = match redirect(error) {
-                        None => return answer,
-                        // The connection rebuilds its slot map on a `MOVED` answer: sending
-                        // again routes by the new map.
-                        Some(Redirect::Moved) => cmd.query_async::<Value>(&mut connection).await,
-                        Some(Redirect::Ask(node)) => {
+                        Some(Redirect::Moved) if redirects < MAX_REDIRECTS => {
+                            // The connection rebuilds its slot map on a `MOVED` answer:
+                            // sending again routes by the new map.
+                            redirects += 1;
+                            cmd.query_async::<Value>(&mut connection).await
+                        }
+                        Some(Redirect::Ask(node)) if redirects < MAX_REDIRECTS => {
+                            redirects += 1;
                             let Some((host, port)) = node_address(node) else {
                                 return answer;
                             };
@@ -163,6 +166,7 @@ impl Link {
                             tokio::time::sleep(CLUSTER_PAUSE).await;
                             cmd.query_async::<Value>(&mut connection).await
                         }
+                        _ => return answer,
                     };
                 }
             }
@@ -181,17 +185,9 @@ impl Link {
                 let mut redirects = 0;
                 loop {
                     let answer = pipe.query_async::<Vec<Value>>(&mut connection).await;
-                    match &answer {
-                        Err(error)
-                            if redirects < MAX_REDIRECTS
-                                && matches!(
-                                    redirect(error),
-                                    Some(Redirect::Moved | Redirect::Pause)
-                                ) =>
-                        {
-                            redirects += 1;
-                            tokio::time::sleep(CLUSTER_PAUSE).await;
-                        }
+                    match answer.as_ref().err().and_then(redirect) {
+                        Some(Redirect::Moved) if redirects < MAX_REDIRECTS => redirects += 1,
+                        Some(Redirect::Pause) => tokio::time::sleep(CLUSTER_PAUSE).await,
                         _ => return answer,
                     }
                 }

@@ -392,6 +392,10 @@ impl RedisCluster {
                     .into_owned(),
                 "--cluster-node-timeout".to_owned(),
                 "2000".to_owned(),
+                // The bus port is the client port + 10,000 by default: past 65,535 for a free
+                // port above 55,535, so it gets a free port of its own.
+                "--cluster-port".to_owned(),
+                free_port()?.to_string(),
             ];
             cluster
                 .nodes

@@ -289,3 +289,96 @@ async fn the_identity_feed_lives_on_the_primary_of_its_slot() {
     assert_eq!(a.topology(), Topology::Cluster);
     assert!(a.seed_cluster_enabled().await.unwrap());
 }
+
+/// A workspace's slot migrated to another primary while a replica holds its leases: a call
+/// during the migration waits for its end (`ASK`, `TRYAGAIN`), every call after it follows
+/// `MOVED`, nothing degrades, and the limit keeps counting the leases held before the move.
+#[test]
+fn a_workspace_whose_slot_moves_keeps_its_leases_and_its_limit() {
+    let rt = runtime();
+    let cluster = RedisCluster::start(3).unwrap();
+    rt.block_on(async {
+        // A call may wait out the migration (below): a timeout far above it.
+        let coord = Coordinator::new(CoordConfig {
+            timeout: Duration::from_secs(2),
+            ..config(&cluster)
+        })
+        .unwrap();
+        coord.tick(0, false).await;
+        assert_eq!(coord.health(), Health::Healthy);
+        let ws = workspace(7);
+        let lane = spec(&ws, "alice", limits(3));
+        assert_eq!(
+            coord.acquire(&lane, "h1", 0).await,
+            Admission::Granted(Mode::Shared)
+        );
+        let key = WorkspaceKeys::new(&ws).leases(&ScopeName::provider("openai"));
+        let nodes = cluster.nodes();
+        let slot = nodes[0].cli(&["CLUSTER", "KEYSLOT", &key]);
+        let src = nodes
+            .iter()
+            .position(|n| n.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot]) != "0")
+            .expect("a primary holds the workspace's keys");
+        let dst = (src + 1) % nodes.len();
+        let id = |i: usize| nodes[i].cli(&["CLUSTER", "MYID"]);
+        let (src_id, dst_id) = (id(src), id(dst));
+        assert_eq!(
+            nodes[dst].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id]),
+            "OK"
+        );
+        assert_eq!(
+            nodes[src].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id]),
+            "OK"
+        );
+        let keys = nodes[src].cli(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+        let keys: Vec<&str> = keys.lines().map(str::trim).collect();
+        assert!(!keys.is_empty());
+        let port = nodes[dst].port().to_string();
+        let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        migrate.extend(keys.iter().copied());
+        assert_eq!(nodes[src].cli(&migrate), "OK");
+        // Mid-migration: the source answers `ASK` for the moved keys, and the destination
+        // `TRYAGAIN` (the lane's pause key exists on neither node: Redis runs no multi-key call
+        // of a slot split between two nodes). The call waits, and once the migration ends
+        // (`SETSLOT … NODE` on every primary, 30 ms later) it follows `MOVED` and runs on the
+        // new owner, which holds h1.
+        let waiting = tokio::spawn({
+            let (coord, lane) = (coord.clone(), lane.clone());
+            async move { coord.acquire(&lane, "h2", 0).await }
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        for node in nodes {
+            assert_eq!(
+                node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]),
+                "OK"
+            );
+        }
+        assert_eq!(waiting.await.unwrap(), Admission::Granted(Mode::Shared));
+        // Moved for good: the lane's connection follows `MOVED` to the new owner.
+        assert_eq!(
+            coord.acquire(&lane, "h3", 0).await,
+            Admission::Granted(Mode::Shared)
+        );
+        assert!(matches!(
+            coord.acquire(&lane, "h4", 0).await,
+            Admission::Wait {
+                reason: Reason::Concurrency,
+                mode: Mode::Shared,
+                ..
+            }
+        ));
+        assert_eq!(coord.health(), Health::Healthy);
+        assert_eq!(
+            nodes[dst].cli(&["ZCARD", &key]),
+            "3",
+            "h1 (moved), h2 and h3 on the new owner"
+        );
+        coord.tick(0, true).await;
+        assert_eq!(coord.health(), Health::Healthy, "renewals follow the move");
+        for token in ["h1", "h2", "h3"] {
+            assert!(coord.release(token, 0, None, None, 0).await);
+        }
+        assert_eq!(nodes[dst].cli(&["ZCARD", &key]), "0");
+        assert_eq!(coord.health(), Health::Healthy);
+    });
+}
