@@ -50,7 +50,7 @@ use tokio::time::Instant;
 
 use crate::direct::{redirect_of, Direct, Redirect};
 use crate::error::CoordError;
-use crate::link::MAX_REDIRECTS;
+use crate::link::{Topology, MAX_REDIRECTS};
 use crate::protocol::{write_ops, Op};
 use crate::store::{is_missing_function_reply, ops_answers, RedisStore};
 
@@ -158,6 +158,8 @@ impl Batcher {
                     store: self.store.clone(),
                     epoch: self.epoch.clone(),
                     seen: self.epoch.load(Ordering::Relaxed),
+                    cluster: (self.store.topology() == Topology::Cluster)
+                        .then(|| (slot.to_owned(), false)),
                 },
                 Err(_) => Link::Shared(self.store.clone()),
             },
@@ -303,6 +305,10 @@ enum Link {
         store: RedisStore,
         epoch: Arc<AtomicU64>,
         seen: u64,
+        /// On a cluster: a key of the workspace (its slot), and whether the connection points
+        /// at the slot's primary as last known (asked of the slot map before the first call
+        /// and again after any failed call of the replica, e.g. a failover).
+        cluster: Option<(String, bool)>,
     },
 }
 
@@ -334,11 +340,25 @@ impl Link {
                 store,
                 epoch,
                 seen,
+                cluster,
             } => {
                 let now = epoch.load(Ordering::Relaxed);
                 if now != *seen {
                     direct.disconnect();
                     *seen = now;
+                    if let Some((_, placed)) = cluster.as_mut() {
+                        *placed = false;
+                    }
+                }
+                if let Some((key, placed)) = cluster.as_mut().filter(|(_, placed)| !placed) {
+                    match tokio::time::timeout_at(deadline, store.owner_of(key)).await {
+                        Ok(Ok(Some((host, port)))) => {
+                            direct.follow(&host, port);
+                            *placed = true;
+                        }
+                        // No slot map: the cluster link routes this call.
+                        _ => return store.batch(ops, deadline).await,
+                    }
                 }
                 let count = ops.clone().count();
                 packed.clear();

@@ -265,6 +265,7 @@ impl Coordinator {
         self.metrics.errors.fetch_add(1, Ordering::Relaxed);
         self.health.set(Health::Degraded);
         self.batcher.invalidate();
+        self.store.rebuild();
     }
 
     /// A batched operation got no answer: degraded; the failed call is counted once (by its
@@ -275,6 +276,7 @@ impl Coordinator {
         }
         self.health.set(Health::Degraded);
         self.batcher.invalidate();
+        self.store.rebuild();
     }
 
     /// A new lease member: `<replica id>-<n>`.

@@ -19,7 +19,8 @@
 //!   is the caller's failure (degraded mode), as on a standalone Redis.
 //! - No call waits on its own: callers bound every call with the command timeout.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
@@ -52,7 +53,71 @@ pub enum Topology {
 #[derive(Clone)]
 pub(crate) enum Link {
     Standalone(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<ClusterLink>),
+}
+
+/// The shortest time between two rebuilds of a cluster connection.
+const REBUILD_EVERY: Duration = Duration::from_millis(250);
+
+/// A cluster connection that can be built again from the seeds. redis-rs refreshes its slot
+/// map on `MOVED`, but a primary that died and was replaced by its replica (a failover) only
+/// ever answers connection errors, which make it reconnect to the same dead address: after a
+/// failed call a new connection is built in the background (at most one at a time, at most
+/// every [`REBUILD_EVERY`]), reading the slot map afresh from the seeds, and replaces the old
+/// one once it is connected (calls go on using the old one meanwhile).
+pub(crate) struct ClusterLink {
+    client: ClusterClient,
+    config: ClusterConfig,
+    current: Mutex<ClusterConnection>,
+    /// When the last rebuild started, and whether one is running.
+    rebuilding: Mutex<(Instant, bool)>,
+}
+
+impl ClusterLink {
+    fn connection(&self) -> ClusterConnection {
+        self.current
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn rebuild(self: &Arc<Self>) {
+        {
+            let mut rebuilding = self
+                .rebuilding
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if rebuilding.1 || rebuilding.0.elapsed() < REBUILD_EVERY {
+                return;
+            }
+            *rebuilding = (Instant::now(), true);
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.finished_rebuild();
+            return;
+        };
+        let link = Arc::clone(self);
+        runtime.spawn(async move {
+            let fresh = link
+                .client
+                .get_async_connection_with_config(link.config.clone())
+                .await;
+            if let Ok(fresh) = fresh {
+                *link
+                    .current
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
+            }
+            link.finished_rebuild();
+        });
+    }
+
+    fn finished_rebuild(&self) {
+        self.rebuilding
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .1 = false;
+    }
 }
 
 /// The seed URLs of a cluster's comma-separated list.
@@ -81,6 +146,29 @@ fn redirect(error: &RedisError) -> Option<Redirect<'_>> {
         }
         _ => None,
     }
+}
+
+/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part between the first `{`
+/// and the next `}`, if not empty) or of the whole key, modulo 16,384 (the Redis Cluster
+/// specification's `HASH_SLOT`).
+pub fn slot_of(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(key) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16_384
 }
 
 /// `host:port` (IPv6 hosts may contain colons: the port is after the last one).
@@ -125,9 +213,13 @@ impl Link {
                 let config = ClusterConfig::new()
                     .set_connection_timeout(timeout)
                     .set_response_timeout(timeout);
-                Ok(Link::Cluster(
-                    client.get_pending_async_connection_with_config(config),
-                ))
+                let connection = client.get_pending_async_connection_with_config(config.clone());
+                Ok(Link::Cluster(Arc::new(ClusterLink {
+                    client,
+                    config,
+                    current: Mutex::new(connection),
+                    rebuilding: Mutex::new((Instant::now(), false)),
+                })))
             }
         }
     }
@@ -140,8 +232,8 @@ impl Link {
                 let mut connection = connection.clone();
                 cmd.query_async::<Value>(&mut connection).await
             }
-            Link::Cluster(connection) => {
-                let mut connection = connection.clone();
+            Link::Cluster(link) => {
+                let mut connection = link.connection();
                 let mut redirects = 0;
                 let mut answer = cmd.query_async::<Value>(&mut connection).await;
                 loop {
@@ -180,13 +272,17 @@ impl Link {
                 let mut connection = connection.clone();
                 pipe.query_async::<Vec<Value>>(&mut connection).await
             }
-            Link::Cluster(connection) => {
-                let mut connection = connection.clone();
+            Link::Cluster(link) => {
+                let mut connection = link.connection();
                 let mut redirects = 0;
                 loop {
                     let answer = pipe.query_async::<Vec<Value>>(&mut connection).await;
                     match answer.as_ref().err().and_then(redirect) {
-                        Some(Redirect::Moved) if redirects < MAX_REDIRECTS => redirects += 1,
+                        Some(Redirect::Moved) if redirects < MAX_REDIRECTS => {
+                            // Renewals are not in a hurry: the slot map is read again first.
+                            redirects += 1;
+                            tokio::time::sleep(CLUSTER_PAUSE).await;
+                        }
                         Some(Redirect::Pause) => tokio::time::sleep(CLUSTER_PAUSE).await,
                         _ => return answer,
                     }
@@ -200,15 +296,16 @@ impl Link {
     pub(crate) async fn on_every_primary(&self, cmd: &Cmd) -> RedisResult<Value> {
         match self {
             Link::Standalone(_) => self.query(cmd).await,
-            Link::Cluster(connection) => {
-                let mut connection = connection.clone();
+            Link::Cluster(link) => {
+                let mut connection = link.connection();
                 let routing = RoutingInfo::MultiNode((
                     MultipleNodeRoutingInfo::AllMasters,
                     Some(ResponsePolicy::AllSucceeded),
                 ));
-                let answer = connection.route_command(cmd.clone(), routing).await?;
-                // An error reply of one primary comes back as a value: make it the failure.
-                answer.extract_error()
+                connection
+                    .route_command(cmd.clone(), routing)
+                    .await
+                    .and_then(Value::extract_error)
             }
         }
     }
@@ -218,8 +315,8 @@ impl Link {
     pub(crate) async fn each_primary(&self, cmd: &Cmd) -> RedisResult<Vec<Value>> {
         match self {
             Link::Standalone(_) => Ok(vec![self.query(cmd).await?]),
-            Link::Cluster(connection) => {
-                let mut connection = connection.clone();
+            Link::Cluster(link) => {
+                let mut connection = link.connection();
                 let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
                 match connection.route_command(cmd.clone(), routing).await? {
                     Value::Map(pairs) => pairs
@@ -237,12 +334,51 @@ impl Link {
     pub(crate) async fn query_at_key(&self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
         match self {
             Link::Standalone(_) => self.query(cmd).await,
-            Link::Cluster(connection) => {
-                let mut connection = connection.clone();
+            Link::Cluster(link) => {
+                let mut connection = link.connection();
                 let route = Route::with_key(key, SlotAddr::Master);
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
                 connection.route_command(cmd.clone(), routing).await
             }
+        }
+    }
+
+    /// The address (`host`, `port`) of the primary that owns `key`'s slot, from `CLUSTER SLOTS`
+    /// as one node sees it now; `None` on a standalone Redis.
+    pub(crate) async fn owner_of(&self, key: &str) -> RedisResult<Option<(String, u16)>> {
+        if let Link::Standalone(_) = self {
+            return Ok(None);
+        }
+        let slot = i64::from(slot_of(key.as_bytes()));
+        let ranges = self
+            .query(&redis::cmd("CLUSTER").arg("SLOTS").clone())
+            .await?;
+        let Value::Array(ranges) = ranges else {
+            return Ok(None);
+        };
+        for range in ranges {
+            let Value::Array(range) = range else { continue };
+            let [Value::Int(start), Value::Int(end), Value::Array(primary), ..] = range.as_slice()
+            else {
+                continue;
+            };
+            if !(*start..=*end).contains(&slot) {
+                continue;
+            }
+            if let [Value::BulkString(host), Value::Int(port), ..] = primary.as_slice() {
+                let host = String::from_utf8_lossy(host).into_owned();
+                return Ok(u16::try_from(*port).ok().map(|port| (host, port)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// After a failed call: a cluster connection is built again from the seeds (at most every
+    /// [`REBUILD_EVERY`]), so a primary replaced by its replica is found; nothing on a
+    /// standalone Redis (its connection manager reconnects on its own).
+    pub(crate) fn rebuild(&self) {
+        if let Link::Cluster(link) = self {
+            link.rebuild();
         }
     }
 
@@ -275,7 +411,20 @@ async fn asking(
 
 #[cfg(test)]
 mod tests {
-    use super::{node_address, seed_urls};
+    use super::{node_address, seed_urls, slot_of};
+
+    #[test]
+    fn slots_are_the_cluster_specifications() {
+        // The specification's test vector: CRC16-XMODEM("123456789") = 0x31C3 (12,739).
+        assert_eq!(slot_of(b"123456789"), 0x31C3);
+        // Only the hash tag counts; an empty tag does not.
+        assert_eq!(slot_of(b"ts:{abc}:lease:w"), slot_of(b"abc"));
+        assert_ne!(slot_of(b"{}x"), slot_of(b"x"));
+        // What Redis 7's `CLUSTER KEYSLOT` answers.
+        assert_eq!(slot_of(b"foo"), 12182);
+        assert_eq!(slot_of(b"{user1000}.following"), 3443);
+        assert_eq!(slot_of(b"ts:{abc}:lease:w"), 7638);
+    }
 
     #[test]
     fn seed_lists_split_on_commas_and_ignore_blanks() {

@@ -279,9 +279,25 @@ impl RedisStore {
         Ok(RedisStore { link, timeout })
     }
 
+    /// A call failed: on a cluster the connection is built again from the seeds (at most
+    /// every 250 ms), so a primary replaced by its replica (a failover) is found; a failed
+    /// node only ever answers connection errors, which redis-rs meets by reconnecting to the
+    /// same address. Nothing on a standalone Redis.
+    pub fn rebuild(&self) {
+        self.link.rebuild();
+    }
+
     /// What the URL names: one Redis or a cluster.
     pub fn topology(&self) -> Topology {
         self.link.topology()
+    }
+
+    /// On a cluster, the address of the primary that owns `key`'s slot now (`CLUSTER SLOTS`);
+    /// `None` on a standalone Redis or when no node names one.
+    pub async fn owner_of(&self, key: &str) -> Result<Option<(String, u16)>, CoordError> {
+        self.bounded(self.link.owner_of(key))
+            .await
+            .map_err(|e| self.classify(&e))
     }
 
     /// The command timeout.

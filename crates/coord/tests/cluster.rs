@@ -68,9 +68,12 @@ fn cli(node: &RedisServer, args: &[&str]) -> String {
 
 fn provider_leases(cluster: &RedisCluster, workspace: &str) -> u64 {
     let key = WorkspaceKeys::new(workspace).leases(&ScopeName::provider("openai"));
-    cli(&cluster.nodes()[0], &["ZCARD", &key])
-        .parse()
-        .unwrap_or(0)
+    let running = cluster
+        .nodes()
+        .iter()
+        .find(|node| node.cli(&["PING"]) == "PONG")
+        .expect("a running node");
+    cli(running, &["ZCARD", &key]).parse().unwrap_or(0)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -380,5 +383,71 @@ fn a_workspace_whose_slot_moves_keeps_its_leases_and_its_limit() {
         }
         assert_eq!(nodes[dst].cli(&["ZCARD", &key]), "0");
         assert_eq!(coord.health(), Health::Healthy);
+    });
+}
+
+/// A primary killed in a cluster whose primaries have replicas: degraded while the cluster
+/// fails over, then healthy again once a replica has taken its slots (the slot map is asked
+/// again), with the live leases registered on the new primary.
+#[test]
+fn a_failed_over_primary_is_followed_to_its_replica() {
+    let rt = runtime();
+    let mut cluster = RedisCluster::start_with_replicas(3, 1).unwrap();
+    rt.block_on(async {
+        let coord = replica(&cluster).await;
+        let clock_start = Instant::now();
+        let task = tokio::spawn(
+            coord
+                .clone()
+                .run(move || clock_start.elapsed().as_millis() as u64),
+        );
+        for i in 0..WORKSPACES {
+            let lane = spec(&workspace(i), "alice", limits(4));
+            assert_eq!(
+                coord.acquire(&lane, &format!("h{i}"), 0).await,
+                Admission::Granted(Mode::Shared)
+            );
+        }
+        let victim = cluster.primaries()[0];
+        cluster.node_mut(victim).kill();
+        let killed = Instant::now();
+        while coord.health() == Health::Healthy {
+            assert!(
+                killed.elapsed() < Duration::from_millis(250),
+                "not degraded within 250 ms of a primary's SIGKILL"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The replica takes over after the node timeout (2 s) and an election.
+        let promoted = Instant::now() + Duration::from_secs(30);
+        while cluster.primaries().len() < 3 {
+            assert!(Instant::now() < promoted, "no replica took over");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster.wait_ok(Duration::from_secs(30)).unwrap();
+        let ok = Instant::now();
+        while coord.health() != Health::Healthy {
+            assert!(
+                ok.elapsed() < Duration::from_secs(5),
+                "not healthy within 5 s of the failover"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let healthy = ok.elapsed();
+        for i in 0..WORKSPACES {
+            let lane = spec(&workspace(i), "alice", limits(4));
+            assert_eq!(
+                coord.acquire(&lane, &format!("n{i}"), 0).await,
+                Admission::Granted(Mode::Shared),
+                "workspace {i} after the failover"
+            );
+            assert_eq!(provider_leases(&cluster, &workspace(i)), 2);
+        }
+        eprintln!(
+            "failover: degraded after the kill, healthy {healthy:?} after the cluster was ok, \
+             {:?} after the kill",
+            killed.elapsed()
+        );
+        task.abort();
     });
 }
