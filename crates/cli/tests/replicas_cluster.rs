@@ -13,7 +13,6 @@
 //! - `--redis-cluster` against a standalone Redis: the replica refuses to start and says why.
 #![cfg(unix)]
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,28 +23,14 @@ use turnstile_coord::testing::{RedisCluster, RedisServer};
 
 mod common;
 use common::replica::{
-    acquire, drive_clients, fake_upstream, release, start_cluster_replica, wait_for_all,
-    Deployment, Keys, Replica,
+    acquire, drive_clients, fake_upstream, release, replica_config, start_cluster_replica,
+    wait_for_all, Deployment, Keys, Replica,
 };
 use common::{http, one_at_a_time, PerRedis};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the three replicas.
 const LIMIT: u64 = 3;
-
-fn config_file(dir: &Path, redis_timeout_ms: u64) -> std::path::PathBuf {
-    let path = dir.join("turnstile.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "demo = false\n\n[leases]\nttl_ms = 30000\n\n[coordination]\ndegraded_share = \"0.34\"\n\
-             lease_liveness_ms = 1500\nrenew_every_ms = 300\nprobe_every_ms = 50\n\
-             timeout_ms = {redis_timeout_ms}\n"
-        ),
-    )
-    .unwrap();
-    path
-}
 
 static DEPLOYMENTS: PerRedis<Keys> = PerRedis::new();
 
@@ -62,7 +47,7 @@ fn replica(cluster: &RedisCluster, redis_timeout_ms: u64) -> Replica {
     start_cluster_replica(
         cluster,
         &DEPLOYMENTS,
-        |dir| config_file(dir, redis_timeout_ms),
+        |dir| replica_config(dir, redis_timeout_ms),
         &deployment,
     )
 }
@@ -144,7 +129,7 @@ fn redis_cluster_against_a_standalone_redis_is_refused_with_its_reason() {
     let _serial = one_at_a_time();
     let redis = RedisServer::start().expect("redis-server");
     let dir = tempfile::tempdir().unwrap();
-    let config = config_file(dir.path(), 100);
+    let config = replica_config(dir.path(), 100);
     let out = Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(dir.path().join("data"))

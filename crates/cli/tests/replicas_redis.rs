@@ -15,7 +15,6 @@
 //!   start and names the reason.
 #![cfg(unix)]
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
@@ -27,31 +26,14 @@ use turnstile_coord::testing::RedisServer;
 
 mod common;
 use common::replica::{
-    acquire, drive_clients, fake_upstream, release, start_replica, wait_for_all, Deployment, Keys,
-    Replica,
+    acquire, drive_clients, fake_upstream, release, replica_config, start_replica, wait_for_all,
+    Deployment, Keys, Replica,
 };
 use common::{http, one_at_a_time, PerRedis};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the three replicas.
 const LIMIT: u64 = 3;
-
-/// `redis_timeout_ms`: how long a Redis call may take before the replica counts Redis as
-/// failing (the default 100 ms for the failure tests; longer where a debug build's own
-/// scheduling on two busy cores must not be mistaken for a Redis failure).
-fn config_file(dir: &Path, redis_timeout_ms: u64) -> std::path::PathBuf {
-    let path = dir.join("turnstile.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "demo = false\n\n[leases]\nttl_ms = 30000\n\n[coordination]\ndegraded_share = \"0.34\"\n\
-             lease_liveness_ms = 1500\nrenew_every_ms = 300\nprobe_every_ms = 50\n\
-             timeout_ms = {redis_timeout_ms}\n"
-        ),
-    )
-    .unwrap();
-    path
-}
 
 /// The client's key of each Redis (the first replica on a Redis creates it, the others adopt it).
 static DEPLOYMENTS: PerRedis<Keys> = PerRedis::new();
@@ -79,7 +61,7 @@ fn replica_with_timeout(redis: &RedisServer, redis_timeout_ms: u64) -> Replica {
     start_replica(
         redis,
         &DEPLOYMENTS,
-        |dir| config_file(dir, redis_timeout_ms),
+        |dir| replica_config(dir, redis_timeout_ms),
         &deployment,
     )
 }

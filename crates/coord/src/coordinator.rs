@@ -215,8 +215,8 @@ impl Coordinator {
     pub fn new(config: CoordConfig) -> Result<Arc<Self>, CoordError> {
         let store = RedisStore::new(&config.redis_url, config.topology, config.timeout)?;
         let lanes = LaneMemo::new(config.liveness_ms, config.turn_window_ms);
-        // On a cluster each lane's own connection starts at the first seed node and follows
-        // its workspace's slot (`MOVED`).
+        // On a cluster each lane's own connection takes the first seed's credentials and asks
+        // the slot map for its workspace's primary (then follows `MOVED`).
         let direct = match config.topology {
             Topology::Standalone => Some(config.redis_url.clone()),
             Topology::Cluster => crate::link::seed_urls(&config.redis_url)

@@ -424,37 +424,21 @@ mod tests {
     /// The release the lease record made before lanes had their pieces (`held_for` then
     /// `ReleaseCall`), for a lease of `spec` acquired with `member`.
     fn reference_release(spec: &LaneSpec, of: &ReleaseOf) -> Op {
-        let keys = WorkspaceKeys::new(&spec.workspace);
-        let mut lease_keys: Vec<String> = spec
-            .scopes
-            .iter()
-            .filter(|s| s.concurrency.is_some())
-            .map(|s| keys.leases(&s.name))
-            .collect();
+        let plain = ReleaseCall::plain(spec, of.member.as_ref());
+        let mut lease_keys = plain.lease_keys.clone();
         if of.probe {
+            let keys = WorkspaceKeys::new(&spec.workspace);
             lease_keys.push(keys.probes(&spec.provider));
         }
         release_op(&ReleaseCall {
-            member: of.member.to_string(),
             lease_keys,
-            pause_key: keys.pause(&spec.provider),
-            budget_key: keys.budget(&spec.budget_id),
-            budget_scopes: spec
-                .scopes
-                .iter()
-                .filter(|s| s.has_budget())
-                .map(|s| s.name.0.clone())
-                .collect(),
             pause_ms: of.pause_ms,
             charged_tokens: of.charged_tokens,
             actual_tokens: of.actual_tokens,
             charged_micro: of.charged_micro,
             actual_micro: of.actual_micro,
-            breaker: spec
-                .breaker
-                .as_ref()
-                .map(|b| BreakerKeys::new(&keys, &spec.provider, b)),
             outcome: of.outcome,
+            ..plain
         })
     }
 

@@ -366,7 +366,11 @@ impl Link {
                 continue;
             }
             if let [Value::BulkString(host), Value::Int(port), ..] = primary.as_slice() {
+                // An empty host ("the node you asked") or `?` (unknown): no address to use.
                 let host = String::from_utf8_lossy(host).into_owned();
+                if host.is_empty() || host == "?" {
+                    return Ok(None);
+                }
                 return Ok(u16::try_from(*port).ok().map(|port| (host, port)));
             }
         }

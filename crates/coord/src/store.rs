@@ -87,6 +87,43 @@ pub struct ReleaseCall {
     pub outcome: Outcome,
 }
 
+impl ReleaseCall {
+    /// The plain release of `member`, a lease of `spec`: its scopes' lease zsets (those with a
+    /// concurrency limit), the lane's pause, budget and breaker keys and the budget lines it
+    /// charged; no pause, no charge or usage, no outcome. Callers set what their release
+    /// reports with struct update syntax.
+    pub fn plain(spec: &LaneSpec, member: &str) -> ReleaseCall {
+        let keys = WorkspaceKeys::new(&spec.workspace);
+        ReleaseCall {
+            member: member.to_owned(),
+            lease_keys: spec
+                .scopes
+                .iter()
+                .filter(|s| s.concurrency.is_some())
+                .map(|s| keys.leases(&s.name))
+                .collect(),
+            pause_key: keys.pause(&spec.provider),
+            budget_key: keys.budget(&spec.budget_id),
+            budget_scopes: spec
+                .scopes
+                .iter()
+                .filter(|s| s.has_budget())
+                .map(|s| s.name.0.clone())
+                .collect(),
+            pause_ms: 0,
+            charged_tokens: 0,
+            actual_tokens: None,
+            charged_micro: 0,
+            actual_micro: None,
+            breaker: spec
+                .breaker
+                .as_ref()
+                .map(|b| BreakerKeys::new(&keys, &spec.provider, b)),
+            outcome: Outcome::None,
+        }
+    }
+}
+
 /// The Redis side of coordination.
 /// Calls of `FCALL` and the µs Redis spent in them (`INFO commandstats`, `cmdstat_fcall`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use redis::Value;
 use turnstile_admission::{CircuitBreakerConfig, Limits};
-use turnstile_coord::breaker::BreakerKeys;
 use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
 use turnstile_coord::protocol::{acquire_op, release_op, Op, OpKind};
 use turnstile_coord::store::{FcallStats, ReleaseCall};
@@ -99,32 +98,16 @@ fn release_call(
     outcome: u8,
     actual: Option<u64>,
 ) -> ReleaseCall {
-    let keys = WorkspaceKeys::new(&spec.workspace);
     ReleaseCall {
-        member: member.to_owned(),
-        lease_keys: spec.scopes.iter().map(|s| keys.leases(&s.name)).collect(),
-        pause_key: keys.pause(&spec.provider),
-        budget_key: keys.budget(&spec.budget_id),
-        budget_scopes: spec
-            .scopes
-            .iter()
-            .filter(|s| s.has_budget())
-            .map(|s| s.name.0.clone())
-            .collect(),
         pause_ms: if pause { LONG_MS } else { 0 },
         charged_tokens: spec.tokens.unwrap_or(0),
         actual_tokens: actual,
-        charged_micro: 0,
-        actual_micro: None,
-        breaker: spec
-            .breaker
-            .as_ref()
-            .map(|b| BreakerKeys::new(&keys, &spec.provider, b)),
         outcome: match outcome {
             0 => Outcome::None,
             1 => Outcome::Success,
             _ => Outcome::Failure,
         },
+        ..ReleaseCall::plain(spec, member)
     }
 }
 

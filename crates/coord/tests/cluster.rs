@@ -91,6 +91,39 @@ fn workspace(i: usize) -> String {
     format!("ws-cluster-{i}")
 }
 
+/// Waits until `coord`'s health is (`healthy`: true) or is not (false) `Healthy`; fails after
+/// `within`, naming `what`. Answers how long it took.
+async fn wait_health(coord: &Coordinator, healthy: bool, within: Duration, what: &str) -> Duration {
+    let start = Instant::now();
+    while (coord.health() == Health::Healthy) != healthy {
+        assert!(start.elapsed() < within, "{what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    start.elapsed()
+}
+
+/// A replica running its background task (probe, renewals), holding lease `h{i}` in every
+/// workspace (limit 4).
+async fn replica_holding_leases(
+    cluster: &RedisCluster,
+) -> (Arc<Coordinator>, tokio::task::JoinHandle<()>) {
+    let coord = replica(cluster).await;
+    let clock_start = Instant::now();
+    let task = tokio::spawn(
+        coord
+            .clone()
+            .run(move || clock_start.elapsed().as_millis() as u64),
+    );
+    for i in 0..WORKSPACES {
+        let lane = spec(&workspace(i), "alice", limits(4));
+        assert_eq!(
+            coord.acquire(&lane, &format!("h{i}"), 0).await,
+            Admission::Granted(Mode::Shared)
+        );
+    }
+    (coord, task)
+}
+
 #[test]
 fn two_replicas_share_every_workspaces_limit_whichever_primary_owns_it() {
     let rt = runtime();
@@ -162,31 +195,10 @@ fn a_stopped_or_restarted_primary_degrades_then_reconciles() {
     let rt = runtime();
     let mut cluster = RedisCluster::start(3).unwrap();
     rt.block_on(async {
-        let coord = replica(&cluster).await;
-        let clock_start = Instant::now();
-        let task = tokio::spawn(
-            coord
-                .clone()
-                .run(move || clock_start.elapsed().as_millis() as u64),
-        );
-        for i in 0..WORKSPACES {
-            let lane = spec(&workspace(i), "alice", limits(4));
-            assert_eq!(
-                coord.acquire(&lane, &format!("h{i}"), 0).await,
-                Admission::Granted(Mode::Shared)
-            );
-        }
+        let (coord, task) = replica_holding_leases(&cluster).await;
 
         cluster.node_mut(1).signal("STOP");
-        let stopped = Instant::now();
-        while coord.health() == Health::Healthy {
-            assert!(
-                stopped.elapsed() < Duration::from_millis(250),
-                "not degraded within 250 ms of a primary's SIGSTOP"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let noticed = stopped.elapsed();
+        let noticed = wait_health(&coord, false, Duration::from_millis(250), "not degraded within 250 ms of a primary's SIGSTOP").await;
         // Share 0.5 of 4 = 2, counting the lease granted before: one more, then full.
         let lane = spec(&workspace(0), "alice", limits(4));
         assert_eq!(
@@ -201,39 +213,18 @@ fn a_stopped_or_restarted_primary_degrades_then_reconciles() {
             }
         ));
         cluster.node_mut(1).signal("CONT");
-        let resumed = Instant::now();
-        while coord.health() != Health::Healthy {
-            assert!(
-                resumed.elapsed() < Duration::from_secs(2),
-                "not healthy within 2 s of SIGCONT"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_health(&coord, true, Duration::from_secs(2), "not healthy within 2 s of SIGCONT").await;
         assert_eq!(provider_leases(&cluster, &workspace(0)), 2, "h0 and d1");
         assert!(coord.release("d1", 0, None, None, 0).await);
 
         // SIGKILL of a primary, then a restart with empty state (its cluster configuration
         // kept, so it serves its slots again, without the library or any lease).
         cluster.node_mut(2).kill();
-        let killed = Instant::now();
-        while coord.health() == Health::Healthy {
-            assert!(
-                killed.elapsed() < Duration::from_millis(250),
-                "not degraded within 250 ms of a primary's SIGKILL"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_health(&coord, false, Duration::from_millis(250), "not degraded within 250 ms of a primary's SIGKILL").await;
         let lost: u64 = cluster.nodes()[2].port().into();
         cluster.node_mut(2).restart_empty().unwrap();
         cluster.wait_ok(Duration::from_secs(20)).unwrap();
-        let ok = Instant::now();
-        while coord.health() != Health::Healthy {
-            assert!(
-                ok.elapsed() < Duration::from_secs(2),
-                "not healthy within 2 s of the cluster being ok again"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let reconciled = wait_health(&coord, true, Duration::from_secs(2), "not healthy within 2 s of the cluster being ok again").await;
         let listed = cluster.nodes()[2].cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_v4"]);
         assert!(listed.contains("ts_acquire_v4"), "reloaded on {lost}");
         for i in 0..WORKSPACES {
@@ -244,8 +235,7 @@ fn a_stopped_or_restarted_primary_degrades_then_reconciles() {
             );
         }
         eprintln!(
-            "a primary's SIGSTOP noticed after {noticed:?}; cluster ok to healthy after {:?}",
-            ok.elapsed()
+            "a primary's SIGSTOP noticed after {noticed:?}; cluster ok to healthy after {reconciled:?}"
         );
         task.abort();
     });
@@ -394,30 +384,17 @@ fn a_failed_over_primary_is_followed_to_its_replica() {
     let rt = runtime();
     let mut cluster = RedisCluster::start_with_replicas(3, 1).unwrap();
     rt.block_on(async {
-        let coord = replica(&cluster).await;
-        let clock_start = Instant::now();
-        let task = tokio::spawn(
-            coord
-                .clone()
-                .run(move || clock_start.elapsed().as_millis() as u64),
-        );
-        for i in 0..WORKSPACES {
-            let lane = spec(&workspace(i), "alice", limits(4));
-            assert_eq!(
-                coord.acquire(&lane, &format!("h{i}"), 0).await,
-                Admission::Granted(Mode::Shared)
-            );
-        }
+        let (coord, task) = replica_holding_leases(&cluster).await;
         let victim = cluster.primaries()[0];
         cluster.node_mut(victim).kill();
         let killed = Instant::now();
-        while coord.health() == Health::Healthy {
-            assert!(
-                killed.elapsed() < Duration::from_millis(250),
-                "not degraded within 250 ms of a primary's SIGKILL"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_health(
+            &coord,
+            false,
+            Duration::from_millis(250),
+            "not degraded within 250 ms of a primary's SIGKILL",
+        )
+        .await;
         // The replica takes over after the node timeout (2 s) and an election.
         let promoted = Instant::now() + Duration::from_secs(30);
         while cluster.primaries().len() < 3 {
@@ -425,15 +402,13 @@ fn a_failed_over_primary_is_followed_to_its_replica() {
             std::thread::sleep(Duration::from_millis(50));
         }
         cluster.wait_ok(Duration::from_secs(30)).unwrap();
-        let ok = Instant::now();
-        while coord.health() != Health::Healthy {
-            assert!(
-                ok.elapsed() < Duration::from_secs(5),
-                "not healthy within 5 s of the failover"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let healthy = ok.elapsed();
+        let healthy = wait_health(
+            &coord,
+            true,
+            Duration::from_secs(5),
+            "not healthy within 5 s of the failover",
+        )
+        .await;
         for i in 0..WORKSPACES {
             let lane = spec(&workspace(i), "alice", limits(4));
             assert_eq!(
@@ -450,4 +425,62 @@ fn a_failed_over_primary_is_followed_to_its_replica() {
         );
         task.abort();
     });
+}
+
+/// The primary that holds the identity feed (`{ts-id}`) killed in a cluster with replicas:
+/// once its replica has taken over, the feed is read and written again through the same
+/// store (its cluster connection is built again after the failed calls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_identity_feed_follows_a_failover_of_its_primary() {
+    let mut cluster = RedisCluster::start_with_replicas(3, 1).unwrap();
+    let store =
+        IdentityStore::new(&cluster.url(), Topology::Cluster, Duration::from_secs(1)).unwrap();
+    let epoch = match store
+        .seed("epoch-f", &[SeedItem::Event("before".into())])
+        .await
+        .unwrap()
+    {
+        Seeded::Created { epoch, .. } => epoch,
+        other => panic!("{other:?}"),
+    };
+    // Only the identity's keys exist yet: the primary holding any holds them all.
+    let holder = cluster
+        .primaries()
+        .into_iter()
+        .find(|&i| cluster.nodes()[i].cli(&["DBSIZE"]) != "0")
+        .expect("a primary holds the feed");
+    // Replication is asynchronous: the replica has the seed before its primary dies.
+    assert_eq!(cluster.nodes()[holder].cli(&["WAIT", "1", "5000"]), "1");
+    cluster.node_mut(holder).kill();
+    let promoted = Instant::now() + Duration::from_secs(30);
+    while cluster.primaries().len() < 3 {
+        assert!(Instant::now() < promoted, "no replica took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.wait_ok(Duration::from_secs(30)).unwrap();
+    let ok = Instant::now();
+    let page = loop {
+        match store.since(0, 10).await {
+            Ok(page) => break page,
+            Err(error) => assert!(
+                ok.elapsed() < Duration::from_secs(5),
+                "the feed is not readable 5 s after the failover: {error}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(page.epoch.as_deref(), Some(epoch.as_str()));
+    assert_eq!(page.events.len(), 1, "the replica had the seed");
+    let written = store.append(&epoch, "after").await.unwrap();
+    assert_eq!(
+        written,
+        Written::Appended {
+            seq: 2,
+            registration: None
+        }
+    );
+    eprintln!(
+        "identity feed readable {:?} after the failover",
+        ok.elapsed()
+    );
 }

@@ -322,3 +322,21 @@ pub fn drive_clients(
     }
     granted.load(Ordering::SeqCst)
 }
+
+/// The replicas tests' configuration file in `dir`: share 0.34 when degraded, liveness 1.5 s
+/// renewed every 300 ms, a probe every 50 ms, and `redis_timeout_ms` as the Redis call timeout
+/// (100 ms for the failure tests; longer where a debug build's own scheduling on two busy cores
+/// must not be mistaken for a Redis failure).
+pub fn replica_config(dir: &Path, redis_timeout_ms: u64) -> PathBuf {
+    let path = dir.join("turnstile.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "demo = false\n\n[leases]\nttl_ms = 30000\n\n[coordination]\ndegraded_share = \"0.34\"\n\
+             lease_liveness_ms = 1500\nrenew_every_ms = 300\nprobe_every_ms = 50\n\
+             timeout_ms = {redis_timeout_ms}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
