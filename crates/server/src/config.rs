@@ -143,8 +143,21 @@ impl CoordinationConfig {
     /// The coordinator's settings, or `None` without a Redis URL.
     pub fn coord(&self) -> Result<Option<turnstile_coord::CoordConfig>, ConfigError> {
         let Some(url) = &self.redis_url else {
+            if self.redis_cluster {
+                return Err(ConfigError::Invalid {
+                    field: "coordination.redis_cluster",
+                    expected: "a coordination.redis_url (the cluster's seed nodes) beside it",
+                });
+            }
             return Ok(None);
         };
+        if !self.redis_cluster && url.contains(',') {
+            return Err(ConfigError::Invalid {
+                field: "coordination.redis_url",
+                expected: "one URL; several (a Redis Cluster's seed nodes, comma-separated) \
+                           need coordination.redis_cluster = true (--redis-cluster)",
+            });
+        }
         let share = self
             .degraded_share
             .parse()
@@ -495,6 +508,30 @@ mod tests {
             config.validate(),
             Err(ConfigError::Invalid {
                 field: "http.header_read_timeout_ms",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_seed_list_needs_redis_cluster_and_redis_cluster_needs_a_url() {
+        let seeds = "[coordination]\nredis_url = \"redis://a:7000,redis://b:7000\"\n";
+        let config: Config = toml::from_str(seeds).unwrap();
+        assert!(matches!(
+            config.validate(),
+            Err(ConfigError::Invalid {
+                field: "coordination.redis_url",
+                ..
+            })
+        ));
+        let config: Config = toml::from_str(&format!("{seeds}redis_cluster = true\n")).unwrap();
+        let coord = config.coordination.coord().unwrap().unwrap();
+        assert_eq!(coord.topology, turnstile_coord::Topology::Cluster);
+        let config: Config = toml::from_str("[coordination]\nredis_cluster = true\n").unwrap();
+        assert!(matches!(
+            config.validate(),
+            Err(ConfigError::Invalid {
+                field: "coordination.redis_cluster",
                 ..
             })
         ));
