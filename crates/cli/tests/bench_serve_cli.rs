@@ -3,6 +3,8 @@
 
 use std::process::{Command, Output};
 
+mod common;
+
 fn bench_serve(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .arg("bench-serve")
@@ -289,4 +291,89 @@ fn bench_serve_spreads_its_clients_over_several_urls() {
     let failures = &report["failures"];
     assert!(failures["status 401"].as_u64().unwrap() > 0, "{report}");
     assert!(failures["transport"].as_u64().unwrap() > 0, "{report}");
+}
+
+/// A running service with the bench profile registered and a key of principal `bench`.
+fn bench_deployment(dir: &std::path::Path) -> (common::Service, String) {
+    let config = dir.join("turnstile.toml");
+    std::fs::write(&config, "demo = false\n").unwrap();
+    let service = common::start(&dir.join("data"), &config, true);
+    let admin = service.admin_key.clone().expect("first start");
+    let profile = serde_json::json!({
+        "workspace": {"concurrency": 64},
+        "providers": {"bench-provider": {"concurrency": 64}},
+        "principals": {"bench": {"concurrency": 64}},
+    });
+    let (status, answer) = common::http(
+        &service.addr,
+        "PUT",
+        "/v1/workspaces/bench/profiles/bench-v1",
+        &admin,
+        Some(&profile),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{answer}");
+    let (status, answer) = common::http(
+        &service.addr,
+        "POST",
+        "/v1/workspaces/bench/keys",
+        &admin,
+        Some(&serde_json::json!({"principalId": "bench"})),
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{answer}");
+    (service, answer["key"].as_str().unwrap().to_owned())
+}
+
+#[test]
+fn bench_serve_with_a_key_per_url_reports_each_target_apart() {
+    // Two separate deployments, each with its own key: a paired run reports each one's figures
+    // (the clients of both ran at the same time), in --url order.
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, a_key) = bench_deployment(a_dir.path());
+    let (b, b_key) = bench_deployment(b_dir.path());
+    let urls = format!("http://{},http://{}", a.addr, b.addr);
+    let keys = format!("{a_key},{b_key}");
+    let output = bench_serve(&[
+        "--url",
+        &urls,
+        "--key",
+        &keys,
+        "--provider",
+        "bench-provider",
+        "--clients",
+        "4",
+        "--seconds",
+        "1",
+        "--warmup-ms",
+        "0",
+        "--json",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["failures"], serde_json::json!({}), "{report}");
+    let targets = report["perTarget"].as_array().expect("perTarget");
+    assert_eq!(targets.len(), 2, "{report}");
+    let mut total = 0;
+    for (target, addr) in targets.iter().zip([&a.addr, &b.addr]) {
+        assert_eq!(target["url"], format!("http://{addr}"));
+        let pairs = target["pairs"].as_u64().unwrap();
+        assert!(pairs > 0, "{report}");
+        assert!(target["acquireLatency"]["p99Ms"].as_f64().unwrap() > 0.0);
+        total += pairs;
+    }
+    assert_eq!(total, report["pairs"].as_u64().unwrap());
+
+    // Three keys for two URLs: refused before any load.
+    let output = bench_serve(&["--url", &urls, "--key", "k1,k2,k3", "--seconds", "1"]);
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("one key, or one per --url"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }

@@ -36,7 +36,9 @@ pub struct BenchServeArgs {
     /// (keys are shared between replicas, `docs/replicas.md`).
     #[arg(long, value_delimiter = ',')]
     pub url: Vec<String>,
-    /// Principal key for `--url`.
+    /// Principal key for `--url`; one per URL, comma-separated and in `--url` order, when the
+    /// URLs are separate deployments (e.g. a paired run of a replica with Redis beside one
+    /// without: `docs/performance.md`).
     #[arg(long)]
     pub key: Option<String>,
     /// Provider lane to acquire on (with `--url`).
@@ -98,7 +100,8 @@ const BENCH_PROFILE: &str = r#"{
 struct Target {
     /// One base URL, or a deployment's replicas (clients take them in turn).
     bases: Vec<String>,
-    key: String,
+    /// One key for every base, or one per base (in order).
+    keys: Vec<String>,
     provider: String,
 }
 
@@ -148,7 +151,17 @@ pub fn run(args: BenchServeArgs) -> anyhow::Result<()> {
                     .iter()
                     .map(|url| url.trim_end_matches('/').to_owned())
                     .collect(),
-                key: key.clone(),
+                keys: {
+                    let keys: Vec<String> = key.split(',').map(str::to_owned).collect();
+                    if keys.len() != 1 && keys.len() != args.url.len() {
+                        bail!(
+                            "--key: one key, or one per --url ({} URLs, {} keys)",
+                            args.url.len(),
+                            keys.len()
+                        );
+                    }
+                    keys
+                },
                 provider: args.provider.clone(),
             },
             (false, None) => bail!("--url needs --key (a principal key)"),
@@ -296,6 +309,9 @@ struct Samples {
     timeline: Vec<[u64; 4]>,
     /// Wall-clock time of warm-up and measurement.
     elapsed: Duration,
+    /// With several targets: each target's (pair latencies, acquire latencies), µs, sorted, in
+    /// `--url` order (client i drives target i mod N).
+    by_target: Vec<(Vec<u64>, Vec<u64>)>,
 }
 
 /// Runs `clients` clients for `warmup + measured`; only pairs started after the warm-up are
@@ -319,7 +335,7 @@ async fn drive(
     for client_index in 0..clients {
         let endpoint = Endpoint::new(
             &target.bases[client_index % target.bases.len()],
-            &target.key,
+            &target.keys[client_index % target.bases.len() % target.keys.len()],
             &target.provider,
             &format!("bench-{client_index}"),
         )?;
@@ -397,9 +413,15 @@ async fn drive(
             samples
         }));
     }
-    let mut merged = Samples::default();
-    for task in tasks {
+    let mut merged = Samples {
+        by_target: vec![(Vec::new(), Vec::new()); target.bases.len()],
+        ..Samples::default()
+    };
+    for (client_index, task) in tasks.into_iter().enumerate() {
         let mut samples = task.await?;
+        let (pairs, acquires) = &mut merged.by_target[client_index % target.bases.len()];
+        pairs.extend_from_slice(&samples.pairs);
+        acquires.extend_from_slice(&samples.acquires);
         merged.pairs.append(&mut samples.pairs);
         merged.acquires.append(&mut samples.acquires);
         merged.releases.append(&mut samples.releases);
@@ -413,6 +435,10 @@ async fn drive(
     merged.pairs.sort_unstable();
     merged.acquires.sort_unstable();
     merged.releases.sort_unstable();
+    for (pairs, acquires) in &mut merged.by_target {
+        pairs.sort_unstable();
+        acquires.sort_unstable();
+    }
     Ok(merged)
 }
 
@@ -497,6 +523,22 @@ struct Report {
     /// With `--redis-url`: what the shared limits cost Redis during warm-up and measurement.
     #[serde(skip_serializing_if = "Option::is_none")]
     redis: Option<RedisCost>,
+    /// With several `--url` targets: each one's figures, in `--url` order. Its clients ran in
+    /// the same process at the same time as the others', so two targets compare under the
+    /// same host conditions (a paired measurement: e.g. one replica with Redis beside one
+    /// without, for the latency Redis adds).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    per_target: Vec<TargetFigures>,
+}
+
+/// One target's share of a run with several.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TargetFigures {
+    url: String,
+    pairs: usize,
+    pair_latency: Latency,
+    acquire_latency: Latency,
 }
 
 /// Redis's side of a run, from `INFO commandstats` (`cmdstat_fcall`) before and after it.
@@ -553,6 +595,20 @@ impl Report {
                 fcall_usec: f.usec,
                 usec_per_pair: f.usec as f64 / every_pair.max(1) as f64,
             }),
+            per_target: if args.url.len() > 1 {
+                args.url
+                    .iter()
+                    .zip(&samples.by_target)
+                    .map(|(url, (pairs, acquires))| TargetFigures {
+                        url: url.clone(),
+                        pairs: pairs.len(),
+                        pair_latency: Latency::of(pairs),
+                        acquire_latency: Latency::of(acquires),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -584,6 +640,16 @@ impl Report {
             println!(
                 "{name:<13} p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
                 latency.p50_ms, latency.p99_ms, latency.max_ms
+            );
+        }
+        for target in &self.per_target {
+            println!(
+                "{}: {} pairs, acquire p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                target.url,
+                target.pairs,
+                target.acquire_latency.p50_ms,
+                target.acquire_latency.p99_ms,
+                target.acquire_latency.max_ms
             );
         }
         if let Some(redis) = &self.redis {
@@ -629,7 +695,7 @@ async fn setup(client: &reqwest::Client, base: &str, admin: &str) -> anyhow::Res
     let key = register_bench_principal(client, base, admin, BENCH_PROFILE).await?;
     Ok(Target {
         bases: vec![base.to_owned()],
-        key,
+        keys: vec![key],
         provider: "bench-provider".to_owned(),
     })
 }
