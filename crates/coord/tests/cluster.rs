@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 use turnstile_admission::{Limits, Reason};
 use turnstile_coord::identity::{SeedItem, Seeded, Written};
 use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
+use turnstile_coord::store::FcallStats;
 use turnstile_coord::testing::{RedisCluster, RedisServer};
 use turnstile_coord::{
-    Admission, CoordConfig, Coordinator, Health, IdentityStore, LaneSpec, Mode, Topology,
+    Admission, CoordConfig, Coordinator, Health, IdentityStore, LaneSpec, Mode, RedisStore,
+    Topology,
 };
 
 fn limits(concurrency: u32) -> Limits {
@@ -160,10 +162,25 @@ fn two_replicas_share_every_workspaces_limit_whichever_primary_owns_it() {
             assert_eq!(provider_leases(&cluster, &workspace(i)), 2);
         }
         // Every primary holds some of them: the calls were routed by slot, not all to one node.
+        let mut most_on_one = 0;
         for node in cluster.nodes() {
             let keys: u64 = node.cli(&["DBSIZE"]).parse().unwrap();
             assert!(keys > 0, "primary {} holds no workspace", node.port());
+            let info = node.cli(&["INFO", "commandstats"]);
+            most_on_one = most_on_one.max(FcallStats::parse(&info).calls);
         }
+        // What the benchmarks read (`bench-serve --redis-cluster`) is summed over the
+        // primaries: at least the three acquires per workspace, more than any one node ran.
+        let stats = RedisStore::new(&cluster.url(), Topology::Cluster, Duration::from_secs(2))
+            .unwrap()
+            .fcall_stats()
+            .await
+            .unwrap();
+        assert!(stats.calls >= 3 * WORKSPACES as u64, "{stats:?}");
+        assert!(
+            stats.calls > most_on_one,
+            "{stats:?} vs {most_on_one} on one primary"
+        );
         // Renewals (one pipeline per workspace on a cluster) keep them past their liveness.
         for _ in 0..8 {
             a.tick(0, true).await;
