@@ -365,7 +365,9 @@ impl Link {
                 write_ops(packed, ops.clone());
                 let mut value = direct.call(packed, deadline).await?;
                 let mut redirects = 0;
-                while let Some(redirect) = redirect_of(&value) {
+                // Only a cluster link follows redirects: on a standalone link a cluster's
+                // answer is a misconfiguration, and fails like any error reply.
+                while let Some(redirect) = redirect_of(&value).filter(|_| cluster.is_some()) {
                     // A cluster's answer that the call did not run on that node.
                     match redirect {
                         Redirect::Moved { host, port } if redirects < MAX_REDIRECTS => {
