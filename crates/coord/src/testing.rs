@@ -383,7 +383,8 @@ impl RedisCluster {
             std::process::id(),
             free_port()?
         ));
-        std::fs::create_dir_all(&dir).map_err(RedisServerError::Port)?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| RedisServerError::Cluster(format!("{}: {e}", dir.display())))?;
         let mut cluster = RedisCluster {
             nodes: Vec::new(),
             dir,
