@@ -26,8 +26,8 @@ use turnstile_coord::testing::RedisServer;
 
 mod common;
 use common::replica::{
-    acquire, drive_clients, fake_upstream, release, replica_config, start_replica, wait_for_all,
-    Deployment, Keys, Replica,
+    acquire, coordination_failure, drive_clients, fake_upstream, release, replica_config,
+    start_replica, wait_for_all, Deployment, Keys, Replica,
 };
 use common::{http, one_at_a_time, PerRedis};
 
@@ -205,11 +205,20 @@ fn a_stopped_or_killed_redis_makes_every_replica_degraded_within_250_ms() {
         metrics.contains("turnstile_coordination_state{state=\"degraded\"} 1"),
         "{metrics}"
     );
+    // `/readyz` says why, in a word: a hung Redis answers nothing within the timeout.
+    for replica in &replicas {
+        assert_eq!(coordination_failure(replica), "timeout");
+    }
 
     redis.signal("CONT");
     let resumed = Instant::now();
     wait_for_all(&replicas, "healthy", Duration::from_secs(2));
     eprintln!("SIGCONT: all healthy after {:?}", resumed.elapsed());
+    assert_eq!(
+        coordination_failure(&replicas[0]),
+        "",
+        "healthy: no failure shown"
+    );
     assert_eq!(
         live_leases(&redis, "upstream"),
         3,
@@ -222,6 +231,8 @@ fn a_stopped_or_killed_redis_makes_every_replica_degraded_within_250_ms() {
     let killed = Instant::now();
     wait_for_all(&replicas, "degraded", Duration::from_millis(250));
     eprintln!("SIGKILL: all degraded after {:?}", killed.elapsed());
+    // A dead Redis refuses the connection: a failed call, not a timeout.
+    assert_eq!(coordination_failure(&replicas[0]), "redis");
     redis.restart_empty().unwrap();
     let restarted = Instant::now();
     wait_for_all(&replicas, "healthy", Duration::from_secs(2));

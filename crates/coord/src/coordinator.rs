@@ -196,6 +196,8 @@ pub struct Coordinator {
     lanes: Mutex<LaneMemo>,
     /// Notified when this replica releases a lease (its waiters try again at once).
     released: Notify,
+    /// The kind of the last failed call ([`CoordError::kind`]).
+    last_failure: Mutex<Option<&'static str>>,
     pub metrics: CoordMetrics,
 }
 
@@ -233,6 +235,7 @@ impl Coordinator {
             inner: Mutex::new(Inner::default()),
             lanes: Mutex::new(lanes),
             released: Notify::new(),
+            last_failure: Mutex::new(None),
             metrics: CoordMetrics::default(),
         }))
     }
@@ -261,7 +264,8 @@ impl Coordinator {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn failed(&self, _error: &CoordError) {
+    fn failed(&self, error: &CoordError) {
+        self.note_failure(error);
         self.metrics.errors.fetch_add(1, Ordering::Relaxed);
         self.health.set(Health::Degraded);
         self.batcher.invalidate();
@@ -271,12 +275,29 @@ impl Coordinator {
     /// A batched operation got no answer: degraded; the failed call is counted once (by its
     /// first operation).
     fn batch_failed(&self, failure: &crate::batcher::Failure) {
+        self.note_failure(&failure.error);
         if failure.first {
             self.metrics.errors.fetch_add(1, Ordering::Relaxed);
         }
         self.health.set(Health::Degraded);
         self.batcher.invalidate();
         self.store.rebuild();
+    }
+
+    fn note_failure(&self, error: &CoordError) {
+        *self
+            .last_failure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(error.kind());
+    }
+
+    /// The kind of the last failed call to Redis ([`CoordError::kind`]: `timeout`, `redis`,
+    /// ...), if one failed: why a replica that is not healthy is not.
+    pub fn last_failure(&self) -> Option<&'static str> {
+        *self
+            .last_failure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// A new lease member: `<replica id>-<n>`.

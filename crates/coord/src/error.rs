@@ -23,3 +23,35 @@ pub enum CoordError {
     #[error("coordination is degraded")]
     Degraded,
 }
+
+impl CoordError {
+    /// The kind of failure, from a closed vocabulary that is safe to show anyone (`/readyz`
+    /// is public): never Redis's own text, which may name nodes or echo arguments.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CoordError::InvalidUrl(_) => "invalid-url",
+            CoordError::Timeout(_) => "timeout",
+            CoordError::Redis(_) => "redis",
+            CoordError::Protocol(_) => "protocol",
+            CoordError::Inexact => "inexact",
+            CoordError::Degraded => "degraded",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CoordError;
+
+    #[test]
+    fn kinds_name_no_detail() {
+        let failures = [
+            (CoordError::Timeout(100), "timeout"),
+            (CoordError::Redis("MOVED 12 10.0.0.5:7000".into()), "redis"),
+            (CoordError::Protocol("answer".into()), "protocol"),
+        ];
+        for (error, kind) in failures {
+            assert_eq!(error.kind(), kind);
+        }
+    }
+}

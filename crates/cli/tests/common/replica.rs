@@ -163,8 +163,18 @@ fn start_replica_on(
 
 /// The replica's coordination state, from `/readyz`.
 pub fn coordination(replica: &Replica) -> String {
+    readyz_field(replica, "coordination")
+}
+
+/// The kind of the replica's last failed Redis call while it is not healthy, from `/readyz`
+/// (empty when healthy).
+pub fn coordination_failure(replica: &Replica) -> String {
+    readyz_field(replica, "coordinationFailure")
+}
+
+fn readyz_field(replica: &Replica, field: &str) -> String {
     let (_, answer) = http(&replica.service.addr, "GET", "/readyz", "", None).unwrap_or_default();
-    answer["coordination"].as_str().unwrap_or("").to_owned()
+    answer[field].as_str().unwrap_or("").to_owned()
 }
 
 /// Waits until every replica's `/readyz` says `state`; answers how long that took.

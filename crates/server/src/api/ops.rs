@@ -23,13 +23,16 @@ pub async fn healthz() -> impl IntoResponse {
 }
 
 /// Ready: 200 once start-up finished, 503 while starting or shutting down. A replica says
-/// how it coordinates (`"coordination": "healthy" | "degraded" | "reconciling"`); one that is
-/// degraded with a `closed` share admits nothing, so it answers 503 (a load balancer drains it).
+/// how it coordinates (`"coordination": "healthy" | "degraded" | "reconciling"`), and when not
+/// healthy the kind of its last failed Redis call (`"coordinationFailure": "timeout" |
+/// "redis" | "protocol" | …`); one that is degraded with a `closed` share admits nothing, so
+/// it answers 503 (a load balancer drains it).
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let coordination = state.coord.as_ref().map(|coord| {
         (
             coord.health(),
             coord.config().degraded_share == turnstile_coord::DegradedShare::Closed,
+            coord.last_failure(),
         )
     });
     let ready = state.ready.load(Ordering::Relaxed);
@@ -39,7 +42,7 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
             "{\"status\":\"not-ready\"}".to_owned(),
         ),
         (true, None) => (StatusCode::OK, "{\"status\":\"ready\"}".to_owned()),
-        (true, Some((health, closed))) => {
+        (true, Some((health, closed, failure))) => {
             let status = if health != turnstile_coord::Health::Healthy && closed {
                 StatusCode::SERVICE_UNAVAILABLE
             } else {
@@ -50,10 +53,18 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
             } else {
                 "not-ready"
             };
+            // Why a replica is not healthy: the kind of its last failed Redis call, from a
+            // closed vocabulary (this endpoint is public: never Redis's own text).
+            let failure = match failure {
+                Some(kind) if health != turnstile_coord::Health::Healthy => {
+                    format!(",\"coordinationFailure\":\"{kind}\"")
+                }
+                _ => String::new(),
+            };
             (
                 status,
                 format!(
-                    "{{\"status\":\"{word}\",\"coordination\":\"{}\"}}",
+                    "{{\"status\":\"{word}\",\"coordination\":\"{}\"{failure}}}",
                     health.as_str()
                 ),
             )
