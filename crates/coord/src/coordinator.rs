@@ -219,12 +219,7 @@ impl Coordinator {
         let lanes = LaneMemo::new(config.liveness_ms, config.turn_window_ms);
         // On a cluster each lane's own connection takes the first seed's credentials and asks
         // the slot map for its workspace's primary (then follows `MOVED`).
-        let direct = match config.topology {
-            Topology::Standalone => Some(config.redis_url.clone()),
-            Topology::Cluster => crate::link::seed_urls(&config.redis_url)
-                .first()
-                .map(|seed| (*seed).to_owned()),
-        };
+        let direct = crate::link::first_url(&config.redis_url, config.topology).map(str::to_owned);
         Ok(Arc::new(Coordinator {
             batcher: Batcher::new(store.clone(), MAX_BATCH, direct),
             store,

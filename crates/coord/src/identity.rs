@@ -216,12 +216,9 @@ impl IdentityStore {
     /// that is down fails calls, not this).
     pub fn new(url: &str, topology: Topology, timeout: Duration) -> Result<Self, CoordError> {
         let link = Link::connect_lazily(url, topology, timeout)?;
-        let url = match topology {
-            Topology::Standalone => url.to_owned(),
-            Topology::Cluster => crate::link::seed_urls(url)
-                .first()
-                .map_or_else(String::new, |seed| (*seed).to_owned()),
-        };
+        let url = crate::link::first_url(url, topology)
+            .unwrap_or_default()
+            .to_owned();
         Ok(IdentityStore {
             link,
             url,

@@ -120,6 +120,15 @@ impl ClusterLink {
     }
 }
 
+/// The one URL a single connection uses: a standalone Redis's URL, or a cluster's first
+/// seed (its credentials serve every node); `None` for an empty seed list.
+pub fn first_url(url: &str, topology: Topology) -> Option<&str> {
+    match topology {
+        Topology::Standalone => Some(url),
+        Topology::Cluster => seed_urls(url).first().copied(),
+    }
+}
+
 /// The seed URLs of a cluster's comma-separated list.
 pub fn seed_urls(urls: &str) -> Vec<&str> {
     urls.split(',')
@@ -415,7 +424,7 @@ async fn asking(
 
 #[cfg(test)]
 mod tests {
-    use super::{node_address, seed_urls, slot_of};
+    use super::{first_url, node_address, seed_urls, slot_of, Topology};
 
     #[test]
     fn slots_are_the_cluster_specifications() {
@@ -437,6 +446,10 @@ mod tests {
             vec!["redis://a:7000", "redis://b:7001"]
         );
         assert!(seed_urls(" , ").is_empty());
+        let seeds = "redis://a:7000,redis://b:7001";
+        assert_eq!(first_url(seeds, Topology::Cluster), Some("redis://a:7000"));
+        assert_eq!(first_url(seeds, Topology::Standalone), Some(seeds));
+        assert_eq!(first_url(",", Topology::Cluster), None);
     }
 
     #[test]
