@@ -13,6 +13,7 @@ pub(crate) mod breaker;
 pub mod bucket;
 pub(crate) mod budget;
 pub mod controller;
+pub(crate) mod deadline;
 pub mod digest;
 pub mod estimate;
 pub mod evidence;
@@ -34,6 +35,7 @@ pub use controller::{
     LeaseCharge, ProviderSnapshot, ReinstateError, Released, Resolution, ScopeLevels, Snapshot,
     UnknownProvider,
 };
+pub use deadline::block_outlasts_deadline;
 pub use estimate::{CheckedEstimate, Estimate, InvalidEstimate};
 pub use evidence::{Coordination, Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
 pub use limits::{CircuitBreakerConfig, Limits, LimitsError, ScopeKind};

@@ -28,7 +28,6 @@ use crate::pool::PooledBody;
 use crate::request::{self, Endpoint};
 use crate::retry_after;
 use crate::settle::{Charge, Settlement};
-use crate::shared::{SharedAnswer, SharedLane, SHARED_POLL_MS};
 use crate::sse::SseTap;
 use crate::tap::TappedStream;
 use crate::upstream;
@@ -160,85 +159,49 @@ async fn serve(
         // A per-call budget, in a namespace the admission API cannot name (`~`).
         None => (proxy.call_budget(), true),
     };
-    let since = tokio::time::Instant::now();
     let lane = proxy.metrics.lane(&route.provider);
-    let mut span = Some(proxy.telemetry.admission_requested(&route.provider));
-    let mut wait = wait_ms;
-    // One pass per local admission: more than one only when the shared limits give the turn to
-    // another principal (replicas with fair turns), after which the call queues locally again.
-    let grant = loop {
-        // Handed over now: the wait kept in this future is three words, not the request.
-        let answer = proxy
-            .driver
-            .submit(Acquire {
+    // Locally, then (replicas) against the shared limits: the shell's one admission step (the
+    // same as `POST /v1/admissions`). A refusal drops the grant, which gives the local lease
+    // back. On a single process the wait kept in this future is three words, not the request.
+    let answer = proxy
+        .driver
+        .acquire_shared(
+            Acquire {
                 workspace: workspace.clone(),
                 principal: principal.clone(),
                 provider_id: route.provider.to_string(),
                 budget_id: budget_id.clone(),
-                estimate: admission_estimate.clone(),
-                wait: Wait::For(wait),
-                span: span.take(),
-            })
-            .map_err(|_| ProxyError::shutting_down())?
-            .await
-            .map_err(|_| ProxyError::shutting_down())?;
-        let mut grant = match answer {
-            AcquireReply::Admitted(grant) => grant,
-            AcquireReply::Rejected(rejection) => {
-                lane.call(CallClass::Refused);
-                if ephemeral {
-                    let _ = proxy.driver.release_budget(&workspace, &budget_id).await;
+                estimate: admission_estimate,
+                wait: Wait::For(wait_ms),
+                span: Some(proxy.telemetry.admission_requested(&route.provider)),
+            },
+            proxy.shared.as_deref(),
+        )
+        .await
+        .map_err(|_| ProxyError::shutting_down())?;
+    let grant = match answer {
+        AcquireReply::Admitted(grant) => grant,
+        AcquireReply::Rejected(rejection) => {
+            lane.call(CallClass::Refused);
+            if ephemeral {
+                let _ = proxy.driver.release_budget(&workspace, &budget_id).await;
+                // Refused by the shared limits (the evidence says how they answered): the
+                // per-call budget's shared lines go too.
+                if let (Some(shared), Some(_)) = (&proxy.shared, rejection.evidence.coordination) {
+                    shared.forget_budget(&workspace, &budget_id);
                 }
-                return Err(ProxyError::refused(&rejection));
             }
-            AcquireReply::NoProfile => {
-                lane.call(CallClass::Refused);
-                return Err(ProxyError::forbidden(
-                    "the key's workspace has no admission profile",
-                ));
-            }
-            AcquireReply::ShuttingDown | AcquireReply::Internal => {
-                return Err(ProxyError::shutting_down())
-            }
-        };
-        // Replicas: the deployment's shared limits admit the local lease too (the same step
-        // as `POST /v1/admissions`). A refusal drops the grant, which gives the local lease
-        // back.
-        let Some(shared) = &proxy.shared else {
-            break grant;
-        };
-        let shared_lane = SharedLane {
-            workspace: workspace.clone(),
-            principal: principal.clone(),
-            provider: route.provider.clone(),
-            budget_id: budget_id.clone(),
-            wait_ms,
-            since,
-        };
-        let refusal = match shared.admit(&grant, &shared_lane).await {
-            SharedAnswer::Admitted(mode) => {
-                grant.evidence.coordination = Some(mode);
-                break grant;
-            }
-            SharedAnswer::Yield => {
-                drop(grant);
-                tokio::time::sleep(Duration::from_millis(SHARED_POLL_MS)).await;
-                wait = shared_lane.remaining_ms();
-                continue;
-            }
-            SharedAnswer::Refused(rejection) => ProxyError::refused(&rejection),
-            SharedAnswer::NoProfile => {
-                ProxyError::forbidden("the key's workspace has no admission profile")
-            }
-            SharedAnswer::Unavailable => ProxyError::shutting_down(),
-        };
-        drop(grant);
-        lane.call(CallClass::Refused);
-        if ephemeral {
-            let _ = proxy.driver.release_budget(&workspace, &budget_id).await;
-            shared.forget_budget(&workspace, &budget_id);
+            return Err(ProxyError::refused(&rejection));
         }
-        return Err(refusal);
+        AcquireReply::NoProfile => {
+            lane.call(CallClass::Refused);
+            return Err(ProxyError::forbidden(
+                "the key's workspace has no admission profile",
+            ));
+        }
+        AcquireReply::ShuttingDown | AcquireReply::Internal => {
+            return Err(ProxyError::shutting_down())
+        }
     };
     let heartbeat_every = grant
         .ttl_ms

@@ -39,7 +39,6 @@ pub mod request;
 pub mod retry_after;
 pub mod route_table;
 pub mod settle;
-pub mod shared;
 pub mod sse;
 pub mod tap;
 pub mod upstream;
@@ -61,7 +60,6 @@ pub use body::BodyLimits;
 pub use config::{ApiFormat, ProxyConfig, ProxyConfigError, Route};
 pub use metrics::ProxyMetrics;
 pub use request::Endpoint;
-pub use shared::{SharedAnswer, SharedLane, SharedLimits};
 
 /// Who is calling, as the host authenticated it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +84,7 @@ pub struct Proxy {
     /// The longest lane pause an upstream 429 may cause.
     pub max_retry_after_ms: u64,
     /// Replicas: the host's shared limits (`None` on a single process).
-    pub shared: shared::SharedHook,
+    pub shared: turnstile_shell::SharedHook,
     /// Numbers per-call budgets.
     calls: AtomicU64,
     /// `~proxy-{a per-process random number}-`: per-call budget IDs are this and a counter,
@@ -145,7 +143,7 @@ impl Proxy {
     }
 
     /// Admits, settles, releases and pauses every call through the host's shared limits too.
-    pub fn with_shared(mut self, shared: Arc<dyn SharedLimits>) -> Self {
+    pub fn with_shared(mut self, shared: Arc<dyn turnstile_shell::SharedLimits>) -> Self {
         self.shared = Some(shared);
         self
     }

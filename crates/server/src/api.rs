@@ -69,9 +69,16 @@ pub struct AppParts {
     pub feed: Feed,
     /// Proxy mode (`/openai/v1/...`, `/anthropic/v1/...`).
     pub proxy: Arc<turnstile_proxy::Proxy>,
+    /// Replicas: the shared limits the admission step tries after the local core (`None` on a
+    /// single process).
+    pub shared: turnstile_shell::SharedHook,
     /// Replicas: the limits shared through Redis (`None` on a single process).
     pub coord: Option<Arc<turnstile_coord::Coordinator>>,
     /// Replicas: the mirror of the shared keys, profiles and audit log (`None` on a single
-    /// process); key and profile writes go through it.
-    pub identity: Option<Arc<crate::identity::Mirror>>,
+    /// process): its health and metrics.
+    pub mirror: Option<Arc<crate::identity::Mirror>>,
+    /// Where key and profile writes go (the store here, or the shared feed on replicas).
+    pub identity: Arc<dyn crate::deployment::IdentityStore>,
+    /// The shared side of releases, budget releases and pauses (nothing on a single process).
+    pub books: Arc<dyn crate::deployment::SharedBooks>,
 }

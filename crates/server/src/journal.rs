@@ -71,26 +71,27 @@ impl LastGrant {
 }
 
 /// Replicas: where the journal shares the audit records it writes (breaker transitions,
-/// pauses) with the other replicas' mirrors; set once the mirror exists (the driver journals
-/// from its start). Registrations and revocations reach the feed through their own writes.
+/// pauses) with the other replicas' mirrors. Registrations and revocations reach the feed
+/// through their own writes.
+///
+/// A channel, made before the driver (which journals from its start) and read by the mirror
+/// once it exists ([`crate::identity::Mirror::share_audit_from`]): records written in between
+/// wait in the channel, and no late-set cell breaks the construction order.
 #[derive(Clone, Default)]
-pub struct SharedAudit(Arc<std::sync::OnceLock<Arc<crate::identity::Mirror>>>);
+pub struct SharedAudit(Option<tokio::sync::mpsc::UnboundedSender<Vec<AuditRecord>>>);
 
 impl SharedAudit {
-    /// Shares from now on through `mirror` (nothing without one).
-    pub fn set(&self, mirror: Option<Arc<crate::identity::Mirror>>) {
-        if let Some(mirror) = mirror {
-            let _ = self.0.set(mirror);
-        }
+    /// A sharing journal's end and the mirror's end.
+    pub fn channel() -> (Self, tokio::sync::mpsc::UnboundedReceiver<Vec<AuditRecord>>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (SharedAudit(Some(tx)), rx)
     }
 
     fn share(&self, records: &[AuditRecord]) {
-        if let Some(mirror) = self.0.get() {
-            if records.is_empty() {
-                return;
+        if let Some(tx) = &self.0 {
+            if !records.is_empty() {
+                let _ = tx.send(records.to_vec());
             }
-            let (mirror, records) = (mirror.clone(), records.to_vec());
-            tokio::spawn(async move { mirror.share_audit(records).await });
         }
     }
 }

@@ -36,6 +36,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod conn;
 pub mod data_lock;
+pub mod deployment;
 pub mod error;
 pub mod gate;
 pub mod hot_routes;

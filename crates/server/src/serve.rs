@@ -312,18 +312,42 @@ pub async fn start_with_telemetry(
             max_retry_after_ms: config.admission.max_retry_after_ms,
         },
     )?;
-    // Replicas: proxied calls take the same shared step as `POST /v1/admissions`.
-    if let Some(coord) = &coord {
-        proxy = proxy.with_shared(Arc::new(crate::shared::ProxyShared {
-            driver: driver_handle.clone(),
+    // Replicas: the shared limits, installed once; proxied calls take the same shared step as
+    // `POST /v1/admissions`.
+    let shared: turnstile_shell::SharedHook = coord.as_ref().map(|coord| {
+        Arc::new(crate::shared::CoordLimits {
             clock,
             coord: coord.clone(),
-        }));
+        }) as Arc<dyn turnstile_shell::SharedLimits>
+    });
+    if let Some(shared) = &shared {
+        proxy = proxy.with_shared(shared.clone());
     }
     let proxy = Arc::new(proxy);
     let ready = Arc::new(AtomicBool::new(false));
     let key_slots = Slots::new(config.http.max_requests_per_key);
     let pending = Slots::new(config.admission.max_pending_per_key);
+    // The deployment mode, chosen once: handlers call these without asking which it is.
+    let (identity_store, books): (
+        Arc<dyn crate::deployment::IdentityStore>,
+        Arc<dyn crate::deployment::SharedBooks>,
+    ) = (
+        match &mirror {
+            Some(mirror) => mirror.clone(),
+            None => Arc::new(crate::deployment::LocalIdentity {
+                store: store.clone(),
+                keys: keys.clone(),
+                driver: driver_handle.clone(),
+            }),
+        },
+        match &coord {
+            Some(coord) => Arc::new(crate::shared::CoordLimits {
+                clock,
+                coord: coord.clone(),
+            }),
+            None => Arc::new(crate::deployment::SingleNode),
+        },
+    );
     let state = AppState::new(AppParts {
         key_slots,
         pending,
@@ -338,8 +362,11 @@ pub async fn start_with_telemetry(
         telemetry,
         feed,
         proxy,
+        shared,
         coord,
-        identity: mirror.clone(),
+        mirror: mirror.clone(),
+        identity: identity_store,
+        books,
     });
     shared_audit.set(mirror.clone());
     // Restored (or not usable): gone before anything is served, so a later crash never finds

@@ -1,96 +1,31 @@
-//! The shared-limits step of a replica (`[coordination] redis_url`): what `POST /v1/admissions`,
-//! the release route and every proxied call (`crates/proxy`, through [`ProxyShared`]) take.
+//! The limits shared across replicas (`[coordination] redis_url`), as this service installs
+//! them: [`CoordLimits`] implements the shell's [`SharedLimits`] over a
+//! [`turnstile_coord::Coordinator`]. The one admission step that uses it
+//! ([`DriverHandle::acquire_shared`](turnstile_shell::DriverHandle::acquire_shared)) is the
+//! shell's: `POST /v1/admissions` and every proxied call take it.
 //!
-//! The local core admits first, exactly as on a single process (its queue, fairness and
-//! limits are this replica's); the granted lease is then admitted against the deployment's
-//! shared limits ([`turnstile_coord::Coordinator`]): one Redis call when they have room. When a
-//! shared scope is full, the caller keeps its local lease and tries again when this replica
-//! releases a lease, when the shared answer says the blockage ends, or every
-//! [`SHARED_POLL_MS`] at the latest, until its deadline. A request the shared limits refuse
-//! gives its local lease back (dropping the grant). On release, the shared lease leaves this
-//! replica's books before the local release, and is released in Redis with the call's actual
-//! usage (correcting the shared budgets) and, after a provider 429, the pause (shared by every
-//! replica).
-//!
-//! Fair turns and the shared breaker are decided in the same call: a `turn` (another
-//! principal is further behind its share of a contended scope) waits like a full scope; an
-//! open shared breaker waits for its end, or is refused at once (`circuit-open`, retryable,
-//! with the remaining time) when it outlasts the deadline, as the core does.
+//! One try is one Redis call when the shared limits have room ([`Coordinator::acquire`]); its
+//! answer becomes a [`SharedVerdict`] here, and the shell decides to wait, refuse or queue again.
+//! On release, the shared lease leaves this replica's books before the local release, and is
+//! released in Redis with the call's actual usage (correcting the shared budgets) and, after a
+//! provider 429, the pause (shared by every replica).
 //!
 //! Invariants: the local lease is accepted (handed to the client, or forwarded upstream) only
 //! after the shared limits granted it; the evidence says how (`coordination`: `shared` or
 //! `degraded`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use turnstile_admission::{
-    ActualUsage, Coordination, Decision, Millis, Outcome, Reason, Rejection,
-};
+use turnstile_admission::{ActualUsage, Coordination, Millis, Outcome};
 use turnstile_coord::{Admission, Coordinator, HeldShared, LaneSpec, Mode};
-use turnstile_proxy::shared::{SharedAnswer, SharedFuture, SharedLane, SharedLimits};
-use turnstile_shell::{Clock, DriverError, DriverHandle, Grant};
+use turnstile_shell::{Clock, SharedFuture, SharedLimits, SharedTry, SharedVerdict};
 
-use crate::error::ApiError;
-
-/// Longest pause between two tries of a lease waiting for a full shared scope (releases on
-/// other replicas are seen by polling; this replica's own releases wake waiters at once).
-pub const SHARED_POLL_MS: Millis = 10;
-
-/// The shared limits' answer for one locally granted lease.
-pub enum Shared {
-    Admitted(Coordination),
-    Refused(Rejection),
-    /// Another principal's turn (fair turns across replicas), with time left before the
-    /// deadline: give the local lease back to this replica's fair queue, wait a poll, and
-    /// queue again. A lease waiting for its turn must not keep a local slot that another
-    /// principal's request on this replica needs to reach the shared limits at all.
-    Yield,
-}
-
-/// Why the shared step could not answer.
-#[derive(Debug, thiserror::Error)]
-pub enum SharedError {
-    #[error("no admission profile is registered for this workspace")]
-    NoProfile,
-    #[error(transparent)]
-    Driver(#[from] DriverError),
-}
-
-impl From<SharedError> for ApiError {
-    fn from(error: SharedError) -> Self {
-        match error {
-            SharedError::NoProfile => ApiError::no_profile(),
-            SharedError::Driver(error) => ApiError::from(error),
-        }
-    }
-}
+use crate::deployment::{BoxFuture, ReleaseAnswer, SharedBooks};
 
 fn coordination(mode: Mode) -> Coordination {
     match mode {
         Mode::Shared => Coordination::Shared,
         Mode::Degraded => Coordination::Degraded,
-    }
-}
-
-fn refusal(
-    grant: &Grant,
-    reason: Reason,
-    retryable: bool,
-    hint: Option<Millis>,
-    mode: Option<Mode>,
-) -> Rejection {
-    let mut evidence = grant.evidence.clone();
-    evidence.decision = Decision::Reject;
-    evidence.reason = reason;
-    evidence.retry_after_ms = hint;
-    evidence.breaker_transitions.clear();
-    evidence.budget_opened = false;
-    evidence.coordination = mode.map(coordination);
-    Rejection {
-        reason,
-        retryable,
-        evidence,
     }
 }
 
@@ -124,165 +59,6 @@ pub fn adopt_reinstated(
     }
 }
 
-/// One lane of one request, as the handler knows it.
-pub struct Lane<'a> {
-    pub workspace: Arc<str>,
-    pub principal: Arc<str>,
-    pub provider: &'a str,
-    pub budget_id: &'a str,
-    /// When the caller stops waiting (the service's clock, epoch ms).
-    pub deadline: Millis,
-    /// Whether the caller asked for "only if free now" (`deadlineMs: 0`).
-    pub no_wait: bool,
-}
-
-/// Admits `grant` (granted by the local core) against the shared limits; `driver` answers the
-/// lane's limits, `clock` is the service's.
-pub async fn admit(
-    driver: &DriverHandle,
-    clock: &Clock,
-    coord: &Coordinator,
-    grant: &Grant,
-    lane: Lane<'_>,
-) -> Result<Shared, SharedError> {
-    let Some(limits) = driver
-        .lane_limits(
-            lane.workspace.clone(),
-            lane.principal.clone(),
-            lane.provider,
-        )
-        .await?
-    else {
-        return Err(SharedError::NoProfile);
-    };
-    let spec = match LaneSpec::new(
-        (&lane.workspace, lane.provider, &lane.principal),
-        lane.budget_id,
-        (&limits.principal, &limits.workspace, &limits.provider),
-        grant.evidence.estimated_tokens,
-        grant.evidence.estimated_cost_usd,
-    ) {
-        Ok(spec) => spec,
-        Err(_) => {
-            return Ok(Shared::Refused(refusal(
-                grant,
-                Reason::CoordinationUnavailable,
-                false,
-                None,
-                None,
-            )))
-        }
-    };
-    let token = grant.token.to_string();
-    loop {
-        let now = clock.now_ms();
-        match coord.acquire(&spec, &token, now).await {
-            Admission::Granted(mode) => return Ok(Shared::Admitted(coordination(mode))),
-            Admission::Rejected(reason) => {
-                return Ok(Shared::Refused(refusal(
-                    grant,
-                    reason,
-                    false,
-                    None,
-                    Some(Mode::Shared),
-                )))
-            }
-            Admission::Unavailable => {
-                let hint = u64::try_from(coord.config().probe_every.as_millis()).unwrap_or(100);
-                return Ok(Shared::Refused(refusal(
-                    grant,
-                    Reason::CoordinationUnavailable,
-                    true,
-                    Some(hint),
-                    Some(Mode::Degraded),
-                )));
-            }
-            Admission::Turn if now.saturating_add(SHARED_POLL_MS) < lane.deadline => {
-                return Ok(Shared::Yield);
-            }
-            Admission::Turn => {
-                if now >= lane.deadline {
-                    let (reason, retryable) = if lane.no_wait {
-                        (Reason::Concurrency, true)
-                    } else {
-                        (Reason::DeadlineExceeded, false)
-                    };
-                    return Ok(Shared::Refused(refusal(
-                        grant,
-                        reason,
-                        retryable,
-                        None,
-                        Some(Mode::Shared),
-                    )));
-                }
-                let pause = SHARED_POLL_MS.min(lane.deadline - now);
-                tokio::select! {
-                    () = coord.released() => {}
-                    () = tokio::time::sleep(Duration::from_millis(pause)) => {}
-                }
-            }
-            Admission::Paused { remaining_ms } => {
-                if now.saturating_add(remaining_ms) >= lane.deadline {
-                    return Ok(Shared::Refused(refusal(
-                        grant,
-                        Reason::RetryAfter,
-                        true,
-                        Some(remaining_ms),
-                        Some(Mode::Shared),
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(remaining_ms)).await;
-            }
-            // The shared breaker is open (through any replica's failures): as the core does,
-            // refuse at once when it outlasts the deadline, otherwise wait for its end.
-            Admission::Wait {
-                reason: Reason::CircuitOpen,
-                after_ms: Some(remaining_ms),
-                mode,
-            } if remaining_ms > SHARED_POLL_MS => {
-                if now.saturating_add(remaining_ms) >= lane.deadline {
-                    return Ok(Shared::Refused(refusal(
-                        grant,
-                        Reason::CircuitOpen,
-                        true,
-                        Some(remaining_ms),
-                        Some(mode),
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(remaining_ms)).await;
-            }
-            Admission::Wait {
-                reason,
-                after_ms,
-                mode,
-            } => {
-                if now >= lane.deadline {
-                    let (reason, retryable) = if lane.no_wait {
-                        (reason, true)
-                    } else {
-                        (Reason::DeadlineExceeded, false)
-                    };
-                    return Ok(Shared::Refused(refusal(
-                        grant,
-                        reason,
-                        retryable,
-                        after_ms,
-                        Some(mode),
-                    )));
-                }
-                let pause = after_ms
-                    .unwrap_or(SHARED_POLL_MS)
-                    .clamp(1, SHARED_POLL_MS)
-                    .min(lane.deadline - now);
-                tokio::select! {
-                    () = coord.released() => {}
-                    () = tokio::time::sleep(Duration::from_millis(pause)) => {}
-                }
-            }
-        }
-    }
-}
-
 /// Releases a [claimed](Coordinator::claim) shared lease in Redis with the call's `outcome`
 /// (`retry-after` pauses the provider for every replica) and actual `usage`.
 pub async fn finish(
@@ -307,34 +83,55 @@ pub async fn finish(
         .await;
 }
 
-/// The shared step as the proxy calls it (installed with `Proxy::with_shared`): proxied calls
-/// are admitted, settled, released and paused exactly like `POST /v1/admissions` leases.
-pub struct ProxyShared {
-    pub driver: DriverHandle,
+/// The shared limits of a replica: the coordinator, on the service's clock. Installed once at
+/// start-up, for the admission API and the proxy alike.
+pub struct CoordLimits {
     pub clock: Clock,
     pub coord: Arc<Coordinator>,
 }
 
-impl SharedLimits for ProxyShared {
-    fn admit<'a>(&'a self, grant: &'a Grant, lane: &'a SharedLane) -> SharedFuture<'a> {
+impl SharedLimits for CoordLimits {
+    fn now_ms(&self) -> Millis {
+        self.clock.now_ms()
+    }
+
+    fn try_admit<'a>(&'a self, attempt: SharedTry<'a>) -> SharedFuture<'a, SharedVerdict> {
         Box::pin(async move {
-            let remaining = lane.remaining_ms();
-            let shared_lane = Lane {
-                workspace: lane.workspace.clone(),
-                principal: lane.principal.clone(),
-                provider: &lane.provider,
-                budget_id: &lane.budget_id,
-                deadline: self.clock.now_ms().saturating_add(remaining),
-                no_wait: lane.no_wait(),
+            let limits = attempt.limits;
+            let Ok(spec) = LaneSpec::new(
+                (attempt.workspace, attempt.provider, attempt.principal),
+                attempt.budget_id,
+                (&limits.principal, &limits.workspace, &limits.provider),
+                attempt.grant.evidence.estimated_tokens,
+                attempt.grant.evidence.estimated_cost_usd,
+            ) else {
+                return SharedVerdict::Unshareable;
             };
-            match admit(&self.driver, &self.clock, &self.coord, grant, shared_lane).await {
-                Ok(Shared::Admitted(mode)) => SharedAnswer::Admitted(mode),
-                Ok(Shared::Refused(rejection)) => SharedAnswer::Refused(rejection),
-                Ok(Shared::Yield) => SharedAnswer::Yield,
-                Err(SharedError::NoProfile) => SharedAnswer::NoProfile,
-                Err(SharedError::Driver(_)) => SharedAnswer::Unavailable,
+            let token = attempt.grant.token.to_string();
+            match self.coord.acquire(&spec, &token, attempt.now).await {
+                Admission::Granted(mode) => SharedVerdict::Granted(coordination(mode)),
+                Admission::Rejected(reason) => SharedVerdict::Refused(reason),
+                Admission::Unavailable => SharedVerdict::Unreachable {
+                    retry_in_ms: u64::try_from(self.coord.config().probe_every.as_millis())
+                        .unwrap_or(100),
+                },
+                Admission::Turn => SharedVerdict::Turn,
+                Admission::Paused { remaining_ms } => SharedVerdict::Paused { remaining_ms },
+                Admission::Wait {
+                    reason,
+                    after_ms,
+                    mode,
+                } => SharedVerdict::Blocked {
+                    reason,
+                    after_ms,
+                    mode: coordination(mode),
+                },
             }
         })
+    }
+
+    fn released(&self) -> SharedFuture<'_, ()> {
+        Box::pin(self.coord.released())
     }
 
     fn release(
@@ -358,5 +155,53 @@ impl SharedLimits for ProxyShared {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move { coord.release_budget(&workspace, &budget_id).await });
         }
+    }
+}
+
+impl SharedBooks for CoordLimits {
+    fn release<'a>(
+        &'a self,
+        lease_id: &'a str,
+        outcome: Outcome,
+        usage: ActualUsage,
+        local: BoxFuture<'a, ReleaseAnswer>,
+    ) -> BoxFuture<'a, ReleaseAnswer> {
+        Box::pin(async move {
+            // Out of the shared books before the local release (so the journal's reclaim path
+            // finds nothing to release), back in if the local release is refused.
+            let Some(held) = self.coord.claim(lease_id) else {
+                return local.await;
+            };
+            match local.await {
+                Ok(transitions) => {
+                    finish(&self.coord, held, outcome, &usage, self.clock.now_ms()).await;
+                    Ok(transitions)
+                }
+                Err(error) => {
+                    self.coord.restore(lease_id, held);
+                    Err(error)
+                }
+            }
+        })
+    }
+
+    fn release_budget<'a>(&'a self, workspace: &'a str, budget_id: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(self.coord.release_budget(workspace, budget_id))
+    }
+
+    fn pause<'a>(
+        &'a self,
+        workspace: &'a str,
+        provider: &'a str,
+        retry_after_ms: Millis,
+        now: Millis,
+    ) -> BoxFuture<'a, Option<Millis>> {
+        Box::pin(async move {
+            Some(
+                self.coord
+                    .pause(workspace, provider, retry_after_ms, now)
+                    .await,
+            )
+        })
     }
 }

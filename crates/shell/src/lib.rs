@@ -26,6 +26,7 @@ pub mod journal;
 pub mod lease_metrics;
 pub mod lease_table;
 pub mod pause;
+mod shared;
 pub mod telemetry;
 
 pub use clock::Clock;
@@ -42,4 +43,7 @@ pub use journal::{HeldLease, Journal, LeaseEvent, NoJournal, Registration};
 pub use lease_metrics::LeaseMetrics;
 pub use lease_table::{LeaseToken, RandomError};
 pub use pause::{PauseCause, PAUSE_RECORD_SCHEMA};
+pub use shared::{
+    Admitting, SharedFuture, SharedHook, SharedLimits, SharedTry, SharedVerdict, SHARED_POLL_MS,
+};
 pub use telemetry::{AdmitSpan, LogLevel, LogRecord, LogSink, Telemetry};

@@ -30,6 +30,7 @@
 
 use crate::breaker::{BreakerGate, BreakerTransition};
 use crate::budget::ScopeKey;
+use crate::deadline::block_outlasts_deadline;
 use crate::estimate::CheckedEstimate;
 use crate::lane::{LaneKey, LaneSlot};
 use crate::limits::Limits;
@@ -254,7 +255,7 @@ impl Controller {
     ) -> Option<(Reason, Millis)> {
         let entry = &self.scopes.providers[provider];
         let paused_until = entry.extra.paused_until;
-        if paused_until > now && paused_until >= deadline {
+        if paused_until > now && block_outlasts_deadline(paused_until, deadline) {
             return Some((Reason::RetryAfter, paused_until));
         }
         let config = entry
@@ -265,7 +266,7 @@ impl Controller {
             .extra
             .breaker
             .open_until(config, now)
-            .filter(|&until| until >= deadline)
+            .filter(|&until| block_outlasts_deadline(until, deadline))
             .map(|until| (Reason::CircuitOpen, until))
     }
 

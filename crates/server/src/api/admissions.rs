@@ -19,7 +19,6 @@ use crate::error::ApiError;
 use crate::keys::Caller;
 use crate::lease_answer;
 use crate::metrics::Cut;
-use crate::shared;
 use crate::status::{carries_retry_after, retry_after_seconds, status_for_rejection};
 use turnstile_shell::{Acquire, AcquireReply, Wait};
 
@@ -107,18 +106,7 @@ pub async fn acquire(
     }
 
     let span = state.telemetry.admission_requested(&request.provider_id);
-    let deadline = state.clock.now_ms().saturating_add(wait_ms);
-    let shared_lane = state.coord.as_ref().map(|_| {
-        (
-            workspace.clone(),
-            principal.clone(),
-            request.provider_id.clone(),
-            request.budget_id.clone(),
-        )
-    });
-    // Replicas only: what queuing again after another principal's turn needs.
-    let again = shared_lane.as_ref().map(|_| request.estimate.clone());
-    let mut next = Acquire {
+    let request = Acquire {
         workspace,
         principal,
         provider_id: request.provider_id,
@@ -128,71 +116,27 @@ pub async fn acquire(
         wait: Wait::For(wait_ms),
         span: Some(span),
     };
-    loop {
-        // A client that disconnects while queued drops this future: the request is cancelled.
-        let answer = state.driver.acquire(next).await;
-        return match answer? {
-            AcquireReply::Admitted(mut grant) => {
-                // Replicas: the deployment's shared limits admit the local lease too. A refusal
-                // drops the grant, which gives the local lease back.
-                if let (Some(coord), Some((workspace, principal, provider, budget))) =
-                    (state.coord.as_ref(), shared_lane.clone())
-                {
-                    let lane = shared::Lane {
-                        workspace,
-                        principal,
-                        provider: &provider,
-                        budget_id: &budget,
-                        deadline,
-                        no_wait: wait_ms == 0,
-                    };
-                    match shared::admit(&state.driver, &state.clock, coord, &grant, lane).await? {
-                        shared::Shared::Admitted(mode) => grant.evidence.coordination = Some(mode),
-                        shared::Shared::Refused(rejection) => {
-                            return Ok(rejection_response(rejection))
-                        }
-                        shared::Shared::Yield => {
-                            // Another principal's turn: the local lease goes back (dropped
-                            // unaccepted) and this request queues again after a poll.
-                            drop(grant);
-                            tokio::time::sleep(std::time::Duration::from_millis(
-                                shared::SHARED_POLL_MS,
-                            ))
-                            .await;
-                            let (
-                                Some((workspace, principal, provider_id, budget_id)),
-                                Some(estimate),
-                            ) = (shared_lane.clone(), again.clone())
-                            else {
-                                return Err(ApiError::Storage);
-                            };
-                            next = Acquire {
-                                workspace,
-                                principal,
-                                provider_id,
-                                budget_id,
-                                estimate,
-                                wait: Wait::For(deadline.saturating_sub(state.clock.now_ms())),
-                                span: None,
-                            };
-                            continue;
-                        }
-                    }
-                }
-                grant.accept();
-                // The `LeaseBody` bytes, written without building one (`lease_answer.rs`).
-                Ok(lease_answer::lease_response(
-                    &grant.token.to_string(),
-                    grant.expires_at.unwrap_or(Millis::MAX),
-                    grant.ttl_ms.unwrap_or(state.config.leases.ttl_ms),
-                    &grant.evidence,
-                ))
-            }
-            AcquireReply::Rejected(rejection) => Ok(rejection_response(rejection)),
-            AcquireReply::NoProfile => Err(ApiError::no_profile()),
-            AcquireReply::ShuttingDown => Err(ApiError::ShuttingDown),
-            AcquireReply::Internal => Err(ApiError::Storage),
-        };
+    // Locally, then (replicas) against the shared limits: the shell's one admission step. A
+    // client that disconnects while queued drops this future: the request is cancelled.
+    match state
+        .driver
+        .acquire_shared(request, state.shared.as_deref())
+        .await?
+    {
+        AcquireReply::Admitted(mut grant) => {
+            grant.accept();
+            // The `LeaseBody` bytes, written without building one (`lease_answer.rs`).
+            Ok(lease_answer::lease_response(
+                &grant.token.to_string(),
+                grant.expires_at.unwrap_or(Millis::MAX),
+                grant.ttl_ms.unwrap_or(state.config.leases.ttl_ms),
+                &grant.evidence,
+            ))
+        }
+        AcquireReply::Rejected(rejection) => Ok(rejection_response(rejection)),
+        AcquireReply::NoProfile => Err(ApiError::no_profile()),
+        AcquireReply::ShuttingDown => Err(ApiError::ShuttingDown),
+        AcquireReply::Internal => Err(ApiError::Storage),
     }
 }
 

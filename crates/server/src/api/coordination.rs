@@ -32,22 +32,16 @@ pub async fn release_budget(
     authorize(&state, &caller, Operation::ReleaseBudget, None).await?;
     let (workspace, _) = require_principal(&caller)?;
     validate::budget_id("budgetId", &budget_id)?;
-    let shared = state
-        .coord
-        .as_ref()
-        .map(|coord| (coord.clone(), workspace.clone(), budget_id.clone()));
     let released = state
         .driver
         .ask(|reply| Command::ReleaseBudget {
-            workspace,
-            budget: budget_id,
+            workspace: workspace.clone(),
+            budget: budget_id.clone(),
             reply,
         })
         .await??;
     // Replicas: the invocation's shared budget lines go too.
-    if let Some((coord, workspace, budget_id)) = shared {
-        coord.release_budget(&workspace, &budget_id).await;
-    }
+    state.books.release_budget(&workspace, &budget_id).await;
     Ok(Json(BudgetReleased { released }))
 }
 
@@ -93,16 +87,17 @@ pub async fn retry_after(
         })
         .await??;
     // Replicas: the pause is shared (monotonic max in Redis); the answer is the later end.
-    if let Some(coord) = &state.coord {
-        let now = state.clock.now_ms();
-        let remaining = coord
-            .pause(
-                &shared_workspace,
-                &shared_provider,
-                request.retry_after_ms,
-                now,
-            )
-            .await;
+    let now = state.clock.now_ms();
+    if let Some(remaining) = state
+        .books
+        .pause(
+            &shared_workspace,
+            &shared_provider,
+            request.retry_after_ms,
+            now,
+        )
+        .await
+    {
         until = until.max(now.saturating_add(remaining));
     }
     Ok(Json(Paused {

@@ -96,15 +96,9 @@ pub async fn create_key(
         Some(&request.principal_id),
         state.clock.now_ms(),
     );
-    match &state.identity {
-        // Replicas: created for the whole deployment (every replica's key ring has it once it
-        // follows the feed; this one before answering).
-        Some(mirror) => mirror.create_key(&stored).await?,
-        None => {
-            state.store.insert_key(stored.clone()).await?;
-            state.keys.insert(&stored);
-        }
-    }
+    // Replicas: created for the whole deployment (every replica's key ring has it once it
+    // follows the feed; this one before answering).
+    state.identity.create_key(&stored).await?;
     Ok((
         StatusCode::CREATED,
         Json(NewKey {
@@ -158,12 +152,8 @@ pub async fn revoke_key(
         code: "unknown-key",
         message: "no such key in this workspace: it was revoked, or never created here".into(),
     };
-    if let Some(mirror) = &state.identity {
-        // Replicas: look the key up in an up-to-date mirror (refused while Redis is down).
-        mirror.sync().await.map_err(|e| {
-            ApiError::CoordinationUnavailable(format!("coordination-unavailable: {e}"))
-        })?;
-    }
+    // Replicas: look the key up in an up-to-date mirror (refused while Redis is down).
+    state.identity.sync().await?;
     let stored = principal_keys_of(state.store.keys().await?, &workspace_id)
         .find(|k| keys::key_id(&k.hash) == key_id)
         .ok_or_else(unknown)?;
@@ -179,21 +169,12 @@ pub async fn revoke_key(
         at_epoch_ms: revocation.revoked_at_epoch_ms,
         actor_key_id: Some(acting.key_id()),
     };
-    let revoked = match &state.identity {
-        // Replicas: revoked on every replica within one follow interval; this one before
-        // answering.
-        Some(mirror) => {
-            mirror
-                .revoke_key(&workspace_id, &stored.hash, &record)
-                .await?
-        }
-        None => {
-            state
-                .store
-                .revoke_key(&workspace_id, &stored.hash, record)
-                .await?
-        }
-    };
+    // Replicas: revoked on every replica within one follow interval; this one before
+    // answering.
+    let revoked = state
+        .identity
+        .revoke_key(&workspace_id, &stored.hash, record)
+        .await?;
     if !revoked {
         // Revoked concurrently by another request (or another replica).
         return Err(unknown());

@@ -165,37 +165,26 @@ pub async fn release(
     let outcome = outcome(&request, state.config.admission.max_retry_after_ms)?;
     let usage = actual_usage(request.actual_usage.as_ref())?;
     let token = token(&lease_id)?;
-    // Replicas: out of the shared books before the local release (so the journal's reclaim
-    // path finds nothing to release), back in if the local release is refused.
-    let shared = state
-        .coord
-        .as_ref()
-        .and_then(|coord| Some((coord, coord.claim(&lease_id)?)));
-    let answer = state
-        .driver
-        .ask(|reply| Command::Release {
-            token,
-            workspace,
-            principal,
-            outcome,
-            usage,
-            forget_budget: None,
-            reply,
-        })
-        .await
-        .and_then(|result| result);
-    let transitions = match (answer, shared) {
-        (Ok(transitions), Some((coord, held))) => {
-            crate::shared::finish(coord, held, outcome, &usage, state.clock.now_ms()).await;
-            transitions
-        }
-        (Ok(transitions), None) => transitions,
-        (Err(error), Some((coord, held))) => {
-            coord.restore(&lease_id, held);
-            return Err(error.into());
-        }
-        (Err(error), None) => return Err(error.into()),
-    };
+    let driver = &state.driver;
+    let local: crate::deployment::BoxFuture<'_, _> = Box::pin(async move {
+        driver
+            .ask(|reply| Command::Release {
+                token,
+                workspace,
+                principal,
+                outcome,
+                usage,
+                forget_budget: None,
+                reply,
+            })
+            .await
+            .and_then(|result| result)
+    });
+    // Replicas: the shared books settle the lease around the local release.
+    let transitions = state
+        .books
+        .release(&lease_id, outcome, usage, local)
+        .await?;
     if let Some(tokens) = usage.tokens {
         saturating_add(&state.metrics.actual_tokens, tokens);
     }

@@ -88,7 +88,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             if let Some(coord) = &state.coord {
                 text.push_str(&coord.render_metrics());
             }
-            if let Some(mirror) = &state.identity {
+            if let Some(mirror) = &state.mirror {
                 text.push_str(&mirror.render_metrics());
             }
             text

@@ -26,6 +26,7 @@ use crate::actor::ActingKey;
 use crate::api::{validate, AppState};
 use crate::auth::{authorize, Operation};
 use crate::body;
+use crate::deployment::NewRevision;
 use crate::error::ApiError;
 use crate::keys::Caller;
 use turnstile_shell::{Command, WorkspaceSnapshot};
@@ -80,25 +81,17 @@ pub async fn put_profile(
     let version = profile_version.clone();
     let actor = acting.key_id();
     let actor_key_id = actor.clone();
-    let record = if let Some(mirror) = &state.identity {
-        // Replicas: registered for the whole deployment, in one order on every replica.
-        mirror
-            .register(&workspace_id, &version, profile, profile_json, actor)
-            .await?
-    } else {
-        state
-            .driver
-            .ask(|reply| Command::Register {
-                workspace: workspace_id,
-                version,
-                profile: Box::new(profile),
-                profile_json,
-                actor: Some(actor),
-                at: None,
-                reply,
-            })
-            .await??
-    };
+    // Replicas: registered for the whole deployment, in one order on every replica.
+    let record = state
+        .identity
+        .register(NewRevision {
+            workspace: workspace_id,
+            version,
+            profile,
+            profile_json,
+            actor,
+        })
+        .await?;
     Ok(match record {
         Some(record) => {
             let record = serde_json::to_value(record).map_err(|_| ApiError::Storage)?;

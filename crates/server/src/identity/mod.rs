@@ -32,6 +32,7 @@
 //!   write that applied reaches this replica and every other through it like any write.
 //! - Without `redis_url` none of this exists: the store is the single process's, as before.
 
+mod deployment;
 pub mod event;
 pub mod join;
 
@@ -425,6 +426,17 @@ impl Mirror {
             if self.redis.append(&epoch, &json).await.is_err() {
                 self.metrics.follow_errors.fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Shares what the journal sends (`crate::journal::SharedAudit`), in order, until the
+    /// journal is gone.
+    pub async fn share_audit_from(
+        self: Arc<Self>,
+        mut records: tokio::sync::mpsc::UnboundedReceiver<Vec<AuditRecord>>,
+    ) {
+        while let Some(batch) = records.recv().await {
+            self.share_audit(batch).await;
         }
     }
 
