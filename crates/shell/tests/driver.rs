@@ -546,3 +546,66 @@ async fn every_decision_is_observed_exactly_once() {
     handle.stop();
     task.await.unwrap();
 }
+
+/// A release with outcome `retry-after` reports the pause the core applied, with the instant
+/// the lane's pause ends; a zero Retry-After with no pause in force applies none and reports
+/// none.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_release_reports_the_pause_the_core_applied_and_a_zero_one_none() {
+    type Paused = Arc<Mutex<Vec<(String, turnstile_shell::Pause)>>>;
+    struct PauseJournal(Paused);
+    impl Journal for PauseJournal {
+        fn profile_registered(&mut self, _registration: Registration, done: Done) {
+            done(Ok(()));
+        }
+        fn breaker_transitions(&mut self, _workspace: &str, _transitions: &[BreakerTransition]) {}
+        fn provider_paused(&mut self, workspace: &str, pause: &turnstile_shell::Pause) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((workspace.to_owned(), pause.clone()));
+        }
+        fn lease_events(&mut self, _events: Vec<turnstile_shell::LeaseEvent>, done: Done) {
+            done(Ok(()));
+        }
+    }
+
+    let paused = Paused::default();
+    let (driver, _task) = Driver::spawn(
+        Registry::new(),
+        Clock::starting_at(1_000),
+        DriverConfig { lease_ttl_ms: None },
+        Box::new(PauseJournal(paused.clone())),
+        Arc::new(LeaseMetrics::default()),
+    );
+    driver
+        .register("ws", "v1", profile("llm", 1, false), String::new())
+        .await
+        .unwrap();
+    let retry_after = |retry_after_ms| Outcome::RetryAfter { retry_after_ms };
+
+    let lease = grant(&driver, ask("ws", "llm", Wait::NoWait)).await;
+    lease
+        .release(retry_after(0), ActualUsage::none())
+        .await
+        .unwrap();
+    assert!(
+        paused.lock().unwrap().is_empty(),
+        "a zero Retry-After pauses nothing"
+    );
+
+    let lease = grant(&driver, ask("ws", "llm", Wait::NoWait)).await;
+    lease
+        .release(retry_after(300), ActualUsage::none())
+        .await
+        .unwrap();
+    let journaled = paused.lock().unwrap().clone();
+    assert_eq!(journaled.len(), 1);
+    let (workspace, pause) = &journaled[0];
+    assert_eq!(workspace, "ws");
+    assert_eq!(pause.provider_id, "llm");
+    assert_eq!(pause.retry_after_ms, 300);
+    assert_eq!(pause.at_epoch_ms, 1_000);
+    assert_eq!(pause.until_epoch_ms, 1_300);
+    assert_eq!(pause.cause, turnstile_shell::PauseCause::ReleaseOutcome);
+}

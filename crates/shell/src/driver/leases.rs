@@ -202,40 +202,25 @@ impl Driver {
             .ok_or(DriverError::UnknownLease)?;
         self.metrics.leases_released.fetch_add(1, Ordering::Relaxed);
         self.journal_lease(|| LeaseEvent::Released { token, usage });
-        let paused_provider = match outcome {
-            Outcome::RetryAfter { retry_after_ms } => self
-                .registry
-                .lease_charge(workspace, entry.lease)
-                .map(|charge| (charge.provider_id, retry_after_ms)),
-            _ => None,
-        };
         let released = self
             .registry
             .release_with_usage(workspace, entry.lease, outcome, usage, now)
             .ok()
             .flatten();
-        if let Some((provider_id, retry_after_ms)) = paused_provider {
-            // No pause in the lane view: the core applied none (a zero Retry-After).
-            if let Some(until) = self.pause_end(workspace, &provider_id, now) {
-                self.release_paused(workspace, provider_id, retry_after_ms, until, now);
-            }
+        let (transitions, pause) =
+            released.map_or_else(Default::default, |r| (r.breaker_transitions, r.pause));
+        // The core reports the pause it applied (none for a zero Retry-After with no pause in
+        // force).
+        if let (Outcome::RetryAfter { retry_after_ms }, Some((provider_id, until))) =
+            (outcome, pause)
+        {
+            self.release_paused(workspace, provider_id, retry_after_ms, until, now);
         }
-        let transitions = released.map(|r| r.breaker_transitions).unwrap_or_default();
         if let Some(span) = entry.span {
             span.released(&transitions);
         }
         self.deliver(workspace, now);
         Ok(transitions)
-    }
-
-    /// When the pause of a provider lane ends, if one is in force at `now`.
-    fn pause_end(&self, workspace: &str, provider_id: &str, now: Millis) -> Option<Millis> {
-        self.registry
-            .lane_views(workspace, now)?
-            .into_iter()
-            .find(|lane| lane.provider_id == provider_id)?
-            .paused_until
-            .filter(|&until| until > now)
     }
 
     fn owned(&self, token: &LeaseToken, workspace: &str, principal: &str) -> bool {
