@@ -16,7 +16,7 @@
 
 pub mod clock;
 pub mod command;
-pub mod driver;
+mod driver;
 pub mod error;
 pub mod fairness;
 pub mod feed;

@@ -434,3 +434,178 @@ async fn bucket_levels_are_read_only_once_the_driver_drained_and_then_nothing_is
     ));
     drop(held);
 }
+
+/// Every decision is observed exactly once, whether the core decided at once or from the
+/// queue: its span counts it once in the metrics family (a queued request once more, as
+/// `defer`), the feed's tally counts it once, and each admission enters the principal's
+/// fairness window once.
+#[tokio::test(start_paused = true)]
+async fn every_decision_is_observed_exactly_once() {
+    use std::collections::BTreeMap;
+    use turnstile_admission::Decision;
+
+    let telemetry = turnstile_shell::Telemetry::global();
+    let feed = turnstile_shell::Feed::new();
+    let mut events = feed.subscribe();
+    let (driver, handle) = Driver::new(
+        Registry::new(),
+        Clock::starting_at(0),
+        DriverConfig { lease_ttl_ms: None },
+        Box::new(turnstile_shell::NoJournal),
+        Arc::new(LeaseMetrics::default()),
+    );
+    let task = tokio::spawn(driver.with_feed(feed).run());
+    handle
+        .register("ws", "v1", profile("llm", 1, false), String::new())
+        .await
+        .unwrap();
+    let traced = |wait| Acquire {
+        span: Some(telemetry.admission_requested("llm")),
+        ..ask("ws", "llm", wait)
+    };
+    // Keyed by name: the vocabularies are not ordered.
+    let mut expected: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    let mut expect = |decision: Decision, reason: Reason| {
+        *expected
+            .entry((decision.as_str(), reason.as_str()))
+            .or_default() += 1;
+    };
+
+    // Admitted at once, then refused at once (the lane is busy and the caller does not wait).
+    let first = grant(&handle, traced(Wait::Unbounded)).await;
+    expect(Decision::Admit, Reason::Admitted);
+    let busy = refusal(&handle, traced(Wait::NoWait)).await.reason;
+    expect(Decision::Reject, busy);
+
+    // Queued, then admitted from the queue once the first lease comes back.
+    let queued = tokio::spawn({
+        let handle = handle.clone();
+        let request = traced(Wait::Unbounded);
+        async move { grant(&handle, request).await }
+    });
+    settle().await;
+    drop(first);
+    let second = queued.await.unwrap();
+    expect(Decision::Admit, Reason::Admitted);
+
+    // Queued, then refused from the queue when its wait ends.
+    let timed_out = refusal(&handle, traced(Wait::For(50))).await.reason;
+    expect(Decision::Reject, timed_out);
+    drop(second);
+    settle().await;
+
+    // The metrics family: one count per decision, plus one `defer` per queued request.
+    let mut counted = BTreeMap::new();
+    for decision in [Decision::Admit, Decision::Defer, Decision::Reject] {
+        for reason in [Reason::Admitted, busy, timed_out] {
+            let count = telemetry.decision_count(decision, reason);
+            if count > 0 {
+                counted.insert((decision.as_str(), reason.as_str()), count);
+            }
+        }
+    }
+    let defers: u64 = counted
+        .iter()
+        .filter(|((decision, _), _)| *decision == Decision::Defer.as_str())
+        .map(|(_, count)| count)
+        .sum();
+    counted.retain(|(decision, _), _| *decision != Decision::Defer.as_str());
+    assert_eq!(counted, expected, "the spans' counts");
+    assert_eq!(defers, 2, "one defer per queued request");
+
+    // The fairness window: one grant per admission.
+    let fairness = handle
+        .ask(|reply| Command::Fairness {
+            workspace: "ws".to_owned(),
+            reply,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fairness.total_grants, 2);
+    assert_eq!(fairness.principals.len(), 1);
+    assert_eq!(fairness.principals[0].grants, 2);
+
+    // The feed's tally: one count per decision (published at its next flush).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut tallied: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut principal_grants = 0;
+    while let Ok(event) = events.try_recv() {
+        for count in &event.decisions {
+            *tallied.entry(count.reason.as_str()).or_default() += count.count;
+        }
+        principal_grants += event.principals.iter().map(|p| p.grants).sum::<u64>();
+    }
+    let mut by_reason: BTreeMap<&str, u64> = BTreeMap::new();
+    for ((_, reason), count) in &expected {
+        *by_reason.entry(*reason).or_default() += count;
+    }
+    assert_eq!(tallied, by_reason, "the feed's tally");
+    assert_eq!(principal_grants, 2);
+
+    handle.stop();
+    task.await.unwrap();
+}
+
+/// A release with outcome `retry-after` reports the pause the core applied, with the instant
+/// the lane's pause ends; a zero Retry-After with no pause in force applies none and reports
+/// none.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_release_reports_the_pause_the_core_applied_and_a_zero_one_none() {
+    type Paused = Arc<Mutex<Vec<(String, turnstile_shell::Pause)>>>;
+    struct PauseJournal(Paused);
+    impl Journal for PauseJournal {
+        fn profile_registered(&mut self, _registration: Registration, done: Done) {
+            done(Ok(()));
+        }
+        fn breaker_transitions(&mut self, _workspace: &str, _transitions: &[BreakerTransition]) {}
+        fn provider_paused(&mut self, workspace: &str, pause: &turnstile_shell::Pause) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((workspace.to_owned(), pause.clone()));
+        }
+        fn lease_events(&mut self, _events: Vec<turnstile_shell::LeaseEvent>, done: Done) {
+            done(Ok(()));
+        }
+    }
+
+    let paused = Paused::default();
+    let (driver, _task) = Driver::spawn(
+        Registry::new(),
+        Clock::starting_at(1_000),
+        DriverConfig { lease_ttl_ms: None },
+        Box::new(PauseJournal(paused.clone())),
+        Arc::new(LeaseMetrics::default()),
+    );
+    driver
+        .register("ws", "v1", profile("llm", 1, false), String::new())
+        .await
+        .unwrap();
+    let retry_after = |retry_after_ms| Outcome::RetryAfter { retry_after_ms };
+
+    let lease = grant(&driver, ask("ws", "llm", Wait::NoWait)).await;
+    lease
+        .release(retry_after(0), ActualUsage::none())
+        .await
+        .unwrap();
+    assert!(
+        paused.lock().unwrap().is_empty(),
+        "a zero Retry-After pauses nothing"
+    );
+
+    let lease = grant(&driver, ask("ws", "llm", Wait::NoWait)).await;
+    lease
+        .release(retry_after(300), ActualUsage::none())
+        .await
+        .unwrap();
+    let journaled = paused.lock().unwrap().clone();
+    assert_eq!(journaled.len(), 1);
+    let (workspace, pause) = &journaled[0];
+    assert_eq!(workspace, "ws");
+    assert_eq!(pause.provider_id, "llm");
+    assert_eq!(pause.retry_after_ms, 300);
+    assert_eq!(pause.at_epoch_ms, 1_000);
+    assert_eq!(pause.until_epoch_ms, 1_300);
+    assert_eq!(pause.cause, turnstile_shell::PauseCause::ReleaseOutcome);
+}

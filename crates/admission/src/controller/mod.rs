@@ -184,6 +184,10 @@ pub struct Resolution {
 pub struct Released {
     /// Breaker transitions the outcome caused.
     pub breaker_transitions: Vec<BreakerTransition>,
+    /// After an outcome `retry-after`: the lease's provider lane and the instant its pause now
+    /// ends (the later of the pause in force and the new one), when a pause is in force (a zero
+    /// Retry-After with none in force applies none).
+    pub pause: Option<(String, Millis)>,
 }
 
 /// A Retry-After names a provider the profile does not configure (`unconfigured-provider`);
@@ -514,6 +518,7 @@ impl Controller {
             provider_state.breaker.end_probe();
         }
         let mut transitions = Vec::new();
+        let mut pause = None;
         match outcome {
             Outcome::Success => {
                 provider_state
@@ -531,6 +536,9 @@ impl Controller {
                     .paused_until
                     .max(now.saturating_add(retry_after_ms));
                 self.retry_pressure += 1;
+                if provider_state.paused_until > now {
+                    pause = Some((provider_state.id.clone(), provider_state.paused_until));
+                }
             }
             Outcome::None => {}
         }
@@ -551,6 +559,7 @@ impl Controller {
         self.note_peaks();
         Some(Released {
             breaker_transitions: transitions,
+            pause,
         })
     }
 
