@@ -154,7 +154,7 @@ pub struct CoordMetrics {
 }
 
 /// A lease this replica holds in the shared limits (opaque to hosts): its lane's key names
-/// (shared by every lease of the lane, [`LaneKeys`]) and what is its own.
+/// (shared by every lease of the lane, `LaneKeys`) and what is its own.
 pub struct HeldShared {
     member: Word,
     lane: Arc<LaneKeys>,

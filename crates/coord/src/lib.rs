@@ -2,14 +2,14 @@
 //!
 //! A provider's limits are per account, not per process. Each replica's core admits locally
 //! as before; the [`Coordinator`] then admits the same lease against the shared limits in one
-//! Redis Function call (an acquire operation of `ts_batch_v4`, [`batcher`]: a replica's
+//! Redis Function call (an acquire operation of a batch, `batcher`: a replica's
 //! acquires and releases of one workspace that arrive while a call is in flight go to Redis
 //! together in the next call): concurrency as leases with a liveness expiry, the
 //! core's fixed-point request and token buckets, the provider pause, and integer micro-dollar
 //! budgets, for the principal, workspace and provider scopes of the lane; in the same call,
 //! fair turns on contended scopes (the next free slot goes to the waiting principal holding
 //! fewest) and the provider's shared circuit breaker with its half-open probe lease
-//! ([`breaker`]). `docs/replicas.md` has the data model, each function, the failure modes and
+//! (`breaker`). `docs/replicas.md` has the data model, each function, the failure modes and
 //! their costs.
 //!
 //! # Invariants
@@ -31,7 +31,7 @@
 //! `direct` (per-workspace batching on a lane's own connection), `protocol` (the contract
 //! with the Lua library: names, encoding, decoding), `lane_keys` (a lane's pre-encoded
 //! calls, the one production encoder of an acquire and a release), `store` and `link` (the
-//! transport). With the `testing` feature (dev-dependencies only), [`testing`] opens the
+//! transport). With the `testing` feature (dev-dependencies only), `testing` opens the
 //! protocol's reference encoding and the conformance hooks to integration tests.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -375,14 +375,15 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_plain_release_sends_its_lease_keys_and_the_member_only() {
-        let call = ReleaseCall {
-            member: "m".into(),
+    /// A plain release of `member` from lease zsets `a` and `b`, with pause key `pause` and
+    /// budget key `bud`, whose acquire charged the budget lines of `budget_scopes`.
+    fn plain_release(member: &str, budget_scopes: Vec<String>) -> ReleaseCall {
+        ReleaseCall {
+            member: member.into(),
             lease_keys: vec!["a".into(), "b".into()],
             pause_key: "pause".into(),
             budget_key: "bud".into(),
-            budget_scopes: vec!["uaaaa".into()],
+            budget_scopes,
             pause_ms: 0,
             charged_tokens: 0,
             actual_tokens: None,
@@ -390,7 +391,12 @@ mod tests {
             actual_micro: None,
             breaker: None,
             outcome: Outcome::None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_plain_release_sends_its_lease_keys_and_the_member_only() {
+        let call = plain_release("m", vec!["uaaaa".into()]);
         let mut cmd = redis::cmd("FCALL");
         release_command(&mut cmd, &call);
         assert_eq!(words(&cmd).join(" "), "FCALL ts_release_v4 2 a b m");
@@ -415,20 +421,7 @@ mod tests {
     fn a_batch_sends_each_operation_as_its_single_call() {
         let spec = lane(vec![scope("uaaaa", 4), scope("w", 8)]);
         let acquire = acquire_op(&spec, "r-1", 10_000, None);
-        let release = release_op(&ReleaseCall {
-            member: "r-0".into(),
-            lease_keys: vec!["a".into(), "b".into()],
-            pause_key: "pause".into(),
-            budget_key: "bud".into(),
-            budget_scopes: Vec::new(),
-            pause_ms: 0,
-            charged_tokens: 0,
-            actual_tokens: None,
-            charged_micro: 0,
-            actual_micro: None,
-            breaker: None,
-            outcome: Outcome::None,
-        });
+        let release = release_op(&plain_release("r-0", Vec::new()));
         let mut single = redis::cmd("FCALL");
         acquire.single_command(&mut single);
         assert_eq!(words(&single)[1], "ts_acquire_v4");
