@@ -16,7 +16,7 @@ use turnstile_coord::{
 use turnstile_testkit::{RedisCluster, RedisServer};
 
 mod common;
-use common::{limits, runtime, until_healthy};
+use common::{limits, quick_config, runtime, until_healthy};
 
 fn spec(workspace: &str, principal: &str, provider: Limits) -> LaneSpec {
     LaneSpec::new(
@@ -30,11 +30,8 @@ fn spec(workspace: &str, principal: &str, provider: Limits) -> LaneSpec {
 }
 
 fn config(cluster: &RedisCluster) -> CoordConfig {
-    let mut config = CoordConfig::new(&cluster.url(), "0.5".parse().unwrap());
+    let mut config = quick_config(&cluster.url(), "0.5".parse().unwrap());
     config.topology = Topology::Cluster;
-    config.liveness_ms = 1_000;
-    config.renew_every = Duration::from_millis(200);
-    config.probe_every = Duration::from_millis(50);
     config
 }
 

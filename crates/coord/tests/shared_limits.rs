@@ -17,7 +17,7 @@ use turnstile_coord::{
 use turnstile_testkit::RedisServer;
 
 mod common;
-use common::{limits, runtime, until_healthy};
+use common::{limits, quick_config, runtime, until_healthy};
 
 fn spec(workspace: &str, principal: &str, provider: Limits, budget: &str) -> LaneSpec {
     LaneSpec::new(
@@ -31,11 +31,7 @@ fn spec(workspace: &str, principal: &str, provider: Limits, budget: &str) -> Lan
 }
 
 fn config(server: &RedisServer, share: DegradedShare) -> CoordConfig {
-    let mut config = CoordConfig::new(&server.url(), share);
-    config.liveness_ms = 1_000;
-    config.renew_every = Duration::from_millis(200);
-    config.probe_every = Duration::from_millis(50);
-    config
+    quick_config(&server.url(), share)
 }
 
 async fn replica(server: &RedisServer, share: DegradedShare) -> Arc<Coordinator> {

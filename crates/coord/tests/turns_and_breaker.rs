@@ -21,7 +21,7 @@ use turnstile_coord::{
 use turnstile_testkit::RedisServer;
 
 mod common;
-use common::{limits, runtime, until_healthy};
+use common::{limits, quick_config, runtime, until_healthy};
 
 const WORKSPACE: &str = "fair";
 
@@ -37,10 +37,7 @@ fn lane(principal: &str, provider: &Limits) -> LaneSpec {
 }
 
 fn config(server: &RedisServer, window_ms: u64) -> CoordConfig {
-    let mut config = CoordConfig::new(&server.url(), DegradedShare::Closed);
-    config.liveness_ms = 1_000;
-    config.renew_every = Duration::from_millis(200);
-    config.probe_every = Duration::from_millis(50);
+    let mut config = quick_config(&server.url(), DegradedShare::Closed);
     config.timeout = Duration::from_secs(2);
     config.turn_window_ms = Some(window_ms);
     config

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use turnstile_admission::Limits;
-use turnstile_coord::{Coordinator, Health};
+use turnstile_coord::{CoordConfig, Coordinator, DegradedShare, Health};
 
 /// The multi-threaded runtime of the tests (two workers: the machine's cores are shared).
 pub fn runtime() -> tokio::runtime::Runtime {
@@ -22,6 +22,16 @@ pub fn limits(concurrency: u32) -> Limits {
         concurrency,
         ..Limits::default()
     }
+}
+
+/// A replica's configuration for `url` with `share`, quick enough for a test to see expiries
+/// and recoveries: a 1 s liveness renewed every 200 ms, a probe every 50 ms.
+pub fn quick_config(url: &str, share: DegradedShare) -> CoordConfig {
+    let mut config = CoordConfig::new(url, share);
+    config.liveness_ms = 1_000;
+    config.renew_every = Duration::from_millis(200);
+    config.probe_every = Duration::from_millis(50);
+    config
 }
 
 /// Probes `coord` until it is healthy, at most `tries` probes with `pause` after each one that
