@@ -1,5 +1,5 @@
 //! Replicas sharing limits through a **Redis Cluster** (issue 13), with real processes: three
-//! primaries formed by `redis-cli --cluster create` (`turnstile_coord::testing::RedisCluster`),
+//! primaries formed by `redis-cli --cluster create` (`turnstile_testkit::RedisCluster`),
 //! three `turnstile serve --redis-url <every node> --redis-cluster` on their own data
 //! directories, and `turnstile fake-upstream`, which records its maximum in-flight count.
 //!
@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
-use turnstile_coord::testing::{RedisCluster, RedisServer};
+use turnstile_coord::{ScopeName, WorkspaceKeys};
+use turnstile_testkit::{RedisCluster, RedisServer};
 
 mod common;
 use common::replica::{

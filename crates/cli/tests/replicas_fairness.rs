@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use turnstile_coord::testing::RedisServer;
+use turnstile_testkit::RedisServer;
 
 mod common;
 use common::replica::{start_replica, Deployment, Keys, Replica};

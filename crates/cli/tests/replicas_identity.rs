@@ -30,7 +30,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use turnstile_coord::testing::RedisServer;
+use turnstile_testkit::RedisServer;
 
 mod common;
 use common::{http, one_at_a_time, Service};

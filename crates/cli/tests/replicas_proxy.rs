@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
-use turnstile_coord::testing::RedisServer;
+use turnstile_coord::{ScopeName, WorkspaceKeys};
 use turnstile_proxy::fake::FakeUpstream;
+use turnstile_testkit::RedisServer;
 
 mod common;
 use common::replica::{start_replica, Deployment, Keys, Replica};

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
-use turnstile_coord::testing::RedisServer;
+use turnstile_coord::{ScopeName, WorkspaceKeys};
+use turnstile_testkit::RedisServer;
 
 mod common;
 use common::replica::{
@@ -306,7 +306,7 @@ fn a_redis_cluster_node_is_refused_at_start_with_its_reason() {
         .local_addr()
         .unwrap()
         .port();
-    let binary = turnstile_coord::testing::server_binary();
+    let binary = turnstile_testkit::server_binary();
     let mut server = Command::new(&binary)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])

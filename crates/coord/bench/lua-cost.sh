@@ -2,7 +2,7 @@
 # Redis time per acquire + release pair of the turnstile function library on a known workload,
 # with no turnstile process at all: loads crates/coord/src/lua/turnstile_v4.lua into a fresh
 # redis-server, sends N pairs of FCALL ts_acquire_v4 / ts_release_v4 (unique members, exactly
-# the keys and arguments crates/coord/src/protocol.rs sends; its unit tests pin the `conc` lane)
+# the keys and arguments crates/coord/src/protocol/ sends; its unit tests pin the `conc` lane)
 # through redis-cli, and prints INFO commandstats: usec per FCALL and per pair, and the
 # redis.call()s per pair by command.
 #
@@ -11,7 +11,7 @@
 # LIB=path/to/other.lua measures another version of the library (e.g. `git show
 # <rev>:crates/coord/src/lua/turnstile_v1.lua > /tmp/before.lua`), to alternate before/after
 # runs: a turnstile_v1 / turnstile_v2 library gets the v1 / v2 protocol, as the client of that
-# release (store.rs / protocol.rs) sent it. TURNS=0 sends what a replica with `turn_window_ms = 0` sends (no fair turns); the default
+# release (store.rs / protocol.rs, now protocol/) sent it. TURNS=0 sends what a replica with `turn_window_ms = 0` sends (no fair turns); the default
 # is the default configuration (turns on, 50 ms window: two wait keys on the bench lane).
 #
 # HOLD=H holds H leases in every lease zset before measuring (a replica under load holds

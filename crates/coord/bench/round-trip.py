@@ -9,7 +9,7 @@ steal (1/100 s) over the run.
 
 `ping` sends PING. `fcall` loads crates/coord/src/lua/turnstile_v4.lua and sends acquire +
 release pairs of the bench lane (three scopes with concurrency only, turns on; the arguments
-protocol.rs sends), timing the acquire, and prints Redis's FCALL µs per pair (INFO
+crates/coord/src/protocol/ sends), timing the acquire, and prints Redis's FCALL µs per pair (INFO
 commandstats).
 """
 import os

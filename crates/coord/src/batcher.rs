@@ -51,8 +51,9 @@ use tokio::time::Instant;
 use crate::direct::{redirect_of, Direct, Redirect};
 use crate::error::CoordError;
 use crate::link::{Topology, MAX_REDIRECTS};
+use crate::protocol::{is_missing_function_reply, ops_answers};
 use crate::protocol::{write_ops, Op};
-use crate::store::{is_missing_function_reply, ops_answers, RedisStore};
+use crate::store::RedisStore;
 
 /// The most operations one `ts_batch_v4` call carries.
 pub const MAX_BATCH: usize = 64;

@@ -20,9 +20,12 @@ use crate::spec::BreakerSpec;
 
 /// The shared breaker's state, as the scripts report it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
+pub(crate) enum BreakerState {
+    /// Admitting; failures are counted.
     Closed,
+    /// Refusing until its open time ends.
     Open,
+    /// Admitting probe leases only.
     HalfOpen,
 }
 
@@ -42,13 +45,17 @@ impl BreakerState {
 /// What a release reports to the breaker (the core's outcome; `retry-after` counts as none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Outcome {
+    /// Nothing to report (the call was not made, or it answered `retry-after`).
     #[default]
     None,
+    /// The provider answered.
     Success,
+    /// The provider failed.
     Failure,
 }
 
 impl Outcome {
+    /// The outcome's word in a release.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::None => "none",
@@ -61,12 +68,16 @@ impl Outcome {
 /// A lane's breaker keys and threshold (what a release needs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BreakerKeys {
+    /// The breaker's hash.
     pub key: String,
+    /// The probe leases' zset.
     pub probes: String,
+    /// Failures that open it.
     pub failure_threshold: u32,
 }
 
 impl BreakerKeys {
+    /// The keys of `provider`'s breaker in `keys`' workspace.
     pub fn new(keys: &WorkspaceKeys, provider: &str, spec: &BreakerSpec) -> Self {
         BreakerKeys {
             key: keys.breaker(provider),

@@ -46,9 +46,10 @@ use crate::keys::WorkspaceKeys;
 use crate::lane_keys::{LaneKeys, LaneMemo, ReleaseOf};
 use crate::link::Topology;
 use crate::protocol::Word;
+use crate::protocol::{decode_acquire, decode_release, RenewBatch, RenewMode};
 use crate::share::DegradedShare;
 use crate::spec::LaneSpec;
-use crate::store::{decode_acquire, decode_release, RedisStore, RenewBatch, RenewMode};
+use crate::store::RedisStore;
 use crate::verdict::Verdict;
 
 /// How long a principal refused a shared slot counts as waiting (fair turns): five of the
@@ -102,7 +103,9 @@ impl CoordConfig {
 /// How an admission was coordinated (the evidence's `coordination` field).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// Through the shared limits in Redis.
     Shared,
+    /// By this replica's declared share alone (Redis unreachable).
     Degraded,
 }
 
@@ -113,8 +116,11 @@ pub enum Admission {
     Granted(Mode),
     /// Full now; may change `after_ms` from now (unknown: `None`).
     Wait {
+        /// The full limit.
         reason: Reason,
+        /// When it may change, from now.
         after_ms: Option<Millis>,
+        /// How it was decided.
         mode: Mode,
     },
     /// A contended shared scope has room, but another principal waiting for it holds fewer:
@@ -122,7 +128,10 @@ pub enum Admission {
     /// gives its local lease back to its local fair queue meanwhile.
     Turn,
     /// The provider is paused for `remaining_ms`.
-    Paused { remaining_ms: Millis },
+    Paused {
+        /// How long the pause still lasts.
+        remaining_ms: Millis,
+    },
     /// Never fits (a shared budget).
     Rejected(Reason),
     /// Degraded and this lane fails closed (`closed` share, or a money or token budget).
@@ -132,16 +141,20 @@ pub enum Admission {
 /// Counters for `/metrics` (no labels but the state).
 #[derive(Debug, Default)]
 pub struct CoordMetrics {
+    /// Failed Redis calls.
     pub errors: AtomicU64,
+    /// Admissions decided by the declared share.
     pub degraded_admissions: AtomicU64,
+    /// Reconciliations after Redis came back.
     pub reconciliations: AtomicU64,
+    /// Admissions decided by the shared limits.
     pub shared_admissions: AtomicU64,
     /// Shared acquires refused because another principal's turn came first.
     pub turns: AtomicU64,
 }
 
 /// A lease this replica holds in the shared limits (opaque to hosts): its lane's key names
-/// (shared by every lease of the lane, [`LaneKeys`]) and what is its own.
+/// (shared by every lease of the lane, `LaneKeys`) and what is its own.
 pub struct HeldShared {
     member: Word,
     lane: Arc<LaneKeys>,
@@ -198,6 +211,7 @@ pub struct Coordinator {
     released: Notify,
     /// The kind of the last failed call ([`CoordError::kind`]).
     last_failure: Mutex<Option<&'static str>>,
+    /// The counters `/metrics` reads.
     pub metrics: CoordMetrics,
 }
 
@@ -214,6 +228,8 @@ fn random_replica_id() -> String {
 }
 
 impl Coordinator {
+    /// A replica's coordinator for `config` (connects lazily: a Redis down at start makes it
+    /// degraded, not unable to start).
     pub fn new(config: CoordConfig) -> Result<Arc<Self>, CoordError> {
         let store = RedisStore::new(&config.redis_url, config.topology, config.timeout)?;
         let lanes = LaneMemo::new(config.liveness_ms, config.turn_window_ms);
@@ -235,10 +251,12 @@ impl Coordinator {
         }))
     }
 
+    /// Whether it coordinates through Redis now.
     pub fn health(&self) -> Health {
         self.health.get()
     }
 
+    /// Its configuration.
     pub fn config(&self) -> &CoordConfig {
         &self.config
     }

@@ -21,8 +21,10 @@ pub enum Health {
 }
 
 impl Health {
+    /// Every state (the gauge writes one line per state).
     pub const ALL: [Health; 3] = [Health::Healthy, Health::Degraded, Health::Reconciling];
 
+    /// The state's label.
     pub fn as_str(self) -> &'static str {
         match self {
             Health::Healthy => "healthy",

@@ -35,20 +35,39 @@ use redis::{Cmd, ErrorKind, RedisError, Value};
 use crate::error::CoordError;
 use crate::keys::short_hash;
 use crate::link::{Link, Topology};
-use crate::store::{array, int, text};
+use crate::protocol::{array, int, text};
 use deadline::ClockReading;
 
-/// The function library (Lua), versioned by name.
-pub const IDENTITY_LIBRARY: &str = include_str!("lua/turnstile_identity_v2.lua");
+/// The identity contract's version, as it appears in the library's and every function's name
+/// (a literal, so that names are built at compile time; a changed contract bumps it:
+/// `docs/replicas.md`, "Rolling deploys").
+macro_rules! identity_version {
+    () => {
+        "2"
+    };
+}
 
-/// The library's functions (a changed contract gets new names: `docs/replicas.md`, "Rolling
-/// deploys").
-const SEED: &str = "ts_id_seed_v2";
-const KEY: &str = "ts_id_key_v2";
-const REVOKE: &str = "ts_id_revoke_v2";
-const REGISTER: &str = "ts_id_register_v2";
-const APPEND: &str = "ts_id_append_v2";
-const SINCE: &str = "ts_id_since_v2";
+/// The name of the identity library's function `$name` (`ts_id_<name>_v<version>`).
+macro_rules! identity_function {
+    ($name:literal) => {
+        concat!("ts_id_", $name, "_v", identity_version!())
+    };
+}
+
+/// The function library (Lua), versioned by name.
+pub const IDENTITY_LIBRARY: &str = include_str!(concat!(
+    "lua/turnstile_identity_v",
+    identity_version!(),
+    ".lua"
+));
+
+/// The library's functions.
+const SEED: &str = identity_function!("seed");
+const KEY: &str = identity_function!("key");
+const REVOKE: &str = identity_function!("revoke");
+const REGISTER: &str = identity_function!("register");
+const APPEND: &str = identity_function!("append");
+const SINCE: &str = identity_function!("since");
 
 /// The keys every identity function names, in the library's order.
 pub const KEYS: [&str; 5] = [
@@ -79,6 +98,7 @@ pub fn workspace_tag(workspace: &str) -> String {
 pub struct FeedEvent {
     /// Its number: 1, 2, 3, … within one epoch.
     pub seq: u64,
+    /// The event's document, as its writer stored it.
     pub event: String,
 }
 
@@ -98,16 +118,27 @@ pub struct FeedPage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Written {
     /// Appended as event `seq`; a registration is its workspace's `registration`-th.
-    Appended { seq: u64, registration: Option<u64> },
+    Appended {
+        /// The event's number.
+        seq: u64,
+        /// The workspace's registration number (registrations only).
+        registration: Option<u64>,
+    },
     /// A key with this hash is live already.
     Duplicate,
     /// No live key with this hash and tag (never created, revoked already, another workspace).
     Unknown,
     /// The workspace has had `registrations` registrations, not the number the writer
     /// validated against: catch up and validate again.
-    Stale { registrations: u64 },
+    Stale {
+        /// The registrations the workspace has had.
+        registrations: u64,
+    },
     /// The feed's epoch is not the writer's (`None`: Redis has no feed).
-    WrongEpoch { current: Option<String> },
+    WrongEpoch {
+        /// The feed's epoch now.
+        current: Option<String>,
+    },
 }
 
 /// Why a write has no answer to give. Each variant says what is known about the feed.
@@ -156,9 +187,19 @@ fn classify(error: &RedisError, timeout: &CoordError) -> CallFailure {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seeded {
     /// This call created the feed (epoch, head).
-    Created { epoch: String, head: u64 },
+    Created {
+        /// The new feed's epoch.
+        epoch: String,
+        /// The number of its last event.
+        head: u64,
+    },
     /// A feed existed already (someone else seeded it): adopt it.
-    Exists { epoch: String, head: u64 },
+    Exists {
+        /// The existing feed's epoch.
+        epoch: String,
+        /// The number of its last event.
+        head: u64,
+    },
 }
 
 /// One item of a seed, in feed order.
@@ -166,13 +207,18 @@ pub enum Seeded {
 pub enum SeedItem {
     /// A live key: its hash, its [`key_tag`] and its event.
     Key {
+        /// The key's hash.
         hash: String,
+        /// Its [`key_tag`].
         tag: String,
+        /// Its event.
         event: String,
     },
     /// A registration of the workspace with this [`workspace_tag`].
     Registration {
+        /// The workspace's [`workspace_tag`].
         workspace_tag: String,
+        /// The registration's event.
         event: String,
     },
     /// Any other event (an audit record).
@@ -565,5 +611,25 @@ mod tests {
         for key in KEYS {
             assert!(key.starts_with("ts:{ts-id}:"));
         }
+    }
+
+    /// The library is the one named by the version and registers exactly the functions the
+    /// client calls, by the same names.
+    #[test]
+    fn the_library_registers_every_function_under_the_versioned_name() {
+        assert_eq!(
+            IDENTITY_LIBRARY.lines().next(),
+            Some(concat!(
+                "#!lua name=turnstile_identity_v",
+                identity_version!()
+            ))
+        );
+        let registered: Vec<&str> = IDENTITY_LIBRARY
+            .lines()
+            .filter(|line| line.starts_with("redis.register_function"))
+            .filter_map(|line| line.split('\'').nth(1))
+            .collect();
+        assert_eq!(registered, [SEED, KEY, REVOKE, REGISTER, APPEND, SINCE]);
+        assert_eq!(SINCE, "ts_id_since_v2");
     }
 }

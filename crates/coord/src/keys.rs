@@ -79,6 +79,7 @@ pub struct WorkspaceKeys {
 }
 
 impl WorkspaceKeys {
+    /// The keys of `workspace` (its ID is hashed into the hash tag, never written).
     pub fn new(workspace: &str) -> Self {
         WorkspaceKeys {
             prefix: format!("ts:{{{}}}:", short_hash(workspace)),
@@ -141,14 +142,17 @@ impl WorkspaceKeys {
 pub struct ScopeName(pub String);
 
 impl ScopeName {
+    /// The scope of `principal` (hashed).
     pub fn principal(principal: &str) -> Self {
         ScopeName::hashed('u', principal)
     }
 
+    /// The workspace's own scope.
     pub fn workspace() -> Self {
         ScopeName("w".to_owned())
     }
 
+    /// The scope of `provider` (hashed).
     pub fn provider(provider: &str) -> Self {
         ScopeName::hashed('p', provider)
     }

@@ -10,9 +10,9 @@
 //!
 //! # Invariants
 //!
-//! - What a lane's pieces make is exactly what the reference encoding in `protocol`
-//!   ([`acquire_op_in`](crate::protocol::acquire_op_in),
-//!   [`release_op`](crate::protocol::release_op)) makes for the same spec, member and release:
+//! - These pieces are the one production encoder of an acquire and a release. What they make
+//!   is exactly what the reference encoding (`protocol::reference`: `acquire_op_in`,
+//!   `release_op`, compiled for tests only) makes for the same spec, member and release:
 //!   the same keys and arguments, and the same bytes on the wire (tested below over random
 //!   lanes and limits: a lane's connection writes, from the pieces and their pre-encoded RESP,
 //!   exactly what redis-rs packs for the reference operations).
@@ -369,13 +369,9 @@ impl LaneMemo {
     }
 
     /// How many lanes are remembered.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lanes.len()
-    }
-
-    /// Whether no lane is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.lanes.is_empty()
     }
 
     /// The pieces of `spec`'s lane: remembered, or built (and remembered).
@@ -403,9 +399,8 @@ mod tests {
 
     use super::*;
     use crate::keys::ScopeName;
-    use crate::protocol::{acquire_op_in, ops_command, release_op, write_ops};
+    use crate::protocol::{acquire_op_in, ops_command, release_op, write_ops, ReleaseCall};
     use crate::spec::BucketSpec;
-    use crate::store::ReleaseCall;
 
     /// The bytes redis-rs sends for the reference encoding's operations (one call).
     fn reference_bytes(ops: &[Op]) -> Vec<u8> {

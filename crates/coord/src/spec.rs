@@ -15,19 +15,28 @@ use crate::keys::ScopeName;
 /// A bucket: `rate` units per period, `capacity` units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BucketSpec {
+    /// Units added per period.
     pub rate: u64,
+    /// The most units it holds.
     pub capacity: u64,
 }
 
 /// The shared limits of one scope.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ScopeLimits {
+    /// The scope's name in its workspace's keys (hashed).
     pub name: ScopeName,
+    /// Leases held at once.
     pub concurrency: Option<u32>,
+    /// The request bucket.
     pub requests: Option<BucketSpec>,
+    /// The token bucket.
     pub tokens: Option<BucketSpec>,
+    /// The attempts budget of an invocation.
     pub max_attempts: Option<u64>,
+    /// The money budget of an invocation (micro-dollars).
     pub max_micro_usd: Option<u64>,
+    /// The token budget of an invocation.
     pub max_tokens: Option<u64>,
 }
 
@@ -109,6 +118,7 @@ pub struct BreakerSpec {
 }
 
 impl BreakerSpec {
+    /// The shared breaker of the core's breaker configuration (its defaults filled in).
     pub fn from_config(config: &CircuitBreakerConfig) -> Self {
         BreakerSpec {
             failure_threshold: config.failure_threshold,
@@ -122,11 +132,17 @@ impl BreakerSpec {
 /// the estimate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaneSpec {
+    /// The workspace ID (hashed into every key, never written).
     pub workspace: String,
+    /// The provider ID.
     pub provider: String,
+    /// The invocation whose budget lines an admission charges.
     pub budget_id: String,
+    /// The shared scopes, principal first.
     pub scopes: Vec<ScopeLimits>,
+    /// The admission's token estimate.
     pub tokens: Option<u64>,
+    /// The admission's cost estimate (micro-dollars).
     pub micro_usd: Option<u64>,
     /// The provider's breaker, shared when the provider limits configure one.
     pub breaker: Option<BreakerSpec>,

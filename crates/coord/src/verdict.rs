@@ -6,7 +6,7 @@ use crate::error::CoordError;
 
 /// What the shared limits say about one admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Every shared scope admitted it; the lease is registered. `probe`: it holds the shared
     /// breaker's half-open probe lease.
     Granted { now: Millis, probe: bool },

@@ -12,27 +12,20 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use redis::Value;
 use turnstile_admission::{CircuitBreakerConfig, Limits};
-use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
-use turnstile_coord::protocol::{acquire_op, release_op, Op, OpKind};
-use turnstile_coord::store::{FcallStats, ReleaseCall};
-use turnstile_coord::testing::RedisServer;
-use turnstile_coord::Topology;
+use turnstile_coord::testing::{self, acquire_op, release_op, Op, OpKind, ReleaseCall};
 use turnstile_coord::{
-    Admission, CoordConfig, Coordinator, DegradedShare, Health, LaneSpec, Mode, Outcome, RedisStore,
+    Admission, CoordConfig, Coordinator, DegradedShare, FcallStats, Health, LaneSpec, Mode,
+    Outcome, RedisStore, ScopeName, Topology, WorkspaceKeys,
 };
+use turnstile_testkit::RedisServer;
+
+mod common;
+use common::{runtime, until_healthy};
 
 const WS: &str = "ws-batch";
 const PRINCIPALS: [&str; 3] = ["alice", "bob", "carol"];
 /// Liveness and turn window far beyond a run: no decision here depends on the clock.
 const LONG_MS: u64 = 600_000;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// A lane with every kind of shared limit whose decisions do not depend on the milliseconds
 /// between two calls: concurrency on each scope (fair turns on the workspace and provider),
@@ -177,15 +170,6 @@ fn decision(kind: OpKind, value: &Value) -> String {
     }
 }
 
-fn cli(server: &RedisServer, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &server.port().to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli (package redis-tools, installed with redis-server)");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// What the operations left in Redis, without instants: every lease and wait set's members,
 /// the budget lines, the breaker's state and count, whether the pause is set, and the
 /// provider's request bucket in whole requests.
@@ -197,7 +181,8 @@ fn state(server: &RedisServer) -> Vec<String> {
     scopes.push(ScopeName::provider("openai"));
     for scope in &scopes {
         for key in [keys.leases(scope), keys.waiting(scope)] {
-            let mut members: Vec<String> = cli(server, &["ZRANGE", &key, "0", "-1"])
+            let mut members: Vec<String> = server
+                .cli(&["ZRANGE", &key, "0", "-1"])
                 .lines()
                 .map(str::to_owned)
                 .collect();
@@ -205,7 +190,7 @@ fn state(server: &RedisServer) -> Vec<String> {
             out.push(format!("{key} {members:?}"));
         }
     }
-    let budget = cli(server, &["HGETALL", &keys.budget("budget")]);
+    let budget = server.cli(&["HGETALL", &keys.budget("budget")]);
     let mut lines: Vec<(String, String)> = budget
         .lines()
         .collect::<Vec<_>>()
@@ -222,20 +207,19 @@ fn state(server: &RedisServer) -> Vec<String> {
     out.push(format!("budget {lines:?}"));
     out.push(format!(
         "breaker {}",
-        cli(server, &["HMGET", &keys.breaker("openai"), "s", "f"]).replace('\n', " ")
+        server
+            .cli(&["HMGET", &keys.breaker("openai"), "s", "f"])
+            .replace('\n', " ")
     ));
     out.push(format!(
         "probes {}",
-        cli(server, &["ZCARD", &keys.probes("openai")])
+        server.cli(&["ZCARD", &keys.probes("openai")])
     ));
     out.push(format!(
         "paused {}",
-        cli(server, &["EXISTS", &keys.pause("openai")])
+        server.cli(&["EXISTS", &keys.pause("openai")])
     ));
-    let level = cli(
-        server,
-        &["HGET", &keys.buckets(&ScopeName::provider("openai")), "rl"],
-    );
+    let level = server.cli(&["HGET", &keys.buckets(&ScopeName::provider("openai")), "rl"]);
     out.push(format!(
         "requests {}",
         level.parse::<u64>().map_or(-1, |l| (l / 60_000) as i64)
@@ -265,7 +249,7 @@ proptest! {
             b.load_library().await.unwrap();
             let mut single = Vec::new();
             for op in &ops {
-                single.push(decision(op.kind, &a.single(op).await.unwrap()));
+                single.push(decision(op.kind, &testing::single(&a, op).await.unwrap()));
             }
             let mut batch = Vec::new();
             let mut rest: &[Op] = &ops;
@@ -274,7 +258,7 @@ proptest! {
                 let n = (*cut.next().unwrap()).min(rest.len());
                 let (now, later) = rest.split_at(n);
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-                let answers = b.batch(now.iter(), deadline).await.unwrap();
+                let answers = testing::batch(&b, now.iter(), deadline).await.unwrap();
                 prop_assert_eq!(answers.len(), now.len());
                 for (op, answer) in now.iter().zip(&answers) {
                     batch.push(decision(op.kind, answer));
@@ -317,13 +301,7 @@ fn limited(concurrency: u32) -> LaneSpec {
 /// Probes until healthy: the first probe loads the library, which can outlast the 100 ms
 /// timeout on a loaded host (a replica recovers on a later probe).
 async fn healthy(coord: &Coordinator) {
-    for _ in 0..20 {
-        coord.tick(0, false).await;
-        if coord.health() == Health::Healthy {
-            return;
-        }
-    }
-    assert_eq!(coord.health(), Health::Healthy);
+    until_healthy(coord, 20, Duration::ZERO).await;
 }
 
 async fn fcalls(server: &RedisServer) -> FcallStats {
@@ -414,7 +392,7 @@ fn concurrent_acquires_on_one_replica_never_exceed_a_shared_limit() {
         assert_eq!(coord.held(), 0);
         let key = WorkspaceKeys::new(WS).leases(&ScopeName::provider("openai"));
         assert_eq!(
-            cli(&server, &["ZCARD", &key]),
+            server.cli(&["ZCARD", &key]),
             "0",
             "every lease released in Redis"
         );
@@ -503,7 +481,7 @@ fn a_call_abandoned_in_flight_never_answers_the_next_one() {
         assert_eq!(coord.metrics.errors.load(Ordering::Relaxed), 0);
         let key = WorkspaceKeys::new(WS).leases(&ScopeName::provider("openai"));
         assert_eq!(
-            cli(&server, &["ZCARD", &key]),
+            server.cli(&["ZCARD", &key]),
             "1",
             "only the next lease is held"
         );

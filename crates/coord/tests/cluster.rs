@@ -9,20 +9,14 @@ use std::time::{Duration, Instant};
 
 use turnstile_admission::{Limits, Reason};
 use turnstile_coord::identity::{SeedItem, Seeded, Written};
-use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
-use turnstile_coord::store::FcallStats;
-use turnstile_coord::testing::{RedisCluster, RedisServer};
 use turnstile_coord::{
-    Admission, CoordConfig, Coordinator, Health, IdentityStore, LaneSpec, Mode, RedisStore,
-    Topology,
+    Admission, CoordConfig, Coordinator, FcallStats, Health, IdentityStore, LaneSpec, Mode,
+    RedisStore, ScopeName, Topology, WorkspaceKeys,
 };
+use turnstile_testkit::{RedisCluster, RedisServer};
 
-fn limits(concurrency: u32) -> Limits {
-    Limits {
-        concurrency,
-        ..Limits::default()
-    }
-}
+mod common;
+use common::{limits, quick_config, runtime, until_healthy};
 
 fn spec(workspace: &str, principal: &str, provider: Limits) -> LaneSpec {
     LaneSpec::new(
@@ -36,25 +30,15 @@ fn spec(workspace: &str, principal: &str, provider: Limits) -> LaneSpec {
 }
 
 fn config(cluster: &RedisCluster) -> CoordConfig {
-    let mut config = CoordConfig::new(&cluster.url(), "0.5".parse().unwrap());
+    let mut config = quick_config(&cluster.url(), "0.5".parse().unwrap());
     config.topology = Topology::Cluster;
-    config.liveness_ms = 1_000;
-    config.renew_every = Duration::from_millis(200);
-    config.probe_every = Duration::from_millis(50);
     config
 }
 
 async fn replica(cluster: &RedisCluster) -> Arc<Coordinator> {
     let coord = Coordinator::new(config(cluster)).unwrap();
     // The first probe connects to every primary and loads the library on each.
-    for _ in 0..40 {
-        coord.tick(0, false).await;
-        if coord.health() == Health::Healthy {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(coord.health(), Health::Healthy);
+    until_healthy(&coord, 40, Duration::from_millis(25)).await;
     coord
 }
 
@@ -76,14 +60,6 @@ fn provider_leases(cluster: &RedisCluster, workspace: &str) -> u64 {
         .find(|node| node.cli(&["PING"]) == "PONG")
         .expect("a running node");
     cli(running, &["ZCARD", &key]).parse().unwrap_or(0)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Enough workspaces that every primary owns some (checked, not assumed).

@@ -13,20 +13,11 @@ use redis::Value;
 use turnstile_coord::identity::{
     key_tag, workspace_tag, IdentityStore, SeedItem, Seeded, WriteError, Written, KEYS,
 };
-use turnstile_coord::testing::RedisServer;
 use turnstile_coord::Topology;
+use turnstile_testkit::RedisServer;
 
 fn store(server: &RedisServer) -> IdentityStore {
     IdentityStore::new(&server.url(), Topology::Standalone, Duration::from_secs(2)).unwrap()
-}
-
-fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &server.port().to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli (installed with redis-server)");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 async fn seeded(store: &IdentityStore) -> String {
@@ -238,13 +229,13 @@ async fn no_key_name_holds_a_tenant_id_or_a_secret() {
     a.register(&epoch, &workspace_tag("acme-corp"), 0, "{}")
         .await
         .unwrap();
-    let names = redis_cli(&server, &["KEYS", "*"]);
+    let names = server.cli(&["KEYS", "*"]);
     assert!(!names.is_empty());
     for name in names.lines() {
         assert!(name.starts_with("ts:{ts-id}:"), "{name}");
         assert!(!name.contains("acme"), "{name}");
     }
-    let index = redis_cli(&server, &["HGETALL", "ts:{ts-id}:keys"]);
+    let index = server.cli(&["HGETALL", "ts:{ts-id}:keys"]);
     assert!(!index.contains("acme"), "{index}");
 }
 
@@ -407,7 +398,7 @@ async fn every_write_function_refuses_a_past_deadline_and_applies_a_future_one()
     assert_eq!(a.since(0, 100).await.unwrap().head, head);
     // A write that finds the library missing loads it, reads Redis's clock again and is sent
     // once more.
-    assert_eq!(redis_cli(&server, &["FUNCTION", "FLUSH"]), "OK");
+    assert_eq!(server.cli(&["FUNCTION", "FLUSH"]), "OK");
     assert_eq!(
         a.append("e1", "after-flush").await,
         Ok(Written::Appended {
@@ -447,10 +438,7 @@ async fn a_write_sent_to_a_stopped_redis_is_answered_unknown_and_never_applies_a
     server.signal("CONT");
     let page = answered_again(&a).await;
     assert_eq!(page.head, 3, "nothing applied: {:?}", page.events);
-    assert_eq!(
-        redis_cli(&server, &["HEXISTS", "ts:{ts-id}:keys", &hash]),
-        "0"
-    );
+    assert_eq!(server.cli(&["HEXISTS", "ts:{ts-id}:keys", &hash]), "0");
     // Redis answers again: the same writes go through.
     assert!(matches!(
         a.create_key(&epoch, &hash, &tag, "created").await,

@@ -1,13 +1,14 @@
 //! The script's token bucket is the core's (`crates/admission/src/bucket.rs`): over 10^5
 //! random sequences (100 proptest cases x 1,000 sequences, each up to 24 steps of a clock
-//! advance and a take), `ts_bucket_run_v3` (the same `bucket_try` / `bucket_store` Lua code as
-//! `ts_acquire_v3`, with an injected clock) and `TokenBucket` agree on every decision, every
-//! retry wait and every level. Needs `redis-server` (installed by `.ci/run`).
+//! advance and a take), the library's conformance hook `ts_bucket_run` (the same
+//! `buckets_try` / `buckets_store` Lua code as `ts_acquire`, with an injected clock; the
+//! functions' names carry the contract's version, `crates/coord/src/protocol/mod.rs`) and
+//! `TokenBucket` agree on every decision, every retry wait and every level. Needs `redis-server` (installed by `.ci/run`).
 
 use proptest::prelude::*;
 use turnstile_admission::bucket::TokenBucket;
-use turnstile_coord::store::RedisStore;
-use turnstile_coord::testing::RedisServer;
+use turnstile_coord::{testing, RedisStore};
+use turnstile_testkit::RedisServer;
 
 type Run = (u64, u64, u64, Vec<(u64, u64)>);
 
@@ -66,7 +67,7 @@ proptest! {
         let answers = runtime.block_on(async {
             let store = RedisStore::new(&server, turnstile_coord::Topology::Standalone, std::time::Duration::from_secs(10)).unwrap();
             store.load_library().await.unwrap();
-            store.bucket_runs("ts:{conformance}:bkt", &runs).await.unwrap()
+            testing::bucket_runs(&store, "ts:{conformance}:bkt", &runs).await.unwrap()
         });
         prop_assert_eq!(answers.len(), runs.len());
         for (run, lua) in runs.iter().zip(answers) {

@@ -10,16 +10,14 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use turnstile_admission::{Limits, Reason};
-use turnstile_coord::keys::{ScopeName, WorkspaceKeys};
-use turnstile_coord::testing::RedisServer;
-use turnstile_coord::{Admission, CoordConfig, Coordinator, DegradedShare, Health, LaneSpec, Mode};
+use turnstile_coord::{
+    Admission, CoordConfig, Coordinator, DegradedShare, Health, LaneSpec, Mode, ScopeName,
+    WorkspaceKeys,
+};
+use turnstile_testkit::RedisServer;
 
-fn limits(concurrency: u32) -> Limits {
-    Limits {
-        concurrency,
-        ..Limits::default()
-    }
-}
+mod common;
+use common::{limits, quick_config, runtime, until_healthy};
 
 fn spec(workspace: &str, principal: &str, provider: Limits, budget: &str) -> LaneSpec {
     LaneSpec::new(
@@ -33,11 +31,7 @@ fn spec(workspace: &str, principal: &str, provider: Limits, budget: &str) -> Lan
 }
 
 fn config(server: &RedisServer, share: DegradedShare) -> CoordConfig {
-    let mut config = CoordConfig::new(&server.url(), share);
-    config.liveness_ms = 1_000;
-    config.renew_every = Duration::from_millis(200);
-    config.probe_every = Duration::from_millis(50);
-    config
+    quick_config(&server.url(), share)
 }
 
 async fn replica(server: &RedisServer, share: DegradedShare) -> Arc<Coordinator> {
@@ -46,44 +40,20 @@ async fn replica(server: &RedisServer, share: DegradedShare) -> Arc<Coordinator>
 
 async fn replica_with(config: CoordConfig) -> Arc<Coordinator> {
     let coord = Coordinator::new(config).unwrap();
-    // The first probe loads the library (`FUNCTION LOAD`), which can outlast the 100 ms
-    // timeout on a loaded host; the replica then recovers on a later probe, as in production.
-    for _ in 0..20 {
-        coord.tick(0, false).await;
-        if coord.health() == Health::Healthy {
-            break;
-        }
-    }
-    assert_eq!(coord.health(), Health::Healthy);
+    until_healthy(&coord, 20, Duration::ZERO).await;
     coord
-}
-
-fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &server.port().to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli (package redis-tools, installed with redis-server)");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 fn provider_leases(server: &RedisServer, workspace: &str) -> u64 {
     let key = WorkspaceKeys::new(workspace).leases(&ScopeName::provider("openai"));
     // Only live members by Redis's clock (an expired one is removed by the next acquire).
-    let time = redis_cli(server, &["TIME"]);
+    let time = server.cli(&["TIME"]);
     let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
     let now_ms = parts.next().unwrap() * 1000 + parts.next().unwrap() / 1000;
-    redis_cli(server, &["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
+    server
+        .cli(&["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
         .parse()
         .unwrap_or(0)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[derive(Debug, Clone)]
@@ -320,7 +290,7 @@ fn a_stopped_or_killed_redis_degrades_to_the_declared_share_and_reconciles() {
             "h1 and d1 registered"
         );
         let pause_key = WorkspaceKeys::new("ws-deg").pause("openai");
-        let pttl: i64 = redis_cli(&server, &["PTTL", &pause_key]).parse().unwrap();
+        let pttl: i64 = server.cli(&["PTTL", &pause_key]).parse().unwrap();
         assert!(pttl > 50_000, "the degraded pause was merged: {pttl}");
         assert!(coord.release("d1", 0, None, None, 0).await);
 
@@ -387,10 +357,7 @@ fn without_turns_the_limit_and_the_pause_still_hold() {
         assert!(a.release("x2", 0, None, None, 0).await);
         let keys = WorkspaceKeys::new("ws-nt");
         assert_eq!(
-            redis_cli(
-                &server,
-                &["EXISTS", &keys.waiting(&ScopeName::provider("openai"))]
-            ),
+            server.cli(&["EXISTS", &keys.waiting(&ScopeName::provider("openai"))]),
             "0"
         );
         a.pause("ws-nt", "openai", 5_000, 0).await;
@@ -435,17 +402,17 @@ fn buckets_share_one_hash_and_expiries_are_refreshed_only_when_needed() {
             a.acquire(&lane, "k0", 0).await,
             Admission::Granted(Mode::Shared)
         );
-        let x0 = redis_cli(&server, &["HGET", &bkt, "x"]);
+        let x0 = server.cli(&["HGET", &bkt, "x"]);
         // Twice the longest refill from empty (two requests at 2 per minute: 60 s), plus 1 s.
-        let ttl: i64 = redis_cli(&server, &["PTTL", &bkt]).parse().unwrap();
+        let ttl: i64 = server.cli(&["PTTL", &bkt]).parse().unwrap();
         assert!(ttl > 110_000 && ttl <= 121_000, "bucket hash PTTL {ttl}");
         // A budget lives 24 to 25 h after its last charge.
-        let ttl: i64 = redis_cli(&server, &["PTTL", &bud]).parse().unwrap();
+        let ttl: i64 = server.cli(&["PTTL", &bud]).parse().unwrap();
         assert!(ttl > 86_400_000 && ttl <= 90_000_000, "budget PTTL {ttl}");
-        let bud_x = redis_cli(&server, &["HGET", &bud, "x"]);
+        let bud_x = server.cli(&["HGET", &bud, "x"]);
 
         // Above the token bucket's capacity: refused, and the request bucket is left as it was.
-        let rl = redis_cli(&server, &["HGET", &bkt, "rl"]);
+        let rl = server.cli(&["HGET", &bkt, "rl"]);
         let big = LaneSpec {
             tokens: Some(2_000),
             ..lane.clone()
@@ -454,27 +421,23 @@ fn buckets_share_one_hash_and_expiries_are_refreshed_only_when_needed() {
             b.acquire(&big, "k-big", 0).await,
             Admission::Rejected(Reason::TokensPerSecond)
         );
-        assert_eq!(redis_cli(&server, &["HGET", &bkt, "rl"]), rl);
+        assert_eq!(server.cli(&["HGET", &bkt, "rl"]), rl);
 
         assert_eq!(
             b.acquire(&lane, "k1", 0).await,
             Admission::Granted(Mode::Shared)
         );
+        assert_eq!(server.cli(&["HGET", &bkt, "x"]), x0, "bucket expiry moved");
         assert_eq!(
-            redis_cli(&server, &["HGET", &bkt, "x"]),
-            x0,
-            "bucket expiry moved"
-        );
-        assert_eq!(
-            redis_cli(&server, &["HGET", &bud, "x"]),
+            server.cli(&["HGET", &bud, "x"]),
             bud_x,
             "budget expiry moved"
         );
         // Less than one request left (two taken from a burst of two; refilling 2 per minute),
         // and 200 of 1,000 tokens taken (refilling 1,000 per second).
-        let rl: u64 = redis_cli(&server, &["HGET", &bkt, "rl"]).parse().unwrap();
+        let rl: u64 = server.cli(&["HGET", &bkt, "rl"]).parse().unwrap();
         assert!(rl < 60_000, "request level {rl}");
-        let tl: u64 = redis_cli(&server, &["HGET", &bkt, "tl"]).parse().unwrap();
+        let tl: u64 = server.cli(&["HGET", &bkt, "tl"]).parse().unwrap();
         assert!((800_000..=1_000_000).contains(&tl), "token level {tl}");
         // The burst is shared: the third request waits, whichever replica asks.
         match a.acquire(&lane, "k2", 0).await {
@@ -490,8 +453,8 @@ fn buckets_share_one_hash_and_expiries_are_refreshed_only_when_needed() {
         // The token budget line (on the provider): 2 x 100 charged; a release with 50 actual
         // gives 50 back.
         let line = format!("{}:t", ScopeName::provider("openai").0);
-        assert_eq!(redis_cli(&server, &["HGET", &bud, &line]), "200");
+        assert_eq!(server.cli(&["HGET", &bud, &line]), "200");
         assert!(a.release("k0", 0, Some(50), None, 0).await);
-        assert_eq!(redis_cli(&server, &["HGET", &bud, &line]), "150");
+        assert_eq!(server.cli(&["HGET", &bud, &line]), "150");
     });
 }

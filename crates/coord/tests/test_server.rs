@@ -3,7 +3,7 @@
 //! CLI's replica tests again with `valkey-server`). A misconfigured run must not test the same
 //! server twice: the server that answers is checked by `INFO server`.
 
-use turnstile_coord::testing::{server_binary, RedisServer, ServerKind, SERVER_ENV};
+use turnstile_testkit::{server_binary, RedisServer, ServerKind, SERVER_ENV};
 
 #[test]
 fn the_server_that_answers_is_the_one_the_environment_asks_for() {
@@ -64,7 +64,7 @@ fn a_server_binary_that_runs_the_other_implementation_is_refused() {
     assert!(
         matches!(
             error,
-            turnstile_coord::testing::RedisServerError::WrongServer { .. }
+            turnstile_testkit::RedisServerError::WrongServer { .. }
         ),
         "{error}"
     );

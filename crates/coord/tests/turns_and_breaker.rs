@@ -14,20 +14,16 @@ use std::time::Duration;
 
 use turnstile_admission::limits::CircuitBreakerConfig;
 use turnstile_admission::{Limits, Reason};
-use turnstile_coord::keys::WorkspaceKeys;
-use turnstile_coord::testing::RedisServer;
 use turnstile_coord::{
     Admission, CoordConfig, Coordinator, DegradedShare, Health, LaneSpec, Mode, Outcome,
+    WorkspaceKeys,
 };
+use turnstile_testkit::RedisServer;
+
+mod common;
+use common::{limits, quick_config, runtime, until_healthy};
 
 const WORKSPACE: &str = "fair";
-
-fn limits(concurrency: u32) -> Limits {
-    Limits {
-        concurrency,
-        ..Limits::default()
-    }
-}
 
 fn lane(principal: &str, provider: &Limits) -> LaneSpec {
     LaneSpec::new(
@@ -41,10 +37,7 @@ fn lane(principal: &str, provider: &Limits) -> LaneSpec {
 }
 
 fn config(server: &RedisServer, window_ms: u64) -> CoordConfig {
-    let mut config = CoordConfig::new(&server.url(), DegradedShare::Closed);
-    config.liveness_ms = 1_000;
-    config.renew_every = Duration::from_millis(200);
-    config.probe_every = Duration::from_millis(50);
+    let mut config = quick_config(&server.url(), DegradedShare::Closed);
     config.timeout = Duration::from_secs(2);
     config.turn_window_ms = Some(window_ms);
     config
@@ -52,17 +45,8 @@ fn config(server: &RedisServer, window_ms: u64) -> CoordConfig {
 
 async fn replica(server: &RedisServer, window_ms: u64) -> Arc<Coordinator> {
     let coord = Coordinator::new(config(server, window_ms)).unwrap();
-    coord.tick(0, false).await;
-    assert_eq!(coord.health(), Health::Healthy);
+    until_healthy(&coord, 1, Duration::ZERO).await;
     coord
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 const GRANTED: Admission = Admission::Granted(Mode::Shared);
@@ -98,7 +82,7 @@ fn the_next_free_slot_goes_to_the_waiting_principal_holding_fewer() {
             r2.acquire(&b, "b1", 0).await,
             Admission::Wait {
                 reason: Reason::Concurrency,
-                after_ms: Some(turnstile_coord::coordinator::TURN_NEXT_POLL_MS),
+                after_ms: Some(turnstile_coord::TURN_NEXT_POLL_MS),
                 mode: Mode::Shared,
             }
         );

@@ -562,7 +562,7 @@ impl Report {
         samples: Samples,
         measured: Duration,
         cpu: Option<Duration>,
-        fcall: Option<turnstile_coord::store::FcallStats>,
+        fcall: Option<turnstile_coord::FcallStats>,
     ) -> Self {
         let pairs = samples.pairs.len();
         let failed: u64 = samples.failures.values().sum();

@@ -5,7 +5,7 @@
 //! audit"): the first replica started on a Redis registers the deployment's profile and
 //! creates its keys; every later replica on the same Redis adopts them.
 //!
-//! The Redis is [`RedisServer`] (`turnstile_coord::testing`): `redis-server`, or the binary
+//! The Redis is [`RedisServer`] (`turnstile_testkit`): `redis-server`, or the binary
 //! `TURNSTILE_TEST_REDIS_SERVER` names (`valkey-server`: `.ci/run` runs the replica tests again
 //! against Valkey), checked at start by `INFO server`.
 
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use turnstile_coord::testing::{RedisCluster, RedisServer};
+use turnstile_testkit::{RedisCluster, RedisServer};
 
 use super::{http, start_with, PerRedis, Service};
 
