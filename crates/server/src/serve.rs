@@ -266,9 +266,15 @@ pub async fn start_with_telemetry(
         }
         None => None,
     };
-    // Replicas: breaker transitions and pauses are shared through the feed once the mirror
-    // follows it (set below; the driver starts journaling before that).
-    let shared_audit = crate::journal::SharedAudit::default();
+    // Replicas: breaker transitions and pauses are shared through the feed; the driver starts
+    // journaling before the mirror exists, so they wait in a channel the mirror reads.
+    let (shared_audit, audit_records) = match &identity {
+        Some(_) => {
+            let (audit, records) = crate::journal::SharedAudit::channel();
+            (audit, Some(records))
+        }
+        None => (crate::journal::SharedAudit::default(), None),
+    };
     let (mut driver, driver_handle) = Driver::new(
         registry,
         clock,
@@ -295,6 +301,9 @@ pub async fn start_with_telemetry(
             .map_err(ServerError::Coordination)?;
             let every = Duration::from_millis(config.coordination.follow_every_ms);
             tokio::spawn(mirror.clone().follow(every));
+            if let Some(records) = audit_records {
+                tokio::spawn(mirror.clone().share_audit_from(records));
+            }
             Some(mirror)
         }
         None => None,
@@ -368,7 +377,6 @@ pub async fn start_with_telemetry(
         identity: identity_store,
         books,
     });
-    shared_audit.set(mirror.clone());
     // Restored (or not usable): gone before anything is served, so a later crash never finds
     // these levels (see `crate::checkpoint`).
     if had_checkpoint {
