@@ -69,10 +69,16 @@ pub use revisions::{
 pub enum RegistryError {
     /// The revision is already registered with different limits.
     #[error("invalid-definition: profileVersion {profile_version} conflicts with the limits already registered under it")]
-    Conflict { profile_version: String },
+    Conflict {
+        /// The revision registered again.
+        profile_version: String,
+    },
     /// The revision is already registered for a principal with different limits.
     #[error("invalid-definition: profileVersion {profile_version} conflicts with the principal limits already registered under it")]
-    PrincipalConflict { profile_version: String },
+    PrincipalConflict {
+        /// The revision registered again.
+        profile_version: String,
+    },
     /// The profile breaks a limits rule.
     #[error("invalid-definition: {0}")]
     InvalidProfile(#[from] ProfileError),
@@ -116,6 +122,7 @@ pub struct Registry {
 pub const EVICTED_BUDGETS_OUTBOX_LIMIT: usize = 65_536;
 
 impl Registry {
+    /// An empty registry: no workspace, default budget bounds.
     pub fn new() -> Self {
         Self::default()
     }
@@ -340,6 +347,7 @@ impl Registry {
         Ok(result)
     }
 
+    /// Asks a workspace's controller for a permit ([`Controller::acquire`]).
     pub fn acquire(
         &mut self,
         workspace_id: &str,
@@ -359,6 +367,7 @@ impl Registry {
         self.with_controller(workspace_id, |c| c.try_acquire(request, now))
     }
 
+    /// Cancels a queued request ([`Controller::cancel`]); `None` when it was already resolved.
     pub fn cancel(
         &mut self,
         workspace_id: &str,
@@ -368,6 +377,7 @@ impl Registry {
         self.with_controller(workspace_id, |c| c.cancel(waiter, now))
     }
 
+    /// Releases a lease with its outcome ([`Controller::release`]).
     pub fn release(
         &mut self,
         workspace_id: &str,
@@ -408,6 +418,8 @@ impl Registry {
         .map_err(|_| RegistryError::UnconfiguredProvider)
     }
 
+    /// Forgets one invocation's budget counters ([`Controller::release_budget`]); returns
+    /// whether it had spent anything.
     pub fn release_budget(
         &mut self,
         workspace_id: &str,
@@ -417,10 +429,12 @@ impl Registry {
         self.with_controller(workspace_id, |c| c.release_budget(budget_id, now))
     }
 
+    /// Processes everything due at `now` in one workspace ([`Controller::handle_timeout`]).
     pub fn handle_timeout(&mut self, workspace_id: &str, now: Millis) -> Result<(), RegistryError> {
         self.with_controller(workspace_id, |c| c.handle_timeout(now))
     }
 
+    /// The next resolved waiter of a workspace, if any.
     pub fn poll_resolution(&mut self, workspace_id: &str) -> Option<Resolution> {
         self.workspaces
             .get_mut(workspace_id)
@@ -437,6 +451,7 @@ impl Registry {
         self.scheduled.get(workspace_id).copied()
     }
 
+    /// A workspace's aggregate counts ([`Controller::snapshot`]).
     pub fn snapshot(&self, workspace_id: &str) -> Option<Snapshot> {
         self.workspaces
             .get(workspace_id)
@@ -485,6 +500,7 @@ impl Registry {
             .map(|e| e.controller.profile())
     }
 
+    /// A workspace's last breaker transitions ([`Controller::breaker_transitions`]).
     pub fn breaker_transitions(&self, workspace_id: &str) -> Vec<BreakerTransition> {
         self.workspaces
             .get(workspace_id)

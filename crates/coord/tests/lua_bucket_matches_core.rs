@@ -5,7 +5,7 @@
 //! retry wait and every level. Needs `redis-server` (installed by `.ci/run`).
 
 use proptest::prelude::*;
-use turnstile_admission::bucket::TokenBucket;
+use turnstile_admission::TokenBucket;
 use turnstile_coord::store::RedisStore;
 use turnstile_coord::testing::RedisServer;
 

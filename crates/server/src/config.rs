@@ -471,7 +471,7 @@ impl Config {
             ("leases.ttl_ms", self.leases.ttl_ms >= 1, "at least 1"),
             (
                 "admission.max_retry_after_ms",
-                self.admission.max_retry_after_ms <= turnstile_admission::limits::MAX_SAFE_INTEGER,
+                self.admission.max_retry_after_ms <= turnstile_admission::MAX_SAFE_INTEGER,
                 "at most 2^53-1",
             ),
         ];

@@ -123,19 +123,25 @@ pub const TRANSITION_OUTBOX_LIMIT: usize = 4096;
 /// The immediate answer to [`Controller::acquire`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Acquired {
+    /// Admitted at once: the lease to release exactly once.
     Admitted(Lease),
     /// Waiting; resolved later through [`Controller::poll_resolution`].
     Queued {
+        /// The waiter to cancel, or to match with its resolution.
         waiter: WaiterId,
+        /// Why it waits (the deferral reason, and the remaining time when known).
         evidence: Evidence,
     },
+    /// Refused at once.
     Rejected(Rejection),
 }
 
 /// The final answer for a waiter.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resolution {
+    /// The waiter resolved.
     pub waiter: WaiterId,
+    /// Its lease, or why it was refused.
     pub outcome: Result<Lease, Rejection>,
 }
 
