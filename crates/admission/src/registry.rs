@@ -128,7 +128,7 @@ impl Registry {
     }
 
     /// Bounds every workspace's budget ledger (idle eviction, cap on open budgets); see
-    /// [`crate::budget`]. Applies to existing workspaces and to those registered later.
+    /// [`BudgetBounds`]. Applies to existing workspaces and to those registered later.
     pub fn set_budget_bounds(&mut self, bounds: BudgetBounds) {
         self.budget_bounds = bounds;
         for entry in self.workspaces.values_mut() {
@@ -389,7 +389,7 @@ impl Registry {
     }
 
     /// [`Registry::release`] with what the call actually used (corrects the invocation's
-    /// budget lines; see [`crate::budget`]).
+    /// budget lines; see [`ActualUsage`]).
     pub fn release_with_usage(
         &mut self,
         workspace_id: &str,

@@ -587,7 +587,7 @@ impl Controller {
         self.idle_principals_kept = kept;
     }
 
-    /// Bounds the budget ledger (idle eviction, cap on open budgets); see [`crate::budget`].
+    /// Bounds the budget ledger (idle eviction, cap on open budgets); see [`BudgetBounds`].
     pub fn set_budget_bounds(&mut self, bounds: BudgetBounds) {
         self.budgets.set_bounds(bounds);
     }

@@ -404,7 +404,7 @@ impl LeaseLog {
     /// Appends one batch of changes, in order; `done` runs once they are durable (at once for
     /// `Process`, on the sync thread for `Machine`) or failed.
     /// A change is a [`LeaseChange`] or its borrowed form ([`LeaseChangeRef`](crate::service::LeaseChangeRef)),
-    /// the driver's, written by a hand encoder ([`LogLine`]).
+    /// the driver's, written by a hand encoder (`LogLine`).
     pub fn append<C: LogLine>(&mut self, changes: impl IntoIterator<Item = C>, done: Done) {
         match self.write_batch(changes) {
             Err(error) => done(Err(error.to_string())),
