@@ -7,6 +7,10 @@
 //!
 //! Start at [`Registry`] (one controller per workspace, profiles, audit) or [`Controller`]
 //! (one workspace's state machine). `docs/admission.md` explains the flow of a request.
+//!
+//! The modules are private; the crate's API is what this file re-exports. One namespace stays
+//! public: [`digest`] (canonical JSON and sha256 digests, shared by the receipt store, the
+//! evaluator and the qualification records).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
