@@ -21,10 +21,15 @@ use crate::time::Millis;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BreakerTransition {
+    /// The provider whose breaker changed (a lane name, never a tenant).
     pub provider_id: String,
+    /// The state before the change.
     pub from: BreakerState,
+    /// The state after the change.
     pub to: BreakerState,
+    /// The controller's `now` at the change.
     pub at_epoch_ms: Millis,
+    /// Consecutive failures counted when it changed.
     pub failures: u32,
 }
 

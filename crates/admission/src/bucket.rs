@@ -22,6 +22,9 @@ pub const MINUTE_MS: u64 = 60_000;
 /// Tokens-per-second buckets refill over a second.
 pub const SECOND_MS: u64 = 1_000;
 
+/// A token bucket in exact fixed-point arithmetic: `rate` units refill per `period_ms`,
+/// continuously, up to `capacity`; the core's request and token rates, and the reference the
+/// shared Lua buckets are checked against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenBucket {
     rate: u64,
@@ -153,6 +156,7 @@ impl TokenBucket {
         self.level = self.level.min(self.capacity());
     }
 
+    /// Units refilled per period.
     pub fn rate(&self) -> u64 {
         self.rate
     }

@@ -93,6 +93,7 @@ impl Usage {
 /// What an admitted call actually used, reported when its lease is released.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ActualUsage {
+    /// The tokens the call used, when reported.
     pub tokens: Option<u64>,
     cost_usd: Option<f64>,
 }
@@ -128,6 +129,7 @@ impl ActualUsage {
         Ok(self)
     }
 
+    /// Whether nothing was reported (the estimate stands).
     pub fn is_none(&self) -> bool {
         self.tokens.is_none() && self.cost_usd.is_none()
     }

@@ -15,24 +15,28 @@ use crate::limits::MAX_SAFE_INTEGER;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Estimate {
+    /// Tokens the call is expected to use.
     #[serde(
         default,
         deserialize_with = "lenient_number",
         skip_serializing_if = "Option::is_none"
     )]
     pub tokens: Option<f64>,
+    /// Cost the call is expected to have, in USD.
     #[serde(
         default,
         deserialize_with = "lenient_number",
         skip_serializing_if = "Option::is_none"
     )]
     pub cost_usd: Option<f64>,
+    /// Size of the request, in bytes.
     #[serde(
         default,
         deserialize_with = "lenient_number",
         skip_serializing_if = "Option::is_none"
     )]
     pub request_bytes: Option<f64>,
+    /// Items the request carries.
     #[serde(
         default,
         deserialize_with = "lenient_number",
@@ -53,6 +57,7 @@ pub struct Estimate {
         skip_serializing_if = "Option::is_none"
     )]
     pub batch_size: Option<f64>,
+    /// Work the caller keeps while the call runs, in units of its choosing.
     #[serde(
         default,
         deserialize_with = "lenient_number",
@@ -80,12 +85,19 @@ fn lenient_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f
 /// A validated estimate: every count an exact integer within 2^53 − 1, the cost finite and ≥ 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CheckedEstimate {
+    /// Tokens, when estimated.
     pub tokens: Option<u64>,
+    /// Cost in USD, when estimated.
     pub cost_usd: Option<f64>,
+    /// Request size in bytes, when estimated.
     pub request_bytes: Option<u64>,
+    /// Items, when estimated.
     pub items: Option<u64>,
+    /// Attempts spent from the attempt budget (1 unless given).
     pub attempts: u64,
+    /// Batch size (1 unless given).
     pub batch_size: u64,
+    /// Retained work, when estimated.
     pub retained_work: Option<u64>,
 }
 
@@ -157,36 +169,43 @@ impl Estimate {
         Self::default()
     }
 
+    /// With `tokens`.
     pub fn tokens(mut self, tokens: u64) -> Self {
         self.tokens = Some(tokens as f64);
         self
     }
 
+    /// With `cost_usd`.
     pub fn cost_usd(mut self, cost: f64) -> Self {
         self.cost_usd = Some(cost);
         self
     }
 
+    /// With `request_bytes`.
     pub fn request_bytes(mut self, bytes: u64) -> Self {
         self.request_bytes = Some(bytes as f64);
         self
     }
 
+    /// With `items`.
     pub fn items(mut self, items: u64) -> Self {
         self.items = Some(items as f64);
         self
     }
 
+    /// With `attempts`.
     pub fn attempts(mut self, attempts: u64) -> Self {
         self.attempts = Some(attempts as f64);
         self
     }
 
+    /// With `batch_size`.
     pub fn batch_size(mut self, batch_size: u64) -> Self {
         self.batch_size = Some(batch_size as f64);
         self
     }
 
+    /// With `retained_work`.
     pub fn retained_work(mut self, retained_work: u64) -> Self {
         self.retained_work = Some(retained_work as f64);
         self

@@ -14,7 +14,9 @@ use crate::time::Millis;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Evidence {
+    /// Admit, defer or reject.
     pub decision: Decision,
+    /// Why.
     pub reason: Reason,
     /// Time spent queued at the decision (0 for immediate decisions).
     pub queue_delay_ms: Millis,
@@ -22,7 +24,9 @@ pub struct Evidence {
     pub active: u64,
     /// Other requests waiting in this principal's lane (never the request itself).
     pub queued: u64,
+    /// The checked token estimate (none when absent or malformed).
     pub estimated_tokens: Option<u64>,
+    /// The checked cost estimate in USD (none when absent or malformed).
     pub estimated_cost_usd: Option<f64>,
     /// Retry-After coordinations this controller has seen.
     pub retry_pressure: u64,
@@ -82,9 +86,11 @@ impl Evidence {
 #[serde(rename_all = "camelCase")]
 #[error("admission rejected: {reason}")]
 pub struct Rejection {
+    /// Why the request was refused.
     pub reason: Reason,
     /// Whether trying again later may succeed.
     pub retryable: bool,
+    /// What the decision looked like.
     pub evidence: Evidence,
 }
 
@@ -115,7 +121,9 @@ pub struct WaiterId(pub u64);
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Lease {
+    /// The ID to release it with.
     pub id: LeaseId,
+    /// What the admission looked like.
     pub evidence: Evidence,
 }
 
@@ -129,7 +137,10 @@ pub enum Outcome {
     Failure,
     /// The provider asked to be left alone: pauses the provider lane, breaker untouched.
     #[serde(rename_all = "camelCase")]
-    RetryAfter { retry_after_ms: Millis },
+    RetryAfter {
+        /// How long the provider asked to be left alone, in ms.
+        retry_after_ms: Millis,
+    },
     /// Nothing is known (a dropped lease): only counts are given back.
     #[default]
     None,

@@ -7,39 +7,53 @@
 //!
 //! Start at [`Registry`] (one controller per workspace, profiles, audit) or [`Controller`]
 //! (one workspace's state machine). `docs/admission.md` explains the flow of a request.
+//!
+//! The modules are private; the crate's API is what this file re-exports. One namespace stays
+//! public: [`digest`] (canonical JSON and sha256 digests, shared by the receipt store, the
+//! evaluator and the qualification records).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
-pub(crate) mod breaker;
-pub mod bucket;
-pub(crate) mod budget;
-pub mod controller;
-pub(crate) mod deadline;
+mod breaker;
+mod bucket;
+mod budget;
+mod controller;
+mod deadline;
 pub mod digest;
-pub mod estimate;
-pub mod evidence;
-pub(crate) mod lane;
-pub mod limits;
-pub mod profile;
-pub(crate) mod queue;
-pub mod reason;
-pub mod registry;
-pub(crate) mod ring;
-pub(crate) mod scope;
-pub(crate) mod scopes;
-pub mod time;
+mod estimate;
+mod evidence;
+mod lane;
+mod limits;
+mod profile;
+mod queue;
+mod reason;
+mod registry;
+mod ring;
+mod scope;
+mod scopes;
+mod time;
 
 pub use breaker::BreakerTransition;
+pub use bucket::{TokenBucket, MINUTE_MS, SECOND_MS};
 pub use budget::{ActualUsage, BudgetBounds, InvalidActualCost};
 pub use controller::{
     Acquired, AdmissionRequest, BucketLevel, BucketLevels, Charge, Controller, Counts, LaneView,
     LeaseCharge, ProviderSnapshot, ReinstateError, Released, Resolution, ScopeLevels, Snapshot,
-    UnknownProvider,
+    UnknownProvider, BREAKER_HISTORY_LIMIT, IDLE_LANES_KEPT, IDLE_PRINCIPALS_KEPT,
+    TRANSITION_OUTBOX_LIMIT,
 };
 pub use deadline::block_outlasts_deadline;
 pub use estimate::{CheckedEstimate, Estimate, InvalidEstimate};
 pub use evidence::{Coordination, Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
-pub use limits::{CircuitBreakerConfig, Limits, LimitsError, ScopeKind};
+pub use limits::{
+    CircuitBreakerConfig, Limits, LimitsError, ScopeKind, DEFAULT_BREAKER_HALF_OPEN_MAX_CALLS,
+    DEFAULT_BREAKER_OPEN_MS, MAX_SAFE_INTEGER,
+};
 pub use profile::{Profile, ProfileError};
 pub use reason::{BreakerState, Decision, Reason};
-pub use registry::{ProfileChangeKind, ProfileChangeRecord, Registry, RegistryError};
+pub use registry::{
+    ProfileChangeKind, ProfileChangeRecord, Registry, RegistryError, EVICTED_BUDGETS_OUTBOX_LIMIT,
+    PROFILE_CHANGE_SCHEMA, PROFILE_HISTORY_LIMIT, TRACKED_PRINCIPALS_LIMIT,
+    TRACKED_REVISIONS_LIMIT,
+};
 pub use time::Millis;

@@ -129,12 +129,16 @@ pub struct Limits {
 /// Which scope a set of limits belongs to; decides which fields are allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScopeKind {
+    /// One caller's limits.
     Principal,
+    /// The whole workspace's limits.
     Workspace,
+    /// One provider lane's limits.
     Provider,
 }
 
 impl ScopeKind {
+    /// The scope's name in messages.
     pub fn as_str(self) -> &'static str {
         match self {
             ScopeKind::Principal => "principal",
@@ -149,7 +153,10 @@ impl ScopeKind {
 pub enum LimitsError {
     /// A count above 2^53 − 1, which JSON hosts cannot represent exactly.
     #[error("{field} must be at most 2^53-1")]
-    TooLarge { field: &'static str },
+    TooLarge {
+        /// The offending field.
+        field: &'static str,
+    },
     /// `maxCostUsd` negative, NaN or infinite.
     #[error("maxCostUsd must be a finite number >= 0")]
     InvalidCost,
@@ -157,23 +164,39 @@ pub enum LimitsError {
     #[error(
         "reservedConcurrency must be within the principal concurrency ({reserved} > {concurrency})"
     )]
-    ReservationOutsideConcurrency { reserved: u32, concurrency: u32 },
+    ReservationOutsideConcurrency {
+        /// `reservedConcurrency`.
+        reserved: u32,
+        /// The principal's `concurrency`.
+        concurrency: u32,
+    },
     /// `reservedConcurrency` on a workspace or provider.
     #[error("reservedConcurrency is only allowed on principal limits, not on {scope} limits")]
-    ReservationOutsidePrincipal { scope: &'static str },
+    ReservationOutsidePrincipal {
+        /// The scope it was set on.
+        scope: &'static str,
+    },
     /// `maxPrincipalShare` outside (0, 1].
     #[error("maxPrincipalShare (share) must be in (0, 1], got {share}")]
-    ShareOutOfRange { share: f64 },
+    ShareOutOfRange {
+        /// The share given.
+        share: f64,
+    },
     /// `maxPrincipalShare` on a principal.
     #[error("maxPrincipalShare is only allowed on workspace or provider limits")]
     ShareOnPrincipal,
     /// A circuit breaker that can never open or never probe.
     #[error("circuitBreaker.{field} must be at least 1")]
-    BreakerZero { field: &'static str },
+    BreakerZero {
+        /// The offending field.
+        field: &'static str,
+    },
     /// A bucket capacity of 0, or one without a refilling bucket to size.
     #[error("{field} needs {rate} >= 1 and must itself be at least 1")]
     Burst {
+        /// The capacity field.
         field: &'static str,
+        /// The rate field it sizes.
         rate: &'static str,
     },
 }

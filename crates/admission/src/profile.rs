@@ -24,7 +24,9 @@ use crate::limits::{Limits, LimitsError, ScopeKind};
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Profile {
+    /// The workspace-wide limits.
     pub workspace: Limits,
+    /// Provider lane limits by provider ID; a provider not named here is not configured.
     pub providers: BTreeMap<String, Limits>,
     /// Principal limits by principal ID. Accepts a map, or a list of `{id, limits}` entries
     /// (the load-manifest form, whose extra fields such as `class` and `weight` are ignored).
@@ -58,20 +60,28 @@ fn principal_table<'de, D: Deserializer<'de>>(
 /// tenant.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProfileError {
+    /// The workspace limits are invalid.
     #[error("workspace limits: {0}")]
     Workspace(LimitsError),
+    /// A provider's limits are invalid.
     #[error("provider {provider} limits: {error}")]
     Provider {
+        /// The provider ID (a lane name).
         provider: String,
+        /// What is wrong with its limits.
         error: LimitsError,
     },
     /// A principal's limits are invalid. The principal is named by its position only.
     #[error("principal limits: {0}")]
     Principal(LimitsError),
+    /// The principals' reserved concurrency adds up to more than a pool's concurrency.
     #[error("reservations exceed the {pool} concurrency ({reserved} > {concurrency})")]
     ReservationsExceed {
+        /// The pool (`workspace` or a provider).
         pool: String,
+        /// The sum of the reservations in it.
         reserved: u64,
+        /// The pool's concurrency.
         concurrency: u32,
     },
 }

@@ -33,28 +33,53 @@ impl Decision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Reason {
+    /// The request was admitted.
     Admitted,
+    /// The principal is not named by the profile.
     Disabled,
+    /// The caller cancelled the waiting request.
     Cancelled,
+    /// The request's deadline passed before it could be admitted.
     DeadlineExceeded,
+    /// A scope holds as many leases as its `concurrency` allows (or allows none).
     Concurrency,
+    /// A request-rate bucket is empty (or its rate is 0).
     RequestsPerMinute,
+    /// A token-rate bucket holds too few tokens for the estimate (or can never hold
+    /// enough).
     TokensPerSecond,
+    /// The invocation's attempt budget (`maxAttempts`) would be exceeded.
     Attempts,
+    /// `estimate.batchSize` is above `maxBatchSize`.
     BatchSize,
+    /// The invocation's money budget (`maxCostUsd`) would be exceeded.
     Cost,
+    /// A money budget applies without `allowUnknownCost` and the request has no
+    /// `estimate.costUsd`.
     UnknownCost,
+    /// The invocation's token budget (`maxTokens`) would be exceeded.
     Tokens,
+    /// A token budget applies and the request has no `estimate.tokens`.
     UnknownTokens,
+    /// A queue is at its `maxQueueLength`, or the principal at its queue share.
     QueueFull,
+    /// The request waited as long as a scope's `maxQueueWaitMs` allows.
     QueueTimeout,
+    /// The estimate is malformed (not a finite count, or above 2^53 − 1).
     InvalidEstimate,
+    /// `estimate.requestBytes` is above `maxRequestBytes`.
     RequestTooLarge,
+    /// `estimate.items` is above `maxItems`.
     TooManyItems,
+    /// `estimate.retainedWork` is above `maxRetainedWork`.
     RetainedWork,
+    /// `maxRetainedWork` applies and the request has no `estimate.retainedWork`.
     UnknownRetainedWork,
+    /// The provider asked to be left alone (Retry-After) and its pause has not ended.
     RetryAfter,
+    /// The provider's circuit breaker is open.
     CircuitOpen,
+    /// The profile does not configure the provider.
     UnconfiguredProvider,
     /// The workspace holds as many open budgets (invocations) as its bound allows; this request
     /// would open one more. Not in the reference vocabulary: a bound of this implementation.
@@ -154,9 +179,12 @@ impl std::fmt::Display for Reason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum BreakerState {
+    /// Calls pass; failures are counted.
     #[default]
     Closed,
+    /// Calls are refused until the open period ends.
     Open,
+    /// A few probe calls pass; their outcome closes or opens the breaker again.
     HalfOpen,
 }
 

@@ -16,6 +16,9 @@
 //! - Histories are bounded: 64 profile-change records and 64 breaker transitions per workspace,
 //!   4096 tracked revisions and 4096 tracked principal revisions per workspace (the oldest that
 //!   is not current is forgotten first).
+//! - The revisions, principals and change records of a workspace are kept by
+//!   `registry/revisions.rs`; this file keeps the controllers, the event outboxes and the
+//!   timers.
 //! - The registry does not switch clocks: the host owns the one clock and passes `now`
 //!   (REFERENCE §6's clock-switch rule is dropped; see `docs/admission.md`).
 //!
@@ -42,56 +45,40 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use foldhash::HashMap;
 
-use serde::{Deserialize, Serialize};
-
 use crate::breaker::BreakerTransition;
 use crate::budget::{ActualUsage, BudgetBounds};
 use crate::controller::{
     Acquired, AdmissionRequest, BucketLevels, Charge, Controller, Counts, LaneView, LeaseCharge,
     ReinstateError, Released, Resolution, Snapshot, TRANSITION_OUTBOX_LIMIT,
 };
-use crate::digest::canonical_digest;
 use crate::evidence::{Lease, LeaseId, Outcome, Rejection, WaiterId};
 use crate::limits::Limits;
 use crate::profile::{Profile, ProfileError};
 use crate::time::Millis;
 
-pub const PROFILE_CHANGE_SCHEMA: &str = "decision-admission-profile-change/v1";
-pub const PROFILE_HISTORY_LIMIT: usize = 64;
-pub const TRACKED_REVISIONS_LIMIT: usize = 4096;
-pub const TRACKED_PRINCIPALS_LIMIT: usize = 4096;
+mod revisions;
 
-/// What kind of change of current revision a record reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ProfileChangeKind {
-    Initial,
-    Change,
-    Rollback,
-}
-
-/// `decision-admission-profile-change/v1`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProfileChangeRecord {
-    pub schema: String,
-    pub workspace_id: String,
-    pub kind: ProfileChangeKind,
-    pub previous_profile_version: Option<String>,
-    pub profile_version: String,
-    pub digest: String,
-    pub at_epoch_ms: Millis,
-}
+use revisions::{Digests, ProfileRevisions};
+pub use revisions::{
+    ProfileChangeKind, ProfileChangeRecord, PROFILE_CHANGE_SCHEMA, PROFILE_HISTORY_LIMIT,
+    TRACKED_PRINCIPALS_LIMIT, TRACKED_REVISIONS_LIMIT,
+};
 
 /// A registration that cannot be accepted; maps to `invalid-definition`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RegistryError {
     /// The revision is already registered with different limits.
     #[error("invalid-definition: profileVersion {profile_version} conflicts with the limits already registered under it")]
-    Conflict { profile_version: String },
+    Conflict {
+        /// The revision registered again.
+        profile_version: String,
+    },
     /// The revision is already registered for a principal with different limits.
     #[error("invalid-definition: profileVersion {profile_version} conflicts with the principal limits already registered under it")]
-    PrincipalConflict { profile_version: String },
+    PrincipalConflict {
+        /// The revision registered again.
+        profile_version: String,
+    },
     /// The profile breaks a limits rule.
     #[error("invalid-definition: {0}")]
     InvalidProfile(#[from] ProfileError),
@@ -107,21 +94,9 @@ pub enum RegistryError {
     UnconfiguredProvider,
 }
 
-struct Revision {
-    digest: String,
-    workspace: Limits,
-    providers: BTreeMap<String, Limits>,
-}
-
 struct WorkspaceEntry {
     controller: Controller,
-    current: String,
-    revisions: HashMap<String, Revision>,
-    revision_order: VecDeque<String>,
-    principal_revisions: HashMap<(String, String), String>,
-    principal_order: VecDeque<(String, String)>,
-    principals: BTreeMap<String, Limits>,
-    history: VecDeque<ProfileChangeRecord>,
+    revisions: ProfileRevisions,
 }
 
 /// Controllers by workspace, with their profile history and the tagged event outbox.
@@ -147,12 +122,13 @@ pub struct Registry {
 pub const EVICTED_BUDGETS_OUTBOX_LIMIT: usize = 65_536;
 
 impl Registry {
+    /// An empty registry: no workspace, default budget bounds.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Bounds every workspace's budget ledger (idle eviction, cap on open budgets); see
-    /// [`crate::budget`]. Applies to existing workspaces and to those registered later.
+    /// [`BudgetBounds`]. Applies to existing workspaces and to those registered later.
     pub fn set_budget_bounds(&mut self, bounds: BudgetBounds) {
         self.budget_bounds = bounds;
         for entry in self.workspaces.values_mut() {
@@ -195,38 +171,13 @@ impl Registry {
         now: Millis,
     ) -> Result<Option<ProfileChangeRecord>, RegistryError> {
         profile.validate()?;
-        let digest = profile.digest().map_err(|_| RegistryError::Undigestable)?;
-        let mut principal_digests = Vec::with_capacity(profile.principals.len());
-        for (id, limits) in &profile.principals {
-            let principal_digest =
-                canonical_digest(limits).map_err(|_| RegistryError::Undigestable)?;
-            principal_digests.push((id.clone(), principal_digest));
+        let digests = Digests::of(&profile)?;
+        let existing = self.workspaces.get(workspace_id).map(|e| &e.revisions);
+        if let Some(revisions) = existing {
+            revisions.check(profile_version, &digests)?;
         }
 
-        let existing = self.workspaces.get(workspace_id);
-        if let Some(entry) = existing {
-            if let Some(revision) = entry.revisions.get(profile_version) {
-                if revision.digest != digest {
-                    return Err(RegistryError::Conflict {
-                        profile_version: profile_version.to_owned(),
-                    });
-                }
-            }
-            for (id, principal_digest) in &principal_digests {
-                let key = (id.clone(), profile_version.to_owned());
-                if entry
-                    .principal_revisions
-                    .get(&key)
-                    .is_some_and(|known| known != principal_digest)
-                {
-                    return Err(RegistryError::PrincipalConflict {
-                        profile_version: profile_version.to_owned(),
-                    });
-                }
-            }
-        }
-
-        let mut principals = existing.map(|e| e.principals.clone()).unwrap_or_default();
+        let mut principals = existing.map(|r| r.principals().clone()).unwrap_or_default();
         principals.extend(profile.principals.clone());
         let merged = Profile {
             workspace: profile.workspace.clone(),
@@ -235,7 +186,7 @@ impl Registry {
         };
         merged.validate()?;
 
-        let (kind, previous) = match self.workspaces.get_mut(workspace_id) {
+        match self.workspaces.get_mut(workspace_id) {
             None => {
                 let mut controller = Controller::new(merged.clone(), now)?;
                 controller.set_budget_bounds(self.budget_bounds);
@@ -243,88 +194,24 @@ impl Registry {
                     workspace_id.to_owned(),
                     WorkspaceEntry {
                         controller,
-                        current: profile_version.to_owned(),
-                        revisions: HashMap::default(),
-                        revision_order: VecDeque::new(),
-                        principal_revisions: HashMap::default(),
-                        principal_order: VecDeque::new(),
-                        principals: BTreeMap::new(),
-                        history: VecDeque::new(),
+                        revisions: ProfileRevisions::default(),
                     },
                 );
-                (Some(ProfileChangeKind::Initial), None)
             }
-            Some(entry) => {
-                entry.controller.set_profile(merged.clone(), now)?;
-                let previous = entry.current.clone();
-                let kind = if previous == profile_version {
-                    None
-                } else if entry.revisions.contains_key(profile_version) {
-                    Some(ProfileChangeKind::Rollback)
-                } else {
-                    Some(ProfileChangeKind::Change)
-                };
-                (kind, Some(previous))
-            }
-        };
+            Some(entry) => entry.controller.set_profile(merged.clone(), now)?,
+        }
 
         let Some(entry) = self.workspaces.get_mut(workspace_id) else {
             return Err(RegistryError::UnknownWorkspace);
         };
-        entry.current = profile_version.to_owned();
-        entry.principals = merged.principals;
-        if !entry.revisions.contains_key(profile_version) {
-            entry.revisions.insert(
-                profile_version.to_owned(),
-                Revision {
-                    digest: digest.clone(),
-                    workspace: profile.workspace,
-                    providers: profile.providers,
-                },
-            );
-            entry.revision_order.push_back(profile_version.to_owned());
-            while entry.revision_order.len() > TRACKED_REVISIONS_LIMIT {
-                let Some(oldest) = entry.revision_order.pop_front() else {
-                    break;
-                };
-                if oldest == entry.current {
-                    entry.revision_order.push_back(oldest);
-                } else {
-                    entry.revisions.remove(&oldest);
-                }
-            }
-        }
-        for (id, principal_digest) in principal_digests {
-            let key = (id, profile_version.to_owned());
-            if entry
-                .principal_revisions
-                .insert(key.clone(), principal_digest)
-                .is_none()
-            {
-                entry.principal_order.push_back(key);
-            }
-            while entry.principal_order.len() > TRACKED_PRINCIPALS_LIMIT {
-                let Some(oldest) = entry.principal_order.pop_front() else {
-                    break;
-                };
-                entry.principal_revisions.remove(&oldest);
-            }
-        }
-        let record = kind.map(|kind| ProfileChangeRecord {
-            schema: PROFILE_CHANGE_SCHEMA.to_owned(),
-            workspace_id: workspace_id.to_owned(),
-            kind,
-            previous_profile_version: previous,
-            profile_version: profile_version.to_owned(),
-            digest,
-            at_epoch_ms: now,
-        });
-        if let Some(record) = &record {
-            if entry.history.len() == PROFILE_HISTORY_LIMIT {
-                entry.history.pop_front();
-            }
-            entry.history.push_back(record.clone());
-        }
+        let record = entry.revisions.accept(
+            workspace_id,
+            profile_version,
+            profile,
+            merged.principals,
+            digests,
+            now,
+        );
         self.collect_evicted(workspace_id);
         self.collect_transitions(workspace_id);
         self.reschedule(workspace_id);
@@ -381,7 +268,7 @@ impl Registry {
     pub fn current_profile_version(&self, workspace_id: &str) -> Option<&str> {
         self.workspaces
             .get(workspace_id)
-            .map(|e| e.current.as_str())
+            .map(|e| e.revisions.current())
     }
 
     /// The digest of a registered revision.
@@ -389,8 +276,7 @@ impl Registry {
         self.workspaces
             .get(workspace_id)?
             .revisions
-            .get(profile_version)
-            .map(|r| r.digest.as_str())
+            .digest(profile_version)
     }
 
     /// The workspace and provider limits of a registered revision.
@@ -402,15 +288,14 @@ impl Registry {
         self.workspaces
             .get(workspace_id)?
             .revisions
-            .get(profile_version)
-            .map(|r| (&r.workspace, &r.providers))
+            .limits(profile_version)
     }
 
     /// The last [`PROFILE_HISTORY_LIMIT`] profile-change records, oldest first.
     pub fn profile_history(&self, workspace_id: &str) -> Vec<ProfileChangeRecord> {
         self.workspaces
             .get(workspace_id)
-            .map(|e| e.history.iter().cloned().collect())
+            .map(|e| e.revisions.history())
             .unwrap_or_default()
     }
 
@@ -462,6 +347,7 @@ impl Registry {
         Ok(result)
     }
 
+    /// Asks a workspace's controller for a permit ([`Controller::acquire`]).
     pub fn acquire(
         &mut self,
         workspace_id: &str,
@@ -481,6 +367,7 @@ impl Registry {
         self.with_controller(workspace_id, |c| c.try_acquire(request, now))
     }
 
+    /// Cancels a queued request ([`Controller::cancel`]); `None` when it was already resolved.
     pub fn cancel(
         &mut self,
         workspace_id: &str,
@@ -490,6 +377,7 @@ impl Registry {
         self.with_controller(workspace_id, |c| c.cancel(waiter, now))
     }
 
+    /// Releases a lease with its outcome ([`Controller::release`]).
     pub fn release(
         &mut self,
         workspace_id: &str,
@@ -501,7 +389,7 @@ impl Registry {
     }
 
     /// [`Registry::release`] with what the call actually used (corrects the invocation's
-    /// budget lines; see [`crate::budget`]).
+    /// budget lines; see [`ActualUsage`]).
     pub fn release_with_usage(
         &mut self,
         workspace_id: &str,
@@ -530,6 +418,8 @@ impl Registry {
         .map_err(|_| RegistryError::UnconfiguredProvider)
     }
 
+    /// Forgets one invocation's budget counters ([`Controller::release_budget`]); returns
+    /// whether it had spent anything.
     pub fn release_budget(
         &mut self,
         workspace_id: &str,
@@ -539,10 +429,12 @@ impl Registry {
         self.with_controller(workspace_id, |c| c.release_budget(budget_id, now))
     }
 
+    /// Processes everything due at `now` in one workspace ([`Controller::handle_timeout`]).
     pub fn handle_timeout(&mut self, workspace_id: &str, now: Millis) -> Result<(), RegistryError> {
         self.with_controller(workspace_id, |c| c.handle_timeout(now))
     }
 
+    /// The next resolved waiter of a workspace, if any.
     pub fn poll_resolution(&mut self, workspace_id: &str) -> Option<Resolution> {
         self.workspaces
             .get_mut(workspace_id)
@@ -559,6 +451,7 @@ impl Registry {
         self.scheduled.get(workspace_id).copied()
     }
 
+    /// A workspace's aggregate counts ([`Controller::snapshot`]).
     pub fn snapshot(&self, workspace_id: &str) -> Option<Snapshot> {
         self.workspaces
             .get(workspace_id)
@@ -607,6 +500,7 @@ impl Registry {
             .map(|e| e.controller.profile())
     }
 
+    /// A workspace's last breaker transitions ([`Controller::breaker_transitions`]).
     pub fn breaker_transitions(&self, workspace_id: &str) -> Vec<BreakerTransition> {
         self.workspaces
             .get(workspace_id)

@@ -774,7 +774,7 @@ fn the_registry_transition_outbox_is_bounded_and_counts_what_it_drops() {
     }
     let mut registry = registry.into_inner();
     let total = 3 * cycles;
-    let limit = turnstile_admission::controller::TRANSITION_OUTBOX_LIMIT as u64;
+    let limit = turnstile_admission::TRANSITION_OUTBOX_LIMIT as u64;
     assert_eq!(registry.transitions_dropped(), total - limit);
     let kept = poll_transitions(&mut registry);
     assert_eq!(kept.len() as u64, limit);
@@ -800,7 +800,7 @@ fn the_controller_transition_outbox_is_bounded_for_a_host_that_never_polls() {
         );
     }
     let mut c = c.into_inner();
-    let limit = turnstile_admission::controller::TRANSITION_OUTBOX_LIMIT;
+    let limit = turnstile_admission::TRANSITION_OUTBOX_LIMIT;
     assert_eq!(c.transitions_dropped(), (3 * 1400 - limit) as u64);
     assert_eq!(std::iter::from_fn(|| c.poll_transition()).count(), limit);
     assert_eq!(

@@ -342,7 +342,7 @@ fn principal_state_stays_bounded_over_many_distinct_principals() {
     }
     // Kept: at most 1024 idle ones plus those whose bucket is still refilling (1 s = 1,000
     // principals at this rate), plus one scan's worth of slack.
-    let bound = turnstile_admission::controller::IDLE_PRINCIPALS_KEPT + 1_000 + 64;
+    let bound = turnstile_admission::IDLE_PRINCIPALS_KEPT + 1_000 + 64;
     assert!(peak <= bound, "peak {peak} > {bound}");
     assert!(controller.principal_states_evicted() as usize >= COUNT - bound);
     assert_eq!(controller.totals().active, 0);

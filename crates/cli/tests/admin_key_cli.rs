@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
-use turnstile_store::service::{AuditKind, ServiceStore, SqliteServiceStore};
+use turnstile_store::{AuditKind, ServiceStore, SqliteServiceStore};
 
 /// A running `turnstile serve` on an ephemeral port: its base URL and banner keys.
 struct Serve {

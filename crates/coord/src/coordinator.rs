@@ -35,8 +35,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use turnstile_admission::bucket::{TokenBucket, MINUTE_MS, SECOND_MS};
 use turnstile_admission::{Millis, Reason};
+use turnstile_admission::{TokenBucket, MINUTE_MS, SECOND_MS};
 
 use crate::batcher::{Batcher, MAX_BATCH};
 use crate::breaker::{BreakerKeys, Outcome, SeenOutcomes};

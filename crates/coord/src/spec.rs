@@ -6,8 +6,8 @@
 //! below 2^53 (checked by [`ScopeLimits::from_limits`]), so Lua's doubles compute exactly what
 //! `bucket.rs` computes in u128.
 
-use turnstile_admission::limits::{CircuitBreakerConfig, MAX_SAFE_INTEGER};
 use turnstile_admission::Limits;
+use turnstile_admission::{CircuitBreakerConfig, MAX_SAFE_INTEGER};
 
 use crate::error::CoordError;
 use crate::keys::ScopeName;
@@ -82,12 +82,12 @@ impl ScopeLimits {
             requests: bucket(
                 limits.requests_per_minute,
                 limits.requests_burst,
-                turnstile_admission::bucket::MINUTE_MS,
+                turnstile_admission::MINUTE_MS,
             )?,
             tokens: bucket(
                 limits.tokens_per_second,
                 limits.tokens_burst,
-                turnstile_admission::bucket::SECOND_MS,
+                turnstile_admission::SECOND_MS,
             )?,
             max_attempts: limits.max_attempts,
             max_micro_usd: limits.max_cost_usd.map(micro_floor),

@@ -6,7 +6,7 @@
 //! `TokenBucket` agree on every decision, every retry wait and every level. Needs `redis-server` (installed by `.ci/run`).
 
 use proptest::prelude::*;
-use turnstile_admission::bucket::TokenBucket;
+use turnstile_admission::TokenBucket;
 use turnstile_coord::{testing, RedisStore};
 use turnstile_testkit::RedisServer;
 

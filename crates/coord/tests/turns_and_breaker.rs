@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use turnstile_admission::limits::CircuitBreakerConfig;
+use turnstile_admission::CircuitBreakerConfig;
 use turnstile_admission::{Limits, Reason};
 use turnstile_coord::{
     Admission, CoordConfig, Coordinator, DegradedShare, Health, LaneSpec, Mode, Outcome,

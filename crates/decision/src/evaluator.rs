@@ -363,7 +363,7 @@ pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
                     )
                     .await
                 }
-                Err(error) => Err(turnstile_store::receipt::ReceiptError::Canonical(error)),
+                Err(error) => Err(turnstile_store::ReceiptError::Canonical(error)),
             };
             match begun {
                 Ok(Begin::Owner(writer)) => Some(writer),

@@ -8,7 +8,7 @@
 //! - [`evaluate`] runs a decision ruleset (EVALUATOR.md): validation, admission before every
 //!   attempt, retries, fallback, deadlines, composition.
 //! - [`receipt`]: durable `decision-receipt/v2` runs (serial, idempotent, honest about
-//!   uncertain dispatches) on any `turnstile_store::receipt::ReceiptStore`.
+//!   uncertain dispatches) on any `turnstile_store::ReceiptStore`.
 //! - [`telemetry`] (re-exported from the shell): `decision.admit` spans, breaker events, one
 //!   metrics family on OpenTelemetry and Prometheus text.
 //! - [`Adapter`] is how providers are called: [`ScriptedAdapter`] for tests and demos,

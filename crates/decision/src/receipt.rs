@@ -1,5 +1,5 @@
 //! Receipt-backed evaluation (EVALUATOR.md "Durable receipt"): the evaluator's side of
-//! `decision-receipt/v2`. The store itself lives in `turnstile_store::receipt`.
+//! `decision-receipt/v2`. The store itself is `turnstile_store::ReceiptStore`.
 //!
 //! # Invariants
 //!
@@ -24,7 +24,7 @@ mod writer;
 
 use std::sync::Arc;
 
-use turnstile_store::receipt::ReceiptStore;
+use turnstile_store::ReceiptStore;
 
 pub use fingerprint::fingerprint;
 pub(crate) use replay::{begin, Begin, Replay};

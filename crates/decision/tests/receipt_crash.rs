@@ -20,7 +20,7 @@ use turnstile_decision::{
     evaluate, Adapter, AdapterRequest, AdapterSet, Capabilities, Clock, Observation, ReceiptRun,
     ResultReason,
 };
-use turnstile_store::receipt::{ReceiptKey, ReceiptState, ReceiptStore, SqliteReceiptStore};
+use turnstile_store::{ReceiptKey, ReceiptState, ReceiptStore, SqliteReceiptStore};
 
 use common::*;
 

@@ -14,7 +14,7 @@ use turnstile_decision::{
     DispatchCertainty, EstimateFn, EvaluationRequest, Observation, ReceiptRun, ResultReason,
     RulesetResult, ScriptedAdapter, Status, Step, Termination,
 };
-use turnstile_store::receipt::{
+use turnstile_store::{
     IntegrityKey, MemoryReceiptStore, Pending, Receipt, ReceiptKey, ReceiptState, ReceiptStore,
     SqliteReceiptOptions, SqliteReceiptStore, RECEIPT_DB_FILE,
 };

@@ -19,7 +19,7 @@ use turnstile_decision::{
     evaluate, AdapterSet, CallLog, EvaluationRequest, LogRecord, LogSink, ReceiptRun,
     RulesetResult, ScriptedAdapter, Step, Telemetry,
 };
-use turnstile_store::receipt::MemoryReceiptStore;
+use turnstile_store::MemoryReceiptStore;
 
 use common::*;
 

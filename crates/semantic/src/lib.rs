@@ -54,6 +54,6 @@ pub use roster::Roster;
 pub use status::{RollingCalls, RosterStatus};
 pub use stop::{NeverStop, StopFlag, StopSignal};
 pub use time_source::{ManualClock, TimeSource};
-pub use turnstile_store::roster::{
+pub use turnstile_store::{
     Band, CallOutcome, CallReceipt, PendingItem, ReasonCode, RecordKind, SemanticRecord, Usage,
 };

@@ -25,7 +25,7 @@
 
 use std::collections::HashSet;
 
-use turnstile_store::roster::meta_keys;
+use turnstile_store::meta_keys;
 use turnstile_store::RosterStore;
 
 use crate::eligibility::call_eligible;

@@ -2,8 +2,8 @@
 //! (enqueue, status, pass due, next wake, pass, reset). Every operation takes `now` explicitly
 //! or a [`TimeSource`]; the facade itself never reads the wall clock.
 
-use turnstile_store::roster::StoredEvidence;
 use turnstile_store::RosterStore;
+use turnstile_store::StoredEvidence;
 
 use crate::digest::{canonical_json_of, sha256_digest};
 use crate::enqueue::next_entry;

@@ -8,8 +8,8 @@ use turnstile_semantic::{
     CallOutcome, Evidence, ManualClock, NeverStop, PassSettings, PassStep, ReasonCode, RecordKind,
     Roster, StopFlag,
 };
-use turnstile_store::roster::{PendingItem, StoredEvidence};
 use turnstile_store::{MemoryRosterStore, RosterStore};
+use turnstile_store::{PendingItem, StoredEvidence};
 
 fn setup() -> (MemoryRosterStore, ManualClock, Roster<MemoryRosterStore>) {
     let store = MemoryRosterStore::new();

@@ -359,7 +359,7 @@ fn parse_tracked<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 /// fractional spelling must be at most 2^53 - 1, where `f64` is exact. `-1`, `0.5` and `1e300`
 /// are refused.
 fn whole_number(value: &serde_json::Value) -> Option<u64> {
-    const MAX_SAFE: u64 = turnstile_admission::limits::MAX_SAFE_INTEGER;
+    const MAX_SAFE: u64 = turnstile_admission::MAX_SAFE_INTEGER;
     if let Some(n) = value.as_u64() {
         return Some(n);
     }

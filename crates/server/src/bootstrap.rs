@@ -11,7 +11,7 @@
 //! are returned once (for the banner) and only their hashes are stored.
 
 use turnstile_admission::{Profile, Registry};
-use turnstile_store::service::{AuditKind, AuditRecord, KeyRole, ServiceStore, StoredProfile};
+use turnstile_store::{AuditKind, AuditRecord, KeyRole, ServiceStore, StoredProfile};
 
 use crate::keys::{self, RandomError};
 
@@ -33,7 +33,7 @@ pub struct BootstrapKeys {
 #[derive(Debug, thiserror::Error)]
 pub enum BootstrapError {
     #[error(transparent)]
-    Store(#[from] turnstile_store::service::ServiceStoreError),
+    Store(#[from] turnstile_store::ServiceStoreError),
     /// A stored registration can no longer be read or registered; the service refuses to start
     /// rather than run with a profile other than the one acknowledged.
     #[error("stored registration #{index} cannot be reloaded: {reason}")]

@@ -287,10 +287,10 @@ pub enum LeaseDurability {
 
 impl LeaseDurability {
     /// The store's setting.
-    pub fn store(self) -> turnstile_store::service::LeaseDurability {
+    pub fn store(self) -> turnstile_store::LeaseDurability {
         match self {
-            LeaseDurability::Process => turnstile_store::service::LeaseDurability::Process,
-            LeaseDurability::Machine => turnstile_store::service::LeaseDurability::Machine,
+            LeaseDurability::Process => turnstile_store::LeaseDurability::Process,
+            LeaseDurability::Machine => turnstile_store::LeaseDurability::Machine,
         }
     }
 }
@@ -345,7 +345,7 @@ impl Default for LeaseConfig {
         LeaseConfig {
             ttl_ms: 30_000,
             durability: LeaseDurability::Process,
-            segment_bytes: turnstile_store::service::DEFAULT_SEGMENT_BYTES,
+            segment_bytes: turnstile_store::DEFAULT_SEGMENT_BYTES,
         }
     }
 }
@@ -471,7 +471,7 @@ impl Config {
             ("leases.ttl_ms", self.leases.ttl_ms >= 1, "at least 1"),
             (
                 "admission.max_retry_after_ms",
-                self.admission.max_retry_after_ms <= turnstile_admission::limits::MAX_SAFE_INTEGER,
+                self.admission.max_retry_after_ms <= turnstile_admission::MAX_SAFE_INTEGER,
                 "at most 2^53-1",
             ),
         ];

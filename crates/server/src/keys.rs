@@ -14,7 +14,7 @@ use foldhash::HashMap;
 use sha2::{Digest, Sha256};
 
 use crate::key_cache::KeyHashCache;
-use turnstile_store::service::{KeyRole, StoredKey};
+use turnstile_store::{KeyRole, StoredKey};
 
 /// Who an authenticated request acts as.
 #[derive(Debug, Clone, PartialEq, Eq)]

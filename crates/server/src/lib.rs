@@ -13,7 +13,7 @@
 //! - The accept loop ([`serve`]) runs hyper's HTTP/1 connection builder with a timer, so the
 //!   header read timeout really fires, under a connection cap, with graceful shutdown.
 //! - Durable state (keys as hashes, profile registrations, audit records) lives in SQLite
-//!   through `turnstile_store::service`, written by one store thread in command order
+//!   through `turnstile_store::ServiceStore`, written by one store thread in command order
 //!   ([`persist`]). Held leases and budget spend are appended to the lease log by the
 //!   driver's journal before their replies ([`journal`]), and put back at start
 //!   ([`recover`]), so a crash of the process frees no slot.

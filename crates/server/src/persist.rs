@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use tokio::sync::oneshot;
-use turnstile_store::service::{
+use turnstile_store::{
     AuditKind, AuditRecord, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
 };
 

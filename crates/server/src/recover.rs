@@ -49,7 +49,7 @@ use turnstile_admission::{BreakerState, BreakerTransition, Charge, LeaseCharge, 
 use crate::checkpoint::{BucketCheckpoint, CheckpointError};
 use turnstile_shell::pause::JOURNAL_EXTENSION_MS;
 use turnstile_shell::{Driver, HeldLease, LeaseToken, ReinstateFailure};
-use turnstile_store::service::{Recovered, StoredBreaker, StoredLease, StoredSpend};
+use turnstile_store::{Recovered, StoredBreaker, StoredLease, StoredSpend};
 
 /// A journaled lease or spend line that cannot be put back.
 #[derive(Debug, thiserror::Error)]
@@ -238,7 +238,7 @@ pub fn reinstate_leases(
 mod tests {
     use super::*;
     use turnstile_admission::{AdmissionRequest, CircuitBreakerConfig, Limits, Profile, Reason};
-    use turnstile_store::service::StoredPause;
+    use turnstile_store::StoredPause;
 
     fn registry() -> Registry {
         let mut provider = Limits::with_concurrency(1_000);

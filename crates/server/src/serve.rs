@@ -37,7 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use turnstile_admission::{BudgetBounds, Registry};
-use turnstile_store::service::{LeaseLog, ServiceStore, SqliteServiceStore};
+use turnstile_store::{LeaseLog, ServiceStore, SqliteServiceStore};
 
 use crate::api::{AppParts, AppState};
 use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
@@ -63,13 +63,13 @@ pub enum ServerError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("cannot open the data directory: {0}")]
-    Store(#[from] turnstile_store::service::ServiceStoreError),
+    Store(#[from] turnstile_store::ServiceStoreError),
     #[error("start-up failed: {0}")]
     Bootstrap(#[from] BootstrapError),
     #[error("start-up failed: {0}")]
     Recover(#[from] RecoverError),
     #[error("cannot open the lease log: {0}")]
-    LeaseLog(#[from] turnstile_store::service::LeaseLogError),
+    LeaseLog(#[from] turnstile_store::LeaseLogError),
     #[error(transparent)]
     DataLock(#[from] DataLockError),
     #[error("cannot listen on {addr}: {source}")]

@@ -35,7 +35,7 @@ fn coordination(mode: Mode) -> Coordination {
 pub fn adopt_reinstated(
     coord: &Coordinator,
     registry: &turnstile_admission::Registry,
-    leases: &[turnstile_store::service::StoredLease],
+    leases: &[turnstile_store::StoredLease],
 ) {
     for lease in leases {
         let Some(profile) = registry.profile(&lease.workspace_id) else {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use turnstile_store::receipt::{
+use turnstile_store::{
     CasWrite, GroupCommitStore, IntegrityKey, MemoryReceiptStore, Receipt, ReceiptKey,
     ReceiptState, ReceiptStore, SqliteReceiptOptions, SqliteReceiptStore,
 };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use turnstile_store::receipt::{
+use turnstile_store::{
     CasWrite, GroupCommitStore, IntegrityKey, MemoryReceiptStore, Pending, ReceiptError,
     ReceiptKey, ReceiptState, ReceiptStore, SqliteReceiptOptions, SqliteReceiptStore,
     RECEIPT_DB_FILE,

@@ -1,6 +1,6 @@
 //! Shared behaviour of the roster stores: the SQLite store and its in-memory twin must agree.
 
-use turnstile_store::roster::{
+use turnstile_store::{
     meta_keys, Band, CallOutcome, PendingItem, ReasonCode, RecordKind, SemanticRecord,
     StoredEvidence, Usage,
 };
@@ -182,11 +182,10 @@ fn sqlite_call_history_survives_restart_and_reset() {
     let history = reopened.history().unwrap();
     assert_eq!(history.len(), 2);
     assert_eq!(history[1].outcome, None);
-    let mode: String =
-        rusqlite::Connection::open(dir.path().join(turnstile_store::roster::ROSTER_DB_FILE))
-            .unwrap()
-            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
-            .unwrap();
+    let mode: String = rusqlite::Connection::open(dir.path().join(turnstile_store::ROSTER_DB_FILE))
+        .unwrap()
+        .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+        .unwrap();
     assert_eq!(mode, "wal");
 }
 

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::mpsc;
 
-use turnstile_store::service::{
+use turnstile_store::{
     LeaseChange, LeaseDurability, LeaseLog, LeaseState, Recovered, StoredBreaker, StoredLease,
     StoredPause, StoredSpend, DEFAULT_SEGMENT_BYTES, LEASE_LOG_DIR,
 };

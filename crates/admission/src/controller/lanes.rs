@@ -27,7 +27,9 @@ use super::Controller;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BucketLevel {
+    /// Whole units in the bucket now.
     pub available: u64,
+    /// The most units it holds (the burst).
     pub capacity: u64,
 }
 
@@ -35,10 +37,13 @@ pub struct BucketLevel {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LaneView {
+    /// The provider (a lane name, never a tenant).
     pub provider_id: String,
+    /// Leases held on this provider now.
     pub active: u64,
     /// The lane's concurrency limit; `None` when the current profile no longer names it.
     pub concurrency: Option<u32>,
+    /// Waiters queued for this provider now.
     pub queued: u64,
     /// How long the oldest live waiter of this lane has waited, at `now`.
     pub oldest_wait_ms: Option<Millis>,
@@ -46,6 +51,7 @@ pub struct LaneView {
     pub requests: Option<BucketLevel>,
     /// The token bucket (`tokensPerSecond`), when configured.
     pub tokens: Option<BucketLevel>,
+    /// The provider's breaker, as read (never advanced) at `now`.
     pub breaker_state: BreakerState,
     /// While the breaker is open: the instant it lets its next probe through.
     pub next_probe_at: Option<Millis>,

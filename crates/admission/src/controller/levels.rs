@@ -49,8 +49,10 @@ use super::Controller;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ScopeLevels {
+    /// The request bucket's level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<u128>,
+    /// The token bucket's level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u128>,
 }
@@ -91,6 +93,7 @@ impl ScopeLevels {
 pub struct BucketLevels {
     /// The instant the levels were read (the controller's time).
     pub read_at_ms: Millis,
+    /// The workspace scope's buckets.
     #[serde(default, skip_serializing_if = "ScopeLevels::is_empty")]
     pub workspace: ScopeLevels,
     /// By provider ID.

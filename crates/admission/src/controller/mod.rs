@@ -52,10 +52,12 @@
 //!
 //! # Layout
 //!
-//! - `mod.rs` (this file): the public types, the controller's state and its entry points.
+//! - `mod.rs` (this file): the answers, the controller's state and its entry points.
+//! - `request.rs`: the request a caller asks with.
 //! - `admit.rs`: the checks: preflight, never-fit, queue admission, dwell bounds, share caps,
 //!   reservations and tryAdmit.
 //! - `pump.rs`: the state changes: the pump, commits, rejections, expiries and evidence.
+//! - `profile_change.rs`: replacing the profile and revalidating queued work against it.
 //! - `snapshot.rs`: the read-only views: snapshot, counts and their peaks.
 //! - `reinstate.rs`: putting back, after a restart of the host, the leases and budget spend a
 //!   previous process granted (what a journal needs to record, and how it is replayed).
@@ -78,8 +80,10 @@
 mod admit;
 mod lanes;
 mod levels;
+mod profile_change;
 mod pump;
 mod reinstate;
+mod request;
 mod restore;
 mod snapshot;
 
@@ -87,11 +91,9 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use serde::{Deserialize, Serialize};
-
 use crate::breaker::BreakerTransition;
 use crate::budget::{ActualUsage, BudgetBounds, BudgetLedger};
-use crate::estimate::{CheckedEstimate, Estimate};
+use crate::estimate::CheckedEstimate;
 use crate::evidence::{Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
 use crate::lane::{LaneKey, LaneSlot, LaneTable};
 use crate::profile::{Profile, ProfileError};
@@ -105,6 +107,7 @@ use crate::time::Millis;
 pub use lanes::{BucketLevel, LaneView};
 pub use levels::{BucketLevels, ScopeLevels};
 pub use reinstate::{Charge, LeaseCharge, ReinstateError};
+pub use request::AdmissionRequest;
 pub use snapshot::{Counts, ProviderSnapshot, Snapshot};
 
 /// Idle lanes kept for reuse (the reference keeps at most 1024 idle scopes).
@@ -117,65 +120,28 @@ pub const BREAKER_HISTORY_LIMIT: usize = 64;
 /// is dropped (and counted), so a host that never polls cannot grow the controller.
 pub const TRANSITION_OUTBOX_LIMIT: usize = 4096;
 
-/// One request for a permit to call a provider.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AdmissionRequest {
-    /// The authenticated caller; selects the lane, never appears in evidence.
-    pub principal_id: String,
-    /// The provider lane (the adapter ID a binding target names).
-    pub provider_id: String,
-    /// The invocation whose attempt, cost and token budgets this request spends.
-    pub budget_id: String,
-    #[serde(default)]
-    pub estimate: Estimate,
-    /// Absolute instant after which the request must not be admitted.
-    #[serde(default)]
-    pub deadline: Option<Millis>,
-}
-
-impl AdmissionRequest {
-    pub fn new(
-        principal_id: impl Into<String>,
-        provider_id: impl Into<String>,
-        budget_id: impl Into<String>,
-    ) -> Self {
-        AdmissionRequest {
-            principal_id: principal_id.into(),
-            provider_id: provider_id.into(),
-            budget_id: budget_id.into(),
-            estimate: Estimate::default(),
-            deadline: None,
-        }
-    }
-
-    pub fn with_estimate(mut self, estimate: Estimate) -> Self {
-        self.estimate = estimate;
-        self
-    }
-
-    pub fn with_deadline(mut self, deadline: Millis) -> Self {
-        self.deadline = Some(deadline);
-        self
-    }
-}
-
 /// The immediate answer to [`Controller::acquire`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Acquired {
+    /// Admitted at once: the lease to release exactly once.
     Admitted(Lease),
     /// Waiting; resolved later through [`Controller::poll_resolution`].
     Queued {
+        /// The waiter to cancel, or to match with its resolution.
         waiter: WaiterId,
+        /// Why it waits (the deferral reason, and the remaining time when known).
         evidence: Evidence,
     },
+    /// Refused at once.
     Rejected(Rejection),
 }
 
 /// The final answer for a waiter.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resolution {
+    /// The waiter resolved.
     pub waiter: WaiterId,
+    /// Its lease, or why it was refused.
     pub outcome: Result<Lease, Rejection>,
 }
 
@@ -304,11 +270,6 @@ impl Controller {
         let id = self.next_id;
         self.next_id += 1;
         id
-    }
-
-    fn install_profile(&mut self, profile: Profile) {
-        self.scopes.install(&profile, self.now);
-        self.profile = profile;
     }
 
     // ----- public entry points -------------------------------------------------------------
@@ -600,39 +561,6 @@ impl Controller {
         known
     }
 
-    /// Replaces the profile. Queued work is revalidated against it at once: a waiter that can no
-    /// longer pass preflight or can never fit is rejected; dwell bounds are recomputed.
-    pub fn set_profile(&mut self, profile: Profile, now: Millis) -> Result<(), ProfileError> {
-        profile.validate()?;
-        let now = self.advance(now);
-        self.install_profile(profile);
-        for slot in self.queue.slots_in_arrival_order() {
-            let Some(waiter) = self.queue.get(slot) else {
-                continue;
-            };
-            let (lane, deadline, estimate, enqueued_at) = (
-                waiter.lane,
-                waiter.deadline,
-                waiter.estimate(),
-                waiter.enqueued_at,
-            );
-            let verdict = self
-                .preflight(lane, deadline, Some(estimate), now)
-                .err()
-                .or_else(|| self.never_fits(lane, &waiter.budget_id, &estimate));
-            if let Some(reason) = verdict {
-                self.resolve_rejected(slot, reason, None, now);
-                continue;
-            }
-            let expires_at = self.expiry_for(lane, deadline, enqueued_at);
-            self.queue.set_expiry(slot, expires_at);
-        }
-        self.expire(now);
-        self.pump(now);
-        self.note_peaks();
-        Ok(())
-    }
-
     /// Processes everything due at `now`: expiries, then the pump.
     pub fn handle_timeout(&mut self, now: Millis) {
         let now = self.advance(now);
@@ -668,7 +596,7 @@ impl Controller {
         self.idle_principals_kept = kept;
     }
 
-    /// Bounds the budget ledger (idle eviction, cap on open budgets); see [`crate::budget`].
+    /// Bounds the budget ledger (idle eviction, cap on open budgets); see [`BudgetBounds`].
     pub fn set_budget_bounds(&mut self, bounds: BudgetBounds) {
         self.budgets.set_bounds(bounds);
     }

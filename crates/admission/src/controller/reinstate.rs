@@ -45,8 +45,11 @@ use super::{Controller, LeaseRecord};
 /// What an admitted attempt was charged to its invocation's budgets.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Charge {
+    /// Attempts charged.
     pub attempts: u64,
+    /// Tokens charged, when the estimate named them.
     pub tokens: Option<u64>,
+    /// Cost charged in USD, when the estimate named it.
     pub cost_usd: Option<f64>,
 }
 
@@ -81,6 +84,7 @@ pub struct LeaseCharge {
     pub budget_id: Option<String>,
     /// What the invocation was charged at admission.
     pub charge: Charge,
+    /// When the lease was granted.
     pub admitted_at: Millis,
 }
 

@@ -25,7 +25,9 @@ use super::Controller;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Counts {
+    /// Leases held.
     pub active: u64,
+    /// Waiters queued.
     pub queued: u64,
 }
 
@@ -33,7 +35,9 @@ pub struct Counts {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Snapshot {
+    /// Leases held in the workspace.
     pub active: u64,
+    /// Waiters queued in the workspace.
     pub queued: u64,
     /// The largest workspace-wide `active` seen at the end of any operation.
     #[serde(default)]
@@ -41,17 +45,25 @@ pub struct Snapshot {
     /// The largest workspace-wide `queued` seen at the end of any operation.
     #[serde(default)]
     pub peak_queued: u64,
+    /// Retry-After coordinations this controller has seen.
     pub retry_pressure: u64,
+    /// Budgets (invocations) that have spent something and are not released.
     pub open_budgets: u64,
+    /// Per provider, by provider ID.
     pub providers: BTreeMap<String, ProviderSnapshot>,
 }
 
+/// The counts and state of one provider lane.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderSnapshot {
+    /// Leases held on this provider.
     pub active: u64,
+    /// Waiters queued for this provider.
     pub queued: u64,
+    /// Its breaker's state.
     pub breaker_state: BreakerState,
+    /// While a Retry-After pause lasts: the instant it ends.
     pub paused_until: Option<Millis>,
 }
 

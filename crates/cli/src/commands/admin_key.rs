@@ -17,7 +17,7 @@ use clap::{Args, Subcommand};
 use turnstile_server::data_lock::{DataDirLock, DataLockError};
 use turnstile_server::keys;
 use turnstile_shell::Clock;
-use turnstile_store::service::{
+use turnstile_store::{
     AuditKind, AuditRecord, KeyRole, ServiceStoreError, SqliteServiceStore, SERVICE_DB_FILE,
 };
 

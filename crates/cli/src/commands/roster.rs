@@ -20,7 +20,7 @@ use turnstile_semantic::{
     NeverStop, PassSettings, PassStep, Policy, Roster, RosterStatus,
 };
 use turnstile_shell::Clock;
-use turnstile_store::roster::meta_keys;
+use turnstile_store::meta_keys;
 use turnstile_store::{RosterStore, SqliteRosterStore};
 
 /// Environment variable for the reader's base URL.

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use turnstile_store::receipt::{Receipt, ReceiptError, ReceiptKey, ReceiptState};
+use turnstile_store::{Receipt, ReceiptError, ReceiptKey, ReceiptState};
 
 use super::writer::ReceiptWriter;
 use super::ReceiptRun;

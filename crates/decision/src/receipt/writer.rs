@@ -4,13 +4,11 @@
 //! Invariants: the writer only ever replaces its own last revision, so a write that loses the
 //! compare-and-swap (someone — a waiter that presumed this owner dead — wrote in between) is a
 //! failure, never retried over the other writer. Once the receipt is terminal nothing more is
-//! written. Writes are synchronous and short (see `turnstile_store::receipt::ReceiptStore`).
+//! written. Writes are synchronous and short (see `turnstile_store::ReceiptStore`).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use turnstile_store::receipt::{
-    Pending, Receipt, ReceiptError, ReceiptKey, ReceiptState, ReceiptStore,
-};
+use turnstile_store::{Pending, Receipt, ReceiptError, ReceiptKey, ReceiptState, ReceiptStore};
 
 use crate::attempt::AttemptRecord;
 use crate::clock::Clock;

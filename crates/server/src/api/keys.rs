@@ -22,7 +22,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use turnstile_store::service::{AuditKind, AuditRecord, KeyRole, StoredKey};
+use turnstile_store::{AuditKind, AuditRecord, KeyRole, StoredKey};
 
 use crate::actor::ActingKey;
 use crate::api::{validate, AppState};

@@ -82,7 +82,7 @@ where
 }
 
 /// The largest `actualUsage.tokens` accepted (2^53 - 1, exact in every JSON client).
-pub const MAX_ACTUAL_TOKENS: u64 = turnstile_admission::limits::MAX_SAFE_INTEGER;
+pub const MAX_ACTUAL_TOKENS: u64 = turnstile_admission::MAX_SAFE_INTEGER;
 /// The largest `actualUsage.costUsd` accepted.
 pub const MAX_ACTUAL_COST_USD: f64 = 1e9;
 

@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use turnstile_admission::Profile;
-use turnstile_store::service::AuditKind;
+use turnstile_store::AuditKind;
 
 use crate::actor::ActingKey;
 use crate::api::{validate, AppState};

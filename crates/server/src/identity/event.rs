@@ -6,7 +6,7 @@
 //! and its instant as the writing replica recorded it.
 
 use serde::{Deserialize, Serialize};
-use turnstile_store::service::{
+use turnstile_store::{
     AuditKind, AuditRecord, KeyRole, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
 };
 

@@ -23,7 +23,7 @@ use turnstile_coord::identity::{
     key_tag, new_epoch, workspace_tag, IdentityStore, SeedItem, Seeded, WriteError,
 };
 use turnstile_coord::{CoordError, Topology};
-use turnstile_store::service::{KeyRole, ServiceStore, ServiceStoreError};
+use turnstile_store::{KeyRole, ServiceStore, ServiceStoreError};
 
 use super::event::{
     apply_to_store, AuditDoc, AuditEventDoc, EventError, IdentityEvent, KeyDoc, RegistrationDoc,

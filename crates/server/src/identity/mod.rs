@@ -46,7 +46,7 @@ use turnstile_coord::identity::{
 };
 use turnstile_coord::CoordError;
 use turnstile_shell::{Clock, Command, DriverHandle};
-use turnstile_store::service::{AuditKind, AuditRecord, KeyRole, ServiceStoreError, StoredKey};
+use turnstile_store::{AuditKind, AuditRecord, KeyRole, ServiceStoreError, StoredKey};
 
 use crate::error::ApiError;
 use crate::keys::KeyRing;

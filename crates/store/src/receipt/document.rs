@@ -16,11 +16,14 @@ pub const RECEIPT_SCHEMA: &str = "decision-receipt/v2";
 /// Identifies one invocation's receipt.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReceiptKey {
+    /// The project the invocation belongs to.
     pub project_id: String,
+    /// The invocation, unique within its project.
     pub invocation_id: String,
 }
 
 impl ReceiptKey {
+    /// The key of one invocation of one project.
     pub fn new(project_id: impl Into<String>, invocation_id: impl Into<String>) -> Self {
         ReceiptKey {
             project_id: project_id.into(),
@@ -33,8 +36,11 @@ impl ReceiptKey {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Pending {
+    /// The alias whose call may be in flight.
     pub alias: String,
+    /// The index of the target called among the alias's targets.
     pub target_index: u32,
+    /// The attempt's ordinal within the alias.
     pub ordinal: u32,
     /// The alias's attempt records so far (the pending one not included).
     pub attempts: Vec<Value>,
@@ -44,14 +50,23 @@ pub struct Pending {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Receipt {
+    /// Always [`RECEIPT_SCHEMA`].
     pub schema: String,
+    /// 1, 2, 3, … without gaps; each write is a new revision.
     pub revision: u64,
+    /// When the invocation was acquired (fixed).
     pub acquired_at_epoch_ms: u64,
+    /// When this revision was written (never goes back).
     pub updated_at_epoch_ms: u64,
+    /// When the invocation ended; set exactly in terminal states.
     pub completed_at_epoch_ms: Option<u64>,
+    /// The project (fixed).
     pub project_id: String,
+    /// The invocation (fixed).
     pub invocation_id: String,
+    /// The invocation's fingerprint (fixed).
     pub fingerprint: String,
+    /// Where execution stands.
     pub state: ReceiptState,
     /// The stored result (state `completed` only).
     pub result: Option<Value>,
@@ -59,6 +74,7 @@ pub struct Receipt {
     pub remote_handles: Vec<Value>,
     /// alias → DecisionResult, immutable once written.
     pub evaluations: BTreeMap<String, Value>,
+    /// The one call that may be in flight.
     pub pending: Option<Pending>,
 }
 

@@ -19,25 +19,41 @@ pub enum ReceiptError {
     /// The write breaks the state machine.
     #[error("illegal receipt transition {from} → {to}")]
     IllegalTransition {
+        /// The state stored.
         from: ReceiptState,
+        /// The state the write asked for.
         to: ReceiptState,
     },
     /// The write breaks an immutability rule (named).
     #[error("receipt write refused: {rule}")]
-    Invariant { rule: &'static str },
+    Invariant {
+        /// The rule the write breaks.
+        rule: &'static str,
+    },
     /// Compare-and-swap on a key that was never acquired.
     #[error("no receipt to replace")]
     NotFound,
     /// A stored revision's MAC does not verify (the row was altered or re-signed with another
     /// key).
     #[error("receipt revision {revision} failed its integrity check")]
-    Tampered { revision: u64 },
+    Tampered {
+        /// The revision that does not verify.
+        revision: u64,
+    },
     /// A stored revision has no MAC although the store verifies integrity.
     #[error("receipt revision {revision} is not signed")]
-    Unsigned { revision: u64 },
+    Unsigned {
+        /// The revision without a MAC.
+        revision: u64,
+    },
     /// The revision chain has a hole or a revision that disagrees with its row.
     #[error("receipt revision chain is broken: expected revision {expected}, found {found}")]
-    Gap { expected: u64, found: u64 },
+    Gap {
+        /// The revision the chain needs next.
+        expected: u64,
+        /// The revision found there.
+        found: u64,
+    },
     /// The group commit transaction failed as a whole (its message); nothing of it was written.
     #[error("receipt group commit failed: {0}")]
     BatchFailed(String),
@@ -50,7 +66,9 @@ pub enum ReceiptError {
     /// Creating the data directory failed.
     #[error("could not create receipt directory {path}: {source}")]
     DataDir {
+        /// The directory.
         path: String,
+        /// Why it could not be created.
         source: std::io::Error,
     },
 }

@@ -24,6 +24,7 @@ type HmacSha256 = Hmac<Sha256>;
 pub struct IntegrityKey(Vec<u8>);
 
 impl IntegrityKey {
+    /// A key of these bytes.
     pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
         IntegrityKey(bytes.into())
     }

@@ -25,6 +25,7 @@ pub struct MemoryReceiptStore {
 }
 
 impl MemoryReceiptStore {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }

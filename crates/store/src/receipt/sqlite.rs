@@ -64,7 +64,9 @@ pub enum Synchronous {
 /// How the SQLite store is opened.
 #[derive(Debug, Clone)]
 pub struct SqliteReceiptOptions {
+    /// Signs and verifies every revision when set.
     pub integrity: Option<IntegrityKey>,
+    /// What a returned write survives.
     pub synchronous: Synchronous,
     /// How long a writer waits for another process's lock.
     pub busy_timeout: Duration,
@@ -86,8 +88,11 @@ impl Default for SqliteReceiptOptions {
 /// One compare-and-swap of a batch.
 #[derive(Debug, Clone)]
 pub struct CasWrite {
+    /// The receipt to replace.
     pub key: ReceiptKey,
+    /// The revision the write replaces; stale means the write loses.
     pub expected_revision: u64,
+    /// The new revision.
     pub next: Receipt,
 }
 

@@ -20,30 +20,48 @@ use serde::{Serialize, Serializer};
     bound = "T: Display"
 )]
 pub enum LeaseChangeRef<'a, T: Display> {
+    /// A lease was granted.
     Granted(StoredLeaseRef<'a, T>),
+    /// A lease was released, reclaimed or expired.
     Released {
+        /// The lease released.
         #[serde(serialize_with = "display")]
         token: &'a T,
+        /// The tokens the call used, when reported.
         actual_tokens: Option<u64>,
+        /// The cost in USD the call had, when reported.
         actual_cost_usd: Option<f64>,
     },
+    /// An invocation's budget was released.
     BudgetReleased {
+        /// The workspace.
         workspace_id: &'a str,
+        /// The invocation.
         budget_id: &'a str,
     },
+    /// A provider lane was paused (or its pause extended).
     Paused {
+        /// The workspace.
         workspace_id: &'a str,
+        /// The provider lane.
         provider_id: &'a str,
+        /// When the pause ends (epoch milliseconds).
         until_epoch_ms: u64,
     },
     /// A breaker transition: the fields of a [`StoredBreaker`](super::StoredBreaker), in its
     /// order (rare: encoded by serde, not by hand).
     Breaker {
+        /// The workspace.
         workspace_id: &'a str,
+        /// The provider lane.
         provider_id: &'a str,
+        /// The state before.
         from: &'a str,
+        /// The state after.
         to: &'a str,
+        /// When it changed.
         at_epoch_ms: u64,
+        /// Consecutive failures counted when it changed.
         failures: u32,
     },
 }
@@ -52,16 +70,26 @@ pub enum LeaseChangeRef<'a, T: Display> {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase", bound = "T: Display")]
 pub struct StoredLeaseRef<'a, T: Display> {
+    /// The lease ID its holder knows.
     #[serde(serialize_with = "display")]
     pub token: &'a T,
+    /// The workspace.
     pub workspace_id: &'a str,
+    /// The principal holding it.
     pub principal_id: &'a str,
+    /// The provider lane.
     pub provider_id: &'a str,
+    /// The invocation charged, if any.
     pub budget_id: Option<&'a str>,
+    /// Attempts charged.
     pub attempts: u64,
+    /// Tokens charged, when estimated.
     pub tokens: Option<u64>,
+    /// Cost charged in USD, when estimated.
     pub cost_usd: Option<f64>,
+    /// When it was granted.
     pub admitted_at_ms: u64,
+    /// When it expires without a heartbeat (`None`: never).
     pub expires_at_ms: Option<u64>,
 }
 

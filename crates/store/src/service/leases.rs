@@ -58,15 +58,21 @@ impl LeaseDurability {
 pub struct StoredLease {
     /// The lease ID its holder knows (32 hex digits).
     pub token: String,
+    /// The workspace.
     pub workspace_id: String,
+    /// The principal holding it.
     pub principal_id: String,
+    /// The provider lane.
     pub provider_id: String,
     /// The invocation charged; `None` once its budget was released.
     pub budget_id: Option<String>,
     /// What the invocation was charged at admission.
     pub attempts: u64,
+    /// Tokens charged, when estimated.
     pub tokens: Option<u64>,
+    /// Cost charged in USD, when estimated.
     pub cost_usd: Option<f64>,
+    /// When it was granted.
     pub admitted_at_ms: u64,
     /// When the lease expires without a heartbeat, as granted (`None`: never).
     pub expires_at_ms: Option<u64>,
@@ -77,12 +83,19 @@ pub struct StoredLease {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StoredSpend {
+    /// The workspace.
     pub workspace_id: String,
+    /// The invocation.
     pub budget_id: String,
+    /// The principal.
     pub principal_id: String,
+    /// The provider lane.
     pub provider_id: String,
+    /// Attempts spent.
     pub attempts: u64,
+    /// Tokens spent.
     pub tokens: u64,
+    /// Cost spent in USD.
     pub cost_usd: f64,
 }
 
@@ -97,7 +110,9 @@ pub const BREAKER_CLOSED: &str = "closed";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StoredPause {
+    /// The workspace.
     pub workspace_id: String,
+    /// The provider lane.
     pub provider_id: String,
     /// When the lane's pause ends (epoch milliseconds).
     pub until_epoch_ms: u64,
@@ -108,11 +123,17 @@ pub struct StoredPause {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StoredBreaker {
+    /// The workspace.
     pub workspace_id: String,
+    /// The provider lane.
     pub provider_id: String,
+    /// The state before.
     pub from: String,
+    /// The state after.
     pub to: String,
+    /// When it changed.
     pub at_epoch_ms: u64,
+    /// Consecutive failures counted when it changed.
     pub failures: u32,
 }
 
@@ -124,22 +145,32 @@ pub struct StoredBreaker {
     deny_unknown_fields
 )]
 pub enum LeaseChange {
+    /// A lease was granted.
     Granted(StoredLease),
     /// Released by its holder, reclaimed, or expired; with what the call actually used, when
     /// reported.
     Released {
+        /// The lease released.
         token: String,
+        /// The tokens the call used, when reported.
         actual_tokens: Option<u64>,
+        /// The cost in USD the call had, when reported.
         actual_cost_usd: Option<f64>,
     },
+    /// An invocation's budget was released.
     BudgetReleased {
+        /// The workspace.
         workspace_id: String,
+        /// The invocation.
         budget_id: String,
     },
     /// A provider lane was paused (or its pause extended) until `until_epoch_ms`.
     Paused {
+        /// The workspace.
         workspace_id: String,
+        /// The provider lane.
         provider_id: String,
+        /// When the pause ends (epoch milliseconds).
         until_epoch_ms: u64,
     },
     /// A provider lane's breaker changed state.

@@ -14,6 +14,7 @@ pub struct MemoryServiceStore {
 }
 
 impl MemoryServiceStore {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }

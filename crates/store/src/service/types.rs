@@ -33,21 +33,26 @@ impl KeyRole {
 pub struct StoredKey {
     /// Lowercase hex sha256 of the key.
     pub hash: String,
+    /// What the key grants.
     pub role: KeyRole,
     /// Set for principal keys.
     pub workspace_id: Option<String>,
     /// Set for principal keys.
     pub principal_id: Option<String>,
+    /// When it was created.
     pub created_at_ms: u64,
 }
 
 /// One accepted profile registration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredProfile {
+    /// The workspace.
     pub workspace_id: String,
+    /// The revision registered.
     pub profile_version: String,
     /// The profile document as registered (JSON).
     pub profile_json: String,
+    /// When it was registered.
     pub registered_at_ms: u64,
 }
 
@@ -96,9 +101,13 @@ impl AuditKind {
 /// One audit record: the JSON document the service emitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {
+    /// The workspace (empty for service-level records).
     pub workspace_id: String,
+    /// Which audit stream.
     pub kind: AuditKind,
+    /// The record as the service emitted it (JSON).
     pub record_json: String,
+    /// When it was recorded.
     pub at_epoch_ms: u64,
     /// The key ID (`key_…`) of the admin key that made the change, for changes an admin made
     /// through the API (profile registrations and rollbacks, key revocations). `None` for
@@ -121,11 +130,18 @@ pub enum ServiceStoreError {
     },
     /// The database was written by a newer schema than this build understands.
     #[error("service database schema version {found} is newer than supported version {supported}")]
-    SchemaTooNew { found: i64, supported: i64 },
+    SchemaTooNew {
+        /// The database's schema version.
+        found: i64,
+        /// The newest version this build understands.
+        supported: i64,
+    },
     /// Creating the data directory failed.
     #[error("could not create data directory {path}: {source}")]
     DataDir {
+        /// The directory.
         path: String,
+        /// Why it could not be created.
         source: std::io::Error,
     },
     /// A key with the same hash is already stored.
@@ -134,10 +150,16 @@ pub enum ServiceStoreError {
     /// Exclusive (offline) access was asked for, but another connection, such as a running
     /// service, has the database open.
     #[error("{path} is in use (is a turnstile service running on it?)")]
-    InUse { path: String },
+    InUse {
+        /// The database file.
+        path: String,
+    },
     /// Offline maintenance was asked for on a directory without a service database.
     #[error("no service database at {path}")]
-    NoDatabase { path: String },
+    NoDatabase {
+        /// The data directory.
+        path: String,
+    },
 }
 
 /// Durable state of the admission service. See the module docs for the invariants.

@@ -69,30 +69,44 @@ const SNAPSHOT_TMP: &str = "snapshot.jsonl.tmp";
 /// Why the lease log cannot be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseLogError {
+    /// A file of the log could not be read or written.
     #[error("lease log {path}: {source}")]
     Io {
+        /// The file.
         path: String,
+        /// The failure.
         #[source]
         source: std::io::Error,
     },
+    /// A line that is not a record (other than a torn last line).
     #[error("lease log {path}, line {line}: {reason}")]
     Corrupt {
+        /// The file.
         path: String,
+        /// The line number.
         line: usize,
+        /// What is wrong with it.
         reason: String,
     },
+    /// A record could not be encoded.
     #[error("a lease log record cannot be encoded: {0}")]
     Encode(#[source] serde_json::Error),
+    /// A lease file of an earlier version could not be read.
     #[error("lease file of an earlier version {path}: {source}")]
     Legacy {
+        /// The file.
         path: String,
+        /// The failure.
         #[source]
         source: rusqlite::Error,
     },
+    /// An earlier write failed, so every later batch is refused.
     #[error("the lease log refuses writes after an earlier write failed")]
     Broken,
+    /// The sync thread is gone.
     #[error("the lease log's sync thread is gone")]
     SyncGone,
+    /// A thread of the log could not be started.
     #[error("the lease log's thread cannot start: {0}")]
     Thread(#[source] std::io::Error),
 }
@@ -390,7 +404,7 @@ impl LeaseLog {
     /// Appends one batch of changes, in order; `done` runs once they are durable (at once for
     /// `Process`, on the sync thread for `Machine`) or failed.
     /// A change is a [`LeaseChange`] or its borrowed form ([`LeaseChangeRef`](crate::service::LeaseChangeRef)),
-    /// the driver's, written by a hand encoder ([`LogLine`]).
+    /// the driver's, written by a hand encoder (`LogLine`).
     pub fn append<C: LogLine>(&mut self, changes: impl IntoIterator<Item = C>, done: Done) {
         match self.write_batch(changes) {
             Err(error) => done(Err(error.to_string())),
