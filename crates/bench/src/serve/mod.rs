@@ -14,10 +14,14 @@
 //!
 //! It reports pairs per second, failures by cause, and p50 / p99 / max latency of a pair, of
 //! one request, and of acquire and release separately, all measured at the client, plus the
-//! process's CPU time, and with `--redis-url` Redis's time per pair (`INFO commandstats`). Without `--url` it starts an in-process service on an ephemeral loopback
-//! port with a fresh data directory and a profile that never binds (the benchmark measures the
-//! service, not the limits); with `--url` and `--key` it targets a running service, whose
-//! profile decides what happens.
+//! process's CPU time, and with `--redis-url` Redis's time per pair (`INFO commandstats`).
+//! Without `--url` it starts an in-process service on an ephemeral loopback port with a fresh
+//! data directory and a profile that never binds (the benchmark measures the service, not the
+//! limits); with `--url` and `--key` it targets a running service, whose profile decides what
+//! happens.
+//!
+//! This file sets the run up and tears it down; the load is `drive.rs`, its HTTP client
+//! `client.rs`, the figures `report.rs`.
 
 mod client;
 mod drive;
