@@ -13,9 +13,10 @@ fn bench_serve(args: &[&str]) -> Output {
     common::bench(&command)
 }
 
-#[test]
-fn bench_serve_in_process_measures_pairs_without_failures() {
-    let output = bench_serve(&[
+/// An in-process run of 4 clients for one second after a 100 ms warm-up, with `more` flags;
+/// its JSON report.
+fn four_clients_for_a_second(more: &[&str]) -> serde_json::Value {
+    let mut args = vec![
         "--clients",
         "4",
         "--seconds",
@@ -23,8 +24,14 @@ fn bench_serve_in_process_measures_pairs_without_failures() {
         "--warmup-ms",
         "100",
         "--json",
-    ]);
-    let report = common::json_report(&output);
+    ];
+    args.extend_from_slice(more);
+    common::json_report(&bench_serve(&args))
+}
+
+#[test]
+fn bench_serve_in_process_measures_pairs_without_failures() {
+    let report = four_clients_for_a_second(&[]);
     assert_eq!(report["inProcessService"], true);
     assert_eq!(report["clients"], 4);
     let pairs = report["pairs"].as_u64().unwrap();
@@ -57,18 +64,7 @@ fn bench_serve_in_process_measures_pairs_without_failures() {
 fn bench_serve_open_loop_never_offers_more_than_its_rate() {
     // 4 clients sharing 200 pairs/s: one pair every 20 ms per client. The generator must keep
     // to its schedule (never above the rate); a loopback service sustains this easily.
-    let output = bench_serve(&[
-        "--clients",
-        "4",
-        "--rate",
-        "200",
-        "--seconds",
-        "1",
-        "--warmup-ms",
-        "100",
-        "--json",
-    ]);
-    let report = common::json_report(&output);
+    let report = four_clients_for_a_second(&["--rate", "200"]);
     assert_eq!(report["targetPairsPerSecond"], 200.0);
     let pairs = report["pairs"].as_u64().unwrap();
     assert!((100..=204).contains(&pairs), "{report}");
@@ -79,20 +75,8 @@ fn bench_serve_open_loop_never_offers_more_than_its_rate() {
 fn bench_serve_timeline_lists_every_measured_pair_in_start_order() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pairs.csv");
-    let output = bench_serve(&[
-        "--clients",
-        "4",
-        "--rate",
-        "200",
-        "--seconds",
-        "1",
-        "--warmup-ms",
-        "100",
-        "--timeline",
-        path.to_str().unwrap(),
-        "--json",
-    ]);
-    let report = common::json_report(&output);
+    let report =
+        four_clients_for_a_second(&["--rate", "200", "--timeline", path.to_str().unwrap()]);
     let csv = std::fs::read_to_string(&path).unwrap();
     let mut lines = csv.lines();
     assert_eq!(lines.next(), Some("start_ms,pair_ms,acquire_ms,release_ms"));
