@@ -1,8 +1,10 @@
 """Fixtures: the real `openai` and `anthropic` SDKs against a real `turnstile serve` in proxy
-mode (`examples/proxy.toml`), in front of the scripted fake upstream (`turnstile fake-upstream`).
+mode (`examples/proxy.toml`), in front of the scripted fake upstream (`turnstile-bench
+fake-upstream`).
 
-The binary comes from `TURNSTILE_BIN` (default `target/debug/turnstile` at the repository
-root). A missing binary or SDK fails the session: these tests never skip. The upstream base
+The binaries come from `TURNSTILE_BIN` (default `target/debug/turnstile` at the repository
+root) and `TURNSTILE_BENCH_BIN` (default `target/debug/turnstile-bench`). A missing binary or
+SDK fails the session: these tests never skip. The upstream base
 URLs and keys reach the service through the environment variables `examples/proxy.toml` names,
 exactly as a user would set them; the SDKs use the demo principal key printed at first start.
 """
@@ -28,12 +30,13 @@ OPENAI_UPSTREAM_KEY = "sk-fake-openai-upstream"
 ANTHROPIC_UPSTREAM_KEY = "sk-ant-fake-upstream"
 
 
-def turnstile_bin() -> Path:
-    path = Path(os.environ.get("TURNSTILE_BIN", REPO / "target" / "debug" / "turnstile"))
+def built_bin(variable: str, name: str) -> Path:
+    """The binary `name` of package `name`: from the environment variable, or the debug build."""
+    path = Path(os.environ.get(variable, REPO / "target" / "debug" / name))
     if not path.is_absolute():
         path = REPO / path
     if not path.is_file():
-        pytest.fail(f"turnstile binary not found at {path}: run `cargo build -p turnstile`", pytrace=False)
+        pytest.fail(f"{name} binary not found at {path}: run `cargo build -p {name}`", pytrace=False)
     return path
 
 
@@ -100,8 +103,8 @@ class Rig:
 
 @pytest.fixture(scope="session")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
-    binary = str(turnstile_bin())
-    fake = Process([binary, "fake-upstream", "--port", "0"])
+    binary = str(built_bin("TURNSTILE_BIN", "turnstile"))
+    fake = Process([str(built_bin("TURNSTILE_BENCH_BIN", "turnstile-bench")), "fake-upstream", "--port", "0"])
     fake_url = fake.expect(r"listening on (http://\S+)").group(1)
     env = dict(os.environ)
     env.update(

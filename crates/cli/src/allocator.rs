@@ -9,7 +9,7 @@
 //! (`clear_page_erms`) and about twice the page faults of a 10 s delay. Under a steady load a
 //! page is reused long before 10 s; an idle process still returns its memory.
 //!
-//! Invariant: [`configure`] runs first in `main`, before any thread exists (mimalloc's option
+//! Invariant: [`configure`] runs first in `main` (`entry.rs`), before any thread exists (mimalloc's option
 //! setters are not thread-safe), and it never overrides the operator's `MIMALLOC_PURGE_DELAY`.
 
 use std::os::raw::c_long;

@@ -4,11 +4,10 @@
 //! nothing is written into the service's data directory unless a command is asked to (`serve`,
 //! `admin-key reset`, or an explicit `--data` / `--out`); a failure prints one `error:` line (and
 //! a `hint:` line where there is advice) and exits non-zero, with details and a backtrace only
-//! under `--verbose` (`report.rs`).
+//! under `--verbose` (`report.rs`). `--help` lists product commands only: the load tools and the
+//! fake upstream are the `turnstile-bench` binary (`crates/bench`).
 
-mod allocator;
 mod commands;
-mod report;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -41,52 +40,22 @@ enum Command {
     Roster(commands::roster::RosterArgs),
     /// Qualification: run the pinned load manifest on virtual time and print every bound.
     Qualify(commands::qualify::QualifyArgs),
-    /// Load-test a turnstile service: acquire + release pairs with concurrent clients.
-    BenchServe(commands::bench_serve::BenchServeArgs),
-    /// Benchmark proxy mode: added latency, calls/s and service CPU per call against a fake upstream.
-    BenchProxy(commands::bench_proxy::BenchProxyArgs),
-    /// A scripted fake OpenAI/Anthropic upstream for tests (see docs/proxy.md).
-    #[command(hide = true)]
-    FakeUpstream(commands::fake_upstream::FakeUpstreamArgs),
     /// Offline key recovery: mint a new admin key for a stopped service's data directory.
     #[command(subcommand)]
     AdminKey(commands::admin_key::AdminKeyCommand),
 }
 
 fn main() -> ExitCode {
-    allocator::configure();
-    let cli = Cli::parse();
-    if cli.verbose
-        && std::env::var_os("RUST_BACKTRACE").is_none()
-        && std::env::var_os("RUST_LIB_BACKTRACE").is_none()
-    {
-        // Still single-threaded: asks anyhow to capture backtraces for the details.
-        std::env::set_var("RUST_LIB_BACKTRACE", "1");
-    }
-    let result = match cli.command {
+    turnstile_cli::main(|cli: &Cli| cli.verbose, run)
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Command::Serve(args) => commands::serve::run(args),
         Command::Profile(command) => commands::profile::run(command),
         Command::Evaluate(args) => commands::evaluate::run(args),
         Command::Roster(args) => commands::roster::run(args),
         Command::Qualify(args) => commands::qualify::run(args),
-        Command::BenchServe(args) => commands::bench_serve::run(args),
-        Command::BenchProxy(args) => commands::bench_proxy::run(args),
-        Command::FakeUpstream(args) => commands::fake_upstream::run(args),
         Command::AdminKey(command) => commands::admin_key::run(command),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        // The reader of our output went away (`turnstile qualify arrivals | head`): what it
-        // wanted was written, so end quietly like other Unix tools.
-        Err(error) if is_closed_pipe(&error) => ExitCode::SUCCESS,
-        Err(error) => report::report(&error, cli.verbose),
     }
-}
-
-fn is_closed_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }

@@ -5,7 +5,8 @@
 //!
 //! Invariants: without `--verbose` nothing but those lines reaches stderr, whatever
 //! `RUST_BACKTRACE` says (a backtrace is captured by `anyhow` but never printed); with
-//! `--verbose` the full chain and, when captured, the backtrace follow.
+//! `--verbose` the full chain and, when captured, the backtrace follow. A command whose reader
+//! went away (a closed pipe) ends quietly with success, like other Unix tools ([`exit`]).
 
 use std::fmt;
 use std::process::ExitCode;
@@ -116,8 +117,39 @@ fn one_line(message: &str) -> String {
         .join(" ")
 }
 
+/// With `--verbose`, asks `anyhow` to capture backtraces for the details (unless the operator's
+/// `RUST_BACKTRACE` / `RUST_LIB_BACKTRACE` already decide). Call it while the process is still
+/// single-threaded.
+pub fn capture_backtraces(verbose: bool) {
+    if verbose
+        && std::env::var_os("RUST_BACKTRACE").is_none()
+        && std::env::var_os("RUST_LIB_BACKTRACE").is_none()
+    {
+        std::env::set_var("RUST_LIB_BACKTRACE", "1");
+    }
+}
+
+/// The exit status of a command's `result`, its failure printed to stderr.
+pub fn exit(result: anyhow::Result<()>, verbose: bool) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`turnstile qualify arrivals | head`): what it
+        // wanted was written, so end quietly like other Unix tools.
+        Err(error) if is_closed_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => report(&error, verbose),
+    }
+}
+
+fn is_closed_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// Prints `error` to stderr and returns the exit status.
-pub fn report(error: &anyhow::Error, verbose: bool) -> ExitCode {
+fn report(error: &anyhow::Error, verbose: bool) -> ExitCode {
     let (lines, failure) = render(error);
     for line in &lines {
         eprintln!("{line}");

@@ -55,13 +55,24 @@ fn help_lists_serve_first_and_documents_the_exit_statuses() {
             "evaluate",
             "roster",
             "qualify",
-            "bench-serve",
-            "bench-proxy",
             "admin-key",
             "help"
         ]
     );
     assert!(help.contains("Exit status"), "{help}");
+}
+
+#[test]
+fn help_lists_only_product_commands_and_the_tools_are_not_commands() {
+    // The load tools and the fake upstream are the `turnstile-bench` binary (crates/bench).
+    let help = text(&turnstile().arg("--help").output().unwrap().stdout);
+    for tool in ["bench", "fake-upstream"] {
+        assert!(!help.contains(tool), "{tool} in turnstile --help: {help}");
+    }
+    for tool in ["bench-serve", "bench-proxy", "fake-upstream"] {
+        let output = turnstile().arg(tool).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{tool} is not a command");
+    }
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Replicas sharing limits through a **Redis Cluster** (issue 13), with real processes: three
 //! primaries formed by `redis-cli --cluster create` (`turnstile_testkit::RedisCluster`),
 //! three `turnstile serve --redis-url <every node> --redis-cluster` on their own data
-//! directories, and `turnstile fake-upstream`, which records its maximum in-flight count.
+//! directories, and the fake upstream (`turnstile_proxy::fake`, in the test process), which
+//! records its maximum in-flight count.
 //!
 //! - End to end: the second and third replica adopt the first one's keys and profile through
 //!   the cluster (the identity feed on the primary of `{ts-id}`); clients of all three acquire,

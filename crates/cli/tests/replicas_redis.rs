@@ -1,7 +1,7 @@
 //! Replicas sharing limits through Redis (issue 13), with real processes: one `redis-server`
 //! (started here on a free port, stopped by PID), three `turnstile serve --redis-url` on their
-//! own data directories, and `turnstile fake-upstream`, which records its maximum in-flight
-//! count. Needs `redis-server` (`.ci/run` installs it; a missing one fails, never skips).
+//! own data directories, and the fake upstream (`turnstile_proxy::fake`, in the test process),
+//! which records its maximum in-flight count. Needs `redis-server` (`.ci/run` installs it; a missing one fails, never skips).
 //!
 //! - End to end: clients of all three replicas acquire, heartbeat, call the upstream and
 //!   release at random: the upstream never serves more calls than the provider's concurrency,

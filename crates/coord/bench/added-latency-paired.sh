@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Added admission latency measured **paired**: two `turnstile serve` processes side by side, one
 # alone and one a replica on Redis (or, with CLUSTER=1, on a Redis Cluster of three primaries),
-# loaded at the same time by one `bench-serve` (`--url A,B --key kA,kB`, 64 clients on
-# each, each at the given rate). Both see the same host at the same instant, so the host's
+# loaded at the same time by one `turnstile-bench serve` (`--url A,B --key kA,kB`, 64 clients
+# on each, each at the given rate). Both see the same host at the same instant, so the host's
 # steal and noise fall on both alike, and the difference of their acquire percentiles is what
 # Redis adds. Prints both, the differences and the host steal.
 #
 #   crates/coord/bench/added-latency-paired.sh [path/to/turnstile] [pairs/s per service] [seconds]
+#   (the load generator: the turnstile-bench beside it, or $TURNSTILE_BENCH_BIN)
 set -euo pipefail
 bin="${1:-target/release/turnstile}"
+. "$(dirname "$0")/../../bench/scripts/lib.sh"
+bench_bin="$(ts_bench_bin "$bin")"
 rate="${2:-1000}"
 seconds="${3:-8}"
 work="$(mktemp -d)"
@@ -62,7 +65,7 @@ start shared "[coordination]
 $coordination"
 shared_url="$url"; shared_key="$key"
 steal_before=$(awk '/^cpu /{print $9}' /proc/stat)
-"$bin" bench-serve --url "$alone_url,$shared_url" --key "$alone_key,$shared_key" \
+"$bench_bin" serve --url "$alone_url,$shared_url" --key "$alone_key,$shared_key" \
   --provider bench-provider --clients 128 --rate "$((2 * rate))" --seconds "$seconds" --json > "$work/bench.json"
 echo "paired at $rate pairs/s each$([ "${CLUSTER:-0}" = 1 ] && echo ', cluster'), host steal $(( $(awk '/^cpu /{print $9}' /proc/stat) - steal_before )) ticks (1/100 s)"
 jq -c '{alone: .perTarget[0].acquireLatency, redis: .perTarget[1].acquireLatency,

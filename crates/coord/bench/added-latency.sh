@@ -3,14 +3,18 @@
 # `turnstile serve` with no Redis, with Redis (default probe / follow intervals), or with Redis
 # and both background intervals at 1 s (to see whether the replica's periodic calls line up
 # with the tail), or through a Redis Cluster of three primaries on this host (`cluster`:
-# `--redis-cluster`, every node a seed). Prints the acquire p50 / p99 / max of `bench-serve --url --rate`, and with
-# Redis its FCALLs and µs per pair (`INFO commandstats`, warm-up included) and the host steal.
+# `--redis-cluster`, every node a seed). Prints the acquire p50 / p99 / max of
+# `turnstile-bench serve --url --rate`, and with Redis its FCALLs and µs per pair (`INFO
+# commandstats`, warm-up included) and the host steal.
 #
 #   crates/coord/bench/added-latency.sh [path/to/turnstile] [none|default|slow|cluster] [pairs/s] [seconds]
+#   (the load generator: the turnstile-bench beside it, or $TURNSTILE_BENCH_BIN)
 #
 # Alternate the modes (and binaries) run by run: the host's speed moves between minutes.
 set -euo pipefail
 bin="${1:-target/release/turnstile}"
+. "$(dirname "$0")/../../bench/scripts/lib.sh"
+bench_bin="$(ts_bench_bin "$bin")"
 mode="${2:-default}"
 rate="${3:-1000}"
 seconds="${4:-8}"
@@ -70,7 +74,7 @@ case "$mode" in
   cluster) redis_cost=(--redis-url "$urls" --redis-cluster) ;;
   *) redis_cost=(--redis-url "redis://127.0.0.1:$port") ;;
 esac
-"$bin" bench-serve --url "$url" --key "$key" --provider bench-provider --rate "$rate" \
+"$bench_bin" serve --url "$url" --key "$key" --provider bench-provider --rate "$rate" \
   --seconds "$seconds" "${redis_cost[@]}" --json > "$work/bench.json"
 echo "mode $mode, host steal $(( $(awk '/^cpu /{print $9}' /proc/stat) - steal_before )) ticks (1/100 s)"
 jq -c '{pairsPerSecond, failures, acquireP50: .acquireLatency.p50Ms, acquireP99: .acquireLatency.p99Ms, acquireMax: .acquireLatency.maxMs, redisUsecPerPair: .redis.usecPerPair, fcalls: .redis.fcalls}' "$work/bench.json"

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Three `turnstile serve` replicas on one redis-server, each loaded by its own `bench-serve`
-# (closed loop), all on this machine; prints each replica's report, the FCALLs and Redis CPU
+# Three `turnstile serve` replicas on one redis-server, each loaded by its own
+# `turnstile-bench serve` (closed loop), all on this machine; prints each replica's report, the FCALLs and Redis CPU
 # per acquire + release pair from INFO (commandstats and used_cpu_*), each process's CPU per
 # pair, and the host's steal (ticks of 1/100 s, /proc/stat) over the run. Figures: docs/performance.md.
 #
 #   crates/coord/bench/three-replicas.sh [path/to/turnstile] [seconds] [clients per replica] [pairs/s per replica]
+#   (the load generator: the turnstile-bench beside it, or $TURNSTILE_BENCH_BIN)
 #
 # Without the fourth argument each generator runs a closed loop (saturation); with it, an open
-# loop at that rate (`bench-serve --rate`). With TIMELINE_DIR set, each generator also writes
-# its pairs to $TIMELINE_DIR/bench{0,1,2}.csv (`bench-serve --timeline`), to see when a tail
-# happened and whether the three replicas stalled together (the host) or one alone. With
-# GENERATOR=one, a single bench-serve drives all three replicas (3 × the clients, client i on
-# replica i mod 3) instead of one generator process per replica.
+# loop at that rate (`turnstile-bench serve --rate`). With TIMELINE_DIR set, each generator also
+# writes its pairs to $TIMELINE_DIR/bench{0,1,2}.csv (`--timeline`), to see when a tail happened
+# and whether the three replicas stalled together (the host) or one alone. With GENERATOR=one, a
+# single `turnstile-bench serve` drives all three replicas (3 × the clients, client i on replica
+# i mod 3) instead of one generator process per replica.
 set -euo pipefail
 bin="${1:-target/release/turnstile}"
+. "$(dirname "$0")/../../bench/scripts/lib.sh"
+bench_bin="$(ts_bench_bin "$bin")"
 seconds="${2:-10}"
 clients="${3:-32}"
 rate_args=()
@@ -83,13 +86,13 @@ if [ "${GENERATOR:-three}" = one ]; then
   one_rate=()
   if [ -n "${4:-}" ]; then one_rate=(--rate "$((3 * $4))"); fi
   gens=(0)
-  "$bin" bench-serve --url "$(IFS=,; echo "${urls[*]}")" --key "${keys[0]}" --provider bench-provider \
+  "$bench_bin" serve --url "$(IFS=,; echo "${urls[*]}")" --key "${keys[0]}" --provider bench-provider \
     --clients "$((3 * clients))" --seconds "$seconds" "${one_rate[@]}" $(timeline_args 0) \
     --json > "$work/bench0.json"
 else
   gens=(0 1 2)
   for i in 0 1 2; do
-    "$bin" bench-serve --url "${urls[$i]}" --key "${keys[$i]}" --provider bench-provider \
+    "$bench_bin" serve --url "${urls[$i]}" --key "${keys[$i]}" --provider bench-provider \
       --clients "$clients" --seconds "$seconds" "${rate_args[@]}" $(timeline_args "$i") \
       --json > "$work/bench$i.json" &
     bench_pids[$i]=$!

@@ -145,7 +145,7 @@ fn two_replicas_share_every_workspaces_limit_whichever_primary_owns_it() {
             let info = node.cli(&["INFO", "commandstats"]);
             most_on_one = most_on_one.max(FcallStats::parse(&info).calls);
         }
-        // What the benchmarks read (`bench-serve --redis-cluster`) is summed over the
+        // What the benchmarks read (`turnstile-bench serve --redis-cluster`) is summed over the
         // primaries: at least the three acquires per workspace, more than any one node ran.
         let stats = RedisStore::new(&cluster.url(), Topology::Cluster, Duration::from_secs(2))
             .unwrap()

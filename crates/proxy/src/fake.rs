@@ -2,7 +2,7 @@
 //! speaks the OpenAI (`/v1/chat/completions`, `/v1/responses`, `/v1/embeddings`,
 //! `/v1/completions`) and Anthropic (`/v1/messages`) wire formats, plain and streamed, with
 //! usage. Point an OpenAI-format upstream at `http://ADDR/v1` and an Anthropic-format one at
-//! `http://ADDR`. Run it alone with `turnstile fake-upstream --port N`.
+//! `http://ADDR`. Run it alone with `turnstile-bench fake-upstream --port N`.
 //!
 //! Each request is scripted by its `x-fake-script` header (the proxy forwards client headers),
 //! a comma-separated list of `key=value` directives:

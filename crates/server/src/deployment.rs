@@ -23,7 +23,7 @@ use std::sync::Arc;
 use turnstile_admission::ProfileChangeRecord;
 use turnstile_admission::{ActualUsage, BreakerTransition, Millis, Outcome, Profile};
 use turnstile_shell::{Command, DriverError, DriverHandle};
-use turnstile_store::service::{AuditRecord, StoredKey};
+use turnstile_store::{AuditRecord, StoredKey};
 
 use crate::error::ApiError;
 use crate::keys::KeyRing;

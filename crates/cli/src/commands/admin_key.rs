@@ -21,7 +21,7 @@ use turnstile_store::{
     AuditKind, AuditRecord, KeyRole, ServiceStoreError, SqliteServiceStore, SERVICE_DB_FILE,
 };
 
-use crate::report::HintExt;
+use turnstile_cli::HintExt;
 
 /// The audit record's schema.
 pub const RESET_SCHEMA: &str = "turnstile-admin-key-reset/v1";

@@ -21,7 +21,7 @@ use turnstile_decision::{
     RulesetStatus, SchedulerPolicy, SchedulerRun,
 };
 
-use crate::report::{HintExt, ResultFailed};
+use turnstile_cli::{HintExt, ResultFailed};
 
 #[derive(Debug, Args)]
 pub struct EvaluateArgs {

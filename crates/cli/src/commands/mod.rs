@@ -1,11 +1,8 @@
-//! One module per top-level subcommand.
+//! One module per top-level subcommand (product commands only; the load tools are the
+//! `turnstile-bench` binary, `crates/bench`).
 
 pub mod admin_key;
-pub mod bench_client;
-pub mod bench_proxy;
-pub mod bench_serve;
 pub mod evaluate;
-pub mod fake_upstream;
 pub mod profile;
 pub mod qualify;
 pub mod roster;

@@ -14,7 +14,7 @@ use clap::Subcommand;
 use serde_json::Value;
 use turnstile_admission::{Limits, LimitsError, Profile, ProfileError, ScopeKind};
 
-use crate::report::HintExt;
+use turnstile_cli::HintExt;
 
 const PROFILE_HINT: &str = "every field is described in docs/profiles.md";
 

@@ -18,7 +18,7 @@ use turnstile_server::Config;
 use turnstile_shell::telemetry::otlp::otlp_pipeline;
 use turnstile_shell::Telemetry;
 
-use crate::report::HintExt;
+use turnstile_cli::HintExt;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {

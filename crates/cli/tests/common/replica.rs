@@ -9,9 +9,7 @@
 //! `TURNSTILE_TEST_REDIS_SERVER` names (`valkey-server`: `.ci/run` runs the replica tests again
 //! against Valkey), checked at start by `INFO server`.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -192,36 +190,19 @@ pub fn wait_for_all(replicas: &[Replica], state: &str, within: Duration) -> Dura
     }
 }
 
-/// A running `turnstile fake-upstream` (killed on drop); `GET /_stats` answers its maximum
-/// in-flight count.
+/// The scripted fake upstream (`turnstile_proxy::fake`), in this test process; `GET /_stats`
+/// answers its maximum in-flight count.
 pub struct FakeUpstream {
-    child: Child,
     pub addr: String,
 }
 
-impl Drop for FakeUpstream {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `turnstile fake-upstream` on a free port.
+/// Starts the fake upstream on a free port (it lives until the test process ends).
 pub fn fake_upstream() -> FakeUpstream {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .arg("fake-upstream")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = lines.next().unwrap().unwrap();
-    let addr = line
-        .strip_prefix("fake-upstream listening on http://")
-        .unwrap()
-        .trim()
-        .to_owned();
-    std::thread::spawn(move || for _ in lines {});
-    FakeUpstream { child, addr }
+    FakeUpstream {
+        addr: turnstile_proxy::fake::FakeUpstream::spawn_thread()
+            .addr
+            .to_string(),
+    }
 }
 
 /// One chat completion from the fake upstream (its first byte after 15 ms).

@@ -3,7 +3,7 @@
 //! while Redis does not answer).
 
 use turnstile_admission::ProfileChangeRecord;
-use turnstile_store::service::{AuditRecord, StoredKey};
+use turnstile_store::{AuditRecord, StoredKey};
 
 use super::Mirror;
 use crate::deployment::{BoxFuture, IdentityStore, NewRevision};

@@ -1,22 +1,22 @@
-//! `turnstile bench-serve`: the load generator runs against an in-process service and reports
-//! what it measured; bad arguments are refused with a clear message.
+//! `turnstile-bench serve` (formerly `turnstile bench-serve`): the load generator runs against
+//! an in-process service and reports what it measured; bad arguments are refused with a clear
+//! message.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 mod common;
+use common::Service;
 
 fn bench_serve(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .arg("bench-serve")
-        .args(args)
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .expect("the turnstile binary runs")
+    let mut command = vec!["serve"];
+    command.extend_from_slice(args);
+    common::bench(&command)
 }
 
-#[test]
-fn bench_serve_in_process_measures_pairs_without_failures() {
-    let output = bench_serve(&[
+/// An in-process run of 4 clients for one second after a 100 ms warm-up, with `more` flags;
+/// its JSON report.
+fn four_clients_for_a_second(more: &[&str]) -> serde_json::Value {
+    let mut args = vec![
         "--clients",
         "4",
         "--seconds",
@@ -24,14 +24,14 @@ fn bench_serve_in_process_measures_pairs_without_failures() {
         "--warmup-ms",
         "100",
         "--json",
-    ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("--json prints one JSON document");
+    ];
+    args.extend_from_slice(more);
+    common::json_report(&bench_serve(&args))
+}
+
+#[test]
+fn bench_serve_in_process_measures_pairs_without_failures() {
+    let report = four_clients_for_a_second(&[]);
     assert_eq!(report["inProcessService"], true);
     assert_eq!(report["clients"], 4);
     let pairs = report["pairs"].as_u64().unwrap();
@@ -64,23 +64,7 @@ fn bench_serve_in_process_measures_pairs_without_failures() {
 fn bench_serve_open_loop_never_offers_more_than_its_rate() {
     // 4 clients sharing 200 pairs/s: one pair every 20 ms per client. The generator must keep
     // to its schedule (never above the rate); a loopback service sustains this easily.
-    let output = bench_serve(&[
-        "--clients",
-        "4",
-        "--rate",
-        "200",
-        "--seconds",
-        "1",
-        "--warmup-ms",
-        "100",
-        "--json",
-    ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = four_clients_for_a_second(&["--rate", "200"]);
     assert_eq!(report["targetPairsPerSecond"], 200.0);
     let pairs = report["pairs"].as_u64().unwrap();
     assert!((100..=204).contains(&pairs), "{report}");
@@ -91,25 +75,8 @@ fn bench_serve_open_loop_never_offers_more_than_its_rate() {
 fn bench_serve_timeline_lists_every_measured_pair_in_start_order() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pairs.csv");
-    let output = bench_serve(&[
-        "--clients",
-        "4",
-        "--rate",
-        "200",
-        "--seconds",
-        "1",
-        "--warmup-ms",
-        "100",
-        "--timeline",
-        path.to_str().unwrap(),
-        "--json",
-    ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report =
+        four_clients_for_a_second(&["--rate", "200", "--timeline", path.to_str().unwrap()]);
     let csv = std::fs::read_to_string(&path).unwrap();
     let mut lines = csv.lines();
     assert_eq!(lines.next(), Some("start_ms,pair_ms,acquire_ms,release_ms"));
@@ -203,42 +170,13 @@ fn bench_serve_against_an_unreachable_service_fails_with_transport_errors() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("no acquire + release pair succeeded"));
 }
 
-/// A real `turnstile serve` on a fresh data directory; its base URL.
-fn start_service(data: &std::path::Path) -> (std::process::Child, String) {
-    let mut service = Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
-        service.stdout.take().expect("piped"),
-    ));
-    let url = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|line| {
-            line.strip_prefix("turnstile serve: listening on ")
-                .map(str::to_owned)
-        })
-        .expect("the service prints its address");
-    std::thread::spawn(move || for _ in lines {});
-    (service, url)
-}
-
 const UNKNOWN_KEY: &str = "tsk_0000000000000000000000000000000000000000000000000000000000000000";
 
-#[test]
-fn bench_serve_counts_refused_requests_by_status() {
-    // A real service and a key it does not know: every acquire is answered 401, each answer is
-    // framed and counted, and the client reconnects after each (a refused request never
-    // poisons the next).
-    let data = tempfile::tempdir().unwrap();
-    let (mut service, url) = start_service(data.path());
-    let output = bench_serve(&[
+/// Two clients for one second, no warm-up, acting with a key no service knows, on `url`; JSON.
+fn bench_serve_with_an_unknown_key(url: &str) -> Output {
+    bench_serve(&[
         "--url",
-        &url,
+        url,
         "--key",
         UNKNOWN_KEY,
         "--clients",
@@ -248,9 +186,17 @@ fn bench_serve_counts_refused_requests_by_status() {
         "--warmup-ms",
         "0",
         "--json",
-    ]);
-    let _ = service.kill();
-    let _ = service.wait();
+    ])
+}
+
+#[test]
+fn bench_serve_counts_refused_requests_by_status() {
+    // A real service and a key it does not know: every acquire is answered 401, each answer is
+    // framed and counted, and the client reconnects after each (a refused request never
+    // poisons the next).
+    let service = Service::start();
+    let output = bench_serve_with_an_unknown_key(&service.url);
+    drop(service);
     assert!(!output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -266,24 +212,10 @@ fn bench_serve_counts_refused_requests_by_status() {
 fn bench_serve_spreads_its_clients_over_several_urls() {
     // Two targets, a live service (401: the key is unknown) and a refused port: with two
     // clients, one goes to each, so both kinds of failure are counted.
-    let data = tempfile::tempdir().unwrap();
-    let (mut service, url) = start_service(data.path());
-    let both = format!("{url},http://127.0.0.1:1");
-    let output = bench_serve(&[
-        "--url",
-        &both,
-        "--key",
-        UNKNOWN_KEY,
-        "--clients",
-        "2",
-        "--seconds",
-        "1",
-        "--warmup-ms",
-        "0",
-        "--json",
-    ]);
-    let _ = service.kill();
-    let _ = service.wait();
+    let service = Service::start();
+    let both = format!("{},http://127.0.0.1:1", service.url);
+    let output = bench_serve_with_an_unknown_key(&both);
+    drop(service);
     assert!(!output.status.success());
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["target"], both.as_str());
@@ -294,45 +226,23 @@ fn bench_serve_spreads_its_clients_over_several_urls() {
 }
 
 /// A running service with the bench profile registered and a key of principal `bench`.
-fn bench_deployment(dir: &std::path::Path) -> (common::Service, String) {
-    let config = dir.join("turnstile.toml");
-    std::fs::write(&config, "demo = false\n").unwrap();
-    let service = common::start(&dir.join("data"), &config, true);
-    let admin = service.admin_key.clone().expect("first start");
-    let profile = serde_json::json!({
+fn bench_deployment() -> (Service, String) {
+    let service = Service::start();
+    let key = service.bench_key(&serde_json::json!({
         "workspace": {"concurrency": 64},
         "providers": {"bench-provider": {"concurrency": 64}},
         "principals": {"bench": {"concurrency": 64}},
-    });
-    let (status, answer) = common::http(
-        &service.addr,
-        "PUT",
-        "/v1/workspaces/bench/profiles/bench-v1",
-        &admin,
-        Some(&profile),
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{answer}");
-    let (status, answer) = common::http(
-        &service.addr,
-        "POST",
-        "/v1/workspaces/bench/keys",
-        &admin,
-        Some(&serde_json::json!({"principalId": "bench"})),
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{answer}");
-    (service, answer["key"].as_str().unwrap().to_owned())
+    }));
+    (service, key)
 }
 
 #[test]
 fn bench_serve_with_a_key_per_url_reports_each_target_apart() {
     // Two separate deployments, each with its own key: a paired run reports each one's figures
     // (the clients of both ran at the same time), in --url order.
-    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (a, a_key) = bench_deployment(a_dir.path());
-    let (b, b_key) = bench_deployment(b_dir.path());
-    let urls = format!("http://{},http://{}", a.addr, b.addr);
+    let (a, a_key) = bench_deployment();
+    let (b, b_key) = bench_deployment();
+    let urls = format!("{},{}", a.url, b.url);
     let keys = format!("{a_key},{b_key}");
     let output = bench_serve(&[
         "--url",
@@ -349,18 +259,13 @@ fn bench_serve_with_a_key_per_url_reports_each_target_apart() {
         "0",
         "--json",
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = common::json_report(&output);
     assert_eq!(report["failures"], serde_json::json!({}), "{report}");
     let targets = report["perTarget"].as_array().expect("perTarget");
     assert_eq!(targets.len(), 2, "{report}");
     let mut total = 0;
-    for (target, addr) in targets.iter().zip([&a.addr, &b.addr]) {
-        assert_eq!(target["url"], format!("http://{addr}"));
+    for (target, url) in targets.iter().zip([&a.url, &b.url]) {
+        assert_eq!(target["url"], url.as_str());
         let pairs = target["pairs"].as_u64().unwrap();
         assert!(pairs > 0, "{report}");
         assert!(target["acquireLatency"]["p99Ms"].as_f64().unwrap() > 0.0);

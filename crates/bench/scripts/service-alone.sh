@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# The service alone: one `turnstile serve` process and a `bench-serve --url` load generator in
-# another process on the same machine, so the service's own CPU per acquire + release pair can
-# be read from /proc (the in-process `bench-serve` cannot tell its load generator's CPU from
-# the service's). Prints the generator's report and the service process's CPU per pair.
+# The service alone: one `turnstile serve` process and a `turnstile-bench serve --url` load
+# generator in another process on the same machine, so the service's own CPU per acquire +
+# release pair can be read from /proc (the in-process `turnstile-bench serve` cannot tell its
+# load generator's CPU from the service's). Prints the generator's report and the service
+# process's CPU per pair.
 #
-#   crates/cli/bench/service-alone.sh [path/to/turnstile serve] [path/to/turnstile bench-serve] [seconds] [pairs/s]
+#   crates/bench/scripts/service-alone.sh [path/to/turnstile] [path/to/turnstile-bench] [seconds] [pairs/s]
 #
+# The second argument defaults to the turnstile-bench beside the first (ts_bench_bin in lib.sh).
 # Without the fourth argument the generator runs a closed loop (saturation). Figures:
 # docs/performance.md.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 serve_bin="${1:-target/release/turnstile}"
-gen_bin="${2:-$serve_bin}"
+gen_bin="${2:-$(ts_bench_bin "$serve_bin")}"
 seconds="${3:-6}"
 rate_args=()
 if [ -n "${4:-}" ]; then rate_args=(--rate "$4"); fi
@@ -27,7 +29,7 @@ key="$(ts_new_key "$url" "$admin" bench bench)"
 ticks() { ts_cpu_ticks "$pid"; }
 hz=$(getconf CLK_TCK)
 before=$(ticks)
-"$gen_bin" bench-serve --url "$url" --key "$key" --provider bench-provider \
+"$gen_bin" serve --url "$url" --key "$key" --provider bench-provider \
   --seconds "$seconds" "${rate_args[@]}" --json > "$work/bench.json"
 after=$(ticks)
 jq -c '{pairs, pairsPerSecond, failures, pairP50: .pairLatency.p50Ms, pairP99: .pairLatency.p99Ms, pairMax: .pairLatency.maxMs, requestP99: .requestLatency.p99Ms, wallSeconds, generatorCpuSeconds: .processCpuSeconds}' "$work/bench.json"

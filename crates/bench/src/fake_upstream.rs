@@ -1,4 +1,4 @@
-//! `turnstile fake-upstream` (hidden): the scripted fake provider of `turnstile_proxy::fake`,
+//! `turnstile-bench fake-upstream`: the scripted fake provider of `turnstile_proxy::fake`,
 //! on its own, for the SDK tests (`clients/proxy-sdk-tests`) and manual trials.
 //!
 //! Prints one line, `fake-upstream listening on http://ADDR`, then serves until killed. Point

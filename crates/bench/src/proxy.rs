@@ -1,4 +1,5 @@
-//! `turnstile bench-proxy`: what proxy mode adds to a model call.
+//! `turnstile-bench proxy` (formerly `turnstile bench-proxy`): what proxy mode adds to a model
+//! call.
 //!
 //! One process, three tokio runtimes with their own named threads: the scripted fake upstream
 //! (`ts-fake`), a turnstile service with the proxy routes in front of it (`ts-svc`), and the
@@ -16,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::bench_serve::{percentile_ms, register_bench_principal};
+use crate::serve::{percentile_ms, register_bench_principal};
 use anyhow::{bail, Context};
 use bytes::Bytes;
 use clap::Args;
@@ -33,7 +34,7 @@ use turnstile_proxy::config::{ApiFormat, ModelConfig, UpstreamConfig};
 use turnstile_proxy::fake::FakeUpstream;
 
 #[derive(Debug, Args)]
-pub struct BenchProxyArgs {
+pub struct ProxyArgs {
     /// Concurrencies to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 64])]
     pub clients: Vec<usize>,
@@ -92,7 +93,7 @@ struct Report {
     added: Vec<Comparison>,
 }
 
-pub fn run(args: BenchProxyArgs) -> anyhow::Result<()> {
+pub fn run(args: ProxyArgs) -> anyhow::Result<()> {
     if args.clients.is_empty() || args.clients.contains(&0) || args.seconds == 0 {
         bail!("--clients and --seconds must be at least 1");
     }

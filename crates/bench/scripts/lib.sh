@@ -1,9 +1,10 @@
 # Shared setup of the bench scripts: a scratch directory cleaned up at exit, redis-server on a
-# free port, `turnstile serve` processes, the bench profile and principal keys. Sourced, not
-# run (crates/cli/bench/service-alone.sh; written so that crates/coord/bench/*.sh, which still
-# spell the same steps out, can source it too):
+# free port, `turnstile serve` processes, the bench profile and principal keys, and the
+# `turnstile-bench` binary that loads them. Sourced, not run (crates/bench/scripts/service-alone.sh;
+# crates/coord/bench/*.sh source it for ts_bench_bin and still spell the other steps out):
 #
-#   . "$(dirname "$0")/../../cli/bench/lib.sh"   # from crates/coord/bench
+#   . "$(dirname "$0")/../../bench/scripts/lib.sh"   # from crates/coord/bench
+#   bench="$(ts_bench_bin "$bin")"                # turnstile-bench beside $bin
 #   ts_init                                       # $TS_WORK, the EXIT trap
 #   ts_redis                                      # $TS_REDIS_PORT, $TS_REDIS_URL (REDIS_ARGS adds options)
 #   ts_serve "$bin" "$TS_WORK/r1" --redis-url "$TS_REDIS_URL"   # $TS_SERVE_PID, $TS_SERVE_URL
@@ -41,6 +42,19 @@ ts_cleanup() {
 # Stops PID at exit.
 ts_track() {
   ts_pids+=("$1")
+}
+
+# ts_bench_bin TURNSTILE_BIN: prints the `turnstile-bench` binary that runs the load tools:
+# $TURNSTILE_BENCH_BIN when set, else the one beside TURNSTILE_BIN (cargo builds both into one
+# directory: `cargo build --release -p turnstile -p turnstile-bench`). A missing one is an
+# error that names the build command.
+ts_bench_bin() {
+  local bench="${TURNSTILE_BENCH_BIN:-$(dirname "$1")/turnstile-bench}"
+  if [ ! -x "$bench" ]; then
+    echo "error: no $bench: cargo build --release -p turnstile-bench (or set TURNSTILE_BENCH_BIN)" >&2
+    return 1
+  fi
+  printf '%s\n' "$bench"
 }
 
 # Prints a free TCP port on loopback.
