@@ -29,6 +29,7 @@
 
 pub mod actor;
 pub mod api;
+mod assemble;
 pub mod auth;
 pub mod body;
 pub mod bootstrap;
@@ -57,6 +58,7 @@ pub mod slots;
 pub mod status;
 pub mod ui;
 
+pub use assemble::{start, start_with_telemetry};
 pub use bootstrap::BootstrapKeys;
 pub use config::{Config, ConfigError};
-pub use serve::{start, start_with_telemetry, Restored, RunningServer, ServerError};
+pub use serve::{Restored, RunningServer, ServerError};

@@ -36,26 +36,21 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
-use turnstile_admission::{BudgetBounds, Registry};
-use turnstile_store::{LeaseLog, ServiceStore, SqliteServiceStore};
 
-use crate::api::{AppParts, AppState};
-use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
+use crate::api::AppState;
+use crate::bootstrap::{BootstrapError, BootstrapKeys};
 use crate::checkpoint::{self, BucketCheckpoint, CheckpointError};
-use crate::config::{Config, ConfigError};
+use crate::config::ConfigError;
 use crate::conn::DeadlineIo;
 use crate::metrics::Cut;
-use turnstile_shell::{Clock, Driver, DriverConfig, DriverHandle, Feed, LeaseMetrics, Telemetry};
+use turnstile_shell::DriverHandle;
 
 use crate::data_lock::{DataDirLock, DataLockError};
-use crate::journal::{LastGrant, StoreJournal};
-use crate::keys::KeyRing;
+use crate::journal::LastGrant;
 use crate::metrics::Metrics;
-use crate::persist::StoreHandle;
 use crate::recover::{self, RecoverError};
 use crate::routes::router;
 use crate::slots::Slots;
-use turnstile_coord::Coordinator;
 
 /// A failure to start or run the service.
 #[derive(Debug, thiserror::Error)]
@@ -94,15 +89,15 @@ pub enum ServerError {
 /// A started service. Dropping it without [`RunningServer::shutdown`] leaves it running until
 /// the runtime ends.
 pub struct RunningServer {
-    addr: SocketAddr,
-    bootstrap: Option<BootstrapKeys>,
-    joining: Option<crate::identity::join::Joining>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Stopped>,
-    metrics: Arc<Metrics>,
-    restored: Restored,
+    pub(crate) addr: SocketAddr,
+    pub(crate) bootstrap: Option<BootstrapKeys>,
+    pub(crate) joining: Option<crate::identity::join::Joining>,
+    pub(crate) shutdown: Option<oneshot::Sender<()>>,
+    pub(crate) task: JoinHandle<Stopped>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) restored: Restored,
     /// Held while the server runs: no second process serves the same data directory.
-    _data_lock: DataDirLock,
+    pub(crate) _data_lock: DataDirLock,
 }
 
 /// What this start put back from the previous process (counts only, never IDs).
@@ -172,258 +167,18 @@ impl RunningServer {
     }
 }
 
-/// Opens the store, reloads state, binds and starts serving, with telemetry on the global
-/// OpenTelemetry providers. Must run inside a tokio runtime.
-pub async fn start(config: Config) -> Result<RunningServer, ServerError> {
-    start_with_telemetry(config, Telemetry::global()).await
-}
-
-/// [`start`] with a given telemetry handle (its tracer receives one `decision.admit` span per
-/// admission request; a granted lease's span stays open until the lease ends).
-pub async fn start_with_telemetry(
-    config: Config,
-    telemetry: Telemetry,
-) -> Result<RunningServer, ServerError> {
-    config.validate()?;
-    let config = Arc::new(config);
-    // Before anything reads or writes the directory: one process per data directory.
-    let data_lock = DataDirLock::acquire(&config.data_dir)?;
-    let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
-    let (lease_log, recovered) = LeaseLog::open(
-        &config.data_dir,
-        config.leases.durability.store(),
-        config.leases.segment_bytes,
-    )?;
-    let clock = Clock::system();
-    let mut registry = Registry::new();
-    registry.set_budget_bounds(BudgetBounds {
-        idle_ms: Some(config.budgets.idle_ms),
-        max_open: Some(config.budgets.max_open_per_workspace),
-    });
-    // Replicas: keys, registrations and the audit log are the deployment's (a mirror of the
-    // shared feed): seed, adopt or catch up before anything is read from the store.
-    let identity = match &config.coordination.redis_url {
-        Some(url) => {
-            let timeout = Duration::from_millis(config.coordination.identity_timeout_ms());
-            let topology = config.coordination.topology();
-            let redis = turnstile_coord::IdentityStore::new(url, topology, timeout)
-                .map_err(ServerError::Coordination)?;
-            let joined =
-                crate::identity::join::join(&mut store, &redis, config.demo, clock.now_ms())
-                    .await?;
-            Some((redis, joined))
-        }
-        None => None,
-    };
-    bootstrap::replay(&store, &mut registry)?;
-    let bootstrap_keys = match &identity {
-        Some((_, joined)) => joined.bootstrap.clone(),
-        None => bootstrap::first_start(&mut store, &mut registry, config.demo, clock.now_ms())?,
-    };
-    // What the previous process charged and granted counts again before anything is answered,
-    // and its lanes' pauses, open breakers and spent rate buckets hold again (the leases are
-    // reinstated into the driver below, after the buckets are drained).
-    // A clean stop left its bucket levels (`crate::checkpoint`): used once at most.
-    recover::restore_spend(&recovered.spend, &mut registry, clock.now_ms())?;
-    let found = checkpoint::read(&config.data_dir);
-    let had_checkpoint = !matches!(found, Ok(None));
-    let lane_state = recover::restore_lane_state(&recovered, found, &mut registry, clock.now_ms());
-    let last_grant = LastGrant::new(recovered.last_grant_at_ms);
-    let keys = Arc::new(KeyRing::from_stored(&store.keys()?));
-
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| ServerError::Bind {
-        addr: config.listen,
-        source,
-    })?;
-
-    let metrics = Arc::new(Metrics::default());
-    if lane_state.checkpoint_ignored.is_some() {
-        metrics
-            .bucket_checkpoints_ignored
-            .fetch_add(1, Ordering::Relaxed);
-    }
-    let boxed: Box<dyn ServiceStore> = Box::new(store);
-    let (store, store_thread) =
-        StoreHandle::spawn(boxed, metrics.clone()).map_err(ServerError::Thread)?;
-    let lease_metrics = Arc::new(LeaseMetrics::default());
-    let feed = Feed::new();
-    // Replicas: one probe before the first answer, so a reachable Redis is shared from the
-    // first admission; then the background task probes and renews.
-    let coord = match config.coordination.coord()? {
-        Some(coord_config) => {
-            let coord = Coordinator::new(coord_config).map_err(ServerError::Coordination)?;
-            crate::shared::adopt_reinstated(&coord, &registry, &recovered.leases);
-            coord.tick(clock.now_ms(), false).await;
-            let task_clock = clock;
-            tokio::spawn(coord.clone().run(move || task_clock.now_ms()));
-            Some(coord)
-        }
-        None => None,
-    };
-    // Replicas: breaker transitions and pauses are shared through the feed; the driver starts
-    // journaling before the mirror exists, so they wait in a channel the mirror reads.
-    let (shared_audit, audit_records) = match &identity {
-        Some(_) => {
-            let (audit, records) = crate::journal::SharedAudit::channel();
-            (audit, Some(records))
-        }
-        None => (crate::journal::SharedAudit::default(), None),
-    };
-    let (mut driver, driver_handle) = Driver::new(
-        registry,
-        clock,
-        DriverConfig {
-            lease_ttl_ms: Some(config.leases.ttl_ms),
-        },
-        Box::new(
-            StoreJournal::new(store.clone(), lease_log, metrics.clone())
-                .with_coordination(coord.clone())
-                .with_shared_audit(shared_audit.clone())
-                .with_last_grant(last_grant.clone()),
-        ),
-        lease_metrics.clone(),
-    );
-    let reinstated = recover::reinstate_leases(recovered.leases, &mut driver)?;
-    let joining = identity.as_ref().map(|(_, joined)| joined.how.clone());
-    let mirror = match identity {
-        Some((redis, joined)) => {
-            let mirror = crate::identity::Mirror::new(
-                redis,
-                joined.cursor,
-                (store.clone(), keys.clone(), driver_handle.clone(), clock),
-            )
-            .map_err(ServerError::Coordination)?;
-            let every = Duration::from_millis(config.coordination.follow_every_ms);
-            tokio::spawn(mirror.clone().follow(every));
-            if let Some(records) = audit_records {
-                tokio::spawn(mirror.clone().share_audit_from(records));
-            }
-            Some(mirror)
-        }
-        None => None,
-    };
-    let driver_task = tokio::spawn(driver.with_feed(feed.clone()).run());
-
-    let mut proxy = turnstile_proxy::Proxy::new(
-        config.proxy.clone(),
-        |name| std::env::var(name).ok(),
-        driver_handle.clone(),
-        telemetry.clone(),
-        turnstile_proxy::HostLimits {
-            body_read_timeout: Duration::from_millis(config.http.body_read_timeout_ms),
-            body_min_bytes_per_sec: config.http.body_min_bytes_per_sec,
-            max_retry_after_ms: config.admission.max_retry_after_ms,
-        },
-    )?;
-    // Replicas: the shared limits, installed once; proxied calls take the same shared step as
-    // `POST /v1/admissions`.
-    let shared: turnstile_shell::SharedHook = coord.as_ref().map(|coord| {
-        Arc::new(crate::shared::CoordLimits {
-            clock,
-            coord: coord.clone(),
-        }) as Arc<dyn turnstile_shell::SharedLimits>
-    });
-    if let Some(shared) = &shared {
-        proxy = proxy.with_shared(shared.clone());
-    }
-    let proxy = Arc::new(proxy);
-    let ready = Arc::new(AtomicBool::new(false));
-    let key_slots = Slots::new(config.http.max_requests_per_key);
-    let pending = Slots::new(config.admission.max_pending_per_key);
-    // The deployment mode, chosen once: handlers call these without asking which it is.
-    let (identity_store, books): (
-        Arc<dyn crate::deployment::IdentityStore>,
-        Arc<dyn crate::deployment::SharedBooks>,
-    ) = (
-        match &mirror {
-            Some(mirror) => mirror.clone(),
-            None => Arc::new(crate::deployment::LocalIdentity {
-                store: store.clone(),
-                keys: keys.clone(),
-                driver: driver_handle.clone(),
-            }),
-        },
-        match &coord {
-            Some(coord) => Arc::new(crate::shared::CoordLimits {
-                clock,
-                coord: coord.clone(),
-            }),
-            None => Arc::new(crate::deployment::SingleNode),
-        },
-    );
-    let state = AppState::new(AppParts {
-        key_slots,
-        pending,
-        driver: driver_handle.clone(),
-        store,
-        keys,
-        metrics: metrics.clone(),
-        lease_metrics,
-        clock,
-        config: config.clone(),
-        ready: ready.clone(),
-        telemetry,
-        feed,
-        proxy,
-        shared,
-        coord,
-        mirror: mirror.clone(),
-        identity: identity_store,
-        books,
-    });
-    // Restored (or not usable): gone before anything is served, so a later crash never finds
-    // these levels (see `crate::checkpoint`).
-    if had_checkpoint {
-        checkpoint::remove(&config.data_dir)?;
-    }
-    let (shutdown_tx, shutdown_rx) = oneshot::channel();
-    let task = tokio::spawn(accept_loop(
-        listener,
-        state,
-        shutdown_rx,
-        AcceptParts {
-            driver: driver_handle,
-            driver_task,
-            store_thread,
-            ready: ready.clone(),
-            mirror,
-            last_grant,
-        },
-    ));
-    ready.store(true, Ordering::Relaxed);
-    Ok(RunningServer {
-        addr,
-        bootstrap: bootstrap_keys,
-        joining,
-        shutdown: Some(shutdown_tx),
-        task,
-        metrics,
-        restored: Restored {
-            leases: reinstated,
-            lanes: lane_state,
-        },
-        _data_lock: data_lock,
-    })
-}
-
-struct AcceptParts {
+pub(crate) struct AcceptParts {
     /// Replicas: the follower of the shared identity feed (stopped at shutdown).
-    mirror: Option<Arc<crate::identity::Mirror>>,
-    driver: DriverHandle,
-    driver_task: JoinHandle<()>,
-    store_thread: std::thread::JoinHandle<()>,
-    ready: Arc<AtomicBool>,
+    pub(crate) mirror: Option<Arc<crate::identity::Mirror>>,
+    pub(crate) driver: DriverHandle,
+    pub(crate) driver_task: JoinHandle<()>,
+    pub(crate) store_thread: std::thread::JoinHandle<()>,
+    pub(crate) ready: Arc<AtomicBool>,
     /// The lease log's latest grant, for the bucket checkpoint.
-    last_grant: LastGrant,
+    pub(crate) last_grant: LastGrant,
 }
 
-async fn accept_loop(
+pub(crate) async fn accept_loop(
     listener: TcpListener,
     state: AppState,
     mut shutdown: oneshot::Receiver<()>,
