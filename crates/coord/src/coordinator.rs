@@ -45,6 +45,7 @@ use crate::health::{Health, HealthCell};
 use crate::keys::WorkspaceKeys;
 use crate::lane_keys::{LaneKeys, LaneMemo, ReleaseOf};
 use crate::link::Topology;
+use crate::metrics::CoordMetrics;
 use crate::protocol::Word;
 use crate::share::DegradedShare;
 use crate::spec::LaneSpec;
@@ -129,17 +130,6 @@ pub enum Admission {
     Unavailable,
 }
 
-/// Counters for `/metrics` (no labels but the state).
-#[derive(Debug, Default)]
-pub struct CoordMetrics {
-    pub errors: AtomicU64,
-    pub degraded_admissions: AtomicU64,
-    pub reconciliations: AtomicU64,
-    pub shared_admissions: AtomicU64,
-    /// Shared acquires refused because another principal's turn came first.
-    pub turns: AtomicU64,
-}
-
 /// A lease this replica holds in the shared limits (opaque to hosts): its lane's key names
 /// (shared by every lease of the lane, [`LaneKeys`]) and what is its own.
 pub struct HeldShared {
@@ -190,7 +180,7 @@ pub struct Coordinator {
     config: CoordConfig,
     replica: String,
     next: AtomicU64,
-    health: HealthCell,
+    health: Arc<HealthCell>,
     inner: Mutex<Inner>,
     /// The key names and argument pieces of the lanes this replica coordinates (bounded).
     lanes: Mutex<LaneMemo>,
@@ -198,7 +188,7 @@ pub struct Coordinator {
     released: Notify,
     /// The kind of the last failed call ([`CoordError::kind`]).
     last_failure: Mutex<Option<&'static str>>,
-    pub metrics: CoordMetrics,
+    pub metrics: Arc<CoordMetrics>,
 }
 
 fn random_replica_id() -> String {
@@ -226,17 +216,22 @@ impl Coordinator {
             config,
             replica: random_replica_id(),
             next: AtomicU64::new(0),
-            health: HealthCell::new(),
+            health: Arc::new(HealthCell::new()),
             inner: Mutex::new(Inner::default()),
             lanes: Mutex::new(lanes),
             released: Notify::new(),
             last_failure: Mutex::new(None),
-            metrics: CoordMetrics::default(),
+            metrics: Arc::default(),
         }))
     }
 
     pub fn health(&self) -> Health {
         self.health.get()
+    }
+
+    /// The health cell itself (what the `/metrics` collector reads).
+    pub(crate) fn health_cell(&self) -> Arc<HealthCell> {
+        Arc::clone(&self.health)
     }
 
     pub fn config(&self) -> &CoordConfig {
@@ -679,56 +674,6 @@ impl Coordinator {
             .entry(pause_key.to_owned())
             .or_insert_with(|| (keys.clone(), pause_key.to_owned(), until));
         entry.2 = entry.2.max(until);
-    }
-
-    /// The `/metrics` lines of coordination: the state gauge (one series per state, 1 for the
-    /// current one) and the counters. No tenant ID in any label.
-    pub fn render_metrics(&self) -> String {
-        let mut text = String::from(
-            "# HELP turnstile_coordination_state Whether this replica shares limits through Redis (healthy), enforces its declared share alone (degraded), or is merging back (reconciling).\n# TYPE turnstile_coordination_state gauge\n",
-        );
-        let current = self.health.get();
-        for state in Health::ALL {
-            text.push_str(&format!(
-                "turnstile_coordination_state{{state=\"{}\"}} {}\n",
-                state.as_str(),
-                u8::from(state == current)
-            ));
-        }
-        let counters = [
-            (
-                "turnstile_coordination_errors_total",
-                "Redis calls that failed or timed out.",
-                &self.metrics.errors,
-            ),
-            (
-                "turnstile_coordination_shared_admissions_total",
-                "Admissions granted through the shared limits.",
-                &self.metrics.shared_admissions,
-            ),
-            (
-                "turnstile_coordination_degraded_admissions_total",
-                "Admissions granted on the declared share while degraded.",
-                &self.metrics.degraded_admissions,
-            ),
-            (
-                "turnstile_coordination_turns_total",
-                "Shared acquires that waited because another principal was further behind its share (fair turns).",
-                &self.metrics.turns,
-            ),
-            (
-                "turnstile_coordination_reconciliations_total",
-                "Recoveries: live leases registered again and pauses merged.",
-                &self.metrics.reconciliations,
-            ),
-        ];
-        for (name, help, counter) in counters {
-            text.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
-                counter.load(Ordering::Relaxed)
-            ));
-        }
-        text
     }
 
     /// Deletes an invocation's shared budget lines (best effort: degraded, they expire).

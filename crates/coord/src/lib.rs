@@ -34,6 +34,7 @@ pub mod identity;
 pub mod keys;
 pub mod lane_keys;
 pub mod link;
+mod metrics;
 pub mod protocol;
 pub(crate) mod resp;
 pub mod share;
@@ -44,12 +45,13 @@ pub mod verdict;
 
 pub use breaker::{BreakerState, Outcome};
 pub use coordinator::{
-    Admission, CoordConfig, CoordMetrics, Coordinator, HeldShared, Mode, DEFAULT_TURN_WINDOW_MS,
+    Admission, CoordConfig, Coordinator, HeldShared, Mode, DEFAULT_TURN_WINDOW_MS,
 };
 pub use error::CoordError;
 pub use health::Health;
 pub use identity::IdentityStore;
 pub use link::Topology;
+pub use metrics::CoordMetrics;
 pub use share::{DegradedShare, InvalidShare};
 pub use spec::{BreakerSpec, BucketSpec, LaneSpec, ScopeLimits};
 pub use store::RedisStore;
