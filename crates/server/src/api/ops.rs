@@ -139,3 +139,32 @@ pub async fn not_found() -> ApiError {
 pub async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_bytes_are_what_readyz_has_always_answered() {
+        let json = |r: &Readiness| serde_json::to_string(r).unwrap();
+        assert_eq!(json(&Readiness::of(false)), r#"{"status":"not-ready"}"#);
+        assert_eq!(json(&Readiness::of(true)), r#"{"status":"ready"}"#);
+        let replica = Readiness {
+            coordination: Some("healthy"),
+            ..Readiness::of(true)
+        };
+        assert_eq!(
+            json(&replica),
+            r#"{"status":"ready","coordination":"healthy"}"#
+        );
+        let failing = Readiness {
+            coordination: Some("degraded"),
+            coordination_failure: Some("timeout"),
+            ..Readiness::of(false)
+        };
+        assert_eq!(
+            json(&failing),
+            r#"{"status":"not-ready","coordination":"degraded","coordinationFailure":"timeout"}"#
+        );
+    }
+}
