@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use turnstile_shell::{family, Collector, DescriptorEncoder, Kind};
+use turnstile_shell::{metric_family, Collector, DescriptorEncoder, MetricKind};
 
 /// How a proxied call ended, as counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,11 +153,11 @@ impl ProxyMetrics {
 impl Collector for ProxyMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut series = family(
+        let mut series = metric_family(
             &mut encoder,
             "turnstile_proxy_calls",
             "Proxied calls by provider lane and how they ended (upstream status class).",
-            Kind::Counter,
+            MetricKind::Counter,
         )?;
         for (lane, c) in &self.lanes {
             for (i, class) in CallClass::ALL.iter().enumerate() {
@@ -167,11 +167,11 @@ impl Collector for ProxyMetrics {
                 )?;
             }
         }
-        let mut series = family(
+        let mut series = metric_family(
             &mut encoder,
             "turnstile_proxy_usage_tokens",
             "Tokens settled on proxied calls (provider-reported, or the estimate when none was).",
-            Kind::Counter,
+            MetricKind::Counter,
         )?;
         for (lane, c) in &self.lanes {
             series.labelled(
@@ -183,20 +183,20 @@ impl Collector for ProxyMetrics {
                 get(&c.output_tokens),
             )?;
         }
-        let mut series = family(
+        let mut series = metric_family(
             &mut encoder,
             "turnstile_proxy_settled_cost_micro_usd",
             "Cost settled on proxied calls, in micro-USD.",
-            Kind::Counter,
+            MetricKind::Counter,
         )?;
         for (lane, c) in &self.lanes {
             series.labelled(&[("lane", lane.as_str())], get(&c.cost_micro_usd))?;
         }
-        let mut series = family(
+        let mut series = metric_family(
             &mut encoder,
             "turnstile_proxy_settlements",
             "Leases settled after an upstream answer, by basis (estimate: no usage reported).",
-            Kind::Counter,
+            MetricKind::Counter,
         )?;
         for (lane, c) in &self.lanes {
             series.labelled(
@@ -208,11 +208,11 @@ impl Collector for ProxyMetrics {
                 get(&c.estimated),
             )?;
         }
-        let mut series = family(
+        let mut series = metric_family(
             &mut encoder,
             "turnstile_proxy_upstream_pauses",
             "Upstream 429s that paused the provider lane.",
-            Kind::Counter,
+            MetricKind::Counter,
         )?;
         for (lane, c) in &self.lanes {
             series.labelled(&[("lane", lane.as_str())], get(&c.pauses))?;

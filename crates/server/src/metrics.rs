@@ -13,7 +13,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use turnstile_shell::{family, plain, Collector, DescriptorEncoder, Kind};
+use turnstile_shell::{metric_family, plain_metrics, Collector, DescriptorEncoder, MetricKind};
 
 /// Why the service cut a connection or refused a request before its handler ran: one
 /// `turnstile_http_cuts_total{kind}` series each.
@@ -103,52 +103,52 @@ impl Metrics {
 impl Collector for Metrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let get = |value: &AtomicU64| value.load(Ordering::Relaxed);
-        plain(
+        plain_metrics(
             &mut encoder,
             &[
                 (
                     "turnstile_http_connections_open",
-                    Kind::Gauge,
+                    MetricKind::Gauge,
                     "Open HTTP connections.",
                     get(&self.connections_open),
                 ),
                 (
                     "turnstile_http_connections",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Accepted HTTP connections.",
                     get(&self.connections_total),
                 ),
                 (
                     "turnstile_store_errors",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Failed writes to the durable store.",
                     get(&self.store_errors),
                 ),
                 (
                     "turnstile_actual_tokens",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Tokens reported as actually used on release.",
                     get(&self.actual_tokens),
                 ),
                 (
                     "turnstile_actual_cost_micro_usd",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Cost reported as actually spent on release, in micro-USD.",
                     get(&self.actual_cost_micro_usd),
                 ),
                 (
                     "turnstile_bucket_checkpoints_ignored",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Bucket checkpoints of a clean stop found at the start but not used (stale or unreadable): the rate buckets were drained instead.",
                     get(&self.bucket_checkpoints_ignored),
                 ),
             ],
         )?;
-        let mut series = family(
+        let mut series = metric_family(
             &mut encoder,
             "turnstile_http_cuts",
             "Connections closed or requests refused by a deadline or a cap, by kind.",
-            Kind::Counter,
+            MetricKind::Counter,
         )?;
         for cut in Cut::ALL {
             series.labelled(&[("kind", cut.label())], self.cuts_of(cut))?;

@@ -18,14 +18,16 @@
 //!   OpenTelemetry exporter, each admission would instead go through the SDK's attribute-set
 //!   lookup (a hash and a lock per add) into an aggregation the exporter reads back.
 //! - **`_total`.** The library adds the suffix to counters, so a family is named here without
-//!   it ([`Kind::Counter`]); the series names on `/metrics` are unchanged.
+//!   it ([`MetricKind::Counter`]); the series names on `/metrics` are unchanged.
 //! - **Labels** are borrowed `(&str, &str)` pairs from closed vocabularies, escaped by the
 //!   library. No exemplars (OpenMetrics only; none are recorded).
 //!
 //! # Invariants
 //!
-//! - Every family is written through [`family`] (or [`plain`]), so it has exactly one HELP and
-//!   one TYPE line, before its series; a family with no series yet keeps its HELP and TYPE.
+//! - Every family is written through [`metric_family`] (or [`plain_metrics`]), so it has
+//!   exactly one HELP and one TYPE line, before its series; a family with no series yet keeps
+//!   its HELP and TYPE. (Coordination, in `turnstile-coord`, which does not depend on this
+//!   crate, calls the same library's `encode_descriptor` directly.)
 //! - No principal, workspace, budget or lease ID is ever a label: the labels each collector
 //!   writes are closed vocabularies, or the proxy's provider lanes (fixed at start).
 
@@ -46,7 +48,7 @@ pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// What a family is: the closed vocabulary of the families on `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum MetricKind {
     /// Only grows; its name is given without `_total`, which the encoder adds.
     Counter,
     /// Goes up and down.
@@ -81,28 +83,29 @@ impl Exposition {
     }
 }
 
-/// One family being written: its HELP and TYPE lines are out; [`Series::labelled`] adds series.
-pub struct Series<'a> {
+/// One family being written: its HELP and TYPE lines are out; [`MetricSeries::labelled`] adds
+/// series.
+pub struct MetricSeries<'a> {
     encoder: MetricEncoder<'a>,
-    kind: Kind,
+    kind: MetricKind,
 }
 
 /// Starts the family `name` (a counter's without `_total`) with its HELP and TYPE lines.
-pub fn family<'a>(
+pub fn metric_family<'a>(
     encoder: &'a mut DescriptorEncoder<'_>,
     name: &'a str,
     help: &str,
-    kind: Kind,
-) -> Result<Series<'a>, fmt::Error> {
+    kind: MetricKind,
+) -> Result<MetricSeries<'a>, fmt::Error> {
     let metric_type = match kind {
-        Kind::Counter => MetricType::Counter,
-        Kind::Gauge => MetricType::Gauge,
+        MetricKind::Counter => MetricType::Counter,
+        MetricKind::Gauge => MetricType::Gauge,
     };
     let encoder = encoder.encode_descriptor(name, help, None, metric_type)?;
-    Ok(Series { encoder, kind })
+    Ok(MetricSeries { encoder, kind })
 }
 
-impl Series<'_> {
+impl MetricSeries<'_> {
     /// One series of the family, with `labels` (in this order).
     pub fn labelled(&mut self, labels: &[(&str, &str)], value: u64) -> fmt::Result {
         let encoder = self.encoder.encode_family(&labels)?;
@@ -115,20 +118,20 @@ impl Series<'_> {
     }
 }
 
-fn write(kind: Kind, encoder: MetricEncoder<'_>, value: u64) -> fmt::Result {
+fn write(kind: MetricKind, encoder: MetricEncoder<'_>, value: u64) -> fmt::Result {
     match kind {
-        Kind::Counter => ConstCounter::new(value).encode(encoder),
-        Kind::Gauge => ConstGauge::new(value).encode(encoder),
+        MetricKind::Counter => ConstCounter::new(value).encode(encoder),
+        MetricKind::Gauge => ConstGauge::new(value).encode(encoder),
     }
 }
 
 /// Families of one unlabelled series each: `(name, kind, help, value)`.
-pub fn plain(
+pub fn plain_metrics(
     encoder: &mut DescriptorEncoder<'_>,
-    families: &[(&str, Kind, &str, u64)],
+    families: &[(&str, MetricKind, &str, u64)],
 ) -> fmt::Result {
     for &(name, kind, help, value) in families {
-        family(encoder, name, help, kind)?.value(value)?;
+        metric_family(encoder, name, help, kind)?.value(value)?;
     }
     Ok(())
 }
@@ -142,10 +145,10 @@ mod tests {
 
     impl Collector for Two {
         fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-            plain(&mut encoder, &[("a", Kind::Gauge, "A gauge.", 3)])?;
-            let mut series = family(&mut encoder, "b", "B counts.", Kind::Counter)?;
+            plain_metrics(&mut encoder, &[("a", MetricKind::Gauge, "A gauge.", 3)])?;
+            let mut series = metric_family(&mut encoder, "b", "B counts.", MetricKind::Counter)?;
             series.labelled(&[("k", "x"), ("j", "y")], 2)?;
-            family(&mut encoder, "c", "Nothing yet.", Kind::Counter)?;
+            metric_family(&mut encoder, "c", "Nothing yet.", MetricKind::Counter)?;
             Ok(())
         }
     }

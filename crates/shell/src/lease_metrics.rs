@@ -9,7 +9,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::exposition::{plain, Collector, DescriptorEncoder, Kind};
+use crate::exposition::{plain_metrics, Collector, DescriptorEncoder, MetricKind};
 
 /// Lease and waiter totals of one driver.
 #[derive(Debug, Default)]
@@ -35,72 +35,72 @@ pub struct LeaseMetrics {
 impl Collector for LeaseMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let get = |value: &AtomicU64| value.load(Ordering::Relaxed);
-        plain(
+        plain_metrics(
             &mut encoder,
             &[
                 (
                     "turnstile_leases_active",
-                    Kind::Gauge,
+                    MetricKind::Gauge,
                     "Leases currently held.",
                     get(&self.leases_active),
                 ),
                 (
                     "turnstile_waiters_queued",
-                    Kind::Gauge,
+                    MetricKind::Gauge,
                     "Admission requests waiting in a queue.",
                     get(&self.waiters_queued),
                 ),
                 (
                     "turnstile_leases_granted",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Leases granted.",
                     get(&self.leases_granted),
                 ),
                 (
                     "turnstile_leases_released",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Leases released by their holder.",
                     get(&self.leases_released),
                 ),
                 (
                     "turnstile_leases_expired",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Leases reclaimed after their TTL without a heartbeat.",
                     get(&self.leases_expired),
                 ),
                 (
                     "turnstile_leases_undeliverable",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Leases given back at once because their holder had gone (a client that disconnected, a dropped in-process lease).",
                     get(&self.leases_undeliverable),
                 ),
                 (
                     "turnstile_waiters_disconnected",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Queued requests cancelled because the caller went away.",
                     get(&self.waiters_disconnected),
                 ),
                 (
                     "turnstile_breaker_transitions_dropped",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Breaker transitions the core dropped before they could be journaled.",
                     get(&self.transitions_dropped),
                 ),
                 (
                     "turnstile_budgets_evicted",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Budgets forgotten because nobody charged or settled them for their idle time (budgets.idle_ms).",
                     get(&self.budgets_evicted),
                 ),
                 (
                     "turnstile_leases_reinstated",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Leases granted before a restart and put back at start.",
                     get(&self.leases_reinstated),
                 ),
                 (
                     "turnstile_lease_journal_failures",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Batches of lease grants and releases that could not be made durable.",
                     get(&self.journal_failures),
                 ),

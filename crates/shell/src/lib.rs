@@ -38,8 +38,8 @@ pub use command::{
 pub use driver::{Driver, DriverConfig, ReinstateFailure};
 pub use error::DriverError;
 pub use exposition::{
-    family, plain, Collector, DescriptorEncoder, Exposition, Kind, Series,
-    CONTENT_TYPE as METRICS_CONTENT_TYPE,
+    metric_family, plain_metrics, Collector, DescriptorEncoder, Exposition, MetricKind,
+    MetricSeries, CONTENT_TYPE as METRICS_CONTENT_TYPE,
 };
 pub use fairness::{FairnessView, FairnessWindows, MinuteGrants, PrincipalShare};
 pub use feed::{DecisionCount, Feed, FeedEvent, Pause, PrincipalTally};

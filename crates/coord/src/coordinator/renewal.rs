@@ -1,7 +1,8 @@
 //! The coordinator's background task: every `probe_every` it probes Redis; every
-//! `renew_every` it renews this replica's leases in one pipelined call (one batch per workspace); after a
-//! failure, once a probe answers, it reconciles (registers every live lease again, merges the
-//! pauses and breaker outcomes seen while degraded) before the replica is healthy again.
+//! `renew_every` it renews this replica's leases in one pipelined call (one batch per
+//! workspace); after a failure, once a probe answers, it reconciles (registers every live lease
+//! again, merges the pauses and breaker outcomes seen while degraded) before the replica is
+//! healthy again.
 //!
 //! Invariants: a renewal only extends leases that are still in Redis (`ZADD XX`), so a lease
 //! released meanwhile never comes back; registration (`RenewMode::Register`) happens only on

@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use turnstile_shell::{plain, Collector, DescriptorEncoder, Kind};
+use turnstile_shell::{plain_metrics, Collector, DescriptorEncoder, MetricKind};
 
 use super::Mirror;
 
@@ -45,36 +45,36 @@ impl Mirror {
 impl Collector for MirrorMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let get = |value: &AtomicU64| value.load(Ordering::Relaxed);
-        plain(
+        plain_metrics(
             &mut encoder,
             &[
                 (
                     "turnstile_identity_events_applied",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Events of the shared key, profile and audit feed applied to this replica's mirror.",
                     get(&self.events_applied),
                 ),
                 (
                     "turnstile_identity_follow_errors",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Failed reads of the shared feed (Redis unreachable) and audit records not shared.",
                     get(&self.follow_errors),
                 ),
                 (
                     "turnstile_identity_apply_errors",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Registrations of the shared feed this replica's registry refused.",
                     get(&self.apply_errors),
                 ),
                 (
                     "turnstile_identity_reseeds",
-                    Kind::Counter,
+                    MetricKind::Counter,
                     "Times this replica seeded the shared feed again after Redis lost it.",
                     get(&self.reseeds),
                 ),
                 (
                     "turnstile_identity_following",
-                    Kind::Gauge,
+                    MetricKind::Gauge,
                     "1 while the last read of the shared feed succeeded.",
                     u64::from(self.following.load(Ordering::Relaxed)),
                 ),

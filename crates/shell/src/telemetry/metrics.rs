@@ -22,7 +22,7 @@ use opentelemetry::KeyValue;
 use turnstile_admission::{BreakerState, Decision, Reason};
 
 use super::guarded;
-use crate::exposition::{family, Collector, DescriptorEncoder, Kind};
+use crate::exposition::{metric_family, Collector, DescriptorEncoder, MetricKind};
 
 /// OpenTelemetry name of the decision counter.
 pub const DECISIONS_INSTRUMENT: &str = "turnstile.admission.decisions";
@@ -147,11 +147,11 @@ impl Family {
 /// from the start); transition series always.
 impl Collector for Counts {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        let mut series = family(
+        let mut series = metric_family(
             &mut encoder,
             DECISIONS_FAMILY,
             "Admission decisions by decision and reason.",
-            Kind::Counter,
+            MetricKind::Counter,
         )?;
         for decision in DECISIONS {
             for reason in Reason::ALL {
@@ -170,11 +170,11 @@ impl Collector for Counts {
                 }
             }
         }
-        let mut series = family(
+        let mut series = metric_family(
             &mut encoder,
             TRANSITIONS_FAMILY,
             "Circuit breaker transitions by the state entered.",
-            Kind::Counter,
+            MetricKind::Counter,
         )?;
         for state in STATES {
             let value = self.transitions[state_index(state)].load(Ordering::Relaxed);
