@@ -38,6 +38,8 @@ use tokio::sync::Notify;
 use turnstile_admission::{Millis, Reason};
 use turnstile_admission::{TokenBucket, MINUTE_MS, SECOND_MS};
 
+mod renewal;
+
 use crate::batcher::{Batcher, MAX_BATCH};
 use crate::breaker::{BreakerKeys, Outcome, SeenOutcomes};
 use crate::error::CoordError;
@@ -45,8 +47,9 @@ use crate::health::{Health, HealthCell};
 use crate::keys::WorkspaceKeys;
 use crate::lane_keys::{LaneKeys, LaneMemo, ReleaseOf};
 use crate::link::Topology;
+use crate::metrics::CoordMetrics;
 use crate::protocol::Word;
-use crate::protocol::{decode_acquire, decode_release, RenewBatch, RenewMode};
+use crate::protocol::{decode_acquire, decode_release};
 use crate::share::DegradedShare;
 use crate::spec::LaneSpec;
 use crate::store::RedisStore;
@@ -138,21 +141,6 @@ pub enum Admission {
     Unavailable,
 }
 
-/// Counters for `/metrics` (no labels but the state).
-#[derive(Debug, Default)]
-pub struct CoordMetrics {
-    /// Failed Redis calls.
-    pub errors: AtomicU64,
-    /// Admissions decided by the declared share.
-    pub degraded_admissions: AtomicU64,
-    /// Reconciliations after Redis came back.
-    pub reconciliations: AtomicU64,
-    /// Admissions decided by the shared limits.
-    pub shared_admissions: AtomicU64,
-    /// Shared acquires refused because another principal's turn came first.
-    pub turns: AtomicU64,
-}
-
 /// A lease this replica holds in the shared limits (opaque to hosts): its lane's key names
 /// (shared by every lease of the lane, `LaneKeys`) and what is its own.
 pub struct HeldShared {
@@ -203,7 +191,7 @@ pub struct Coordinator {
     config: CoordConfig,
     replica: String,
     next: AtomicU64,
-    health: HealthCell,
+    health: Arc<HealthCell>,
     inner: Mutex<Inner>,
     /// The key names and argument pieces of the lanes this replica coordinates (bounded).
     lanes: Mutex<LaneMemo>,
@@ -212,7 +200,7 @@ pub struct Coordinator {
     /// The kind of the last failed call ([`CoordError::kind`]).
     last_failure: Mutex<Option<&'static str>>,
     /// The counters `/metrics` reads.
-    pub metrics: CoordMetrics,
+    pub metrics: Arc<CoordMetrics>,
 }
 
 fn random_replica_id() -> String {
@@ -242,18 +230,23 @@ impl Coordinator {
             config,
             replica: random_replica_id(),
             next: AtomicU64::new(0),
-            health: HealthCell::new(),
+            health: Arc::new(HealthCell::new()),
             inner: Mutex::new(Inner::default()),
             lanes: Mutex::new(lanes),
             released: Notify::new(),
             last_failure: Mutex::new(None),
-            metrics: CoordMetrics::default(),
+            metrics: Arc::default(),
         }))
     }
 
     /// Whether it coordinates through Redis now.
     pub fn health(&self) -> Health {
         self.health.get()
+    }
+
+    /// The health cell itself (what the `/metrics` collector reads).
+    pub(crate) fn health_cell(&self) -> Arc<HealthCell> {
+        Arc::clone(&self.health)
     }
 
     /// Its configuration.
@@ -699,170 +692,12 @@ impl Coordinator {
         entry.2 = entry.2.max(until);
     }
 
-    /// The `/metrics` lines of coordination: the state gauge (one series per state, 1 for the
-    /// current one) and the counters. No tenant ID in any label.
-    pub fn render_metrics(&self) -> String {
-        let mut text = String::from(
-            "# HELP turnstile_coordination_state Whether this replica shares limits through Redis (healthy), enforces its declared share alone (degraded), or is merging back (reconciling).\n# TYPE turnstile_coordination_state gauge\n",
-        );
-        let current = self.health.get();
-        for state in Health::ALL {
-            text.push_str(&format!(
-                "turnstile_coordination_state{{state=\"{}\"}} {}\n",
-                state.as_str(),
-                u8::from(state == current)
-            ));
-        }
-        let counters = [
-            (
-                "turnstile_coordination_errors_total",
-                "Redis calls that failed or timed out.",
-                &self.metrics.errors,
-            ),
-            (
-                "turnstile_coordination_shared_admissions_total",
-                "Admissions granted through the shared limits.",
-                &self.metrics.shared_admissions,
-            ),
-            (
-                "turnstile_coordination_degraded_admissions_total",
-                "Admissions granted on the declared share while degraded.",
-                &self.metrics.degraded_admissions,
-            ),
-            (
-                "turnstile_coordination_turns_total",
-                "Shared acquires that waited because another principal was further behind its share (fair turns).",
-                &self.metrics.turns,
-            ),
-            (
-                "turnstile_coordination_reconciliations_total",
-                "Recoveries: live leases registered again and pauses merged.",
-                &self.metrics.reconciliations,
-            ),
-        ];
-        for (name, help, counter) in counters {
-            text.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
-                counter.load(Ordering::Relaxed)
-            ));
-        }
-        text
-    }
-
     /// Deletes an invocation's shared budget lines (best effort: degraded, they expire).
     pub async fn release_budget(&self, workspace: &str, budget_id: &str) {
         if self.health.get() == Health::Healthy {
             if let Err(error) = self.store.release_budget(workspace, budget_id).await {
                 self.failed(&error);
             }
-        }
-    }
-
-    fn renew_batches(&self) -> Vec<RenewBatch> {
-        let inner = self.lock();
-        let mut by_workspace: HashMap<&str, RenewBatch> = HashMap::new();
-        let mut index: HashMap<&str, usize> = HashMap::new();
-        for held in inner.leases.values() {
-            let batch = by_workspace
-                .entry(held.lane.workspace().prefix())
-                .or_insert_with(|| RenewBatch {
-                    keys: Vec::new(),
-                    members: Vec::new(),
-                });
-            for key in held.lease_keys() {
-                let i = *index.entry(key).or_insert_with(|| {
-                    batch.keys.push(key.to_string());
-                    batch.keys.len() - 1
-                });
-                batch.members.push((i, held.member.to_string()));
-            }
-        }
-        by_workspace.into_values().collect()
-    }
-
-    /// Registers every live lease again and merges the pauses seen while degraded.
-    async fn reconcile(&self, now: Millis) -> Result<(), CoordError> {
-        let batches = self.renew_batches();
-        self.store
-            .renew(&batches, self.config.liveness_ms, RenewMode::Register)
-            .await?;
-        let pauses: Vec<(WorkspaceKeys, String, Millis)> =
-            self.lock().pauses.drain().map(|(_, v)| v).collect();
-        for (keys, pause_key, until) in pauses {
-            let remaining = until.saturating_sub(now);
-            if remaining == 0 {
-                continue;
-            }
-            if let Err(error) = self.store.pause_key(&keys, &pause_key, remaining).await {
-                self.note_pause(&keys, &pause_key, until);
-                return Err(error);
-            }
-        }
-        let outcomes: Vec<(BreakerKeys, SeenOutcomes)> =
-            self.lock().outcomes.drain().map(|(_, v)| v).collect();
-        let mut pending = outcomes.into_iter();
-        while let Some((breaker, seen)) = pending.next() {
-            if seen.is_empty() {
-                continue;
-            }
-            if let Err(error) = self.store.merge_breaker(&breaker, &seen).await {
-                let mut inner = self.lock();
-                for (breaker, seen) in std::iter::once((breaker, seen)).chain(pending) {
-                    inner.outcomes.insert(breaker.key.clone(), (breaker, seen));
-                }
-                return Err(error);
-            }
-        }
-        self.lock().buckets.clear();
-        self.metrics.reconciliations.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// One tick of the background task: probe, and renew or reconcile as due. `renew_due`
-    /// says whether this tick renews the leases.
-    pub async fn tick(&self, now: Millis, renew_due: bool) {
-        match self.store.time().await {
-            Err(error) => self.failed(&error),
-            Ok((_, library_loaded)) => {
-                let health = self.health.get();
-                if health != Health::Healthy || library_loaded {
-                    self.health.set(Health::Reconciling);
-                    match self.reconcile(now).await {
-                        Ok(()) => {
-                            self.health.transition(Health::Reconciling, Health::Healthy);
-                        }
-                        Err(error) => self.failed(&error),
-                    }
-                } else if renew_due {
-                    let batches = self.renew_batches();
-                    if let Err(error) = self
-                        .store
-                        .renew(&batches, self.config.liveness_ms, RenewMode::Existing)
-                        .await
-                    {
-                        self.failed(&error);
-                    }
-                }
-            }
-        }
-    }
-
-    /// The background task: probes every `probe_every`, renews every `renew_every`. `clock`
-    /// reads the replica's clock (epoch ms). Ends when the last other reference is gone.
-    pub async fn run(self: Arc<Self>, clock: impl Fn() -> Millis + Send + 'static) {
-        let mut interval = tokio::time::interval(self.config.probe_every);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let per_renew = (self.config.renew_every.as_millis()
-            / self.config.probe_every.as_millis().max(1))
-        .max(1);
-        let mut ticks: u128 = 0;
-        loop {
-            interval.tick().await;
-            if Arc::strong_count(&self) == 1 {
-                return;
-            }
-            ticks += 1;
-            self.tick(clock(), ticks.is_multiple_of(per_renew)).await;
         }
     }
 }

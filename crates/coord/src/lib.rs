@@ -46,6 +46,7 @@ pub mod identity;
 mod keys;
 mod lane_keys;
 mod link;
+mod metrics;
 mod protocol;
 mod resp;
 mod share;
@@ -58,7 +59,7 @@ mod verdict;
 
 pub use breaker::Outcome;
 pub use coordinator::{
-    Admission, CoordConfig, CoordMetrics, Coordinator, HeldShared, Mode, DEFAULT_TURN_WINDOW_MS,
+    Admission, CoordConfig, Coordinator, HeldShared, Mode, DEFAULT_TURN_WINDOW_MS,
     TURN_NEXT_POLL_MS,
 };
 pub use error::CoordError;
@@ -66,6 +67,7 @@ pub use health::Health;
 pub use identity::IdentityStore;
 pub use keys::{ScopeName, WorkspaceKeys};
 pub use link::Topology;
+pub use metrics::CoordMetrics;
 pub use share::{DegradedShare, InvalidShare};
 pub use spec::{BreakerSpec, BucketSpec, LaneSpec, ScopeLimits};
 pub use stats::FcallStats;

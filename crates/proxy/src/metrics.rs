@@ -1,4 +1,4 @@
-//! The proxy's `/metrics` series, per provider lane.
+//! The proxy's `/metrics` series, per provider lane, written by its [`Collector`].
 //!
 //! Labels are the lane (a provider ID from the routing table: a bounded set fixed at start, not a
 //! tenant), the upstream status class, the usage kind and the settlement basis. Never a
@@ -13,8 +13,10 @@
 //! | `turnstile_proxy_upstream_pauses_total` | `lane` (upstream 429s turned into lane pauses) |
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use turnstile_shell::{metric_family, Collector, DescriptorEncoder, MetricKind};
 
 /// How a proxied call ended, as counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,89 +146,78 @@ impl ProxyMetrics {
     pub fn lane(&self, lane: &str) -> &LaneCounters {
         self.lanes.get(lane).unwrap_or(&self.other)
     }
+}
 
-    /// Prometheus text of every series.
-    pub fn render(&self) -> String {
-        let mut out = String::with_capacity(2048);
+/// Every family has its HELP and TYPE lines even before a lane is known; series per lane, in
+/// lane order.
+impl Collector for ProxyMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let family = |out: &mut String, name: &str, help: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-        };
-        family(
-            &mut out,
-            "turnstile_proxy_calls_total",
+        let mut series = metric_family(
+            &mut encoder,
+            "turnstile_proxy_calls",
             "Proxied calls by provider lane and how they ended (upstream status class).",
-        );
+            MetricKind::Counter,
+        )?;
         for (lane, c) in &self.lanes {
             for (i, class) in CallClass::ALL.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "turnstile_proxy_calls_total{{lane=\"{lane}\",class=\"{}\"}} {}",
-                    class.as_str(),
-                    get(&c.calls[i])
-                );
+                series.labelled(
+                    &[("lane", lane.as_str()), ("class", class.as_str())],
+                    get(&c.calls[i]),
+                )?;
             }
         }
-        family(
-            &mut out,
-            "turnstile_proxy_usage_tokens_total",
+        let mut series = metric_family(
+            &mut encoder,
+            "turnstile_proxy_usage_tokens",
             "Tokens settled on proxied calls (provider-reported, or the estimate when none was).",
-        );
+            MetricKind::Counter,
+        )?;
         for (lane, c) in &self.lanes {
-            let _ = writeln!(
-                out,
-                "turnstile_proxy_usage_tokens_total{{lane=\"{lane}\",kind=\"input\"}} {}",
-                get(&c.input_tokens)
-            );
-            let _ = writeln!(
-                out,
-                "turnstile_proxy_usage_tokens_total{{lane=\"{lane}\",kind=\"output\"}} {}",
-                get(&c.output_tokens)
-            );
+            series.labelled(
+                &[("lane", lane.as_str()), ("kind", "input")],
+                get(&c.input_tokens),
+            )?;
+            series.labelled(
+                &[("lane", lane.as_str()), ("kind", "output")],
+                get(&c.output_tokens),
+            )?;
         }
-        family(
-            &mut out,
-            "turnstile_proxy_settled_cost_micro_usd_total",
+        let mut series = metric_family(
+            &mut encoder,
+            "turnstile_proxy_settled_cost_micro_usd",
             "Cost settled on proxied calls, in micro-USD.",
-        );
+            MetricKind::Counter,
+        )?;
         for (lane, c) in &self.lanes {
-            let _ = writeln!(
-                out,
-                "turnstile_proxy_settled_cost_micro_usd_total{{lane=\"{lane}\"}} {}",
-                get(&c.cost_micro_usd)
-            );
+            series.labelled(&[("lane", lane.as_str())], get(&c.cost_micro_usd))?;
         }
-        family(
-            &mut out,
-            "turnstile_proxy_settlements_total",
+        let mut series = metric_family(
+            &mut encoder,
+            "turnstile_proxy_settlements",
             "Leases settled after an upstream answer, by basis (estimate: no usage reported).",
-        );
+            MetricKind::Counter,
+        )?;
         for (lane, c) in &self.lanes {
-            let _ = writeln!(
-                out,
-                "turnstile_proxy_settlements_total{{lane=\"{lane}\",basis=\"reported\"}} {}",
-                get(&c.reported)
-            );
-            let _ = writeln!(
-                out,
-                "turnstile_proxy_settlements_total{{lane=\"{lane}\",basis=\"estimate\"}} {}",
-                get(&c.estimated)
-            );
+            series.labelled(
+                &[("lane", lane.as_str()), ("basis", "reported")],
+                get(&c.reported),
+            )?;
+            series.labelled(
+                &[("lane", lane.as_str()), ("basis", "estimate")],
+                get(&c.estimated),
+            )?;
         }
-        family(
-            &mut out,
-            "turnstile_proxy_upstream_pauses_total",
+        let mut series = metric_family(
+            &mut encoder,
+            "turnstile_proxy_upstream_pauses",
             "Upstream 429s that paused the provider lane.",
-        );
+            MetricKind::Counter,
+        )?;
         for (lane, c) in &self.lanes {
-            let _ = writeln!(
-                out,
-                "turnstile_proxy_upstream_pauses_total{{lane=\"{lane}\"}} {}",
-                get(&c.pauses)
-            );
+            series.labelled(&[("lane", lane.as_str())], get(&c.pauses))?;
         }
-        out
+        Ok(())
     }
 }
 
@@ -236,11 +227,13 @@ mod tests {
 
     #[test]
     fn series_are_per_lane_and_carry_no_tenant() {
-        let metrics = ProxyMetrics::new(["openai"]);
+        let metrics = std::sync::Arc::new(ProxyMetrics::new(["openai"]));
         let lane = metrics.lane("openai");
         lane.call(CallClass::Upstream2xx);
         lane.settled(Basis::Reported, 10, 5, Some(0.0123));
-        let text = metrics.render();
+        let text = turnstile_shell::Exposition::new()
+            .with(metrics.clone())
+            .text();
         assert!(text.contains("turnstile_proxy_calls_total{lane=\"openai\",class=\"2xx\"} 1"));
         assert!(
             text.contains("turnstile_proxy_settled_cost_micro_usd_total{lane=\"openai\"} 12300")

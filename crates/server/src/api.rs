@@ -72,11 +72,8 @@ pub struct AppParts {
     /// Replicas: the shared limits the admission step tries after the local core (`None` on a
     /// single process).
     pub shared: turnstile_shell::SharedHook,
-    /// Replicas: the limits shared through Redis (`None` on a single process).
-    pub coord: Option<Arc<turnstile_coord::Coordinator>>,
-    /// Replicas: the mirror of the shared keys, profiles and audit log (`None` on a single
-    /// process): its health and metrics.
-    pub mirror: Option<Arc<crate::identity::Mirror>>,
+    /// The one registry `/metrics` writes (`crate::api::ops::exposition`), built at start-up.
+    pub exposition: Arc<turnstile_shell::Exposition>,
     /// Where key and profile writes go (the store here, or the shared feed on replicas).
     pub identity: Arc<dyn crate::deployment::IdentityStore>,
     /// The shared side of releases, budget releases and pauses (nothing on a single process).

@@ -89,6 +89,9 @@ pub trait SharedBooks: Send + Sync {
     /// Forgets an invocation's shared budget lines.
     fn release_budget<'a>(&'a self, workspace: &'a str, budget_id: &'a str) -> BoxFuture<'a, ()>;
 
+    /// How this process coordinates, for `/readyz` (`None`: a single process).
+    fn coordination(&self) -> Option<Coordinating>;
+
     /// Pauses `provider` for every replica; answers how long the shared pause still lasts
     /// (`None`: nothing is shared).
     fn pause<'a>(
@@ -98,6 +101,18 @@ pub trait SharedBooks: Send + Sync {
         retry_after_ms: Millis,
         now: Millis,
     ) -> BoxFuture<'a, Option<Millis>>;
+}
+
+/// A replica's coordination as `/readyz` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coordinating {
+    /// `healthy`, `degraded` or `reconciling`.
+    pub health: &'static str,
+    /// Whether it admits anything (a degraded replica with a `closed` share does not).
+    pub serving: bool,
+    /// When not healthy, the kind of its last failed Redis call, from a closed vocabulary
+    /// (`/readyz` is public: never Redis's own text).
+    pub failure: Option<&'static str>,
 }
 
 /// A single process's identity: the SQLite store, the key ring and the driver's registry.
@@ -157,6 +172,10 @@ impl IdentityStore for LocalIdentity {
 pub struct SingleNode;
 
 impl SharedBooks for SingleNode {
+    fn coordination(&self) -> Option<Coordinating> {
+        None
+    }
+
     fn release<'a>(
         &'a self,
         _lease_id: &'a str,

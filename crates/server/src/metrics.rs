@@ -1,17 +1,19 @@
-//! Service metrics in the Prometheus text exposition format.
+//! What only the HTTP service counts for `/metrics`: connections, cuts, store errors, actual
+//! usage reported on release, ignored bucket checkpoints (families `turnstile_http_*`,
+//! `turnstile_store_errors_total`, `turnstile_actual_*_total`,
+//! `turnstile_bucket_checkpoints_ignored_total`), written by its [`Collector`].
 //!
-//! `/metrics` is three parts, each counted once: the admission metrics family (decisions and
-//! breaker transitions, from [`Telemetry`](turnstile_shell::Telemetry), which also feeds
-//! OpenTelemetry), the driver's lease and waiter totals
-//! ([`LeaseMetrics`](turnstile_shell::LeaseMetrics)), and what only the HTTP service sees
-//! (connections, store errors, actual usage reported on release).
+//! `/metrics` itself is one [`Exposition`](turnstile_shell::Exposition) that this joins with
+//! the other parts' collectors ([`crate::api::ops::metrics`]).
 //!
-//! Invariant: labels come from closed vocabularies only (`decision`, `reason`, breaker
-//! `state`, cut `kind`), so no principal, workspace, provider, budget or lease ID can ever reach a label.
-//! Counters are atomics; `/metrics` reads them without a round trip to the driver.
+//! Invariant: the only label is the cut `kind`, a closed vocabulary, so no principal,
+//! workspace, provider, budget or lease ID can ever reach a label. Counters are atomics;
+//! `/metrics` reads them without a round trip to the driver.
 
-use std::fmt::Write as _;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use turnstile_shell::{metric_family, plain_metrics, Collector, DescriptorEncoder, MetricKind};
 
 /// Why the service cut a connection or refused a request before its handler ran: one
 /// `turnstile_http_cuts_total{kind}` series each.
@@ -96,68 +98,62 @@ impl Metrics {
             .position(|c| *c == cut)
             .map_or(0, |i| self.cuts[i].load(Ordering::Relaxed))
     }
+}
 
-    /// The text exposition of the service's own series.
-    pub fn render(&self) -> String {
-        let plain: [(&str, &str, &str, &AtomicU64); 6] = [
-            (
-                "turnstile_http_connections_open",
-                "gauge",
-                "Open HTTP connections.",
-                &self.connections_open,
-            ),
-            (
-                "turnstile_http_connections_total",
-                "counter",
-                "Accepted HTTP connections.",
-                &self.connections_total,
-            ),
-            (
-                "turnstile_store_errors_total",
-                "counter",
-                "Failed writes to the durable store.",
-                &self.store_errors,
-            ),
-            (
-                "turnstile_actual_tokens_total",
-                "counter",
-                "Tokens reported as actually used on release.",
-                &self.actual_tokens,
-            ),
-            (
-                "turnstile_actual_cost_micro_usd_total",
-                "counter",
-                "Cost reported as actually spent on release, in micro-USD.",
-                &self.actual_cost_micro_usd,
-            ),
-            (
-                "turnstile_bucket_checkpoints_ignored_total",
-                "counter",
-                "Bucket checkpoints of a clean stop found at the start but not used (stale or unreadable): the rate buckets were drained instead.",
-                &self.bucket_checkpoints_ignored,
-            ),
-        ];
-        let mut out = String::with_capacity(1024);
-        for (name, kind, help, value) in plain {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
-        }
-        let name = "turnstile_http_cuts_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Connections closed or requests refused by a deadline or a cap, by kind."
-        );
-        let _ = writeln!(out, "# TYPE {name} counter");
+impl Collector for Metrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let get = |value: &AtomicU64| value.load(Ordering::Relaxed);
+        plain_metrics(
+            &mut encoder,
+            &[
+                (
+                    "turnstile_http_connections_open",
+                    MetricKind::Gauge,
+                    "Open HTTP connections.",
+                    get(&self.connections_open),
+                ),
+                (
+                    "turnstile_http_connections",
+                    MetricKind::Counter,
+                    "Accepted HTTP connections.",
+                    get(&self.connections_total),
+                ),
+                (
+                    "turnstile_store_errors",
+                    MetricKind::Counter,
+                    "Failed writes to the durable store.",
+                    get(&self.store_errors),
+                ),
+                (
+                    "turnstile_actual_tokens",
+                    MetricKind::Counter,
+                    "Tokens reported as actually used on release.",
+                    get(&self.actual_tokens),
+                ),
+                (
+                    "turnstile_actual_cost_micro_usd",
+                    MetricKind::Counter,
+                    "Cost reported as actually spent on release, in micro-USD.",
+                    get(&self.actual_cost_micro_usd),
+                ),
+                (
+                    "turnstile_bucket_checkpoints_ignored",
+                    MetricKind::Counter,
+                    "Bucket checkpoints of a clean stop found at the start but not used (stale or unreadable): the rate buckets were drained instead.",
+                    get(&self.bucket_checkpoints_ignored),
+                ),
+            ],
+        )?;
+        let mut series = metric_family(
+            &mut encoder,
+            "turnstile_http_cuts",
+            "Connections closed or requests refused by a deadline or a cap, by kind.",
+            MetricKind::Counter,
+        )?;
         for cut in Cut::ALL {
-            let _ = writeln!(
-                out,
-                "{name}{{kind=\"{}\"}} {}",
-                cut.label(),
-                self.cuts_of(cut)
-            );
+            series.labelled(&[("kind", cut.label())], self.cuts_of(cut))?;
         }
-        out
+        Ok(())
     }
 }
 
@@ -167,9 +163,14 @@ mod tests {
 
     #[test]
     fn service_series_carry_no_labels() {
-        let metrics = Metrics::default();
+        let metrics = std::sync::Arc::new(Metrics::default());
+        let render = || {
+            turnstile_shell::Exposition::new()
+                .with(metrics.clone())
+                .text()
+        };
         metrics.connections_total.fetch_add(3, Ordering::Relaxed);
-        let text = metrics.render();
+        let text = render();
         assert!(text.contains("turnstile_http_connections_total 3"));
         let labelled: Vec<&str> = text
             .lines()
@@ -181,8 +182,6 @@ mod tests {
             .all(|l| l.starts_with("turnstile_http_cuts_total{kind=")));
         metrics.cut(Cut::BodyTooSlow);
         assert_eq!(metrics.cuts_of(Cut::BodyTooSlow), 1);
-        assert!(metrics
-            .render()
-            .contains("turnstile_http_cuts_total{kind=\"body-too-slow\"} 1"));
+        assert!(render().contains("turnstile_http_cuts_total{kind=\"body-too-slow\"} 1"));
     }
 }

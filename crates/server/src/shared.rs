@@ -20,7 +20,7 @@ use turnstile_admission::{ActualUsage, Coordination, Millis, Outcome};
 use turnstile_coord::{Admission, Coordinator, HeldShared, LaneSpec, Mode};
 use turnstile_shell::{Clock, SharedFuture, SharedLimits, SharedTry, SharedVerdict};
 
-use crate::deployment::{BoxFuture, ReleaseAnswer, SharedBooks};
+use crate::deployment::{BoxFuture, Coordinating, ReleaseAnswer, SharedBooks};
 
 fn coordination(mode: Mode) -> Coordination {
     match mode {
@@ -159,6 +159,21 @@ impl SharedLimits for CoordLimits {
 }
 
 impl SharedBooks for CoordLimits {
+    fn coordination(&self) -> Option<Coordinating> {
+        let health = self.coord.health();
+        let healthy = health == turnstile_coord::Health::Healthy;
+        let closed = self.coord.config().degraded_share == turnstile_coord::DegradedShare::Closed;
+        Some(Coordinating {
+            health: health.as_str(),
+            serving: healthy || !closed,
+            failure: if healthy {
+                None
+            } else {
+                self.coord.last_failure()
+            },
+        })
+    }
+
     fn release<'a>(
         &'a self,
         lease_id: &'a str,

@@ -1,10 +1,15 @@
-//! Counters and gauges of the driver's leases and waiters, for `/metrics`.
+//! Counters and gauges of the driver's leases and waiters, for `/metrics` (through their
+//! [`Collector`]: the families `turnstile_leases_*`, `turnstile_waiters_*`,
+//! `turnstile_breaker_transitions_dropped_total`, `turnstile_budgets_evicted_total`,
+//! `turnstile_lease_journal_failures_total`).
 //!
 //! Invariant: no label at all: these are plain totals, so no tenant ID can reach them. Written
 //! only by the driver task; read by anyone without a round trip to it.
 
-use std::fmt::Write as _;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::exposition::{plain_metrics, Collector, DescriptorEncoder, MetricKind};
 
 /// Lease and waiter totals of one driver.
 #[derive(Debug, Default)]
@@ -27,73 +32,79 @@ pub struct LeaseMetrics {
     pub journal_failures: AtomicU64,
 }
 
-impl LeaseMetrics {
-    /// The text exposition (format 0.0.4).
-    pub fn render(&self) -> String {
-        let series: [(&str, &str, &str, &AtomicU64); 11] = [
-            ("turnstile_leases_active", "gauge", "Leases currently held.", &self.leases_active),
-            (
-                "turnstile_waiters_queued",
-                "gauge",
-                "Admission requests waiting in a queue.",
-                &self.waiters_queued,
-            ),
-            ("turnstile_leases_granted_total", "counter", "Leases granted.", &self.leases_granted),
-            (
-                "turnstile_leases_released_total",
-                "counter",
-                "Leases released by their holder.",
-                &self.leases_released,
-            ),
-            (
-                "turnstile_leases_expired_total",
-                "counter",
-                "Leases reclaimed after their TTL without a heartbeat.",
-                &self.leases_expired,
-            ),
-            (
-                "turnstile_leases_undeliverable_total",
-                "counter",
-                "Leases given back at once because their holder had gone (a client that disconnected, a dropped in-process lease).",
-                &self.leases_undeliverable,
-            ),
-            (
-                "turnstile_waiters_disconnected_total",
-                "counter",
-                "Queued requests cancelled because the caller went away.",
-                &self.waiters_disconnected,
-            ),
-            (
-                "turnstile_breaker_transitions_dropped_total",
-                "counter",
-                "Breaker transitions the core dropped before they could be journaled.",
-                &self.transitions_dropped,
-            ),
-            (
-                "turnstile_budgets_evicted_total",
-                "counter",
-                "Budgets forgotten because nobody charged or settled them for their idle time (budgets.idle_ms).",
-                &self.budgets_evicted,
-            ),
-            (
-                "turnstile_leases_reinstated_total",
-                "counter",
-                "Leases granted before a restart and put back at start.",
-                &self.leases_reinstated,
-            ),
-            (
-                "turnstile_lease_journal_failures_total",
-                "counter",
-                "Batches of lease grants and releases that could not be made durable.",
-                &self.journal_failures,
-            ),
-        ];
-        let mut out = String::with_capacity(2048);
-        for (name, kind, help, value) in series {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
-        }
-        out
+impl Collector for LeaseMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let get = |value: &AtomicU64| value.load(Ordering::Relaxed);
+        plain_metrics(
+            &mut encoder,
+            &[
+                (
+                    "turnstile_leases_active",
+                    MetricKind::Gauge,
+                    "Leases currently held.",
+                    get(&self.leases_active),
+                ),
+                (
+                    "turnstile_waiters_queued",
+                    MetricKind::Gauge,
+                    "Admission requests waiting in a queue.",
+                    get(&self.waiters_queued),
+                ),
+                (
+                    "turnstile_leases_granted",
+                    MetricKind::Counter,
+                    "Leases granted.",
+                    get(&self.leases_granted),
+                ),
+                (
+                    "turnstile_leases_released",
+                    MetricKind::Counter,
+                    "Leases released by their holder.",
+                    get(&self.leases_released),
+                ),
+                (
+                    "turnstile_leases_expired",
+                    MetricKind::Counter,
+                    "Leases reclaimed after their TTL without a heartbeat.",
+                    get(&self.leases_expired),
+                ),
+                (
+                    "turnstile_leases_undeliverable",
+                    MetricKind::Counter,
+                    "Leases given back at once because their holder had gone (a client that disconnected, a dropped in-process lease).",
+                    get(&self.leases_undeliverable),
+                ),
+                (
+                    "turnstile_waiters_disconnected",
+                    MetricKind::Counter,
+                    "Queued requests cancelled because the caller went away.",
+                    get(&self.waiters_disconnected),
+                ),
+                (
+                    "turnstile_breaker_transitions_dropped",
+                    MetricKind::Counter,
+                    "Breaker transitions the core dropped before they could be journaled.",
+                    get(&self.transitions_dropped),
+                ),
+                (
+                    "turnstile_budgets_evicted",
+                    MetricKind::Counter,
+                    "Budgets forgotten because nobody charged or settled them for their idle time (budgets.idle_ms).",
+                    get(&self.budgets_evicted),
+                ),
+                (
+                    "turnstile_leases_reinstated",
+                    MetricKind::Counter,
+                    "Leases granted before a restart and put back at start.",
+                    get(&self.leases_reinstated),
+                ),
+                (
+                    "turnstile_lease_journal_failures",
+                    MetricKind::Counter,
+                    "Batches of lease grants and releases that could not be made durable.",
+                    get(&self.journal_failures),
+                ),
+            ],
+        )
     }
 }

@@ -8,6 +8,8 @@
 //!   and hold [`Grant`]s, which give their permit back on drop.
 //! - [`telemetry`]: `decision.admit` spans, breaker events, one metrics family fed to both
 //!   OpenTelemetry and the Prometheus text of `/metrics`, structured logs.
+//! - [`Exposition`]: the one `/metrics` registry (`prometheus-client`) every part's counters
+//!   join as a [`Collector`].
 //!
 //! The core ([`turnstile_admission`]) decides; this crate only carries: it reads the clock, arms
 //! one timer at the core's `poll_timeout()`, delivers resolutions and events, and never makes
@@ -18,6 +20,7 @@ pub mod clock;
 pub mod command;
 mod driver;
 pub mod error;
+mod exposition;
 pub mod fairness;
 pub mod feed;
 pub mod grant;
@@ -35,6 +38,10 @@ pub use command::{
 };
 pub use driver::{Driver, DriverConfig, ReinstateFailure};
 pub use error::DriverError;
+pub use exposition::{
+    metric_family, plain_metrics, Collector, DescriptorEncoder, Exposition, MetricKind,
+    MetricSeries, CONTENT_TYPE as METRICS_CONTENT_TYPE,
+};
 pub use fairness::{FairnessView, FairnessWindows, MinuteGrants, PrincipalShare};
 pub use feed::{DecisionCount, Feed, FeedEvent, Pause, PrincipalTally};
 pub use grant::Grant;

@@ -97,10 +97,16 @@ impl Telemetry {
         self
     }
 
-    /// The Prometheus text exposition (format 0.0.4) of the metrics family, as counted by this
-    /// handle and its clones.
+    /// The metrics family's `/metrics` collector (decisions and breaker transitions, as
+    /// counted by this handle and its clones), for an [`Exposition`](crate::Exposition).
+    pub fn collector(&self) -> impl crate::Collector {
+        self.family.collector()
+    }
+
+    /// The metrics family alone, in the text `/metrics` writes it in (format 0.0.4), as
+    /// counted by this handle and its clones.
     pub fn prometheus_text(&self) -> String {
-        self.family.render()
+        crate::Exposition::new().with(self.collector()).text()
     }
 
     /// How many decisions of one kind this handle and its clones counted (what `/metrics`

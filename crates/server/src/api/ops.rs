@@ -1,11 +1,16 @@
 //! Operations endpoints: `/healthz` (the process answers), `/readyz` (start-up finished and not
-//! shutting down), `/metrics` (Prometheus text), `/openapi.json`, and the typed 404 / 405.
+//! shutting down), `/metrics` (Prometheus text, one registry: [`exposition`]), `/openapi.json`,
+//! and the typed 404 / 405.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
+use axum::Json;
+use serde::Serialize;
+use turnstile_shell::{Exposition, METRICS_CONTENT_TYPE};
 
 use crate::api::AppState;
 use crate::error::ApiError;
@@ -28,72 +33,84 @@ pub async fn healthz() -> impl IntoResponse {
 /// "redis" | "protocol" | …`); one that is degraded with a `closed` share admits nothing, so
 /// it answers 503 (a load balancer drains it).
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let coordination = state.coord.as_ref().map(|coord| {
-        (
-            coord.health(),
-            coord.config().degraded_share == turnstile_coord::DegradedShare::Closed,
-            coord.last_failure(),
-        )
-    });
     let ready = state.ready.load(Ordering::Relaxed);
-    let (status, body) = match (ready, coordination) {
-        (false, _) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "{\"status\":\"not-ready\"}".to_owned(),
-        ),
-        (true, None) => (StatusCode::OK, "{\"status\":\"ready\"}".to_owned()),
-        (true, Some((health, closed, failure))) => {
-            let status = if health != turnstile_coord::Health::Healthy && closed {
-                StatusCode::SERVICE_UNAVAILABLE
-            } else {
+    let (status, body) = match (ready, state.books.coordination()) {
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, Readiness::of(false)),
+        (true, None) => (StatusCode::OK, Readiness::of(true)),
+        (true, Some(coordination)) => {
+            let status = if coordination.serving {
                 StatusCode::OK
-            };
-            let word = if status == StatusCode::OK {
-                "ready"
             } else {
-                "not-ready"
+                StatusCode::SERVICE_UNAVAILABLE
             };
-            // Why a replica is not healthy: the kind of its last failed Redis call, from a
-            // closed vocabulary (this endpoint is public: never Redis's own text).
-            let failure = match failure {
-                Some(kind) if health != turnstile_coord::Health::Healthy => {
-                    format!(",\"coordinationFailure\":\"{kind}\"")
-                }
-                _ => String::new(),
+            let body = Readiness {
+                coordination: Some(coordination.health),
+                coordination_failure: coordination.failure,
+                ..Readiness::of(coordination.serving)
             };
-            (
-                status,
-                format!(
-                    "{{\"status\":\"{word}\",\"coordination\":\"{}\"{failure}}}",
-                    health.as_str()
-                ),
-            )
+            (status, body)
         }
     };
-    (status, [(header::CONTENT_TYPE, "application/json")], body)
+    (status, Json(body))
 }
 
+/// The `/readyz` answer: `{"status":…}`, and on a replica how it coordinates.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Readiness {
+    status: ReadyStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    coordination: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    coordination_failure: Option<&'static str>,
+}
+
+impl Readiness {
+    fn of(ready: bool) -> Self {
+        Readiness {
+            status: if ready {
+                ReadyStatus::Ready
+            } else {
+                ReadyStatus::NotReady
+            },
+            coordination: None,
+            coordination_failure: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum ReadyStatus {
+    Ready,
+    NotReady,
+}
+
+/// `/metrics`: the text of [`exposition`], read now.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
         StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        {
-            let mut text = state.telemetry.prometheus_text();
-            text.push_str(&state.lease_metrics.render());
-            text.push_str(&state.metrics.render());
-            text.push_str(&state.proxy.metrics.render());
-            if let Some(coord) = &state.coord {
-                text.push_str(&coord.render_metrics());
-            }
-            if let Some(mirror) = &state.mirror {
-                text.push_str(&mirror.render_metrics());
-            }
-            text
-        },
+        [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
+        state.exposition.text(),
     )
+}
+
+/// The one registry of `/metrics`, built once at start-up: every part's collector, each
+/// family written once, in this order: admission decisions and breaker transitions, the
+/// driver's leases and waiters, the HTTP service, the proxy's lanes, then what the deployment
+/// adds (on a replica: coordination and the identity mirror). Collectors read the parts'
+/// atomics at scrape time.
+pub fn exposition(
+    telemetry: &turnstile_shell::Telemetry,
+    lease_metrics: &Arc<turnstile_shell::LeaseMetrics>,
+    metrics: &Arc<crate::metrics::Metrics>,
+    proxy: &turnstile_proxy::Proxy,
+) -> Exposition {
+    Exposition::new()
+        .with(telemetry.collector())
+        .with(Arc::clone(lease_metrics))
+        .with(Arc::clone(metrics))
+        .with(Arc::clone(&proxy.metrics))
 }
 
 pub async fn openapi() -> impl IntoResponse {
@@ -113,4 +130,33 @@ pub async fn not_found() -> ApiError {
 
 pub async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_bytes_are_what_readyz_has_always_answered() {
+        let json = |r: &Readiness| serde_json::to_string(r).unwrap();
+        assert_eq!(json(&Readiness::of(false)), r#"{"status":"not-ready"}"#);
+        assert_eq!(json(&Readiness::of(true)), r#"{"status":"ready"}"#);
+        let replica = Readiness {
+            coordination: Some("healthy"),
+            ..Readiness::of(true)
+        };
+        assert_eq!(
+            json(&replica),
+            r#"{"status":"ready","coordination":"healthy"}"#
+        );
+        let failing = Readiness {
+            coordination: Some("degraded"),
+            coordination_failure: Some("timeout"),
+            ..Readiness::of(false)
+        };
+        assert_eq!(
+            json(&failing),
+            r#"{"status":"not-ready","coordination":"degraded","coordinationFailure":"timeout"}"#
+        );
+    }
 }

@@ -27,7 +27,9 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use turnstile_admission::{BudgetBounds, Registry};
 use turnstile_coord::Coordinator;
-use turnstile_shell::{Clock, Driver, DriverConfig, Feed, LeaseMetrics, SharedHook, Telemetry};
+use turnstile_shell::{
+    Clock, Driver, DriverConfig, Exposition, Feed, LeaseMetrics, SharedHook, Telemetry,
+};
 use turnstile_store::{LeaseLog, ServiceStore, SqliteServiceStore};
 
 use crate::api::{AppParts, AppState};
@@ -53,10 +55,24 @@ pub(crate) struct Deployment {
     pub(crate) books: Arc<dyn SharedBooks>,
     /// The limits the admission step tries after the local core (`None`: a single process).
     pub(crate) shared: SharedHook,
-    /// Replicas: the coordinator (its health for `/readyz`, its metrics).
+    /// Replicas: the coordinator (its metrics).
     pub(crate) coord: Option<Arc<Coordinator>>,
     /// Replicas: the mirror of the shared feed (its metrics; stopped at shutdown).
     pub(crate) mirror: Option<Arc<Mirror>>,
+}
+
+impl Deployment {
+    /// What the deployment adds to `/metrics` (on a replica: coordination, then the identity
+    /// mirror).
+    fn collectors(&self, mut exposition: Exposition) -> Exposition {
+        if let Some(coord) = &self.coord {
+            exposition = exposition.with(coord.collector());
+        }
+        if let Some(mirror) = &self.mirror {
+            exposition = exposition.with(mirror.collector());
+        }
+        exposition
+    }
 }
 
 /// The mode, from joining (step 2) to the coordinator (step 4).
@@ -211,6 +227,12 @@ pub async fn start_with_telemetry(
     let ready = Arc::new(AtomicBool::new(false));
     let key_slots = Slots::new(config.http.max_requests_per_key);
     let pending = Slots::new(config.admission.max_pending_per_key);
+    let exposition = Arc::new(deployment.collectors(crate::api::ops::exposition(
+        &telemetry,
+        &lease_metrics,
+        &metrics,
+        &proxy,
+    )));
     let state = AppState::new(AppParts {
         key_slots,
         pending,
@@ -226,8 +248,7 @@ pub async fn start_with_telemetry(
         feed,
         proxy,
         shared: deployment.shared,
-        coord: deployment.coord,
-        mirror: deployment.mirror.clone(),
+        exposition,
         identity: deployment.identity,
         books: deployment.books,
     });

@@ -35,8 +35,11 @@
 mod deployment;
 pub mod event;
 pub mod join;
+mod metrics;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub use metrics::MirrorMetrics;
+
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,17 +104,6 @@ impl From<ServiceStoreError> for FollowError {
     }
 }
 
-/// Counters of the mirror (`/metrics`: `turnstile_identity_*`, no tenant label).
-#[derive(Debug, Default)]
-pub struct MirrorMetrics {
-    pub events_applied: AtomicU64,
-    pub follow_errors: AtomicU64,
-    /// Events a replica could not apply (its registry refused a registration the writer had
-    /// validated): the mirror may differ from the feed until the replica restarts.
-    pub apply_errors: AtomicU64,
-    pub reseeds: AtomicU64,
-}
-
 /// This replica's mirror of the shared identity feed.
 pub struct Mirror {
     redis: IdentityStore,
@@ -122,9 +114,9 @@ pub struct Mirror {
     clock: Clock,
     /// Names this process in the audit events it appends (it has those records already).
     origin: String,
-    following: AtomicBool,
     stopped: AtomicBool,
-    pub metrics: MirrorMetrics,
+    /// Its counters, and whether it follows the feed (`/metrics`).
+    pub metrics: Arc<MirrorMetrics>,
 }
 
 fn unavailable(error: impl std::fmt::Display) -> ApiError {
@@ -158,57 +150,14 @@ impl Mirror {
             driver,
             clock,
             origin: turnstile_coord::identity::new_epoch()?,
-            following: AtomicBool::new(true),
             stopped: AtomicBool::new(false),
-            metrics: MirrorMetrics::default(),
+            metrics: Arc::new(MirrorMetrics::at_start()),
         }))
-    }
-
-    /// The mirror's counters and whether it follows the feed, in the Prometheus text format
-    /// (no tenant label).
-    pub fn render_metrics(&self) -> String {
-        use std::fmt::Write;
-        let mut text = String::new();
-        let counters = [
-            (
-                "turnstile_identity_events_applied_total",
-                "Events of the shared key, profile and audit feed applied to this replica's mirror.",
-                &self.metrics.events_applied,
-            ),
-            (
-                "turnstile_identity_follow_errors_total",
-                "Failed reads of the shared feed (Redis unreachable) and audit records not shared.",
-                &self.metrics.follow_errors,
-            ),
-            (
-                "turnstile_identity_apply_errors_total",
-                "Registrations of the shared feed this replica's registry refused.",
-                &self.metrics.apply_errors,
-            ),
-            (
-                "turnstile_identity_reseeds_total",
-                "Times this replica seeded the shared feed again after Redis lost it.",
-                &self.metrics.reseeds,
-            ),
-        ];
-        for (name, help, value) in counters {
-            let _ = writeln!(
-                text,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                value.load(Ordering::Relaxed)
-            );
-        }
-        let _ = writeln!(
-            text,
-            "# HELP turnstile_identity_following 1 while the last read of the shared feed succeeded.\n# TYPE turnstile_identity_following gauge\nturnstile_identity_following {}",
-            u8::from(self.following())
-        );
-        text
     }
 
     /// Whether the last look at the feed succeeded.
     pub fn following(&self) -> bool {
-        self.following.load(Ordering::Relaxed)
+        self.metrics.following.load(Ordering::Relaxed)
     }
 
     /// The follower: catches up every `every` until [`Mirror::stop`].
@@ -228,7 +177,9 @@ impl Mirror {
     pub async fn sync(&self) -> Result<(), FollowError> {
         let mut cursor = self.cursor.lock().await;
         let result = self.sync_locked(&mut cursor).await;
-        self.following.store(result.is_ok(), Ordering::Relaxed);
+        self.metrics
+            .following
+            .store(result.is_ok(), Ordering::Relaxed);
         if result.is_err() {
             self.metrics.follow_errors.fetch_add(1, Ordering::Relaxed);
         }

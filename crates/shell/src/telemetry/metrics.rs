@@ -9,9 +9,11 @@
 //! the OpenTelemetry counter and one to the Prometheus atomics, so the two sinks can never
 //! disagree and nothing is counted twice. Dimensions are closed vocabularies only (`Decision`,
 //! `Reason`, `BreakerState`): no principal, workspace, provider, budget or lease ID can reach a
-//! label, and the series count is bounded by the vocabularies' sizes.
+//! label, and the series count is bounded by the vocabularies' sizes. `/metrics` reads the
+//! atomics at scrape time through the family's [`Collector`] (a counter costs one relaxed
+//! `fetch_add` on the admission path, nothing more).
 
-use std::fmt::Write as _;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -20,15 +22,16 @@ use opentelemetry::KeyValue;
 use turnstile_admission::{BreakerState, Decision, Reason};
 
 use super::guarded;
+use crate::exposition::{metric_family, Collector, DescriptorEncoder, MetricKind};
 
 /// OpenTelemetry name of the decision counter.
 pub const DECISIONS_INSTRUMENT: &str = "turnstile.admission.decisions";
 /// OpenTelemetry name of the breaker transition counter.
 pub const TRANSITIONS_INSTRUMENT: &str = "turnstile.breaker.transitions";
-/// Prometheus name of the decision counter.
-pub const DECISIONS_SERIES: &str = "turnstile_admission_decisions_total";
-/// Prometheus name of the breaker transition counter.
-pub const TRANSITIONS_SERIES: &str = "turnstile_breaker_transitions_total";
+/// Prometheus family of the decision counter (the encoder adds `_total`).
+pub const DECISIONS_FAMILY: &str = "turnstile_admission_decisions";
+/// Prometheus family of the breaker transition counter (the encoder adds `_total`).
+pub const TRANSITIONS_FAMILY: &str = "turnstile_breaker_transitions";
 /// Dimension keys (identical in both sinks).
 pub const DECISION_LABEL: &str = "decision";
 pub const REASON_LABEL: &str = "reason";
@@ -134,44 +137,50 @@ impl Family {
         self.counts.transitions[state_index(to)].load(Ordering::Relaxed)
     }
 
-    /// The Prometheus text exposition (format 0.0.4) of the family. Decision series appear once
-    /// counted (`admit/admitted` always, so a scrape sees the family from the start);
-    /// transition series always.
-    pub(crate) fn render(&self) -> String {
-        let mut out = String::with_capacity(2048);
-        let _ = writeln!(
-            out,
-            "# HELP {DECISIONS_SERIES} Admission decisions by decision and reason."
-        );
-        let _ = writeln!(out, "# TYPE {DECISIONS_SERIES} counter");
+    /// The family's `/metrics` collector (reads the counts at each scrape).
+    pub(crate) fn collector(&self) -> impl Collector {
+        Arc::clone(&self.counts)
+    }
+}
+
+/// Decision series appear once counted (`admit/admitted` always, so a scrape sees the family
+/// from the start); transition series always.
+impl Collector for Counts {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let mut series = metric_family(
+            &mut encoder,
+            DECISIONS_FAMILY,
+            "Admission decisions by decision and reason.",
+            MetricKind::Counter,
+        )?;
         for decision in DECISIONS {
             for reason in Reason::ALL {
-                let value = self.decision_count(decision, reason);
+                let index = decision_index(decision) * Reason::ALL.len() + reason_index(reason);
+                let value = self
+                    .decisions
+                    .get(index)
+                    .map_or(0, |c| c.load(Ordering::Relaxed));
                 let always = decision == Decision::Admit && reason == Reason::Admitted;
                 if value > 0 || always {
-                    let _ = writeln!(
-                        out,
-                        "{DECISIONS_SERIES}{{{DECISION_LABEL}=\"{}\",{REASON_LABEL}=\"{}\"}} {value}",
-                        decision.as_str(),
-                        reason.as_str()
-                    );
+                    let labels = [
+                        (DECISION_LABEL, decision.as_str()),
+                        (REASON_LABEL, reason.as_str()),
+                    ];
+                    series.labelled(&labels, value)?;
                 }
             }
         }
-        let _ = writeln!(
-            out,
-            "# HELP {TRANSITIONS_SERIES} Circuit breaker transitions by the state entered."
-        );
-        let _ = writeln!(out, "# TYPE {TRANSITIONS_SERIES} counter");
+        let mut series = metric_family(
+            &mut encoder,
+            TRANSITIONS_FAMILY,
+            "Circuit breaker transitions by the state entered.",
+            MetricKind::Counter,
+        )?;
         for state in STATES {
-            let _ = writeln!(
-                out,
-                "{TRANSITIONS_SERIES}{{{STATE_LABEL}=\"{}\"}} {}",
-                state.as_str(),
-                self.transition_count(state)
-            );
+            let value = self.transitions[state_index(state)].load(Ordering::Relaxed);
+            series.labelled(&[(STATE_LABEL, state.as_str())], value)?;
         }
-        out
+        Ok(())
     }
 }
 
@@ -185,7 +194,7 @@ mod tests {
         family.decision(Decision::Reject, Reason::QueueFull);
         family.decision(Decision::Reject, Reason::QueueFull);
         family.transition(BreakerState::Open);
-        let text = family.render();
+        let text = crate::Exposition::new().with(family.collector()).text();
         assert!(text.contains(
             "turnstile_admission_decisions_total{decision=\"reject\",reason=\"queue-full\"} 2"
         ));
