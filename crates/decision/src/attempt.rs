@@ -4,7 +4,9 @@
 use serde::{Deserialize, Serialize};
 use turnstile_admission::Evidence;
 
+use crate::adapter::Adapter;
 use crate::artifact::Pin;
+use crate::binding::Target;
 use crate::observation::Usage;
 use crate::reason::{AttemptReason, DispatchCertainty, Status, Termination};
 
@@ -33,4 +35,32 @@ pub struct AttemptRecord {
     /// The admission evidence (scheduled runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<Evidence>,
+}
+
+impl AttemptRecord {
+    /// The record of try `ordinal` of `target`, before anything is known about it: an error
+    /// without a reason, with the adapter's version (the target's pinned one when there is no
+    /// adapter).
+    pub(crate) fn new(target: &Target, ordinal: u32, adapter: Option<&dyn Adapter>) -> Self {
+        AttemptRecord {
+            ordinal,
+            adapter: target.adapter.clone(),
+            adapter_version: adapter.map_or_else(
+                || target.adapter_version.clone(),
+                |a| a.version().to_owned(),
+            ),
+            requested_model: target.model.clone(),
+            actual_model: None,
+            subagent: target.subagent.clone(),
+            status: Status::Error,
+            reason: AttemptReason::None,
+            duration_ms: 0,
+            usage: Usage::default(),
+            request_id: None,
+            retry_delay_ms: None,
+            termination: None,
+            dispatch_certainty: None,
+            admission: None,
+        }
+    }
 }
