@@ -19,6 +19,7 @@ pub mod evidence;
 pub(crate) mod lane;
 pub mod limits;
 pub mod profile;
+mod provider_usage;
 pub(crate) mod queue;
 pub mod reason;
 pub mod registry;
@@ -38,6 +39,9 @@ pub use estimate::{CheckedEstimate, Estimate, InvalidEstimate};
 pub use evidence::{Coordination, Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
 pub use limits::{CircuitBreakerConfig, Limits, LimitsError, ScopeKind};
 pub use profile::{Profile, ProfileError};
+/// What a provider reported it used (OpenAI and Anthropic, whole answers and streams), and the
+/// one reader of it that the proxy, the evaluator and the roster share.
+pub use provider_usage::ProviderUsage;
 pub use reason::{BreakerState, Decision, Reason};
 pub use registry::{ProfileChangeKind, ProfileChangeRecord, Registry, RegistryError};
 pub use time::Millis;

@@ -4,6 +4,7 @@
 //! afterwards. A receipt that never completes (the process died mid-call) still counts.
 
 use serde::{Deserialize, Serialize};
+use turnstile_admission::ProviderUsage;
 
 /// Identifier of a stored call receipt.
 pub type CallId = i64;
@@ -53,6 +54,18 @@ pub struct Usage {
     pub output_tokens: u64,
     /// Reasoning tokens, when the provider reports them.
     pub reasoning_tokens: u64,
+}
+
+impl From<ProviderUsage> for Usage {
+    /// What the endpoint reported, a count it did not report as 0.
+    fn from(reported: ProviderUsage) -> Usage {
+        Usage {
+            input_tokens: reported.input.unwrap_or(0),
+            cached_input_tokens: reported.cached_input.unwrap_or(0),
+            output_tokens: reported.output.unwrap_or(0),
+            reasoning_tokens: reported.reasoning.unwrap_or(0),
+        }
+    }
 }
 
 /// One model call: `{generationId, startedAt, outcome?, usage?, durationMs?}`.
