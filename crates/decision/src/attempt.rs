@@ -6,8 +6,8 @@ use turnstile_admission::Evidence;
 
 use crate::adapter::Adapter;
 use crate::artifact::Pin;
-use crate::binding::Target;
-use crate::observation::Usage;
+use crate::binding::AliasTarget;
+use crate::observation::ObservedUsage;
 use crate::reason::{AttemptReason, DispatchCertainty, Status, Termination};
 
 /// The record of one attempt.
@@ -23,7 +23,7 @@ pub struct AttemptRecord {
     pub status: Status,
     pub reason: AttemptReason,
     pub duration_ms: u64,
-    pub usage: Usage,
+    pub usage: ObservedUsage,
     pub request_id: Option<String>,
     /// The backoff slept after this attempt before the next try.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -41,7 +41,7 @@ impl AttemptRecord {
     /// The record of try `ordinal` of `target`, before anything is known about it: an error
     /// without a reason, with the adapter's version (the target's pinned one when there is no
     /// adapter).
-    pub(crate) fn new(target: &Target, ordinal: u32, adapter: Option<&dyn Adapter>) -> Self {
+    pub(crate) fn new(target: &AliasTarget, ordinal: u32, adapter: Option<&dyn Adapter>) -> Self {
         AttemptRecord {
             ordinal,
             adapter: target.adapter.clone(),
@@ -55,7 +55,7 @@ impl AttemptRecord {
             status: Status::Error,
             reason: AttemptReason::None,
             duration_ms: 0,
-            usage: Usage::default(),
+            usage: ObservedUsage::default(),
             request_id: None,
             retry_delay_ms: None,
             termination: None,

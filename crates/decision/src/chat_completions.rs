@@ -32,7 +32,7 @@ use turnstile_admission::ProviderUsage;
 use crate::adapter::{Adapter, AdapterRequest, BoxFuture, Capabilities};
 use crate::artifact::{worker_pin, ArtifactError, Pin};
 use crate::definition::Answer;
-use crate::observation::{Observation, Uncertainty, Usage};
+use crate::observation::{Observation, ObservedUsage, Uncertainty};
 use crate::reason::{AttemptReason, DispatchCertainty, Status};
 
 /// Configuration of one chat-completions adapter.
@@ -210,7 +210,7 @@ impl ChatCompletionsAdapter {
             .or(header_request_id);
         observation.actual_model = body.get("model").and_then(Value::as_str).map(str::to_owned);
         let reported = ProviderUsage::from_answer(&body);
-        observation.usage = Usage {
+        observation.usage = ObservedUsage {
             input_tokens: reported.input,
             output_tokens: reported.output,
             cost_usd: None,

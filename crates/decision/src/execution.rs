@@ -31,7 +31,7 @@ use crate::adapter::{version_serves, Adapter, AdapterSet};
 use crate::artifact::Pin;
 use crate::attempt::AttemptRecord;
 use crate::backoff::backoff_ms;
-use crate::binding::{Acceptance, Target};
+use crate::binding::{Acceptance, AliasTarget};
 use crate::clock::Clock;
 use crate::observation::{Observation, Uncertainty};
 use crate::one_attempt::{attempt, Tried};
@@ -320,7 +320,7 @@ pub(crate) async fn run_alias(
 fn capability_check(
     context: &Context<'_>,
     alias: &AliasPlan,
-    target: &Target,
+    target: &AliasTarget,
 ) -> Result<Arc<dyn Adapter>, AttemptReason> {
     let Some(adapter) = context.adapters.get(&target.adapter) else {
         return Err(AttemptReason::ExecutorUnavailable);

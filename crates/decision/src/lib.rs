@@ -54,7 +54,7 @@ pub use conclusion::Conclusion;
 pub use driver::AdmissionDriver;
 pub use error::AdmissionError;
 pub use evaluator::evaluate;
-pub use observation::{Observation, Uncertainty, Usage};
+pub use observation::{Observation, ObservedUsage, Uncertainty};
 pub use policy::{SchedulerPolicy, ScopeLimits};
 pub use reason::{
     AttemptReason, DispatchCertainty, ResultReason, RulesetStatus, Status, Termination,

@@ -21,10 +21,10 @@ use turnstile_admission::{ActualUsage, AdmissionRequest, Millis, Outcome, Reason
 
 use crate::adapter::{Adapter, AdapterRequest};
 use crate::attempt::AttemptRecord;
-use crate::binding::{Acceptance, Target};
+use crate::binding::{Acceptance, AliasTarget};
 use crate::error::AdmissionError;
 use crate::execution::Context;
-use crate::observation::{Observation, Uncertainty, Usage};
+use crate::observation::{Observation, ObservedUsage, Uncertainty};
 use crate::plan::AliasPlan;
 use crate::reason::{map_admission_reason, AttemptReason, DispatchCertainty, Status, Termination};
 use crate::request::AdmissionEvidence;
@@ -44,7 +44,7 @@ struct Attempt<'c, 'a> {
     context: &'c Context<'a>,
     alias: &'c AliasPlan,
     target_index: usize,
-    target: &'c Target,
+    target: &'c AliasTarget,
     ordinal: u32,
     start: Millis,
     /// The earlier of the total deadline and `start + target.timeoutMs`.
@@ -57,7 +57,7 @@ struct Attempt<'c, 'a> {
 pub(crate) async fn attempt(
     context: &Context<'_>,
     alias: &AliasPlan,
-    (target_index, target): (usize, &Target),
+    (target_index, target): (usize, &AliasTarget),
     adapter: &dyn Adapter,
     ordinal: u32,
     prior: &[AttemptRecord],
@@ -291,7 +291,7 @@ impl Attempt<'_, '_> {
 
 /// Validation and acceptance: a success whose value is not of the answer's kind is
 /// `invalid-output`; one that the target's acceptance refuses gets that reason.
-fn judge(alias: &AliasPlan, target: &Target, observation: &mut Observation) {
+fn judge(alias: &AliasPlan, target: &AliasTarget, observation: &mut Observation) {
     if observation.status != Status::Success {
         return;
     }
@@ -330,7 +330,7 @@ fn lease_outcome(observation: &Observation, termination: Option<Termination>) ->
 /// What a call reported it used, for the invocation's budgets: input + output tokens when
 /// either is known, and the cost when it is a valid amount. Unknown (`null`) stays unknown, so
 /// the estimate stands for that dimension.
-fn actual_usage(usage: &Usage) -> ActualUsage {
+fn actual_usage(usage: &ObservedUsage) -> ActualUsage {
     let mut actual = ActualUsage::none();
     if usage.input_tokens.is_some() || usage.output_tokens.is_some() {
         let tokens = usage
@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn reported_usage_becomes_actual_usage_and_unknown_stays_unknown() {
-        let usage = |input, output, cost| Usage {
+        let usage = |input, output, cost| ObservedUsage {
             input_tokens: input,
             output_tokens: output,
             cost_usd: cost,

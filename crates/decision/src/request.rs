@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use turnstile_admission::{Estimate, Evidence};
 
 use crate::adapter::AdapterSet;
-use crate::binding::Target;
+use crate::binding::AliasTarget;
 use crate::clock::Clock;
 use crate::driver::AdmissionDriver;
 use crate::policy::SchedulerPolicy;
@@ -25,7 +25,7 @@ use crate::telemetry::Telemetry;
 pub type RandomFn = Arc<dyn Fn() -> f64 + Send + Sync>;
 
 /// The host's estimate of one attempt: `(alias, target, projection) → estimate`.
-pub type EstimateFn = Arc<dyn Fn(&str, &Target, &Value) -> Estimate + Send + Sync>;
+pub type EstimateFn = Arc<dyn Fn(&str, &AliasTarget, &Value) -> Estimate + Send + Sync>;
 
 /// One admission decision of one attempt, as `scheduler.onEvidence` receives it.
 ///
