@@ -18,7 +18,7 @@ use serde_json::json;
 use turnstile_admission::ProviderUsage;
 
 use crate::answer::{parse_answer, CONTRACT_VERSION, SYSTEM_PROMPT};
-use crate::{ReadOutcome, ReadRequest, Reader, ReaderConfiguration, Usage};
+use crate::{CallUsage, ReadOutcome, ReadRequest, Reader, ReaderConfiguration};
 
 /// An API key. Its `Debug` and `Display` never show the value.
 #[derive(Clone)]
@@ -192,7 +192,7 @@ impl Reader for ChatCompletionsReader {
                 }
             }
         };
-        let usage = completion.usage.map(Usage::from);
+        let usage = completion.usage.map(CallUsage::from);
         let content = completion
             .choices
             .into_iter()
