@@ -55,3 +55,44 @@ impl Conclusion {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_concludes_without_an_outcome_and_with_its_reason() {
+        for (stop, status, reason, detail) in [
+            (
+                Stop::Cancelled,
+                RulesetStatus::Cancelled,
+                ResultReason::Cancelled,
+                false,
+            ),
+            (
+                Stop::TotalDeadline,
+                RulesetStatus::Error,
+                ResultReason::Timeout,
+                false,
+            ),
+            (
+                Stop::Uncertain,
+                RulesetStatus::Error,
+                ResultReason::ExecutionUncertain,
+                true,
+            ),
+            (
+                Stop::ReceiptFailed,
+                RulesetStatus::Error,
+                ResultReason::ReceiptUnavailable,
+                true,
+            ),
+        ] {
+            let conclusion = Conclusion::of_stop(stop);
+            assert_eq!((conclusion.status, conclusion.reason), (status, reason));
+            assert_eq!(conclusion.outcome, Value::Null);
+            assert!(conclusion.matched_rules.is_empty());
+            assert_eq!(conclusion.detail.is_some(), detail, "{stop:?}");
+        }
+    }
+}
