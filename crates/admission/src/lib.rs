@@ -25,6 +25,7 @@ mod evidence;
 mod lane;
 mod limits;
 mod profile;
+mod provider_usage;
 mod queue;
 mod reason;
 mod registry;
@@ -50,6 +51,9 @@ pub use limits::{
     DEFAULT_BREAKER_OPEN_MS, MAX_SAFE_INTEGER,
 };
 pub use profile::{Profile, ProfileError};
+/// What a provider reported it used (OpenAI and Anthropic, whole answers and streams), and the
+/// one reader of it that the proxy, the evaluator and the roster share.
+pub use provider_usage::ProviderUsage;
 pub use reason::{BreakerState, Decision, Reason};
 pub use registry::{
     ProfileChangeKind, ProfileChangeRecord, Registry, RegistryError, EVICTED_BUDGETS_OUTBOX_LIMIT,

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::artifact::{self, Loaded};
-use crate::binding::Target;
+use crate::binding::AliasTarget;
 use crate::definition::{AnswerKind, DefinitionSpec};
 use crate::observation::Observation;
 
@@ -68,7 +68,7 @@ pub struct AdapterRequest<'a> {
     pub definition: &'a Loaded<DefinitionSpec>,
     /// The alias's projection of the input.
     pub input: &'a Value,
-    pub target: &'a Target,
+    pub target: &'a AliasTarget,
     /// The attempt's ordinal within its alias.
     pub ordinal: u32,
     /// Time left before the attempt deadline.

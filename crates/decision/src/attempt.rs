@@ -4,8 +4,10 @@
 use serde::{Deserialize, Serialize};
 use turnstile_admission::Evidence;
 
+use crate::adapter::Adapter;
 use crate::artifact::Pin;
-use crate::observation::Usage;
+use crate::binding::AliasTarget;
+use crate::observation::ObservedUsage;
 use crate::reason::{AttemptReason, DispatchCertainty, Status, Termination};
 
 /// The record of one attempt.
@@ -21,7 +23,7 @@ pub struct AttemptRecord {
     pub status: Status,
     pub reason: AttemptReason,
     pub duration_ms: u64,
-    pub usage: Usage,
+    pub usage: ObservedUsage,
     pub request_id: Option<String>,
     /// The backoff slept after this attempt before the next try.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -33,4 +35,32 @@ pub struct AttemptRecord {
     /// The admission evidence (scheduled runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<Evidence>,
+}
+
+impl AttemptRecord {
+    /// The record of try `ordinal` of `target`, before anything is known about it: an error
+    /// without a reason, with the adapter's version (the target's pinned one when there is no
+    /// adapter).
+    pub(crate) fn new(target: &AliasTarget, ordinal: u32, adapter: Option<&dyn Adapter>) -> Self {
+        AttemptRecord {
+            ordinal,
+            adapter: target.adapter.clone(),
+            adapter_version: adapter.map_or_else(
+                || target.adapter_version.clone(),
+                |a| a.version().to_owned(),
+            ),
+            requested_model: target.model.clone(),
+            actual_model: None,
+            subagent: target.subagent.clone(),
+            status: Status::Error,
+            reason: AttemptReason::None,
+            duration_ms: 0,
+            usage: ObservedUsage::default(),
+            request_id: None,
+            retry_delay_ms: None,
+            termination: None,
+            dispatch_certainty: None,
+            admission: None,
+        }
+    }
 }

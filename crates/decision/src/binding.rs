@@ -33,7 +33,7 @@ fn one() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AliasBinding {
-    pub targets: Vec<Target>,
+    pub targets: Vec<AliasTarget>,
     /// Final reasons of a target that move on to the next target.
     #[serde(default)]
     pub fallback_on: Vec<AttemptReason>,
@@ -42,7 +42,7 @@ pub struct AliasBinding {
 /// One adapter configuration for an alias.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Target {
+pub struct AliasTarget {
     /// The adapter (provider) id: `jev`, `llm-subagent`, …
     pub adapter: String,
     pub adapter_version: String,

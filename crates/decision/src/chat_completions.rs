@@ -17,6 +17,9 @@
 //! | timeout after sending | error / timeout | unknown |
 //! | other transport error after sending | error / network-transient | unknown |
 //!
+//! Usage is what the answer's `usage` reports, read by [`ProviderUsage`] (input and output
+//! tokens; the cost is not reported).
+//!
 //! The API key is read from the environment variable named in the configuration at call time;
 //! it never appears in an observation, an error or a log line.
 
@@ -24,11 +27,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use turnstile_admission::ProviderUsage;
 
 use crate::adapter::{Adapter, AdapterRequest, BoxFuture, Capabilities};
 use crate::artifact::{worker_pin, ArtifactError, Pin};
 use crate::definition::Answer;
-use crate::observation::{Observation, Uncertainty, Usage};
+use crate::observation::{Observation, ObservedUsage, Uncertainty};
 use crate::reason::{AttemptReason, DispatchCertainty, Status};
 
 /// Configuration of one chat-completions adapter.
@@ -205,11 +209,10 @@ impl ChatCompletionsAdapter {
             .map(str::to_owned)
             .or(header_request_id);
         observation.actual_model = body.get("model").and_then(Value::as_str).map(str::to_owned);
-        observation.usage = Usage {
-            input_tokens: body.pointer("/usage/prompt_tokens").and_then(Value::as_u64),
-            output_tokens: body
-                .pointer("/usage/completion_tokens")
-                .and_then(Value::as_u64),
+        let reported = ProviderUsage::from_answer(&body);
+        observation.usage = ObservedUsage {
+            input_tokens: reported.input,
+            output_tokens: reported.output,
             cost_usd: None,
         };
         observation

@@ -13,21 +13,12 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use crate::conclusion::Conclusion;
 use crate::predicate::{Resolve, Truth};
 use crate::reason::{ResultReason, RulesetStatus};
 use crate::result::Evaluations;
 use crate::ruleset::{Composition, ConflictPolicy, RulesetSpec};
 use crate::schema::Schema;
-
-/// The composed part of a RulesetResult.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Composed {
-    pub status: RulesetStatus,
-    pub reason: ResultReason,
-    pub outcome: Value,
-    pub matched_rules: Vec<String>,
-    pub detail: Option<String>,
-}
 
 struct Context<'a> {
     input: &'a Value,
@@ -50,14 +41,14 @@ pub fn compose(
     output_schema: &Schema,
     input: &Value,
     evaluations: &Evaluations,
-) -> Composed {
+) -> Conclusion {
     let composed = compose_unchecked(spec, input, evaluations);
     if composed.status == RulesetStatus::Error {
         return composed;
     }
     match output_schema.violation(&composed.outcome) {
         None => composed,
-        Some(violation) => Composed {
+        Some(violation) => Conclusion {
             status: RulesetStatus::Error,
             reason: ResultReason::InvalidOutput,
             outcome: Value::Null,
@@ -69,9 +60,9 @@ pub fn compose(
     }
 }
 
-fn compose_unchecked(spec: &RulesetSpec, input: &Value, evaluations: &Evaluations) -> Composed {
+fn compose_unchecked(spec: &RulesetSpec, input: &Value, evaluations: &Evaluations) -> Conclusion {
     if evaluations.0.iter().any(|(_, r)| !r.spec.accepted()) {
-        return Composed {
+        return Conclusion {
             status: RulesetStatus::Review,
             reason: ResultReason::EvaluationFailed,
             outcome: spec.failure_outcome.clone(),
@@ -99,7 +90,7 @@ fn compose_unchecked(spec: &RulesetSpec, input: &Value, evaluations: &Evaluation
         .collect();
     matched.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.id.cmp(&b.id)));
     let Some(first) = matched.first() else {
-        return Composed {
+        return Conclusion {
             status: RulesetStatus::Defaulted,
             reason: ResultReason::NoMatch,
             outcome: spec.default_outcome.clone(),
@@ -108,7 +99,7 @@ fn compose_unchecked(spec: &RulesetSpec, input: &Value, evaluations: &Evaluation
         };
     };
     match spec.composition {
-        Composition::Collect => Composed {
+        Composition::Collect => Conclusion {
             status: RulesetStatus::Completed,
             reason: ResultReason::None,
             outcome: Value::Array(matched.iter().map(|r| r.outcome.clone()).collect()),
@@ -122,7 +113,7 @@ fn compose_unchecked(spec: &RulesetSpec, input: &Value, evaluations: &Evaluation
                 .collect();
             let ids: Vec<String> = top.iter().map(|r| r.id.clone()).collect();
             if top.iter().all(|r| r.outcome == first.outcome) {
-                Composed {
+                Conclusion {
                     status: RulesetStatus::Completed,
                     reason: ResultReason::None,
                     outcome: first.outcome.clone(),
@@ -131,14 +122,14 @@ fn compose_unchecked(spec: &RulesetSpec, input: &Value, evaluations: &Evaluation
                 }
             } else {
                 match spec.conflict {
-                    ConflictPolicy::Review => Composed {
+                    ConflictPolicy::Review => Conclusion {
                         status: RulesetStatus::Review,
                         reason: ResultReason::ConflictingOutcomes,
                         outcome: spec.failure_outcome.clone(),
                         matched_rules: ids,
                         detail: None,
                     },
-                    ConflictPolicy::Error => Composed {
+                    ConflictPolicy::Error => Conclusion {
                         status: RulesetStatus::Error,
                         reason: ResultReason::ConflictingOutcomes,
                         outcome: Value::Null,

@@ -2,6 +2,11 @@
 //!
 //! # Flow
 //!
+//! [`evaluate`] runs these steps, each a function of this module: `prepare` (1, 2),
+//! `begin_receipt` (the receipt of step 2), `schedule` (3, 4), `conclude` (5, or the
+//! interruption that ended the run, as a [`Conclusion`](crate::Conclusion)) and
+//! `finish_receipt`.
+//!
 //! 1. [`plan`](crate::plan::plan) validates everything before any call, and
 //!    [`verify_subagents`] checks every target's `subagent` pin against the worker its adapter
 //!    reports (`digest-mismatch`, no call, no admission).
@@ -10,7 +15,7 @@
 //! 3. Aliases run in ruleset order through [`run_bounded_fair`]: concurrency 1, or with the
 //!    scheduler enabled the minimum positive ceiling of binding, caller, graph, principal,
 //!    workspace and every provider. Lanes are keyed by (first target's adapter, workspace,
-//!    principal); the lane key never leaves the scheduler.
+//!    principal) (`LaneName`); the lane key never leaves the scheduler.
 //! 4. Each alias runs its targets ([`crate::execution`]).
 //! 5. Results are composed in canonical ruleset order.
 //!
@@ -44,535 +49,333 @@
 //! With `telemetry`, every admission request records a `decision.admit` span and the admission
 //! counters ([`crate::telemetry`]). Telemetry is write-only: it never changes a result.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use turnstile_admission::Millis;
+use turnstile_store::ReceiptError;
 
-use serde_json::Value;
-use tokio_util::sync::CancellationToken;
-use turnstile_admission::{Estimate, Evidence, Millis};
-
-use crate::adapter::AdapterSet;
-use crate::binding::Target;
+use crate::artifact::Pin;
 use crate::clock::Clock;
 use crate::compose::compose;
-use crate::driver::AdmissionDriver;
-use crate::execution::{run_alias, unstarted, Context, Stop};
+use crate::conclusion::{Conclusion, UNCERTAIN_DETAIL};
+use crate::execution::{run_alias, unstarted, Context};
+use crate::lane::LaneName;
 use crate::plan::{plan, verify_subagents, Plan};
-use crate::policy::SchedulerPolicy;
-use crate::reason::{ResultReason, RulesetStatus};
-use crate::receipt::{begin, fingerprint, Begin, ReceiptRun, ReceiptWriter, Replay};
-use crate::result::{Evaluations, ResultNaming, RulesetResult, RulesetResultSpec};
+use crate::reason::ResultReason;
+use crate::receipt::{begin, fingerprint, Begin, ReceiptWriter, Replay};
+use crate::request::{EvaluationRequest, SchedulerRun};
+use crate::result::{Evaluations, RulesetResult, RulesetResultSpec};
 use crate::scheduler::{run_bounded_fair, FairOptions, Scheduled, WorkItem};
-use crate::telemetry::Telemetry;
-
-/// The injected source of randomness: values in [0, 1).
-pub type RandomFn = Arc<dyn Fn() -> f64 + Send + Sync>;
-
-/// The host's estimate of one attempt: `(alias, target, projection) → estimate`.
-pub type EstimateFn = Arc<dyn Fn(&str, &Target, &Value) -> Estimate + Send + Sync>;
-
-/// One admission decision of one attempt, as `scheduler.onEvidence` receives it.
-///
-/// The provider lane (`adapter`) and the alias are artifact names, not tenant identities; the
-/// evidence never carries an ID (REFERENCE §5).
-#[derive(Debug, Clone, Copy)]
-pub struct AdmissionEvidence<'a> {
-    /// The alias whose attempt asked for admission.
-    pub alias: &'a str,
-    /// The target's index within the alias's targets.
-    pub target_index: usize,
-    /// The provider lane (the target's adapter id).
-    pub adapter: &'a str,
-    /// The attempt's ordinal within its alias (from 1, across targets).
-    pub ordinal: u32,
-    /// The decision: `admit` or `reject`, with its reason and counts.
-    pub evidence: &'a Evidence,
-}
-
-/// The host's `onEvidence` callback.
-pub type EvidenceFn = Arc<dyn Fn(AdmissionEvidence<'_>) + Send + Sync>;
-
-/// Admission for an evaluation: the policy and the shared driver it registers with.
-#[derive(Clone)]
-pub struct SchedulerRun {
-    pub policy: SchedulerPolicy,
-    pub driver: AdmissionDriver,
-    pub estimate: Option<EstimateFn>,
-    /// `onEvidence`: every admission decision of every attempt (see the module docs).
-    pub on_evidence: Option<EvidenceFn>,
-}
-
-impl SchedulerRun {
-    /// A run of `policy` on `driver`, without an estimate or an evidence callback.
-    pub fn new(policy: SchedulerPolicy, driver: AdmissionDriver) -> Self {
-        SchedulerRun {
-            policy,
-            driver,
-            estimate: None,
-            on_evidence: None,
-        }
-    }
-
-    /// Sets the host's estimate of each attempt (`estimate(alias, target, input)`).
-    pub fn with_estimate(mut self, estimate: EstimateFn) -> Self {
-        self.estimate = Some(estimate);
-        self
-    }
-
-    /// Sets the `onEvidence` callback.
-    pub fn with_on_evidence(mut self, on_evidence: EvidenceFn) -> Self {
-        self.on_evidence = Some(on_evidence);
-        self
-    }
-
-    /// Hands one decision to `onEvidence`, if any; a panicking callback is ignored.
-    pub(crate) fn report(&self, event: AdmissionEvidence<'_>) {
-        if let Some(on_evidence) = &self.on_evidence {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| on_evidence(event)));
-        }
-    }
-}
-
-impl std::fmt::Debug for SchedulerRun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SchedulerRun")
-            .field("enabled", &self.policy.enabled)
-            .field("profile_version", &self.policy.profile_version)
-            .field("estimate", &self.estimate.is_some())
-            .field("on_evidence", &self.on_evidence.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-/// One evaluation request.
-#[derive(Clone)]
-pub struct EvaluationRequest {
-    pub ruleset: Value,
-    pub binding: Value,
-    pub definitions: Vec<Value>,
-    pub input: Value,
-    pub run_id: String,
-    /// The idempotency key; also the admission budget id.
-    pub invocation_id: String,
-    pub adapters: AdapterSet,
-    pub signal: Option<CancellationToken>,
-    pub random: Option<RandomFn>,
-    pub scheduler: Option<SchedulerRun>,
-    /// The clock for unscheduled runs (scheduled runs use the driver's).
-    pub clock: Option<Clock>,
-    pub naming: ResultNaming,
-    /// The durable receipt store (`receiptStore`); makes the run serial and idempotent.
-    pub receipts: Option<ReceiptRun>,
-    /// Admission spans and metrics.
-    pub telemetry: Option<Telemetry>,
-}
-
-impl std::fmt::Debug for EvaluationRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EvaluationRequest")
-            .field("run_id", &self.run_id)
-            .field("invocation_id", &self.invocation_id)
-            .field("adapters", &self.adapters)
-            .field("scheduler", &self.scheduler)
-            .field("receipts", &self.receipts)
-            .finish_non_exhaustive()
-    }
-}
-
-impl EvaluationRequest {
-    pub fn new(
-        ruleset: Value,
-        binding: Value,
-        definitions: Vec<Value>,
-        input: Value,
-        adapters: AdapterSet,
-    ) -> Self {
-        EvaluationRequest {
-            ruleset,
-            binding,
-            definitions,
-            input,
-            run_id: "run".into(),
-            invocation_id: "invocation".into(),
-            adapters,
-            signal: None,
-            random: None,
-            scheduler: None,
-            clock: None,
-            naming: ResultNaming::default(),
-            receipts: None,
-            telemetry: None,
-        }
-    }
-
-    pub fn with_receipts(mut self, receipts: ReceiptRun) -> Self {
-        self.receipts = Some(receipts);
-        self
-    }
-
-    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
-        self.telemetry = Some(telemetry);
-        self
-    }
-
-    pub fn with_clock(mut self, clock: Clock) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    pub fn with_ids(mut self, run_id: impl Into<String>, invocation_id: impl Into<String>) -> Self {
-        self.run_id = run_id.into();
-        self.invocation_id = invocation_id.into();
-        self
-    }
-
-    pub fn with_signal(mut self, signal: CancellationToken) -> Self {
-        self.signal = Some(signal);
-        self
-    }
-
-    pub fn with_random(mut self, random: RandomFn) -> Self {
-        self.random = Some(random);
-        self
-    }
-
-    pub fn with_scheduler(mut self, scheduler: SchedulerRun) -> Self {
-        self.scheduler = Some(scheduler);
-        self
-    }
-
-    pub fn with_naming(mut self, naming: ResultNaming) -> Self {
-        self.naming = naming;
-        self
-    }
-}
-
-/// A deterministic default random source (splitmix64), seeded from the invocation id.
-fn seeded_random(seed_text: &str) -> RandomFn {
-    let seed = seed_text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let state = Mutex::new(seed);
-    Arc::new(move || {
-        let mut s = state.lock().unwrap_or_else(PoisonError::into_inner);
-        *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = *s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    })
-}
+use crate::stop::Stop;
 
 /// Evaluates a ruleset. Never fails: every failure is a typed result.
 pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {
-    let naming = request.naming.clone();
-    let error_result = |reason: ResultReason, ruleset, binding, detail: String| {
-        naming.ruleset_result(RulesetResultSpec {
-            ruleset,
-            binding,
-            run_id: request.run_id.clone(),
-            invocation_id: request.invocation_id.clone(),
-            status: RulesetStatus::Error,
-            reason,
-            outcome: Value::Null,
-            matched_rules: Vec::new(),
-            evaluations: Evaluations::default(),
-            detail: Some(detail),
-        })
+    let prepared = match prepare(&request).await {
+        Ok(prepared) => prepared,
+        Err(refused) => return refused,
     };
-
-    let plan = match plan(
-        &request.ruleset,
-        &request.binding,
-        &request.definitions,
-        &request.input,
-    ) {
-        Ok(plan) => plan,
-        Err(refused) => {
-            return error_result(
-                refused.error.reason(),
-                refused.ruleset,
-                refused.binding,
-                refused.error.detail(),
-            )
-        }
+    let writer = match begin_receipt(&prepared).await {
+        Ok(writer) => writer,
+        Err(answered) => return answered,
     };
-    let ruleset_pin = plan.ruleset.pin();
-    let binding_pin = plan.binding.pin();
-    if let Err(error) = verify_subagents(&plan, &request.adapters) {
-        return error_result(
-            error.reason(),
-            Some(ruleset_pin),
-            Some(binding_pin),
-            error.detail(),
-        );
-    }
-
-    let scheduler = request.scheduler.as_ref().filter(|s| s.policy.enabled);
-    if let Some(run) = scheduler {
-        if let Err(error) = run
-            .driver
-            .register(
-                &run.policy.workspace.id,
-                &run.policy.profile_version,
-                run.policy.profile(),
-            )
-            .await
-        {
-            return error_result(
-                ResultReason::InvalidDefinition,
-                Some(ruleset_pin),
-                Some(binding_pin),
-                error.to_string(),
-            );
-        }
-    }
-
-    let clock = scheduler
-        .map(|s| s.driver.clock())
-        .or(request.clock)
-        .unwrap_or_else(|| Clock::starting_at(0));
-    let total_deadline: Millis = clock
-        .now_ms()
-        .saturating_add(plan.binding.spec().total_timeout_ms);
-    let signal = request.signal.clone().unwrap_or_default();
-    let random = request
-        .random
-        .clone()
-        .unwrap_or_else(|| seeded_random(&request.invocation_id));
-
-    // Step 2: the receipt.
-    let writer: Option<Box<ReceiptWriter>> = match &request.receipts {
-        None => None,
-        Some(run) => {
-            let fingerprint = fingerprint(
-                &request.invocation_id,
-                &request.input,
-                &ruleset_pin,
-                &binding_pin,
-                &definition_pins(&plan),
-            );
-            let begun = match fingerprint {
-                Ok(fingerprint) => {
-                    begin(
-                        run,
-                        &request.invocation_id,
-                        &fingerprint,
-                        clock,
-                        plan.binding.spec().total_timeout_ms,
-                    )
-                    .await
-                }
-                Err(error) => Err(turnstile_store::ReceiptError::Canonical(error)),
-            };
-            match begun {
-                Ok(Begin::Owner(writer)) => Some(writer),
-                Ok(Begin::Replay(replay)) => {
-                    if let Some(run) = scheduler {
-                        run.driver
-                            .release_budget(&run.policy.workspace.id, &request.invocation_id)
-                            .await;
-                    }
-                    return replayed(replay, &plan, |reason, detail| {
-                        error_result(
-                            reason,
-                            Some(ruleset_pin.clone()),
-                            Some(binding_pin.clone()),
-                            detail,
-                        )
-                    });
-                }
-                Err(error) => {
-                    return error_result(
-                        ResultReason::ReceiptUnavailable,
-                        Some(ruleset_pin),
-                        Some(binding_pin),
-                        error.to_string(),
-                    )
-                }
-            }
-        }
-    };
-    let serial = writer.is_some();
-    let concurrency = match scheduler {
-        Some(s) if !serial => s.policy.ceiling(plan.binding.spec().concurrency),
-        _ => 1,
-    };
-
-    let context = Context {
-        plan: &plan,
-        ruleset_pin: ruleset_pin.clone(),
-        binding_pin: binding_pin.clone(),
-        run_id: &request.run_id,
-        invocation_id: &request.invocation_id,
-        adapters: &request.adapters,
-        signal: signal.clone(),
-        clock,
-        total_deadline,
-        max_attempts: plan.binding.spec().max_attempts,
-        used_attempts: std::sync::atomic::AtomicU64::new(0),
-        random,
-        scheduler,
-        suspend_backoff: scheduler.is_some() && !serial,
-        stopped: Mutex::new(None),
-        receipt: writer.as_deref(),
-        telemetry: request.telemetry.as_ref(),
-        naming: &naming,
-    };
-
-    let work: Vec<WorkItem<usize>> = plan
-        .aliases
-        .iter()
-        .enumerate()
-        .map(|(index, alias)| {
-            let adapter = alias
-                .binding
-                .targets
-                .first()
-                .map_or("", |t| t.adapter.as_str());
-            let lane = match scheduler {
-                Some(run) => format!(
-                    "{adapter}\u{1f}{}\u{1f}{}",
-                    run.policy.workspace.id, run.policy.principal.id
-                ),
-                None => adapter.to_owned(),
-            };
-            WorkItem::new(index, lane)
-        })
-        .collect();
-    let options = FairOptions {
-        cancel: Some(signal.clone()),
-        deadline: Some(clock.instant_at(total_deadline)),
-    };
-    let scheduled = run_bounded_fair(
-        work,
-        concurrency,
-        |index, slot| run_alias(&context, index, slot),
-        options,
-    )
-    .await;
-
-    let mut evaluations = Vec::with_capacity(scheduled.len());
-    for item in scheduled {
-        let spec = match item {
-            Scheduled::Completed(spec) => spec,
-            Scheduled::Unstarted { value, cause } => {
-                let stop = Stop::from(cause);
-                context.note_stop(stop);
-                unstarted(&context, value, stop)
-            }
-        };
-        evaluations.push((spec.alias.clone(), naming.decision_result(spec)));
-    }
-    let evaluations = Evaluations(evaluations);
-
-    if let Some(run) = scheduler {
-        run.driver
-            .release_budget(&run.policy.workspace.id, &request.invocation_id)
-            .await;
-    }
-
+    let context = prepared.context(writer.as_deref());
+    let evaluations = schedule(&context).await;
+    release_budget(prepared.scheduler, &request.invocation_id).await;
     let stopped = match context.stopped() {
         Some(stop @ (Stop::Uncertain | Stop::ReceiptFailed)) => Some(stop),
-        _ if signal.is_cancelled() => Some(Stop::Cancelled),
+        _ if context.signal.is_cancelled() => Some(Stop::Cancelled),
         other => other,
     };
-    let (status, reason, outcome, matched_rules, detail) = match stopped {
-        Some(Stop::Cancelled) => (
-            RulesetStatus::Cancelled,
-            ResultReason::Cancelled,
-            Value::Null,
-            Vec::new(),
-            None,
-        ),
-        Some(Stop::TotalDeadline) => (
-            RulesetStatus::Error,
-            ResultReason::Timeout,
-            Value::Null,
-            Vec::new(),
-            None,
-        ),
-        Some(Stop::Uncertain) => (
-            RulesetStatus::Error,
-            ResultReason::ExecutionUncertain,
-            Value::Null,
-            Vec::new(),
-            Some(UNCERTAIN_DETAIL.to_owned()),
-        ),
-        Some(Stop::ReceiptFailed) => (
-            RulesetStatus::Error,
-            ResultReason::ReceiptUnavailable,
-            Value::Null,
-            Vec::new(),
-            Some("the receipt could not be written; nothing further was dispatched".to_owned()),
-        ),
-        None => {
-            let composed = compose(
-                plan.ruleset.spec(),
-                &plan.output_schema,
-                &request.input,
-                &evaluations,
-            );
-            (
-                composed.status,
-                composed.reason,
-                composed.outcome,
-                composed.matched_rules,
-                composed.detail,
-            )
-        }
-    };
-    let result = naming.ruleset_result(RulesetResultSpec {
-        ruleset: Some(ruleset_pin),
-        binding: Some(binding_pin),
-        run_id: request.run_id.clone(),
-        invocation_id: request.invocation_id.clone(),
-        status,
-        reason,
-        outcome,
-        matched_rules,
-        evaluations,
-        detail,
-    });
+    let conclusion = conclude(stopped, &prepared.plan, &request.input, &evaluations);
+    let result = prepared.header.result(conclusion, evaluations);
     if let Some(writer) = &writer {
-        match stopped {
-            // Already terminal (or written as far as the store allowed).
-            Some(Stop::Uncertain) => {
-                let _ = writer.uncertain();
-            }
-            Some(Stop::ReceiptFailed) => {
-                let _ = writer.fail();
-            }
-            _ => {
-                if writer.finish(&result).is_err() {
-                    let _ = writer.fail();
-                }
-            }
-        }
+        finish_receipt(writer, stopped, &result);
     }
     result
 }
 
-const UNCERTAIN_DETAIL: &str =
-    "a call of this invocation may have reached the provider; it is never dispatched again";
+/// What every result of a planned invocation names: its request's ids and its pins.
+struct Header<'r> {
+    request: &'r EvaluationRequest,
+    ruleset_pin: Pin,
+    binding_pin: Pin,
+}
+
+impl Header<'_> {
+    /// A result with this header.
+    fn result(&self, conclusion: Conclusion, evaluations: Evaluations) -> RulesetResult {
+        ruleset_result(
+            self.request,
+            Some(self.ruleset_pin.clone()),
+            Some(self.binding_pin.clone()),
+            conclusion,
+            evaluations,
+        )
+    }
+
+    /// An error result without evaluations.
+    fn refuse(&self, reason: ResultReason, detail: String) -> RulesetResult {
+        self.result(
+            Conclusion::error(reason, Some(detail)),
+            Evaluations::default(),
+        )
+    }
+}
+
+/// An invocation that passed validation: its plan, its admission, its time.
+struct Prepared<'r> {
+    header: Header<'r>,
+    plan: Plan,
+    /// The scheduler, when enabled (its policy is registered).
+    scheduler: Option<&'r SchedulerRun>,
+    clock: Clock,
+    /// `now + totalTimeoutMs`, fixed before the receipt is begun.
+    total_deadline: Millis,
+}
+
+/// Steps 1 and 2: plans and pins the artifacts, checks the subagent pins, registers the
+/// scheduler's policy, and fixes the clock and the total deadline. A refusal is the result.
+async fn prepare(request: &EvaluationRequest) -> Result<Prepared<'_>, RulesetResult> {
+    let plan = plan(
+        &request.ruleset,
+        &request.binding,
+        &request.definitions,
+        &request.input,
+    )
+    .map_err(|refused| {
+        ruleset_result(
+            request,
+            refused.ruleset,
+            refused.binding,
+            Conclusion::error(refused.error.reason(), Some(refused.error.detail())),
+            Evaluations::default(),
+        )
+    })?;
+    let header = Header {
+        request,
+        ruleset_pin: plan.ruleset.pin(),
+        binding_pin: plan.binding.pin(),
+    };
+    if let Err(error) = verify_subagents(&plan, &request.adapters) {
+        return Err(header.refuse(error.reason(), error.detail()));
+    }
+    let scheduler = request.scheduler.as_ref().filter(|s| s.policy.enabled);
+    if let Some(run) = scheduler {
+        let policy = &run.policy;
+        let registered = run
+            .driver
+            .register(
+                &policy.workspace.id,
+                &policy.profile_version,
+                policy.profile(),
+            )
+            .await;
+        if let Err(error) = registered {
+            return Err(header.refuse(ResultReason::InvalidDefinition, error.to_string()));
+        }
+    }
+    let clock = scheduler
+        .map(|s| s.driver.clock())
+        .or(request.clock)
+        .unwrap_or_else(|| Clock::starting_at(0));
+    let total_deadline = clock
+        .now_ms()
+        .saturating_add(plan.binding.spec().total_timeout_ms);
+    Ok(Prepared {
+        header,
+        plan,
+        scheduler,
+        clock,
+        total_deadline,
+    })
+}
+
+impl Prepared<'_> {
+    /// What every alias run of this invocation shares.
+    fn context<'a>(&'a self, receipt: Option<&'a ReceiptWriter>) -> Context<'a> {
+        let request = self.header.request;
+        Context {
+            plan: &self.plan,
+            ruleset_pin: self.header.ruleset_pin.clone(),
+            binding_pin: self.header.binding_pin.clone(),
+            run_id: &request.run_id,
+            invocation_id: &request.invocation_id,
+            adapters: &request.adapters,
+            signal: request.signal.clone().unwrap_or_default(),
+            clock: self.clock,
+            total_deadline: self.total_deadline,
+            max_attempts: self.plan.binding.spec().max_attempts,
+            used_attempts: std::sync::atomic::AtomicU64::new(0),
+            random: request.random_source(),
+            scheduler: self.scheduler,
+            suspend_backoff: self.scheduler.is_some() && receipt.is_none(),
+            stopped: std::sync::Mutex::new(None),
+            receipt,
+            telemetry: request.telemetry.as_ref(),
+            naming: &request.naming,
+        }
+    }
+}
+
+/// The result artifact of `request` with `conclusion`.
+fn ruleset_result(
+    request: &EvaluationRequest,
+    ruleset: Option<Pin>,
+    binding: Option<Pin>,
+    conclusion: Conclusion,
+    evaluations: Evaluations,
+) -> RulesetResult {
+    request.naming.ruleset_result(RulesetResultSpec {
+        ruleset,
+        binding,
+        run_id: request.run_id.clone(),
+        invocation_id: request.invocation_id.clone(),
+        status: conclusion.status,
+        reason: conclusion.reason,
+        outcome: conclusion.outcome,
+        matched_rules: conclusion.matched_rules,
+        evaluations,
+        detail: conclusion.detail,
+    })
+}
+
+/// Step 2's receipt: the owner's writer (`None` without a store), or, for a non-owner or a
+/// store that fails, the result to answer with at once.
+async fn begin_receipt(
+    prepared: &Prepared<'_>,
+) -> Result<Option<Box<ReceiptWriter>>, RulesetResult> {
+    let request = prepared.header.request;
+    let Some(run) = &request.receipts else {
+        return Ok(None);
+    };
+    let fingerprint = fingerprint(
+        &request.invocation_id,
+        &request.input,
+        &prepared.header.ruleset_pin,
+        &prepared.header.binding_pin,
+        &definition_pins(&prepared.plan),
+    );
+    let begun = match fingerprint {
+        Ok(fingerprint) => {
+            begin(
+                run,
+                &request.invocation_id,
+                &fingerprint,
+                prepared.clock,
+                prepared.plan.binding.spec().total_timeout_ms,
+            )
+            .await
+        }
+        Err(error) => Err(ReceiptError::Canonical(error)),
+    };
+    match begun {
+        Ok(Begin::Owner(writer)) => Ok(Some(writer)),
+        Ok(Begin::Replay(replay)) => {
+            release_budget(prepared.scheduler, &request.invocation_id).await;
+            Err(replayed(replay, prepared))
+        }
+        Err(error) => Err(prepared
+            .header
+            .refuse(ResultReason::ReceiptUnavailable, error.to_string())),
+    }
+}
+
+/// Steps 3 and 4: every alias through the bounded fair scheduler, one lane per [`LaneName`];
+/// an alias the run never started gets the result of the interruption.
+async fn schedule(context: &Context<'_>) -> Evaluations {
+    let plan = context.plan;
+    let concurrency = match context.scheduler {
+        Some(run) if context.receipt.is_none() => {
+            run.policy.ceiling(plan.binding.spec().concurrency)
+        }
+        _ => 1,
+    };
+    let work: Vec<WorkItem<usize>> = plan
+        .aliases
+        .iter()
+        .enumerate()
+        .map(|(index, alias)| WorkItem::new(index, LaneName::of(alias, context.scheduler).key()))
+        .collect();
+    let options = FairOptions {
+        cancel: Some(context.signal.clone()),
+        deadline: Some(context.clock.instant_at(context.total_deadline)),
+    };
+    let scheduled = run_bounded_fair(
+        work,
+        concurrency,
+        |index, slot| run_alias(context, index, slot),
+        options,
+    )
+    .await;
+    let evaluations = scheduled
+        .into_iter()
+        .map(|item| {
+            let spec = match item {
+                Scheduled::Completed(spec) => spec,
+                Scheduled::Unstarted { value, cause } => {
+                    let stop = Stop::from(cause);
+                    context.note_stop(stop);
+                    unstarted(context, value, stop)
+                }
+            };
+            (spec.alias.clone(), context.naming.decision_result(spec))
+        })
+        .collect();
+    Evaluations(evaluations)
+}
+
+/// Step 5: an interruption decides the end, else the composition of the evaluations.
+fn conclude(
+    stopped: Option<Stop>,
+    plan: &Plan,
+    input: &serde_json::Value,
+    evaluations: &Evaluations,
+) -> Conclusion {
+    match stopped {
+        Some(stop) => Conclusion::of_stop(stop),
+        None => compose(plan.ruleset.spec(), &plan.output_schema, input, evaluations),
+    }
+}
+
+/// The owner's last receipt write: the result, unless the run already ended the receipt as
+/// uncertain or failed (a result that cannot be written fails the receipt).
+fn finish_receipt(writer: &ReceiptWriter, stopped: Option<Stop>, result: &RulesetResult) {
+    match stopped {
+        // Already terminal (or written as far as the store allowed).
+        Some(Stop::Uncertain) => {
+            let _ = writer.uncertain();
+        }
+        Some(Stop::ReceiptFailed) => {
+            let _ = writer.fail();
+        }
+        _ => {
+            if writer.finish(result).is_err() {
+                let _ = writer.fail();
+            }
+        }
+    }
+}
+
+/// Gives the invocation's admission budget back (scheduled runs).
+async fn release_budget(scheduler: Option<&SchedulerRun>, invocation_id: &str) {
+    if let Some(run) = scheduler {
+        run.driver
+            .release_budget(&run.policy.workspace.id, invocation_id)
+            .await;
+    }
+}
 
 /// The definition pins in ruleset order (part of the fingerprint).
-fn definition_pins(plan: &Plan) -> Vec<crate::artifact::Pin> {
+fn definition_pins(plan: &Plan) -> Vec<Pin> {
     plan.aliases.iter().map(|a| a.definition.pin()).collect()
 }
 
 /// The result a non-owner gets.
-fn replayed(
-    replay: Replay,
-    plan: &Plan,
-    error_result: impl Fn(ResultReason, String) -> RulesetResult,
-) -> RulesetResult {
+fn replayed(replay: Replay, prepared: &Prepared<'_>) -> RulesetResult {
     match replay {
-        Replay::Mismatch => error_result(
+        Replay::Mismatch => prepared.header.refuse(
             ResultReason::ReplayMismatch,
             "the invocation id was used with a different input or different pins".to_owned(),
         ),
-        Replay::Uncertain => error_result(
+        Replay::Uncertain => prepared.header.refuse(
             ResultReason::ExecutionUncertain,
             UNCERTAIN_DETAIL.to_owned(),
         ),
@@ -581,10 +384,10 @@ fn replayed(
                 result
                     .spec
                     .evaluations
-                    .reorder(plan.aliases.iter().map(|a| a.alias.as_str()));
+                    .reorder(prepared.plan.aliases.iter().map(|a| a.alias.as_str()));
                 result
             }
-            Err(_) => error_result(
+            Err(_) => prepared.header.refuse(
                 ResultReason::ReceiptUnavailable,
                 "the stored result could not be read".to_owned(),
             ),

@@ -16,74 +16,33 @@
 //!   is called (a failed write means no call); a non-success whose dispatch certainty is neither
 //!   `terminal-response` nor `not-sent` stops the invocation as `execution-uncertain`.
 //! - With `onEvidence`, every admission request reports its decision exactly once, before the
-//!   adapter is called or the rejection is recorded ([`crate::evaluator`]).
+//!   adapter is called or the rejection is recorded ([`crate::request`]).
+//! - One try (admission, call, release, receipt, validation) is [`crate::one_attempt`].
 //! - With telemetry, every admission request has one `decision.admit` span
 //!   ([`crate::telemetry`]), closed on rejection or on lease release.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use turnstile_admission::{ActualUsage, AdmissionRequest, Millis, Outcome, Reason};
+use turnstile_admission::Millis;
 
-use crate::adapter::{version_serves, Adapter, AdapterRequest, AdapterSet};
+use crate::adapter::{version_serves, Adapter, AdapterSet};
 use crate::artifact::Pin;
 use crate::attempt::AttemptRecord;
 use crate::backoff::backoff_ms;
-use crate::binding::{Acceptance, Target};
+use crate::binding::{Acceptance, AliasTarget};
 use crate::clock::Clock;
-use crate::error::AdmissionError;
-use crate::evaluator::{AdmissionEvidence, RandomFn, SchedulerRun};
-use crate::observation::{Observation, Uncertainty, Usage};
+use crate::observation::{Observation, Uncertainty};
+use crate::one_attempt::{attempt, Tried};
 use crate::plan::{AliasPlan, Plan};
-use crate::reason::{map_admission_reason, AttemptReason, DispatchCertainty, Status, Termination};
+use crate::reason::{AttemptReason, DispatchCertainty, Status, Termination};
 use crate::receipt::ReceiptWriter;
+use crate::request::{RandomFn, SchedulerRun};
 use crate::result::{DecisionResultSpec, ResultNaming};
-use crate::scheduler::{Interrupt, Slot};
+use crate::scheduler::Slot;
+use crate::stop::Stop;
 use crate::telemetry::Telemetry;
-
-/// What interrupted the invocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stop {
-    Cancelled,
-    TotalDeadline,
-    /// A dispatched call's outcome is unknown (receipt-backed runs).
-    Uncertain,
-    /// The receipt could not be written.
-    ReceiptFailed,
-}
-
-impl From<Interrupt> for Stop {
-    fn from(interrupt: Interrupt) -> Self {
-        match interrupt {
-            Interrupt::Cancelled => Stop::Cancelled,
-            Interrupt::Deadline => Stop::TotalDeadline,
-        }
-    }
-}
-
-impl Stop {
-    fn status_reason(self) -> (Status, AttemptReason) {
-        match self {
-            Stop::Cancelled => (Status::Cancelled, AttemptReason::Cancelled),
-            Stop::TotalDeadline => (Status::Error, AttemptReason::Timeout),
-            Stop::Uncertain => (Status::Error, AttemptReason::ExecutionUncertain),
-            Stop::ReceiptFailed => (Status::Error, AttemptReason::ReceiptUnavailable),
-        }
-    }
-
-    /// Which stop wins when several happened: an uncertain dispatch outranks everything (it is
-    /// what a replay must report), then a receipt failure, then the caller, then the deadline.
-    fn rank(self) -> u8 {
-        match self {
-            Stop::Uncertain => 3,
-            Stop::ReceiptFailed => 2,
-            Stop::Cancelled => 1,
-            Stop::TotalDeadline => 0,
-        }
-    }
-}
 
 /// Everything the alias runs of one invocation share.
 pub(crate) struct Context<'a> {
@@ -147,7 +106,7 @@ impl Context<'_> {
             .is_ok()
     }
 
-    fn termination_at(&self, deadline: Millis) -> Termination {
+    pub(crate) fn termination_at(&self, deadline: Millis) -> Termination {
         if deadline >= self.total_deadline {
             Termination::TotalDeadline
         } else {
@@ -232,8 +191,8 @@ pub(crate) async fn run_alias(
                     break;
                 }
                 ordinal += 1;
-                let mut record =
-                    base_record(target, ordinal, context.adapters.get(&target.adapter));
+                let adapter = context.adapters.get(&target.adapter);
+                let mut record = AttemptRecord::new(target, ordinal, adapter.map(|a| &**a));
                 record.status = Status::Unsupported;
                 record.reason = reason;
                 record.dispatch_certainty = Some(DispatchCertainty::NotSent);
@@ -356,30 +315,12 @@ pub(crate) async fn run_alias(
     spec
 }
 
-/// What one try produced.
-struct Tried {
-    record: AttemptRecord,
-    observation: Option<Observation>,
-    /// Receipt-backed and dispatched with an unknown outcome.
-    uncertain: bool,
-}
-
-impl Tried {
-    fn not_called(record: AttemptRecord) -> Self {
-        Tried {
-            record,
-            observation: None,
-            uncertain: false,
-        }
-    }
-}
-
 /// The capability check before a target: adapter present and of a serving version, answer
 /// kind and capabilities supported, acceptance profile supported.
 fn capability_check(
     context: &Context<'_>,
     alias: &AliasPlan,
-    target: &Target,
+    target: &AliasTarget,
 ) -> Result<Arc<dyn Adapter>, AttemptReason> {
     let Some(adapter) = context.adapters.get(&target.adapter) else {
         return Err(AttemptReason::ExecutorUnavailable);
@@ -410,313 +351,4 @@ fn capability_check(
         }
     }
     Ok(Arc::clone(adapter))
-}
-
-fn base_record(target: &Target, ordinal: u32, adapter: Option<&Arc<dyn Adapter>>) -> AttemptRecord {
-    AttemptRecord {
-        ordinal,
-        adapter: target.adapter.clone(),
-        adapter_version: adapter.map_or_else(
-            || target.adapter_version.clone(),
-            |a| a.version().to_owned(),
-        ),
-        requested_model: target.model.clone(),
-        actual_model: None,
-        subagent: target.subagent.clone(),
-        status: Status::Error,
-        reason: AttemptReason::None,
-        duration_ms: 0,
-        usage: Usage::default(),
-        request_id: None,
-        retry_delay_ms: None,
-        termination: None,
-        dispatch_certainty: None,
-        admission: None,
-    }
-}
-
-/// The lease outcome an observation reports to admission.
-fn lease_outcome(observation: &Observation, termination: Option<Termination>) -> Outcome {
-    if termination == Some(Termination::CallerCancelled) || observation.status == Status::Cancelled
-    {
-        return Outcome::None;
-    }
-    if let Some(retry_after_ms) = observation.retry_after_ms {
-        return Outcome::RetryAfter { retry_after_ms };
-    }
-    if observation.status != Status::Success && observation.reason.is_provider_failure() {
-        Outcome::Failure
-    } else {
-        Outcome::Success
-    }
-}
-
-/// What a call reported it used, for the invocation's budgets: input + output tokens when
-/// either is known, and the cost when it is a valid amount. Unknown (`null`) stays unknown, so
-/// the estimate stands for that dimension.
-fn actual_usage(usage: &Usage) -> ActualUsage {
-    let mut actual = ActualUsage::none();
-    if usage.input_tokens.is_some() || usage.output_tokens.is_some() {
-        let tokens = usage
-            .input_tokens
-            .unwrap_or(0)
-            .saturating_add(usage.output_tokens.unwrap_or(0));
-        actual = actual.tokens(tokens);
-    }
-    match usage.cost_usd.map(|cost| actual.with_cost_usd(cost)) {
-        Some(Ok(with_cost)) => with_cost,
-        // An adapter that reports a negative or non-finite cost is not believed.
-        Some(Err(_)) | None => actual,
-    }
-}
-
-/// One try: admission, the call raced against the deadline and the caller, validation and
-/// acceptance.
-async fn attempt(
-    context: &Context<'_>,
-    alias: &AliasPlan,
-    (target_index, target): (usize, &Target),
-    adapter: &dyn Adapter,
-    ordinal: u32,
-    prior: &[AttemptRecord],
-) -> Tried {
-    let start = context.clock.now_ms();
-    let deadline = context
-        .total_deadline
-        .min(start.saturating_add(target.timeout_ms));
-    let mut record = AttemptRecord {
-        adapter_version: adapter.version().to_owned(),
-        ..base_record(target, ordinal, None)
-    };
-
-    let lease = match context.scheduler {
-        None => None,
-        Some(run) => {
-            // The driver ends the span on refusal; the lease owns it on admission.
-            let span = context
-                .telemetry
-                .map(|t| t.admission_requested(&target.adapter));
-            let estimate = run
-                .estimate
-                .as_ref()
-                .map(|f| f(&alias.alias, target, &alias.projection))
-                .unwrap_or_default();
-            let request = AdmissionRequest {
-                principal_id: run.policy.principal.id.clone(),
-                provider_id: target.adapter.clone(),
-                budget_id: context.invocation_id.to_owned(),
-                estimate,
-                deadline: Some(deadline),
-            };
-            let acquired = run
-                .driver
-                .acquire_traced(
-                    &run.policy.workspace.id,
-                    request,
-                    Some(&context.signal),
-                    span,
-                )
-                .await;
-            let decided = match &acquired {
-                Ok(lease) => Some(lease.evidence()),
-                Err(error) => error.rejection().map(|rejection| &rejection.evidence),
-            };
-            if let Some(evidence) = decided {
-                run.report(AdmissionEvidence {
-                    alias: &alias.alias,
-                    target_index,
-                    adapter: &target.adapter,
-                    ordinal,
-                    evidence,
-                });
-            }
-            match acquired {
-                Ok(lease) => {
-                    record.admission = Some(lease.evidence().clone());
-                    Some(lease)
-                }
-                Err(error) => {
-                    record.dispatch_certainty = Some(DispatchCertainty::NotSent);
-                    match error {
-                        AdmissionError::Rejected(rejection) => {
-                            let caller = context.signal.is_cancelled();
-                            let (status, reason) = match rejection.reason {
-                                Reason::Cancelled if !caller => {
-                                    (Status::Error, AttemptReason::Timeout)
-                                }
-                                other => map_admission_reason(other),
-                            };
-                            record.status = status;
-                            record.reason = reason;
-                            record.termination = match rejection.reason {
-                                Reason::Cancelled if caller => Some(Termination::CallerCancelled),
-                                Reason::Cancelled | Reason::DeadlineExceeded => {
-                                    Some(context.termination_at(deadline))
-                                }
-                                _ => None,
-                            };
-                            record.admission = Some(rejection.evidence);
-                        }
-                        AdmissionError::Registry(_) | AdmissionError::Unavailable => {
-                            record.status = Status::Error;
-                            record.reason = AttemptReason::Overloaded;
-                        }
-                    }
-                    record.duration_ms = context.clock.now_ms().saturating_sub(start);
-                    return Tried::not_called(record);
-                }
-            }
-        }
-    };
-
-    // The pending slot is durable before anything is sent.
-    if let Some(writer) = context.receipt {
-        if writer
-            .dispatching(&alias.alias, target_index, ordinal, prior)
-            .is_err()
-        {
-            drop(lease);
-            context.note_stop(Stop::ReceiptFailed);
-            record.status = Status::Error;
-            record.reason = AttemptReason::ReceiptUnavailable;
-            record.dispatch_certainty = Some(DispatchCertainty::NotSent);
-            record.duration_ms = context.clock.now_ms().saturating_sub(start);
-            return Tried::not_called(record);
-        }
-    }
-
-    let now = context.clock.now_ms();
-    let request = AdapterRequest {
-        alias: &alias.alias,
-        definition: &alias.definition,
-        input: &alias.projection,
-        target,
-        ordinal,
-        timeout: Duration::from_millis(deadline.saturating_sub(now)),
-    };
-    let call = adapter.invoke(request);
-    let mut observation = tokio::select! {
-        biased;
-        _ = context.signal.cancelled() => {
-            record.termination = Some(Termination::CallerCancelled);
-            Observation::error(AttemptReason::Cancelled, DispatchCertainty::Unknown)
-                .with_status(Status::Cancelled)
-        }
-        observation = call => observation,
-        _ = context.clock.sleep_until(deadline) => {
-            record.termination = Some(context.termination_at(deadline));
-            Observation::error(AttemptReason::Timeout, DispatchCertainty::Unknown)
-        }
-    };
-    if let Some(lease) = lease {
-        let outcome = lease_outcome(&observation, record.termination);
-        if record.termination == Some(Termination::CallerCancelled) {
-            drop(lease);
-        } else {
-            // The driver ends the lease's span with the transitions the outcome caused.
-            let _ = lease
-                .release(outcome, actual_usage(&observation.usage))
-                .await;
-        }
-    }
-
-    // With a store, a non-answer that may have reached the provider is uncertain.
-    let uncertain = context.receipt.is_some()
-        && observation.status != Status::Success
-        && !matches!(
-            observation.dispatch_certainty,
-            Some(DispatchCertainty::TerminalResponse | DispatchCertainty::NotSent)
-        );
-    if let Some(writer) = context.receipt {
-        let written = if uncertain {
-            writer.uncertain()
-        } else {
-            writer.observed()
-        };
-        if written.is_err() && !uncertain {
-            context.note_stop(Stop::ReceiptFailed);
-        }
-    }
-
-    if observation.status == Status::Success {
-        let answer = &alias.definition.spec().answer;
-        let valid = observation
-            .value
-            .as_ref()
-            .is_some_and(|v| answer.accepts(v));
-        if !valid {
-            observation.status = Status::Error;
-            observation.reason = AttemptReason::InvalidOutput;
-        } else if let Some(reason) =
-            acceptance_failure(&target.acceptance, observation.uncertainty.as_ref())
-        {
-            observation.status = Status::Error;
-            observation.reason = reason;
-        }
-    }
-
-    record.status = observation.status;
-    record.reason = observation.reason;
-    record.actual_model = observation.actual_model.clone();
-    record.usage = observation.usage;
-    record.request_id = observation.request_id.clone();
-    record.dispatch_certainty = observation.dispatch_certainty;
-    record.duration_ms = context.clock.now_ms().saturating_sub(start);
-    Tried {
-        record,
-        observation: Some(observation),
-        uncertain,
-    }
-}
-
-/// Why an answer is not accepted, if it is not.
-fn acceptance_failure(
-    acceptance: &Acceptance,
-    uncertainty: Option<&Uncertainty>,
-) -> Option<AttemptReason> {
-    match acceptance {
-        Acceptance::TypedValue => None,
-        Acceptance::ConfidenceThreshold {
-            profile,
-            minimum_bps,
-        } => {
-            let Some(uncertainty) = uncertainty else {
-                return Some(AttemptReason::MissingConfidence);
-            };
-            if &uncertainty.profile != profile {
-                return Some(AttemptReason::ConfidenceProfileMismatch);
-            }
-            let Some(confidence) = uncertainty.confidence.filter(|c| c.is_finite()) else {
-                return Some(AttemptReason::MissingConfidence);
-            };
-            ((confidence * 10_000.0) < *minimum_bps as f64).then_some(AttemptReason::LowConfidence)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reported_usage_becomes_actual_usage_and_unknown_stays_unknown() {
-        let usage = |input, output, cost| Usage {
-            input_tokens: input,
-            output_tokens: output,
-            cost_usd: cost,
-        };
-        let both = actual_usage(&usage(Some(700), Some(34), Some(0.0092)));
-        assert_eq!(both.tokens, Some(734));
-        assert_eq!(both.cost_usd(), Some(0.0092));
-        let output_only = actual_usage(&usage(None, Some(12), None));
-        assert_eq!(
-            (output_only.tokens, output_only.cost_usd()),
-            (Some(12), None)
-        );
-        assert!(actual_usage(&usage(None, None, None)).is_none());
-        // A cost an adapter cannot have incurred is not believed; the tokens still count.
-        let negative = actual_usage(&usage(Some(5), None, Some(-1.0)));
-        assert_eq!((negative.tokens, negative.cost_usd()), (Some(5), None));
-        assert!(actual_usage(&usage(None, None, Some(f64::NAN))).is_none());
-    }
 }

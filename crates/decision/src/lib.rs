@@ -25,37 +25,44 @@ pub mod backoff;
 pub mod binding;
 pub mod chat_completions;
 pub mod compose;
+mod conclusion;
 pub mod definition;
 pub mod driver;
 pub mod error;
 pub mod evaluator;
 mod execution;
+mod lane;
 pub mod observation;
+mod one_attempt;
 pub mod plan;
 pub mod policy;
 pub mod predicate;
 pub mod reason;
 pub mod receipt;
+mod request;
 pub mod result;
 pub mod ruleset;
 pub mod scheduler;
 pub mod schema;
 pub mod scripted;
+mod stop;
 
 pub use adapter::{Adapter, AdapterRequest, AdapterSet, Capabilities};
 pub use adapter_config::AdaptersFile;
 pub use chat_completions::{ChatCompletionsAdapter, ChatCompletionsConfig};
+pub use conclusion::Conclusion;
 pub use driver::AdmissionDriver;
 pub use error::AdmissionError;
-pub use evaluator::{
-    evaluate, AdmissionEvidence, EstimateFn, EvaluationRequest, EvidenceFn, RandomFn, SchedulerRun,
-};
-pub use observation::{Observation, Uncertainty, Usage};
+pub use evaluator::evaluate;
+pub use observation::{Observation, ObservedUsage, Uncertainty};
 pub use policy::{SchedulerPolicy, ScopeLimits};
 pub use reason::{
     AttemptReason, DispatchCertainty, ResultReason, RulesetStatus, Status, Termination,
 };
 pub use receipt::ReceiptRun;
+pub use request::{
+    AdmissionEvidence, EstimateFn, EvaluationRequest, EvidenceFn, RandomFn, SchedulerRun,
+};
 pub use result::{DecisionResult, ResultNaming, RulesetResult};
 pub use scheduler::{run_bounded_fair, FairOptions, Interrupt, Scheduled, Slot, WorkItem};
 pub use scripted::{CallLog, ScriptedAdapter, Step};

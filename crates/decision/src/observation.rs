@@ -11,7 +11,7 @@ use crate::reason::{AttemptReason, DispatchCertainty, Status};
 /// Token and money usage of one call; `None` (null) when unknown.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Usage {
+pub struct ObservedUsage {
     #[serde(default)]
     pub input_tokens: Option<u64>,
     #[serde(default)]
@@ -52,7 +52,7 @@ pub struct Observation {
     #[serde(default)]
     pub actual_model: Option<String>,
     #[serde(default)]
-    pub usage: Usage,
+    pub usage: ObservedUsage,
     #[serde(default)]
     pub request_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,7 +76,7 @@ impl Observation {
             value: Some(value),
             uncertainty: None,
             actual_model: None,
-            usage: Usage::default(),
+            usage: ObservedUsage::default(),
             request_id: None,
             dispatch_certainty: None,
             http_status: None,
@@ -92,7 +92,7 @@ impl Observation {
             value: None,
             uncertainty: None,
             actual_model: None,
-            usage: Usage::default(),
+            usage: ObservedUsage::default(),
             request_id: None,
             dispatch_certainty: Some(certainty),
             http_status: None,

@@ -10,7 +10,7 @@ use axum::routing::post;
 use axum::Json;
 use serde_json::{json, Value};
 use turnstile_decision::artifact::{load, Loaded};
-use turnstile_decision::binding::Target;
+use turnstile_decision::binding::AliasTarget;
 use turnstile_decision::definition::DefinitionSpec;
 use turnstile_decision::{
     Adapter, AdapterRequest, AttemptReason, ChatCompletionsAdapter, ChatCompletionsConfig,
@@ -65,7 +65,7 @@ fn definition() -> Loaded<DefinitionSpec> {
     .unwrap()
 }
 
-fn target() -> Target {
+fn target() -> AliasTarget {
     let binding = common::fixture("binding-llm-subagent.json");
     serde_json::from_value(binding["spec"]["evaluations"]["category"]["targets"][0].clone())
         .unwrap()

@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use turnstile_admission::{Decision, Evidence, Reason};
-use turnstile_decision::evaluator::{AdmissionEvidence, EvidenceFn};
 use turnstile_decision::{
     evaluate, AdapterSet, AttemptReason, CallLog, Capabilities, RulesetResult, RulesetStatus,
     ScriptedAdapter, Status, Step,
 };
+use turnstile_decision::{AdmissionEvidence, EvidenceFn};
 
 use common::*;
 

@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use turnstile_decision::artifact::{worker_pin, Pin};
-use turnstile_decision::evaluator::{AdmissionEvidence, EvidenceFn};
 use turnstile_decision::{
     evaluate, AdapterSet, AdaptersFile, AttemptReason, CallLog, ResultReason, RulesetResult,
     RulesetStatus, ScriptedAdapter, Step,
 };
+use turnstile_decision::{AdmissionEvidence, EvidenceFn};
 
 use common::*;
 

@@ -9,7 +9,7 @@
 //!   whether an unknown cost is admitted).
 //! - Request bytes: the body size (for a profile's request-size limit).
 //!
-//! Settlement replaces tokens and cost with what the provider reported ([`crate::usage`]).
+//! Settlement replaces tokens and cost with what the provider reported ([`turnstile_admission::ProviderUsage`]).
 
 use turnstile_admission::Estimate;
 

@@ -328,7 +328,7 @@ async fn serve(
         );
         retry_headers(&mut headers, ms);
     } else if status.is_success() {
-        let usage = crate::usage::Usage::from_body(&bytes);
+        let usage = turnstile_admission::ProviderUsage::from_body(&bytes);
         settlement.settle(
             CallClass::Upstream2xx,
             Outcome::Success,

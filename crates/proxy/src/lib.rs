@@ -42,7 +42,6 @@ pub mod settle;
 pub mod sse;
 pub mod tap;
 pub mod upstream;
-pub mod usage;
 pub mod wait;
 
 use std::collections::HashMap;

@@ -18,20 +18,19 @@
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
-use turnstile_admission::{ActualUsage, Outcome};
+use turnstile_admission::{ActualUsage, Outcome, ProviderUsage};
 use turnstile_shell::{Command, Grant, LeaseToken};
 
 use crate::config::Prices;
 use crate::estimate::TokenEstimate;
 use crate::metrics::{Basis, CallClass};
-use crate::usage::Usage;
 use crate::Proxy;
 
 /// What to charge on release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Charge {
     /// The provider's reported usage (partial counts allowed).
-    Reported(Usage),
+    Reported(ProviderUsage),
     /// Keep the admission estimate.
     Estimate,
     /// Nothing was processed (429, other 4xx).
@@ -40,7 +39,7 @@ pub enum Charge {
 
 impl Charge {
     /// Reported usage when there is some, else the estimate.
-    pub fn seen(usage: Usage) -> Charge {
+    pub fn seen(usage: ProviderUsage) -> Charge {
         if usage.is_reported() {
             Charge::Reported(usage)
         } else {
@@ -63,7 +62,7 @@ pub struct Settlement {
     prices: Option<Prices>,
     estimate: TokenEstimate,
     /// Usage seen so far (for a release on drop).
-    pub seen: Usage,
+    pub seen: ProviderUsage,
     settled: bool,
     /// Replicas: the shared release running in the background.
     shared_release: Option<tokio::task::JoinHandle<()>>,
@@ -90,7 +89,7 @@ impl Settlement {
             lane,
             prices,
             estimate,
-            seen: Usage::default(),
+            seen: ProviderUsage::default(),
             settled: false,
             shared_release: None,
         }

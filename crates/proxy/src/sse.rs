@@ -15,8 +15,7 @@
 use bytes::{Bytes, BytesMut};
 use memchr::memmem;
 use serde_json::Value;
-
-use crate::usage::Usage;
+use turnstile_admission::ProviderUsage;
 
 /// The usage reader of one stream.
 #[derive(Debug)]
@@ -25,7 +24,7 @@ pub struct SseTap {
     strip_usage_chunk: bool,
     /// Bytes of an event not finished yet.
     pending: BytesMut,
-    pub usage: Usage,
+    pub usage: ProviderUsage,
     /// A usage-only chunk was removed.
     pub stripped: bool,
 }
@@ -64,7 +63,7 @@ impl SseTap {
         SseTap {
             strip_usage_chunk,
             pending: BytesMut::new(),
-            usage: Usage::default(),
+            usage: ProviderUsage::default(),
             stripped: false,
         }
     }

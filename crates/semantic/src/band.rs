@@ -3,10 +3,10 @@
 //!
 //! Pure and total: every evidence document has exactly one band.
 
-use crate::{Band, Evidence, Lifecycle};
+use crate::{Band, GenerationEvidence, Lifecycle};
 
 /// The band of `evidence`.
-pub fn classify(evidence: &Evidence) -> Band {
+pub fn classify(evidence: &GenerationEvidence) -> Band {
     let flagged = evidence.attention
         || evidence.error
         || evidence.waiting
@@ -25,9 +25,9 @@ mod tests {
 
     #[test]
     fn every_signal_is_priority_and_plain_activity_is_routine() {
-        let plain = Evidence::active("g", "typing");
+        let plain = GenerationEvidence::active("g", "typing");
         assert_eq!(classify(&plain), Band::Routine);
-        let flags: [fn(&mut Evidence); 5] = [
+        let flags: [fn(&mut GenerationEvidence); 5] = [
             |e| e.attention = true,
             |e| e.error = true,
             |e| e.waiting = true,
@@ -46,7 +46,7 @@ mod tests {
             Lifecycle::Failed,
             Lifecycle::Cancelled,
         ] {
-            let evidence = Evidence {
+            let evidence = GenerationEvidence {
                 lifecycle,
                 ..plain.clone()
             };

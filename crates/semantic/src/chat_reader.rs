@@ -7,17 +7,18 @@
 //! - Outcome: transport errors, timeouts and non-2xx statuses → *unavailable* (reason: the
 //!   status or error kind only); a 2xx body that is not a chat completion, or whose message
 //!   content breaks the answer contract ([`crate::answer`]) → *invalid*; otherwise *accepted*.
-//! - Usage: `prompt_tokens`, `prompt_tokens_details.cached_tokens`, `completion_tokens`,
-//!   `completion_tokens_details.reasoning_tokens`, when present.
+//! - Usage: the answer's `usage`, read by [`ProviderUsage`] (input, cached input, output and
+//!   reasoning tokens; a count not reported is 0, and no `usage` object is no usage).
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::json;
+use turnstile_admission::ProviderUsage;
 
 use crate::answer::{parse_answer, CONTRACT_VERSION, SYSTEM_PROMPT};
-use crate::{ReadOutcome, ReadRequest, Reader, ReaderConfiguration, Usage};
+use crate::{CallUsage, ReadOutcome, ReadRequest, Reader, ReaderConfiguration};
 
 /// An API key. Its `Debug` and `Display` never show the value.
 #[derive(Clone)]
@@ -114,8 +115,10 @@ impl ChatCompletionsReader {
 #[derive(Deserialize)]
 struct Completion {
     choices: Vec<Choice>,
+    /// Read by the one reader of provider usage; anything but an object (or null) is not a
+    /// chat completion.
     #[serde(default)]
-    usage: Option<WireUsage>,
+    usage: Option<ProviderUsage>,
 }
 
 #[derive(Deserialize)]
@@ -127,43 +130,6 @@ struct Choice {
 struct Message {
     #[serde(default)]
     content: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct WireUsage {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-    #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
-    #[serde(default)]
-    completion_tokens_details: Option<CompletionDetails>,
-}
-
-#[derive(Deserialize)]
-struct PromptDetails {
-    #[serde(default)]
-    cached_tokens: u64,
-}
-
-#[derive(Deserialize)]
-struct CompletionDetails {
-    #[serde(default)]
-    reasoning_tokens: u64,
-}
-
-impl From<WireUsage> for Usage {
-    fn from(wire: WireUsage) -> Usage {
-        Usage {
-            input_tokens: wire.prompt_tokens,
-            cached_input_tokens: wire.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
-            output_tokens: wire.completion_tokens,
-            reasoning_tokens: wire
-                .completion_tokens_details
-                .map_or(0, |d| d.reasoning_tokens),
-        }
-    }
 }
 
 fn transport_reason(error: &reqwest::Error) -> String {
@@ -226,7 +192,7 @@ impl Reader for ChatCompletionsReader {
                 }
             }
         };
-        let usage = completion.usage.map(Usage::from);
+        let usage = completion.usage.map(CallUsage::from);
         let content = completion
             .choices
             .into_iter()

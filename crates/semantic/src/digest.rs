@@ -22,7 +22,7 @@ pub fn canonical_json_of<T: Serialize>(value: &T) -> Result<String, serde_json::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Evidence;
+    use crate::GenerationEvidence;
 
     #[test]
     fn keys_are_sorted_and_output_is_compact() {
@@ -44,9 +44,9 @@ mod tests {
 
     #[test]
     fn omitted_defaults_and_spelled_out_defaults_share_a_digest() {
-        let short: Evidence =
+        let short: GenerationEvidence =
             serde_json::from_str(r#"{"lifecycle":"active","generationId":"g"}"#).unwrap();
-        let long: Evidence = serde_json::from_str(
+        let long: GenerationEvidence = serde_json::from_str(
             r#"{"generationId":"g","lifecycle":"active","attention":false,"summary":"","recentActions":[]}"#,
         )
         .unwrap();

@@ -50,7 +50,7 @@ pub const MAX_RECENT_ACTIONS: usize = 64;
 /// What is known about one generation now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Evidence {
+pub struct GenerationEvidence {
     /// The generation this evidence describes.
     pub generation_id: String,
     /// Lifecycle state.
@@ -99,10 +99,10 @@ pub enum EvidenceError {
     },
 }
 
-impl Evidence {
+impl GenerationEvidence {
     /// A routine, active evidence document (convenient in tests and examples).
     pub fn active(generation_id: impl Into<String>, summary: impl Into<String>) -> Self {
-        Evidence {
+        GenerationEvidence {
             generation_id: generation_id.into(),
             lifecycle: Lifecycle::Active,
             attention: false,
@@ -142,9 +142,9 @@ impl Evidence {
     }
 
     /// Parses one evidence object or an array of them, validating each.
-    pub fn parse_documents(text: &str) -> Result<Vec<Evidence>, EvidenceError> {
+    pub fn parse_documents(text: &str) -> Result<Vec<GenerationEvidence>, EvidenceError> {
         let value: serde_json::Value = serde_json::from_str(text)?;
-        let documents: Vec<Evidence> = if value.is_array() {
+        let documents: Vec<GenerationEvidence> = if value.is_array() {
             serde_json::from_value(value)?
         } else {
             vec![serde_json::from_value(value)?]
@@ -163,7 +163,8 @@ mod tests {
     #[test]
     fn minimal_document_parses_with_defaults() {
         let docs =
-            Evidence::parse_documents(r#"{"generationId":"g","lifecycle":"waiting"}"#).unwrap();
+            GenerationEvidence::parse_documents(r#"{"generationId":"g","lifecycle":"waiting"}"#)
+                .unwrap();
         assert_eq!(docs.len(), 1);
         assert_eq!(docs[0].lifecycle, Lifecycle::Waiting);
         assert!(!docs[0].attention);
@@ -171,21 +172,22 @@ mod tests {
 
     #[test]
     fn arrays_unknown_fields_and_empty_ids() {
-        let docs = Evidence::parse_documents(
+        let docs = GenerationEvidence::parse_documents(
             r#"[{"generationId":"a","lifecycle":"active"},{"generationId":"b","lifecycle":"failed"}]"#,
         )
         .unwrap();
         assert_eq!(docs.len(), 2);
-        assert!(Evidence::parse_documents(
+        assert!(GenerationEvidence::parse_documents(
             r#"{"generationId":"a","lifecycle":"active","atention":true}"#
         )
         .is_err());
         assert!(matches!(
-            Evidence::parse_documents(r#"{"generationId":" ","lifecycle":"active"}"#),
+            GenerationEvidence::parse_documents(r#"{"generationId":" ","lifecycle":"active"}"#),
             Err(EvidenceError::EmptyGenerationId)
         ));
-        assert!(
-            Evidence::parse_documents(r#"{"generationId":"a","lifecycle":"sleeping"}"#).is_err()
-        );
+        assert!(GenerationEvidence::parse_documents(
+            r#"{"generationId":"a","lifecycle":"sleeping"}"#
+        )
+        .is_err());
     }
 }

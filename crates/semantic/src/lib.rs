@@ -44,7 +44,7 @@ pub mod time_source;
 pub use band::classify;
 pub use chat_reader::{ApiKey, ChatCompletionsReader, ChatReaderSettings};
 pub use error::SemanticError;
-pub use evidence::{Evidence, EvidenceError, Lifecycle};
+pub use evidence::{EvidenceError, GenerationEvidence, Lifecycle};
 pub use limit::{parse_calls_per_hour, CallLimit, CallsPerHourError};
 pub use pass::{PassReport, PassSettings, PassStep};
 pub use policy::{Policy, HOUR_MS};
@@ -55,5 +55,5 @@ pub use status::{RollingCalls, RosterStatus};
 pub use stop::{NeverStop, StopFlag, StopSignal};
 pub use time_source::{ManualClock, TimeSource};
 pub use turnstile_store::{
-    Band, CallOutcome, CallReceipt, PendingItem, ReasonCode, RecordKind, SemanticRecord, Usage,
+    Band, CallOutcome, CallReceipt, CallUsage, PendingItem, ReasonCode, RecordKind, SemanticRecord,
 };

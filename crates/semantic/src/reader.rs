@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use crate::digest::{canonical_json_of, sha256_digest};
-use crate::{Band, Usage};
+use crate::{Band, CallUsage};
 
 /// What shapes a reading; the configuration half of the (evidence, configuration) cache key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -70,14 +70,14 @@ pub enum ReadOutcome {
         /// The reading.
         reading: Reading,
         /// Token usage, if reported.
-        usage: Option<Usage>,
+        usage: Option<CallUsage>,
     },
     /// The model answered outside the contract.
     Invalid {
         /// Short, non-secret reason.
         reason: String,
         /// Token usage, if reported (the call still cost tokens).
-        usage: Option<Usage>,
+        usage: Option<CallUsage>,
     },
     /// The endpoint failed or refused the call.
     Unavailable {

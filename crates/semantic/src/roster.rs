@@ -12,7 +12,9 @@ use crate::pass::{run_pass, PassReport, PassSettings};
 use crate::pass_due::{next_wake, pass_due};
 use crate::rate_cap::rate_cap;
 use crate::status::{RollingCalls, RosterStatus};
-use crate::{classify, Evidence, PendingItem, Reader, SemanticError, StopSignal, TimeSource};
+use crate::{
+    classify, GenerationEvidence, PendingItem, Reader, SemanticError, StopSignal, TimeSource,
+};
 
 /// The roster scheduler over a store.
 #[derive(Debug)]
@@ -22,7 +24,7 @@ pub struct Roster<S> {
 }
 
 /// The canonical JSON and `sha256:` digest of an evidence document.
-pub fn evidence_digest(evidence: &Evidence) -> Result<(String, String), SemanticError> {
+pub fn evidence_digest(evidence: &GenerationEvidence) -> Result<(String, String), SemanticError> {
     let canonical = canonical_json_of(evidence)?;
     let digest = sha256_digest(canonical.as_bytes());
     Ok((canonical, digest))
@@ -55,7 +57,11 @@ impl<S: RosterStore> Roster<S> {
     }
 
     /// Validates, classifies and enqueues `evidence` at `now`; returns the pending entry.
-    pub fn enqueue(&mut self, evidence: &Evidence, now: u64) -> Result<PendingItem, SemanticError> {
+    pub fn enqueue(
+        &mut self,
+        evidence: &GenerationEvidence,
+        now: u64,
+    ) -> Result<PendingItem, SemanticError> {
         evidence.validate()?;
         let (canonical_json, digest) = evidence_digest(evidence)?;
         let existing = self

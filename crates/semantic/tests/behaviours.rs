@@ -9,8 +9,8 @@ use turnstile_semantic::rate_cap::rate_cap;
 use turnstile_semantic::selection::select_pending;
 use turnstile_semantic::time::format_utc;
 use turnstile_semantic::{
-    Band, CallLimit, CallOutcome, CallReceipt, Evidence, ManualClock, NeverStop, PassSettings,
-    PassStep, PendingItem, Policy, RateCap, ReasonCode, RecordKind, Roster,
+    Band, CallLimit, CallOutcome, CallReceipt, GenerationEvidence, ManualClock, NeverStop,
+    PassSettings, PassStep, PendingItem, Policy, RateCap, ReasonCode, RecordKind, Roster,
 };
 use turnstile_store::{MemoryRosterStore, RosterStore, SqliteRosterStore};
 
@@ -207,7 +207,9 @@ fn semantic_behaviour_7_cap_defers() {
     let mut roster = Roster::new(store.clone(), settings);
     let mut reader = ScriptedReader::instant(clock.clone(), store.clone());
     for id in ["a", "b"] {
-        roster.enqueue(&Evidence::active(id, "x"), T20).unwrap();
+        roster
+            .enqueue(&GenerationEvidence::active(id, "x"), T20)
+            .unwrap();
     }
     clock.set(T20 + 10 * SECOND);
     assert_eq!(
@@ -220,7 +222,10 @@ fn semantic_behaviour_7_cap_defers() {
 
     clock.set(T20 + 20 * SECOND);
     roster
-        .enqueue(&Evidence::active("waiting", "y"), T20 + 20 * SECOND)
+        .enqueue(
+            &GenerationEvidence::active("waiting", "y"),
+            T20 + 20 * SECOND,
+        )
         .unwrap();
     let now = T20 + 30 * SECOND;
     clock.set(now);
@@ -257,7 +262,9 @@ fn semantic_behaviour_8_cap_survives_restart_and_reset() {
         let mut roster = Roster::new(store, PassSettings::default());
         let mut reader = ScriptedReader::instant(clock.clone(), MemoryRosterStore::new());
         for id in ["a", "b"] {
-            roster.enqueue(&Evidence::active(id, "x"), T20).unwrap();
+            roster
+                .enqueue(&GenerationEvidence::active(id, "x"), T20)
+                .unwrap();
         }
         clock.set(T20 + 10 * SECOND);
         let report = roster

@@ -5,8 +5,8 @@ mod common;
 
 use common::{evidence, ScriptedReader, MINUTE, SECOND, T20};
 use turnstile_semantic::{
-    CallOutcome, Evidence, ManualClock, NeverStop, PassSettings, PassStep, ReasonCode, RecordKind,
-    Roster, StopFlag,
+    CallOutcome, GenerationEvidence, ManualClock, NeverStop, PassSettings, PassStep, ReasonCode,
+    RecordKind, Roster, StopFlag,
 };
 use turnstile_store::{MemoryRosterStore, RosterStore};
 use turnstile_store::{PendingItem, StoredEvidence};
@@ -127,7 +127,9 @@ fn stop_between_calls_leaves_the_rest_pending() {
         (SECOND, CallOutcome::Accepted)
     });
     for id in ["a", "b", "c"] {
-        roster.enqueue(&Evidence::active(id, "x"), T20).unwrap();
+        roster
+            .enqueue(&GenerationEvidence::active(id, "x"), T20)
+            .unwrap();
     }
     clock.set(T20 + 10 * SECOND);
     let report = roster.run_pass(Some(&mut reader), &clock, &stop).unwrap();
@@ -202,7 +204,9 @@ fn invalid_and_unavailable_reads_cool_down_for_five_minutes() {
 #[test]
 fn without_a_reader_an_unavailable_record_is_written() {
     let (store, clock, mut roster) = setup();
-    roster.enqueue(&Evidence::active("a", "x"), T20).unwrap();
+    roster
+        .enqueue(&GenerationEvidence::active("a", "x"), T20)
+        .unwrap();
     clock.set(T20 + 10 * SECOND);
     let report = roster.run_pass(None, &clock, &NeverStop).unwrap();
     assert_eq!(

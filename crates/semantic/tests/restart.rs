@@ -4,7 +4,7 @@
 mod common;
 
 use common::{ScriptedReader, MINUTE, SECOND, T20};
-use turnstile_semantic::{Evidence, ManualClock, NeverStop, PassSettings, Roster};
+use turnstile_semantic::{GenerationEvidence, ManualClock, NeverStop, PassSettings, Roster};
 use turnstile_store::{MemoryRosterStore, SqliteRosterStore};
 
 #[test]
@@ -19,7 +19,9 @@ fn restart_status_reports_the_same_rolling_usage() {
         );
         let mut reader = ScriptedReader::instant(clock.clone(), MemoryRosterStore::new());
         for id in ["a", "b", "c"] {
-            roster.enqueue(&Evidence::active(id, "x"), T20).unwrap();
+            roster
+                .enqueue(&GenerationEvidence::active(id, "x"), T20)
+                .unwrap();
         }
         clock.set(T20 + 10 * SECOND);
         assert_eq!(
@@ -30,7 +32,7 @@ fn restart_status_reports_the_same_rolling_usage() {
             3
         );
         roster
-            .enqueue(&Evidence::active("d", "y"), T20 + MINUTE)
+            .enqueue(&GenerationEvidence::active("d", "y"), T20 + MINUTE)
             .unwrap();
         roster.status(later).unwrap()
     };

@@ -25,9 +25,9 @@ pub use receipt::{
     SqliteReceiptOptions, SqliteReceiptStore, Synchronous, RECEIPT_DB_FILE, RECEIPT_SCHEMA,
 };
 pub use roster::{
-    meta_keys, Band, CallId, CallOutcome, CallReceipt, MemoryRosterStore, PendingItem, ReasonCode,
-    RecordKind, RosterStore, RosterStoreError, SemanticRecord, SqliteRosterStore, StoredEvidence,
-    Usage, ROSTER_DB_FILE,
+    meta_keys, Band, CallId, CallOutcome, CallReceipt, CallUsage, MemoryRosterStore, PendingItem,
+    ReasonCode, RecordKind, RosterStore, RosterStoreError, SemanticRecord, SqliteRosterStore,
+    StoredEvidence, ROSTER_DB_FILE,
 };
 pub use service::{
     AuditKind, AuditRecord, KeyRole, LeaseChange, LeaseChangeRef, LeaseDurability, LeaseLog,

@@ -30,7 +30,7 @@ pub use band::Band;
 pub use error::RosterStoreError;
 pub use memory::MemoryRosterStore;
 pub use pending::{PendingItem, StoredEvidence};
-pub use receipt::{CallId, CallOutcome, CallReceipt, Usage};
+pub use receipt::{CallId, CallOutcome, CallReceipt, CallUsage};
 pub use record::{ReasonCode, RecordKind, SemanticRecord};
 pub use sqlite::{SqliteRosterStore, ROSTER_DB_FILE};
 pub use store::{meta_keys, RosterStore};

@@ -1,8 +1,8 @@
 //! Shared behaviour of the roster stores: the SQLite store and its in-memory twin must agree.
 
 use turnstile_store::{
-    meta_keys, Band, CallOutcome, PendingItem, ReasonCode, RecordKind, SemanticRecord,
-    StoredEvidence, Usage,
+    meta_keys, Band, CallOutcome, CallUsage, PendingItem, ReasonCode, RecordKind, SemanticRecord,
+    StoredEvidence,
 };
 use turnstile_store::{MemoryRosterStore, RosterStore, SqliteRosterStore};
 
@@ -75,9 +75,9 @@ fn exercise(store: &mut dyn RosterStore) {
         .finish_call(
             first,
             CallOutcome::Accepted,
-            Some(Usage {
+            Some(CallUsage {
                 input_tokens: 5,
-                ..Usage::default()
+                ..CallUsage::default()
             }),
             40,
         )

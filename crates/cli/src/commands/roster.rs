@@ -16,7 +16,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use turnstile_semantic::time::format_utc;
 use turnstile_semantic::{
-    parse_calls_per_hour, CallLimit, ChatCompletionsReader, ChatReaderSettings, Evidence,
+    parse_calls_per_hour, CallLimit, ChatCompletionsReader, ChatReaderSettings, GenerationEvidence,
     NeverStop, PassSettings, PassStep, Policy, Roster, RosterStatus,
 };
 use turnstile_shell::Clock;
@@ -250,7 +250,7 @@ fn enqueue(store: SqliteRosterStore, file: &Path) -> anyhow::Result<()> {
         std::fs::read_to_string(file)
             .with_context(|| format!("reading evidence file {}", file.display()))?
     };
-    let documents = Evidence::parse_documents(&text)
+    let documents = GenerationEvidence::parse_documents(&text)
         .with_context(|| format!("parsing evidence file {}", file.display()))?;
     let mut roster = Roster::new(store, PassSettings::default());
     let now = Clock::system().now_ms();

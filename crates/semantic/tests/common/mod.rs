@@ -6,8 +6,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use turnstile_semantic::{
-    Band, CallOutcome, CallReceipt, Evidence, ManualClock, PassSettings, PendingItem, ReadOutcome,
-    ReadRequest, Reader, ReaderConfiguration, Reading, Roster, TimeSource,
+    Band, CallOutcome, CallReceipt, GenerationEvidence, ManualClock, PassSettings, PendingItem,
+    ReadOutcome, ReadRequest, Reader, ReaderConfiguration, Reading, Roster, TimeSource,
 };
 use turnstile_store::{MemoryRosterStore, RosterStore};
 
@@ -112,12 +112,12 @@ impl Reader for ScriptedReader {
 #[derive(Debug, Clone)]
 pub struct Emission {
     pub at: u64,
-    pub evidence: Evidence,
+    pub evidence: GenerationEvidence,
 }
 
 /// Evidence for `generation` with a distinct summary; priority evidence asks for attention.
-pub fn evidence(generation: &str, priority: bool, summary: &str) -> Evidence {
-    let mut evidence = Evidence::active(generation, summary);
+pub fn evidence(generation: &str, priority: bool, summary: &str) -> GenerationEvidence {
+    let mut evidence = GenerationEvidence::active(generation, summary);
     evidence.attention = priority;
     evidence
 }

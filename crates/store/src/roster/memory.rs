@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{
-    CallId, CallOutcome, CallReceipt, PendingItem, RosterStore, RosterStoreError, SemanticRecord,
-    StoredEvidence, Usage,
+    CallId, CallOutcome, CallReceipt, CallUsage, PendingItem, RosterStore, RosterStoreError,
+    SemanticRecord, StoredEvidence,
 };
 
 #[derive(Debug, Default)]
@@ -114,7 +114,7 @@ impl RosterStore for MemoryRosterStore {
         &mut self,
         id: CallId,
         outcome: CallOutcome,
-        usage: Option<Usage>,
+        usage: Option<CallUsage>,
         duration_ms: u64,
     ) -> Result<(), RosterStoreError> {
         let mut state = self.lock();

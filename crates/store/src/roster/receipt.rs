@@ -4,6 +4,7 @@
 //! afterwards. A receipt that never completes (the process died mid-call) still counts.
 
 use serde::{Deserialize, Serialize};
+use turnstile_admission::ProviderUsage;
 
 /// Identifier of a stored call receipt.
 pub type CallId = i64;
@@ -44,7 +45,7 @@ impl CallOutcome {
 /// Token usage reported by the endpoint for one call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Usage {
+pub struct CallUsage {
     /// Input (prompt) tokens.
     pub input_tokens: u64,
     /// Input tokens served from the provider's prompt cache.
@@ -53,6 +54,18 @@ pub struct Usage {
     pub output_tokens: u64,
     /// Reasoning tokens, when the provider reports them.
     pub reasoning_tokens: u64,
+}
+
+impl From<ProviderUsage> for CallUsage {
+    /// What the endpoint reported, a count it did not report as 0.
+    fn from(reported: ProviderUsage) -> CallUsage {
+        CallUsage {
+            input_tokens: reported.input.unwrap_or(0),
+            cached_input_tokens: reported.cached_input.unwrap_or(0),
+            output_tokens: reported.output.unwrap_or(0),
+            reasoning_tokens: reported.reasoning.unwrap_or(0),
+        }
+    }
 }
 
 /// One model call: `{generationId, startedAt, outcome?, usage?, durationMs?}`.
@@ -68,7 +81,7 @@ pub struct CallReceipt {
     /// How the call ended; `None` while in flight or if it never reported back.
     pub outcome: Option<CallOutcome>,
     /// Token usage, when reported.
-    pub usage: Option<Usage>,
+    pub usage: Option<CallUsage>,
     /// Wall time of the call in ms, when it finished.
     pub duration_ms: Option<u64>,
 }

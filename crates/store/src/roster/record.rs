@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Band, Usage};
+use super::{Band, CallUsage};
 
 /// The kind of a per-generation record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -66,5 +66,5 @@ pub struct SemanticRecord {
     pub from_cache: bool,
     /// Token usage of the call that produced it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Usage>,
+    pub usage: Option<CallUsage>,
 }

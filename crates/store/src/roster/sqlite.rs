@@ -20,8 +20,8 @@ use std::path::Path;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    Band, CallId, CallOutcome, CallReceipt, PendingItem, RosterStore, RosterStoreError,
-    SemanticRecord, StoredEvidence, Usage,
+    Band, CallId, CallOutcome, CallReceipt, CallUsage, PendingItem, RosterStore, RosterStoreError,
+    SemanticRecord, StoredEvidence,
 };
 
 const SCHEMA_VERSION: i64 = 1;
@@ -252,7 +252,7 @@ impl RosterStore for SqliteRosterStore {
         &mut self,
         id: CallId,
         outcome: CallOutcome,
-        usage: Option<Usage>,
+        usage: Option<CallUsage>,
         duration_ms: u64,
     ) -> Result<(), RosterStoreError> {
         let usage = usage
@@ -297,7 +297,7 @@ impl RosterStore for SqliteRosterStore {
                 )?),
             };
             let usage = usage
-                .map(|text| serde_json::from_str::<Usage>(&text))
+                .map(|text| serde_json::from_str::<CallUsage>(&text))
                 .transpose()?;
             let duration_ms = duration_ms
                 .map(|value| from_sql_time("duration_ms", value))

@@ -5,8 +5,8 @@
 //! docs of [`crate::roster`]; the shared behaviour tests live in `tests/roster_store.rs`.
 
 use super::{
-    CallId, CallOutcome, CallReceipt, PendingItem, RosterStoreError, SemanticRecord,
-    StoredEvidence, Usage,
+    CallId, CallOutcome, CallReceipt, CallUsage, PendingItem, RosterStoreError, SemanticRecord,
+    StoredEvidence,
 };
 
 /// Well-known keys of the meta table.
@@ -54,7 +54,7 @@ pub trait RosterStore {
         &mut self,
         id: CallId,
         outcome: CallOutcome,
-        usage: Option<Usage>,
+        usage: Option<CallUsage>,
         duration_ms: u64,
     ) -> Result<(), RosterStoreError>;
 
