@@ -30,7 +30,7 @@
 mod admit_span;
 pub mod attributes;
 mod log;
-pub mod metrics;
+pub(crate) mod metrics;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 
