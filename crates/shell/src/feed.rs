@@ -91,7 +91,7 @@ pub struct FeedEvent {
     #[serde(skip_serializing_if = "Option::is_none")]
     /// The profile change, when the current revision changed.
     pub profile_change: Option<ProfileChangeRecord>,
-    /// Transitions and pauses left out of this event (beyond [`EVENTS_PER_FLUSH`]).
+    /// Transitions and pauses left out of this event (beyond `EVENTS_PER_FLUSH`, 64).
     pub dropped: u64,
 }
 
