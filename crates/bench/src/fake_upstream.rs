@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 
 use anyhow::Context;
 use clap::Args;
-use turnstile_proxy::fake::FakeUpstream;
+use turnstile_proxy::FakeUpstream;
 
 #[derive(Debug, Args)]
 pub struct FakeUpstreamArgs {

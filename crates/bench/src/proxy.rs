@@ -30,8 +30,8 @@ use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde_json::json;
 use tokio::net::TcpStream;
-use turnstile_proxy::config::{ApiFormat, ModelConfig, UpstreamConfig};
-use turnstile_proxy::fake::FakeUpstream;
+use turnstile_proxy::FakeUpstream;
+use turnstile_proxy::{ApiFormat, ModelConfig, UpstreamConfig};
 
 #[derive(Debug, Args)]
 pub struct ProxyArgs {

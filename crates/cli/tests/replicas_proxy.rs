@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use turnstile_coord::{ScopeName, WorkspaceKeys};
-use turnstile_proxy::fake::FakeUpstream;
+use turnstile_proxy::FakeUpstream;
 use turnstile_testkit::RedisServer;
 
 mod common;

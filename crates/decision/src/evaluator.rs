@@ -53,7 +53,6 @@ use turnstile_admission::Millis;
 use turnstile_store::ReceiptError;
 
 use crate::artifact::Pin;
-use crate::clock::Clock;
 use crate::compose::compose;
 use crate::conclusion::{Conclusion, UNCERTAIN_DETAIL};
 use crate::execution::{run_alias, unstarted, Context};
@@ -65,6 +64,7 @@ use crate::request::{EvaluationRequest, SchedulerRun};
 use crate::result::{Evaluations, RulesetResult, RulesetResultSpec};
 use crate::scheduler::{run_bounded_fair, FairOptions, Scheduled, WorkItem};
 use crate::stop::Stop;
+use crate::Clock;
 
 /// Evaluates a ruleset. Never fails: every failure is a typed result.
 pub async fn evaluate(request: EvaluationRequest) -> RulesetResult {

@@ -32,7 +32,6 @@ use crate::artifact::Pin;
 use crate::attempt::AttemptRecord;
 use crate::backoff::backoff_ms;
 use crate::binding::{Acceptance, AliasTarget};
-use crate::clock::Clock;
 use crate::observation::{Observation, Uncertainty};
 use crate::one_attempt::{attempt, Tried};
 use crate::plan::{AliasPlan, Plan};
@@ -43,6 +42,7 @@ use crate::result::{DecisionResultSpec, ResultNaming};
 use crate::scheduler::Slot;
 use crate::stop::Stop;
 use crate::telemetry::Telemetry;
+use crate::Clock;
 
 /// Everything the alias runs of one invocation share.
 pub(crate) struct Context<'a> {

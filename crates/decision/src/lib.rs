@@ -68,5 +68,5 @@ pub use scheduler::{run_bounded_fair, FairOptions, Interrupt, Scheduled, Slot, W
 pub use scripted::{CallLog, ScriptedAdapter, Step};
 /// A granted permit of the evaluator; releases on drop (the shell's [`Grant`](turnstile_shell::Grant)).
 pub use turnstile_shell::Grant as AdmissionLease;
-pub use turnstile_shell::{clock, telemetry, Clock};
+pub use turnstile_shell::{telemetry, Clock};
 pub use turnstile_shell::{AdmitSpan, LogRecord, LogSink, Telemetry};

@@ -14,12 +14,12 @@ use turnstile_admission::{Estimate, Evidence};
 
 use crate::adapter::AdapterSet;
 use crate::binding::AliasTarget;
-use crate::clock::Clock;
 use crate::driver::AdmissionDriver;
 use crate::policy::SchedulerPolicy;
 use crate::receipt::ReceiptRun;
 use crate::result::ResultNaming;
 use crate::telemetry::Telemetry;
+use crate::Clock;
 
 /// The injected source of randomness: values in [0, 1).
 pub type RandomFn = Arc<dyn Fn() -> f64 + Send + Sync>;

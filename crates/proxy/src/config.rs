@@ -31,26 +31,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::upstream::Outbound;
-
-/// The wire format of an upstream (and of the surface its models are served on).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ApiFormat {
-    /// `/openai/v1/...`: chat completions, responses, embeddings, completions.
-    Openai,
-    /// `/anthropic/v1/messages`.
-    Anthropic,
-}
-
-impl ApiFormat {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApiFormat::Openai => "openai",
-            ApiFormat::Anthropic => "anthropic",
-        }
-    }
-}
+use crate::format::ApiFormat;
 
 /// The `[proxy]` section. Absent: the proxy routes answer 404 `model_not_found` for every model.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -109,6 +90,7 @@ impl Default for ProxyConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
+    /// The upstream's wire format (`openai` or `anthropic`).
     pub format: ApiFormat,
     /// The base URL exactly as the provider's own SDK takes it (`https://api.openai.com/v1`,
     /// `https://api.anthropic.com`).
@@ -148,54 +130,68 @@ pub struct ModelConfig {
 /// A configuration the proxy cannot run with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProxyConfigError {
+    /// A model names an upstream that is not configured.
     #[error("proxy.models.{model}: upstream {upstream} is not in [proxy.upstreams]")]
-    UnknownUpstream { model: String, upstream: String },
+    UnknownUpstream {
+        /// The model.
+        model: String,
+        /// The upstream it names.
+        upstream: String,
+    },
+    /// An upstream has no base URL (neither `base_url` nor a set `base_url_env`).
     #[error("proxy.upstreams.{upstream}: needs base_url or base_url_env (with the variable set)")]
-    NoBaseUrl { upstream: String },
+    NoBaseUrl {
+        /// The upstream.
+        upstream: String,
+    },
+    /// An upstream's base URL is not `http://` or `https://`.
     #[error("proxy.upstreams.{upstream}: the base URL must start with http:// or https://")]
-    BadBaseUrl { upstream: String },
+    BadBaseUrl {
+        /// The upstream.
+        upstream: String,
+    },
+    /// An upstream's key variable is not set (or empty).
     #[error("proxy.upstreams.{upstream}: environment variable {variable} is not set")]
-    MissingKey { upstream: String, variable: String },
+    MissingKey {
+        /// The upstream.
+        upstream: String,
+        /// The environment variable it names.
+        variable: String,
+    },
+    /// A bound of the section is out of range.
     #[error("proxy.{field} must be {expected}")]
     Invalid {
+        /// The field of `[proxy]`.
         field: &'static str,
+        /// What it must be.
         expected: &'static str,
     },
+    /// A model's prices are not finite numbers from 0 to 1e6.
     #[error("proxy.models.{model}: prices must be finite numbers from 0 to 1e6")]
-    BadPrice { model: String },
+    BadPrice {
+        /// The model.
+        model: String,
+    },
+    /// A model's provider is not a valid provider ID.
     #[error("proxy.models.{model}: provider must be a provider ID (1-128 of [A-Za-z0-9._:-], not starting with .)")]
-    BadProvider { model: String },
+    BadProvider {
+        /// The model.
+        model: String,
+    },
 }
 
-/// An upstream ready to call: base URL and key resolved from the environment.
+/// An upstream as configured, its base URL and key resolved from the environment: a plain
+/// spec, which the proxy turns into what it sends with (`upstream::Outbound`) when it starts.
 #[derive(Clone)]
 pub struct Upstream {
+    /// The upstream's name (its key in `[proxy.upstreams]`).
     pub name: Arc<str>,
+    /// Its wire format.
     pub format: ApiFormat,
     /// Without a trailing slash.
     pub base_url: Arc<str>,
     /// The provider key (never logged; `Debug` hides it).
     pub api_key: Option<Arc<str>>,
-    /// Each endpoint's URI and the credential header, built from the above once.
-    pub outbound: Outbound,
-}
-
-impl Upstream {
-    /// An upstream and its outbound parts.
-    pub fn new(
-        name: &str,
-        format: ApiFormat,
-        base_url: &str,
-        api_key: Option<Arc<str>>,
-    ) -> Upstream {
-        Upstream {
-            name: Arc::from(name),
-            format,
-            base_url: Arc::from(base_url),
-            outbound: Outbound::new(format, base_url, api_key.as_deref()),
-            api_key,
-        }
-    }
 }
 
 impl std::fmt::Debug for Upstream {
@@ -212,18 +208,26 @@ impl std::fmt::Debug for Upstream {
 /// A model route ready to use.
 #[derive(Debug, Clone)]
 pub struct Route {
+    /// The model name clients send.
     pub model: Arc<str>,
+    /// The upstream that serves it (and so the surface it is served on).
     pub upstream: Upstream,
+    /// The provider lane of the caller's workspace profile that admits its calls.
     pub provider: Arc<str>,
+    /// The model name sent upstream, when it differs from the client's.
     pub upstream_model: Option<Arc<str>>,
+    /// Its prices (`None`: the cost is unknown).
     pub prices: Option<Prices>,
+    /// Output tokens assumed when the request names no maximum.
     pub default_max_output_tokens: u64,
 }
 
 /// USD per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Prices {
+    /// USD per million input (prompt) tokens.
     pub input_usd_per_mtok: f64,
+    /// USD per million output (completion) tokens.
     pub output_usd_per_mtok: f64,
 }
 
@@ -312,7 +316,12 @@ impl ProxyConfig {
             };
             upstreams.insert(
                 name.clone(),
-                Upstream::new(name, upstream.format, &base, api_key),
+                Upstream {
+                    name: Arc::from(name.as_str()),
+                    format: upstream.format,
+                    base_url: Arc::from(base),
+                    api_key,
+                },
             );
         }
         let mut routes = BTreeMap::new();

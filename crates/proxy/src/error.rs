@@ -34,7 +34,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use turnstile_admission::{Reason, Rejection};
 
-use crate::config::ApiFormat;
+use crate::format::ApiFormat;
 
 /// The header naming the turnstile reason of a proxy-made answer.
 pub const REASON_HEADER: &str = "x-turnstile-reason";

@@ -62,13 +62,19 @@ pub fn estimate(tokens: TokenEstimate, route: &Route, body_bytes: u64) -> Estima
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ApiFormat, Prices, Upstream};
+    use crate::config::{Prices, Upstream};
+    use crate::format::ApiFormat;
     use std::sync::Arc;
 
     fn route(prices: Option<Prices>) -> Route {
         Route {
             model: Arc::from("m"),
-            upstream: Upstream::new("u", ApiFormat::Openai, "http://x", None),
+            upstream: Upstream {
+                name: Arc::from("u"),
+                format: ApiFormat::Openai,
+                base_url: Arc::from("http://x"),
+                api_key: None,
+            },
             provider: Arc::from("p"),
             upstream_model: None,
             prices,

@@ -49,8 +49,11 @@ use tokio::sync::mpsc;
 pub struct Arrival {
     /// Milliseconds since the fake started.
     pub at_ms: f64,
+    /// The request path.
     pub path: String,
+    /// The request's `x-fake-tag` header, if any.
     pub tag: Option<String>,
+    /// The body's `model`, if any.
     pub model: Option<String>,
     /// `stream_options.include_usage` as received.
     pub include_usage: Option<bool>,
@@ -59,17 +62,23 @@ pub struct Arrival {
 /// What the fake has seen.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Stats {
+    /// Requests received.
     pub requests: u64,
+    /// Requests being answered now.
     pub in_flight: u64,
+    /// The most requests ever answered at once.
     pub max_in_flight: u64,
+    /// Requests whose client went away before the answer ended.
     pub aborted: u64,
     /// Milliseconds since start at which each abort was noticed.
     pub aborted_at_ms: Vec<f64>,
+    /// Every request, in arrival order (when recording).
     pub arrivals: Vec<Arrival>,
     /// A request carried a turnstile key (it never should).
     pub saw_turnstile_key: bool,
     /// The `authorization` / `x-api-key` values seen last (the provider key the proxy sent).
     pub last_authorization: Option<String>,
+    /// (See `last_authorization`.)
     pub last_api_key: Option<String>,
 }
 
@@ -84,6 +93,7 @@ struct Inner {
 /// A running fake upstream.
 #[derive(Clone)]
 pub struct FakeUpstream {
+    /// The loopback address it listens on.
     pub addr: SocketAddr,
     inner: Arc<Inner>,
 }
@@ -158,10 +168,12 @@ impl FakeUpstream {
         format!("http://{}", self.addr)
     }
 
+    /// A copy of what the fake has seen so far.
     pub fn stats(&self) -> Stats {
         lock(&self.inner.stats).clone()
     }
 
+    /// Forgets what the fake has seen (and which `once` scripts have run).
     pub fn reset(&self) {
         *lock(&self.inner.stats) = Stats::default();
         lock(&self.inner.once).clear();

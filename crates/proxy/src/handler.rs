@@ -138,8 +138,8 @@ async fn serve(
     let body = crate::body::read(&headers, body, proxy.body_limits).await?;
     let parsed = request::parse(endpoint, &body)
         .map_err(|error| ProxyError::invalid(error.param(), error.to_string()))?;
-    let route = match proxy.routes.get(parsed.model.as_str()) {
-        Some(route) if route.upstream.format == format => route,
+    let (route, outbound) = match proxy.routes.get(parsed.model.as_str()) {
+        Some(routed) if routed.route.upstream.format == format => (&routed.route, &routed.outbound),
         _ => return Err(ProxyError::unknown_model(&parsed.model)),
     };
     let tokens = estimate::tokens(
@@ -217,7 +217,7 @@ async fn serve(
     );
 
     // Forward.
-    let Some((origin, path)) = route.upstream.outbound.target(endpoint) else {
+    let Some((origin, path)) = outbound.target(endpoint) else {
         settlement.settle(CallClass::UpstreamError, Outcome::None, Charge::Nothing);
         return Err(ProxyError::upstream(
             StatusCode::BAD_GATEWAY,
@@ -226,7 +226,7 @@ async fn serve(
             false,
         ));
     };
-    upstream::request_headers(&mut headers, &route.upstream.outbound);
+    upstream::request_headers(&mut headers, outbound);
     let first_byte_deadline =
         tokio::time::Instant::now() + Duration::from_millis(proxy.config.first_byte_timeout_ms);
     // Built inside the call: a request held in a local of its own would take its room in this
@@ -234,7 +234,7 @@ async fn serve(
     let head = wait::within(
         proxy.client.send(
             origin,
-            &route.upstream.outbound.idle,
+            &outbound.idle,
             upstream_request(headers, path, upstream_body),
         ),
         Some(first_byte_deadline),

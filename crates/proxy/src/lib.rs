@@ -18,33 +18,42 @@
 //!
 //! - Admission before upstream: no upstream request is made without a granted lease, and an
 //!   unknown model is refused (404) before admission.
-//! - Every granted lease is released exactly once ([`settle::Settlement`]), with the provider's
+//! - Every granted lease is released exactly once (`settle.rs`: `Settlement`), with the provider's
 //!   reported usage when there is some.
 //! - Nothing is re-sent upstream by the proxy (only a request hyper hands back unsent, from a
 //!   pooled connection that closed meanwhile, goes out on another connection: it never left).
 //! - The upstream key never leaves the process except toward its upstream; the client's
 //!   turnstile key never goes upstream.
 //! - No workspace, principal or budget ID reaches a metric label, span attribute or log line.
+//!
+//! # Layout
+//!
+//! Every module is private; the crate's API is what this file re-exports. `format.rs` (the
+//! wire formats) depends on nothing; `config.rs` resolves the `[proxy]` section into plain
+//! [`Route`]s; `upstream.rs` turns them into what each call sends (its `Outbound`, built once
+//! per upstream by [`Proxy::new`]); `handler.rs` serves one call in the order its module doc
+//! gives; `fake.rs` is the scripted upstream of tests and benchmarks ([`FakeUpstream`]).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
-pub mod body;
-pub mod config;
-pub mod error;
-pub mod estimate;
-pub mod fake;
-pub mod handler;
-pub mod metrics;
-pub mod pool;
-pub mod request;
-pub mod retry_after;
-pub mod route_table;
-pub mod settle;
-pub mod sse;
-pub mod tap;
-pub mod upstream;
-pub mod wait;
+mod body;
+mod config;
+mod error;
+mod estimate;
+mod fake;
+mod format;
+mod handler;
+mod metrics;
+mod pool;
+mod request;
+mod retry_after;
+mod route_table;
+mod settle;
+mod sse;
+mod tap;
+mod upstream;
+mod wait;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,35 +64,49 @@ use axum::Router;
 use serde_json::json;
 use turnstile_shell::{DriverHandle, Telemetry};
 
-pub use body::BodyLimits;
-pub use config::{ApiFormat, ProxyConfig, ProxyConfigError, Route};
+use body::BodyLimits;
+use request::Endpoint;
+use upstream::Routed;
+
+pub use config::{
+    ModelConfig, Prices, ProxyConfig, ProxyConfigError, Route, Upstream, UpstreamConfig,
+};
+pub use error::REASON_HEADER;
+pub use fake::{Arrival as FakeArrival, FakeUpstream, Stats as FakeStats};
+pub use format::ApiFormat;
+pub use handler::{BUDGET_HEADER, WAIT_HEADER};
 pub use metrics::ProxyMetrics;
-pub use request::Endpoint;
+pub use pool::ClientError;
 
 /// Who is calling, as the host authenticated it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
+    /// A principal key: its calls are admitted as this principal of this workspace.
     Principal {
+        /// The workspace the key belongs to.
         workspace: Arc<str>,
+        /// The principal the key acts as.
         principal: Arc<str>,
     },
     /// An admin key: it may not make model calls (403).
     Admin,
 }
 
-/// The proxy's state, shared by every call.
+/// The proxy's state, shared by every call. Built once by the host ([`Proxy::new`]); its parts
+/// are the crate's own (a host reads the counters through [`Proxy::metrics`]).
 pub struct Proxy {
-    pub config: ProxyConfig,
-    pub routes: HashMap<String, Route>,
-    pub client: pool::Client,
-    pub driver: DriverHandle,
-    pub telemetry: Telemetry,
-    pub metrics: Arc<ProxyMetrics>,
-    pub body_limits: BodyLimits,
+    pub(crate) config: ProxyConfig,
+    /// Models by the name clients send, each with its upstream's outbound parts.
+    pub(crate) routes: std::collections::HashMap<String, Routed>,
+    pub(crate) client: pool::Client,
+    pub(crate) driver: DriverHandle,
+    pub(crate) telemetry: Telemetry,
+    pub(crate) metrics: Arc<ProxyMetrics>,
+    pub(crate) body_limits: BodyLimits,
     /// The longest lane pause an upstream 429 may cause.
-    pub max_retry_after_ms: u64,
+    pub(crate) max_retry_after_ms: u64,
     /// Replicas: the host's shared limits (`None` on a single process).
-    pub shared: turnstile_shell::SharedHook,
+    pub(crate) shared: turnstile_shell::SharedHook,
     /// Numbers per-call budgets.
     calls: AtomicU64,
     /// `~proxy-{a per-process random number}-`: per-call budget IDs are this and a counter,
@@ -94,17 +117,22 @@ pub struct Proxy {
 /// A proxy that could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxySetupError {
+    /// The `[proxy]` section cannot be resolved.
     #[error(transparent)]
     Config(#[from] ProxyConfigError),
+    /// The upstream HTTP client cannot be built.
     #[error(transparent)]
-    Client(#[from] pool::ClientError),
+    Client(#[from] ClientError),
 }
 
 /// How the host's limits apply to the proxy.
 #[derive(Debug, Clone, Copy)]
 pub struct HostLimits {
+    /// A request body must be read within this.
     pub body_read_timeout: Duration,
+    /// A request body slower than this (bytes per second) is cut.
     pub body_min_bytes_per_sec: u64,
+    /// The longest lane pause an upstream 429 may cause.
     pub max_retry_after_ms: u64,
 }
 
@@ -117,9 +145,9 @@ impl Proxy {
         telemetry: Telemetry,
         host: HostLimits,
     ) -> Result<Self, ProxySetupError> {
-        let routes: HashMap<String, Route> = config.resolve(env)?.into_iter().collect();
+        let routes = Routed::all(config.resolve(env)?);
         let metrics = Arc::new(ProxyMetrics::new(
-            routes.values().map(|route| &*route.provider),
+            routes.values().map(|routed| &*routed.route.provider),
         ));
         let client = pool::Client::new(Duration::from_millis(config.connect_timeout_ms))?;
         Ok(Proxy {
@@ -145,6 +173,11 @@ impl Proxy {
     pub fn with_shared(mut self, shared: Arc<dyn turnstile_shell::SharedLimits>) -> Self {
         self.shared = Some(shared);
         self
+    }
+
+    /// The proxy's counters (`turnstile_proxy_*`), which the host's `/metrics` registry joins.
+    pub fn metrics(&self) -> &Arc<ProxyMetrics> {
+        &self.metrics
     }
 
     /// A fresh per-call budget ID, in a namespace the admission API cannot name (`~`), unique
@@ -209,8 +242,8 @@ async fn models(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
     let mut names: Vec<&str> = proxy
         .routes
         .values()
-        .filter(|route| route.upstream.format == ApiFormat::Openai)
-        .map(|route| &*route.model)
+        .filter(|routed| routed.route.upstream.format == ApiFormat::Openai)
+        .map(|routed| &*routed.route.model)
         .collect();
     names.sort_unstable();
     let data: Vec<_> = names

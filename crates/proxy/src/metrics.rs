@@ -101,11 +101,6 @@ impl LaneCounters {
         add(&self.calls[index], 1);
     }
 
-    pub fn calls(&self, class: CallClass) -> u64 {
-        let index = CallClass::ALL.iter().position(|c| *c == class).unwrap_or(0);
-        self.calls[index].load(Ordering::Relaxed)
-    }
-
     pub fn settled(&self, basis: Basis, input: u64, output: u64, cost_usd: Option<f64>) {
         add(&self.input_tokens, input);
         add(&self.output_tokens, output);
@@ -133,7 +128,7 @@ pub struct ProxyMetrics {
 }
 
 impl ProxyMetrics {
-    pub fn new<'a>(lanes: impl IntoIterator<Item = &'a str>) -> Self {
+    pub(crate) fn new<'a>(lanes: impl IntoIterator<Item = &'a str>) -> Self {
         ProxyMetrics {
             lanes: lanes
                 .into_iter()
@@ -143,7 +138,7 @@ impl ProxyMetrics {
         }
     }
 
-    pub fn lane(&self, lane: &str) -> &LaneCounters {
+    pub(crate) fn lane(&self, lane: &str) -> &LaneCounters {
         self.lanes.get(lane).unwrap_or(&self.other)
     }
 }

@@ -106,6 +106,7 @@ impl Idle {
     }
 
     /// How many connections are idle (closed ones not yet noticed included).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.list
             .lock()
@@ -114,6 +115,7 @@ impl Idle {
     }
 
     /// Whether no connection is idle.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::config::ApiFormat;
+use crate::format::ApiFormat;
 
 /// The proxied endpoints that take a body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,17 +61,6 @@ impl Endpoint {
             Endpoint::Embeddings => "/embeddings",
             Endpoint::Completions => "/completions",
             Endpoint::Messages => "/v1/messages",
-        }
-    }
-
-    /// A label for metrics and spans.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Endpoint::ChatCompletions => "chat.completions",
-            Endpoint::Responses => "responses",
-            Endpoint::Embeddings => "embeddings",
-            Endpoint::Completions => "completions",
-            Endpoint::Messages => "messages",
         }
     }
 

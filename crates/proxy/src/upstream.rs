@@ -18,12 +18,14 @@
 //! streams, cookies, and the account-wide `x-ratelimit-*` / `anthropic-ratelimit-*` headers
 //! (they describe the shared account and would leak other tenants' consumption).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::uri::{PathAndQuery, Uri};
 
-use crate::config::ApiFormat;
+use crate::config::{Route, Upstream};
+use crate::format::ApiFormat;
 use crate::pool::Idle;
 use crate::request::Endpoint;
 
@@ -107,10 +109,47 @@ impl Outbound {
         }
     }
 
+    /// The outbound parts of a resolved upstream.
+    pub fn of(upstream: &Upstream) -> Self {
+        Outbound::new(
+            upstream.format,
+            &upstream.base_url,
+            upstream.api_key.as_deref(),
+        )
+    }
+
     /// The origin (scheme and authority) and the origin-form path of `endpoint` on this upstream
     /// (`None`: the base URL makes no valid URI).
     pub fn target(&self, endpoint: Endpoint) -> Option<(&Uri, Uri)> {
         Some((self.origin.as_ref()?, self.paths[endpoint.index()].clone()?))
+    }
+}
+
+/// A model's route as the proxy serves it: the configured [`Route`] and the [`Outbound`] of its
+/// upstream (shared, idle connections included, by every route of that upstream).
+#[derive(Debug, Clone)]
+pub struct Routed {
+    /// The route, as configured.
+    pub route: Route,
+    /// What every call to its upstream sends the same way.
+    pub outbound: Outbound,
+}
+
+impl Routed {
+    /// The routes of `routes`, each upstream's [`Outbound`] built once and shared by the routes
+    /// of its models.
+    pub fn all(routes: impl IntoIterator<Item = (String, Route)>) -> HashMap<String, Routed> {
+        let mut outbounds: HashMap<Arc<str>, Outbound> = HashMap::new();
+        routes
+            .into_iter()
+            .map(|(model, route)| {
+                let outbound = outbounds
+                    .entry(route.upstream.name.clone())
+                    .or_insert_with(|| Outbound::of(&route.upstream))
+                    .clone();
+                (model, Routed { route, outbound })
+            })
+            .collect()
     }
 }
 

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use turnstile_admission::BreakerTransition;
-use turnstile_shell::journal::Done;
+use turnstile_shell::Done;
 use turnstile_shell::{Journal, LeaseEvent, LeaseToken, Pause, Registration, PAUSE_RECORD_SCHEMA};
 use turnstile_store::{
     AuditKind, AuditRecord, LeaseChangeRef, LeaseLog, StoredLeaseRef, StoredProfile,

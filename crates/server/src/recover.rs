@@ -47,7 +47,7 @@ use serde::Deserialize;
 use turnstile_admission::{BreakerState, BreakerTransition, Charge, LeaseCharge, Millis, Registry};
 
 use crate::checkpoint::{BucketCheckpoint, CheckpointError};
-use turnstile_shell::pause::JOURNAL_EXTENSION_MS;
+use turnstile_shell::JOURNAL_EXTENSION_MS;
 use turnstile_shell::{Driver, HeldLease, LeaseToken, ReinstateFailure};
 use turnstile_store::{Recovered, StoredBreaker, StoredLease, StoredSpend};
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use common::TestServer;
 use reqwest::blocking::Response;
 use serde_json::{json, Value};
-use turnstile_proxy::config::{ApiFormat, ModelConfig, UpstreamConfig};
-use turnstile_proxy::fake::FakeUpstream;
+use turnstile_proxy::FakeUpstream;
+use turnstile_proxy::{ApiFormat, ModelConfig, UpstreamConfig};
 
 const OPENAI_KEY: &str = "sk-test-openai-secret";
 const ANTHROPIC_KEY: &str = "sk-ant-test-secret";

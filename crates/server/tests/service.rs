@@ -596,10 +596,7 @@ fn openapi_documents_the_proxy_headers_and_refusals() {
             .iter()
             .map(|p| resolve(p)["name"].as_str().unwrap().to_owned())
             .collect();
-        for header in [
-            turnstile_proxy::handler::WAIT_HEADER,
-            turnstile_proxy::handler::BUDGET_HEADER,
-        ] {
+        for header in [turnstile_proxy::WAIT_HEADER, turnstile_proxy::BUDGET_HEADER] {
             assert!(parameters.iter().any(|p| p == header), "{at}: {header}");
         }
         for status in ["400", "404", "408", "413", "502", "504"] {
@@ -611,7 +608,7 @@ fn openapi_documents_the_proxy_headers_and_refusals() {
             for header in [
                 "retry-after",
                 "retry-after-ms",
-                turnstile_proxy::error::REASON_HEADER,
+                turnstile_proxy::REASON_HEADER,
             ] {
                 assert!(headers.get(header).is_some(), "{at} {status}: {header}");
             }

@@ -36,11 +36,17 @@ pub enum Wait {
 
 /// One admission request, as a host states it (already authenticated and validated).
 pub struct Acquire {
+    /// The caller's workspace.
     pub workspace: Arc<str>,
+    /// The calling principal (never observed in spans, metrics or logs).
     pub principal: Arc<str>,
+    /// The provider lane the call goes to.
     pub provider_id: String,
+    /// The invocation budget the call is charged to.
     pub budget_id: String,
+    /// What the call is expected to use.
     pub estimate: Estimate,
+    /// How long it may wait for a permit.
     pub wait: Wait,
     /// The request's `decision.admit` span: ended on refusal, owned by the lease on admission.
     pub span: Option<AdmitSpan>,
@@ -51,7 +57,9 @@ pub struct AcquireCommand {
     /// From [`DriverHandle::ticket`](crate::DriverHandle::ticket); names the request for
     /// cancellation.
     pub ticket: u64,
+    /// The request.
     pub request: Acquire,
+    /// Where the answer goes.
     pub reply: oneshot::Sender<AcquireReply>,
 }
 
@@ -61,20 +69,28 @@ pub struct AcquireCommand {
 /// moved into the driver's `match`), so each variant is kept to a few words: the large ones
 /// ([`AcquireCommand`], a profile) are boxed. `commands_stay_small` holds the size.
 pub enum Command {
+    /// Admit a request (its answer goes to its `reply`).
     Acquire(Box<AcquireCommand>),
     /// The caller of a queued admission is gone.
     Cancel {
+        /// The ticket of the request.
         ticket: u64,
     },
     /// A granted lease whose holder is gone (an undelivered grant, a dropped lease): release
     /// it with no outcome.
     Reclaim {
+        /// The lease.
         token: LeaseToken,
     },
+    /// A holder releases its lease with the call's outcome.
     Release {
+        /// The lease.
         token: LeaseToken,
+        /// The lease's workspace (checked against the lease).
         workspace: Arc<str>,
+        /// The lease's principal (checked against the lease).
         principal: Arc<str>,
+        /// How the call ended.
         outcome: Outcome,
         /// What the call actually used (corrects the invocation's budgets).
         usage: ActualUsage,
@@ -83,18 +99,29 @@ pub enum Command {
         /// command and one wake-up instead of two. Forgotten whether or not the release found
         /// the lease.
         forget_budget: Option<String>,
+        /// Answered with the breaker transitions the release caused.
         reply: oneshot::Sender<Result<Vec<BreakerTransition>, DriverError>>,
     },
+    /// A holder keeps its lease alive (answered with its new expiry).
     Heartbeat {
+        /// The lease.
         token: LeaseToken,
+        /// The lease's workspace (checked against the lease).
         workspace: Arc<str>,
+        /// The lease's principal (checked against the lease).
         principal: Arc<str>,
+        /// Answered with the instant the lease now expires.
         reply: oneshot::Sender<Result<Millis, DriverError>>,
     },
+    /// Register a workspace's profile revision.
     Register {
+        /// The workspace.
         workspace: String,
+        /// The revision's version.
         version: String,
+        /// The parsed profile.
         profile: Box<Profile>,
+        /// The profile as the caller sent it (journaled, replayed on restart).
         profile_json: String,
         /// Who registers it (the host's name for the acting credential, such as an admin key
         /// ID), journaled with the registration; never a principal or workspace ID.
@@ -104,62 +131,88 @@ pub enum Command {
         /// instant, so its profile-change record is the original's. The controller's clock
         /// never goes back (it takes the later of this and its last instant).
         at: Option<Millis>,
+        /// Answered with the profile-change record, when the current revision changed.
         reply: oneshot::Sender<Result<Option<ProfileChangeRecord>, DriverError>>,
     },
+    /// Forget one invocation budget of a workspace (answered with whether it existed).
     ReleaseBudget {
+        /// The workspace.
         workspace: Arc<str>,
+        /// The budget.
         budget: String,
+        /// Answered with whether the budget existed.
         reply: oneshot::Sender<Result<bool, DriverError>>,
     },
+    /// Pause a provider lane for a provider's Retry-After.
     RetryAfter {
+        /// The workspace.
         workspace: Arc<str>,
+        /// The provider lane.
         provider: String,
+        /// How long the provider asked to wait.
         retry_after_ms: Millis,
         /// Answered with the instant the pause ends.
         reply: oneshot::Sender<Result<Millis, DriverError>>,
     },
+    /// The aggregate state of a workspace (`None` without a profile).
     Snapshot {
+        /// The workspace.
         workspace: String,
+        /// Where the snapshot goes.
         reply: oneshot::Sender<Option<WorkspaceSnapshot>>,
     },
     /// Whether the workspace's current profile names this principal (hosts gate a principal's
     /// powers on it: a principal the profile no longer names keeps none).
     Standing {
+        /// The workspace.
         workspace: Arc<str>,
+        /// The principal.
         principal: Arc<str>,
+        /// Where the standing goes.
         reply: oneshot::Sender<Standing>,
     },
     /// The current limits of one lane's three scopes (`None` without a profile, or when the
     /// profile names neither the principal nor the provider): what a replica shares.
     LaneLimits {
+        /// The workspace.
         workspace: Arc<str>,
+        /// The principal.
         principal: Arc<str>,
+        /// The provider lane.
         provider: String,
+        /// Where the limits go.
         reply: oneshot::Sender<Option<LaneLimits>>,
     },
     /// The live view of a workspace's provider lanes, with the driver's clock reading (`None`
     /// without a profile).
     Lanes {
+        /// The workspace.
         workspace: String,
+        /// Where the lanes go.
         reply: oneshot::Sender<Option<(Millis, Vec<LaneView>)>>,
     },
     /// The workspace's fairness window (grants and queue delay per principal over the last
     /// minutes, `crate::fairness`); `None` without a profile.
     Fairness {
+        /// The workspace.
         workspace: String,
+        /// Where the window goes.
         reply: oneshot::Sender<Option<FairnessView>>,
     },
     /// The driver's clock reading and the instant its one timer is armed for.
     Timer {
+        /// Where the reading goes.
         reply: oneshot::Sender<(Millis, Option<Millis>)>,
     },
     /// Shutdown: refuse new admissions, cancel every queued one.
     Drain {
+        /// Answered once draining.
         reply: oneshot::Sender<()>,
     },
     /// Every workspace's bucket levels, read now; answered only once draining (no grant can
     /// follow the reading), `None` before.
     BucketLevels {
+        /// Answered with the levels once draining.
         reply: oneshot::Sender<Option<BTreeMap<String, BucketLevels>>>,
     },
     /// Ends the driver task.
@@ -169,8 +222,11 @@ pub enum Command {
 /// The limits of a lane's principal, workspace and provider scopes under the current profile.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaneLimits {
+    /// The principal scope's limits.
     pub principal: Limits,
+    /// The workspace scope's limits.
     pub workspace: Limits,
+    /// The provider scope's limits.
     pub provider: Limits,
 }
 
@@ -187,10 +243,13 @@ pub enum Standing {
 
 /// The answer to an admission request.
 pub enum AcquireReply {
+    /// Admitted: the grant holds the permit until released or dropped.
     Admitted(Grant),
+    /// Refused, with the core's reason and evidence.
     Rejected(Rejection),
     /// The workspace has no registered profile.
     NoProfile,
+    /// The driver is shutting down.
     ShuttingDown,
     /// The lease could not be recorded (the token generator could not be seeded).
     Internal,
@@ -201,6 +260,7 @@ pub enum AcquireReply {
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceSnapshot {
     #[serde(flatten)]
+    /// The core's aggregate view of the workspace.
     pub core: Snapshot,
     /// Leases the driver holds for callers in this workspace.
     pub leases: usize,

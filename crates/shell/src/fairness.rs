@@ -74,10 +74,13 @@ impl Bucket {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrincipalShare {
+    /// The principal (admin view only).
     pub principal_id: String,
+    /// Its grants in the window.
     pub grants: u64,
     /// `grants / totalGrants` (0 when nothing was granted).
     pub share: f64,
+    /// Its mean queue delay, in milliseconds.
     pub mean_queue_delay_ms: f64,
 }
 
@@ -85,8 +88,11 @@ pub struct PrincipalShare {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MinuteGrants {
+    /// The minute's start.
     pub start_epoch_ms: Millis,
+    /// Grants in that minute.
     pub grants: u64,
+    /// Queue delay of those grants, summed.
     pub queue_delay_ms: u64,
 }
 
@@ -94,11 +100,15 @@ pub struct MinuteGrants {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FairnessView {
+    /// When the window was read.
     pub at_epoch_ms: Millis,
     /// The start of the oldest minute in the window (the counts cover `[from, at]`).
     pub from_epoch_ms: Millis,
+    /// The width of one bucket.
     pub bucket_ms: Millis,
+    /// Grants in the window.
     pub total_grants: u64,
+    /// Their mean queue delay, in milliseconds.
     pub mean_queue_delay_ms: f64,
     /// Grants of principals a full bucket could not name.
     pub unattributed_grants: u64,

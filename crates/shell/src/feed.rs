@@ -46,8 +46,11 @@ pub const EVENTS_PER_FLUSH: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionCount {
+    /// The provider lane.
     pub provider_id: String,
+    /// The decision's reason.
     pub reason: Reason,
+    /// How many.
     pub count: u64,
 }
 
@@ -55,8 +58,11 @@ pub struct DecisionCount {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrincipalTally {
+    /// The principal (admin subscribers only).
     pub principal_id: String,
+    /// Its grants.
     pub grants: u64,
+    /// The queue delay they waited, summed.
     pub queue_delay_ms: u64,
 }
 
@@ -71,16 +77,21 @@ pub struct FeedEvent {
     pub at_epoch_ms: Millis,
     /// The counts cover `(since, at]`.
     pub since_epoch_ms: Millis,
+    /// The workspace's provider lanes at the flush.
     pub lanes: Vec<LaneView>,
+    /// Decisions since the last flush, by lane and reason.
     pub decisions: Vec<DecisionCount>,
     /// Per-principal grants; only for admin subscribers (see the module docs).
     #[serde(skip)]
     pub principals: Vec<PrincipalTally>,
+    /// Breaker transitions since the last flush.
     pub transitions: Vec<BreakerTransition>,
+    /// Lane pauses since the last flush.
     pub pauses: Vec<Pause>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The profile change, when the current revision changed.
     pub profile_change: Option<ProfileChangeRecord>,
-    /// Transitions and pauses left out of this event (beyond [`EVENTS_PER_FLUSH`]).
+    /// Transitions and pauses left out of this event (beyond `EVENTS_PER_FLUSH`, 64).
     pub dropped: u64,
 }
 
@@ -97,6 +108,7 @@ impl Default for Feed {
 }
 
 impl Feed {
+    /// A feed with no subscriber yet.
     pub fn new() -> Self {
         let (tx, _) = broadcast::channel(FEED_CAPACITY);
         Feed { tx }

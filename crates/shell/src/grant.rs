@@ -20,10 +20,13 @@ use crate::lease_table::LeaseToken;
 /// A granted lease. Dropped without [`Grant::accept`] or [`Grant::release`], it gives the
 /// permit back.
 pub struct Grant {
+    /// The lease ID its holder knows.
     pub token: LeaseToken,
     /// When the lease expires without a heartbeat (`None`: it never expires).
     pub expires_at: Option<Millis>,
+    /// The lease's time to live, renewed by each heartbeat (`None`: none).
     pub ttl_ms: Option<Millis>,
+    /// The core's evidence of the admission.
     pub evidence: Evidence,
     workspace: Arc<str>,
     principal: Arc<str>,

@@ -48,12 +48,15 @@ use crate::pause::Pause;
 /// A profile revision the registry accepted.
 #[derive(Debug, Clone)]
 pub struct Registration {
+    /// The workspace.
     pub workspace: String,
+    /// The revision's version.
     pub profile_version: String,
     /// The profile as the caller sent it (replayed on restart).
     pub profile_json: String,
     /// The profile-change record, when the current revision changed.
     pub change: Option<ProfileChangeRecord>,
+    /// When it was registered (the driver's clock).
     pub at: Millis,
     /// Who registered it, as the host named the acting credential (`Command::Register`).
     pub actor: Option<String>,
@@ -68,7 +71,9 @@ pub type Done = Box<dyn FnOnce(Result<(), String>) + Send>;
 pub struct HeldLease {
     /// The lease ID its holder knows.
     pub token: LeaseToken,
+    /// The lease's workspace.
     pub workspace: Arc<str>,
+    /// The lease's principal.
     pub principal: Arc<str>,
     /// Its lane and what it charged (from the core).
     pub lease: LeaseCharge,
@@ -80,29 +85,39 @@ pub struct HeldLease {
 /// puts back (its pause, its breaker).
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaseEvent {
+    /// A lease was granted.
     Granted(HeldLease),
     /// The lease left the table: released by its holder (with what the call used), reclaimed
     /// or expired (no usage).
     Released {
+        /// The lease.
         token: LeaseToken,
+        /// What the call used (none when reclaimed or expired).
         usage: ActualUsage,
     },
     /// An invocation's budget was released (forgotten whole).
     BudgetReleased {
+        /// The workspace.
         workspace: Arc<str>,
+        /// The budget.
         budget: String,
     },
     /// A provider lane was paused, or its pause moved, until `until_epoch_ms` (only the pauses
     /// [`Journal::provider_paused`] gets: extensions under
     /// [`JOURNAL_EXTENSION_MS`](crate::pause::JOURNAL_EXTENSION_MS) are not recorded).
     Paused {
+        /// The workspace.
         workspace: Arc<str>,
+        /// The provider lane.
         provider: String,
+        /// When the pause ends.
         until_epoch_ms: Millis,
     },
     /// A provider lane's breaker changed state.
     Breaker {
+        /// The workspace.
         workspace: Arc<str>,
+        /// The transition.
         transition: BreakerTransition,
     },
 }

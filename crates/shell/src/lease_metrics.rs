@@ -14,12 +14,19 @@ use crate::exposition::{plain_metrics, Collector, DescriptorEncoder, MetricKind}
 /// Lease and waiter totals of one driver.
 #[derive(Debug, Default)]
 pub struct LeaseMetrics {
+    /// Leases held now.
     pub leases_active: AtomicU64,
+    /// Admission requests waiting now.
     pub waiters_queued: AtomicU64,
+    /// Leases granted.
     pub leases_granted: AtomicU64,
+    /// Leases released by their holder.
     pub leases_released: AtomicU64,
+    /// Leases that expired without a heartbeat.
     pub leases_expired: AtomicU64,
+    /// Grants whose caller was gone (given back at once).
     pub leases_undeliverable: AtomicU64,
+    /// Waiting callers that went away.
     pub waiters_disconnected: AtomicU64,
     /// Breaker transitions the core dropped because nobody polled them in time.
     pub transitions_dropped: AtomicU64,

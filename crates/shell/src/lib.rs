@@ -14,21 +14,27 @@
 //! The core ([`turnstile_admission`]) decides; this crate only carries: it reads the clock, arms
 //! one timer at the core's `poll_timeout()`, delivers resolutions and events, and never makes
 //! an admission decision of its own.
+//!
+//! # Layout
+//!
+//! Every module is private; the crate's API is what this file re-exports, plus [`telemetry`]
+//! (its attribute names and, with the `otlp` feature, the OTLP pipeline).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
-pub mod clock;
-pub mod command;
+mod clock;
+mod command;
 mod driver;
-pub mod error;
+mod error;
 mod exposition;
-pub mod fairness;
-pub mod feed;
-pub mod grant;
-pub mod handle;
-pub mod journal;
-pub mod lease_metrics;
-pub mod lease_table;
-pub mod pause;
+mod fairness;
+mod feed;
+mod grant;
+mod handle;
+mod journal;
+mod lease_metrics;
+mod lease_table;
+mod pause;
 mod shared;
 pub mod telemetry;
 
@@ -46,10 +52,10 @@ pub use fairness::{FairnessView, FairnessWindows, MinuteGrants, PrincipalShare};
 pub use feed::{DecisionCount, Feed, FeedEvent, Pause, PrincipalTally};
 pub use grant::Grant;
 pub use handle::{CancelGuard, DriverHandle, Submitted};
-pub use journal::{HeldLease, Journal, LeaseEvent, NoJournal, Registration};
+pub use journal::{Done, HeldLease, Journal, LeaseEvent, NoJournal, Registration};
 pub use lease_metrics::LeaseMetrics;
 pub use lease_table::{LeaseToken, RandomError};
-pub use pause::{PauseCause, PAUSE_RECORD_SCHEMA};
+pub use pause::{PauseCause, JOURNAL_EXTENSION_MS, PAUSE_RECORD_SCHEMA};
 pub use shared::{
     Admitting, SharedFuture, SharedHook, SharedLimits, SharedTry, SharedVerdict, SHARED_POLL_MS,
 };

@@ -37,9 +37,14 @@ pub enum PauseCause {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pause {
+    /// The provider lane.
     pub provider_id: String,
+    /// How long the provider asked to wait.
     pub retry_after_ms: Millis,
+    /// When the pause ends.
     pub until_epoch_ms: Millis,
+    /// When it was applied.
     pub at_epoch_ms: Millis,
+    /// Which call asked for it.
     pub cause: PauseCause,
 }

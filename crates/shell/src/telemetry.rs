@@ -10,7 +10,7 @@
 //!   and queued counts, estimates, retry pressure, breaker status, adapter id).
 //! - **Event `breaker.transition`** on the span of the attempt that caused it
 //!   (`turnstile.breaker.from`, `turnstile.breaker.to`, `turnstile.breaker.failures`).
-//! - **Counters**: one family ([`metrics`]): `turnstile.admission.decisions` (every decision,
+//! - **Counters**: one family (`metrics.rs`): `turnstile.admission.decisions` (every decision,
 //!   by decision and reason) and `turnstile.breaker.transitions` (every transition, by the state
 //!   entered), counted once into both OpenTelemetry and `/metrics`
 //!   (`turnstile_admission_decisions_total`, `turnstile_breaker_transitions_total`).
@@ -25,12 +25,12 @@
 //!   fixed vocabularies decision, reason and breaker status, so cardinality is bounded.
 //! - **Telemetry never changes a result.** The OpenTelemetry API has no error path into the
 //!   caller; every call into an exporter-backed object and into the log sink is additionally
-//!   guarded against panics ([`guarded`]). The evaluator never reads anything back.
+//!   guarded against panics (`guarded`). The evaluator never reads anything back.
 
 mod admit_span;
 pub mod attributes;
 mod log;
-pub mod metrics;
+pub(crate) mod metrics;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 

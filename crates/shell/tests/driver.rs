@@ -9,7 +9,7 @@ use turnstile_admission::{
     ActualUsage, BreakerState, BreakerTransition, CircuitBreakerConfig, Estimate, Limits, Outcome,
     Profile, Reason, Registry,
 };
-use turnstile_shell::journal::Done;
+use turnstile_shell::Done;
 use turnstile_shell::{
     Acquire, AcquireReply, Clock, Command, Driver, DriverConfig, DriverHandle, Grant, Journal,
     LeaseMetrics, Registration, Standing, Wait,

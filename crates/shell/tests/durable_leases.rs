@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use turnstile_admission::{ActualUsage, Estimate, Limits, Outcome, Profile, Reason, Registry};
-use turnstile_shell::journal::Done;
+use turnstile_shell::Done;
 use turnstile_shell::{
     Acquire, AcquireReply, Clock, Command, Driver, DriverConfig, DriverHandle, Grant, HeldLease,
     Journal, LeaseEvent, LeaseMetrics, LeaseToken, Registration, Wait,

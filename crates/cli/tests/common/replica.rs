@@ -199,7 +199,7 @@ pub struct FakeUpstream {
 /// Starts the fake upstream on a free port (it lives until the test process ends).
 pub fn fake_upstream() -> FakeUpstream {
     FakeUpstream {
-        addr: turnstile_proxy::fake::FakeUpstream::spawn_thread()
+        addr: turnstile_proxy::FakeUpstream::spawn_thread()
             .addr
             .to_string(),
     }

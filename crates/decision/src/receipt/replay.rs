@@ -17,7 +17,7 @@ use turnstile_store::{Receipt, ReceiptError, ReceiptKey, ReceiptState};
 
 use super::writer::ReceiptWriter;
 use super::ReceiptRun;
-use crate::clock::Clock;
+use crate::Clock;
 
 /// How a receipt-backed run starts.
 pub(crate) enum Begin {

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use turnstile_store::{Pending, Receipt, ReceiptError, ReceiptKey, ReceiptState, ReceiptStore};
 
 use crate::attempt::AttemptRecord;
-use crate::clock::Clock;
 use crate::result::{DecisionResult, RulesetResult};
+use crate::Clock;
 
 /// Why a receipt write did not happen.
 #[derive(Debug, thiserror::Error)]

@@ -110,7 +110,7 @@ pub fn exposition(
         .with(telemetry.collector())
         .with(Arc::clone(lease_metrics))
         .with(Arc::clone(metrics))
-        .with(Arc::clone(&proxy.metrics))
+        .with(Arc::clone(proxy.metrics()))
 }
 
 pub async fn openapi() -> impl IntoResponse {

@@ -165,7 +165,7 @@ impl Driver {
         (driver, handle)
     }
 
-    /// Publishes what changes on `feed` (see [`crate::feed`]).
+    /// Publishes what changes on `feed` (see [`Feed`](crate::Feed) and `feed.rs`).
     pub fn with_feed(mut self, feed: Feed) -> Self {
         self.observer.set_feed(feed);
         self

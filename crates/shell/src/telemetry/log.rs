@@ -11,16 +11,20 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogLevel {
+    /// Informational.
     Info,
+    /// A warning.
     Warn,
 }
 
 /// One log line.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LogRecord {
+    /// The severity.
     pub level: LogLevel,
     /// A constant message (`admission throttled`, `breaker transition`).
     pub message: &'static str,
+    /// Attributes of the record (fixed vocabularies, never a tenant ID).
     pub attributes: BTreeMap<&'static str, String>,
 }
 

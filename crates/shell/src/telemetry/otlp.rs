@@ -16,14 +16,18 @@ use super::{Telemetry, SCOPE};
 /// Why the OTLP pipeline could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum OtlpError {
+    /// An exporter could not be built.
     #[error("OTLP exporter could not be built: {0}")]
     Build(#[from] opentelemetry_otlp::ExporterBuildError),
 }
 
 /// The providers behind an OTLP [`Telemetry`].
 pub struct OtlpPipeline {
+    /// The span exporter's provider (shut it down to flush).
     pub tracer_provider: SdkTracerProvider,
+    /// The metric exporter's provider (shut it down to flush).
     pub meter_provider: SdkMeterProvider,
+    /// Telemetry that records into both.
     pub telemetry: Telemetry,
 }
 
