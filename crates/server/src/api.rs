@@ -15,7 +15,7 @@ pub mod validate;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use turnstile_shell::{Clock, DriverHandle, Feed, LeaseMetrics, Telemetry};
+use turnstile_shell::{Clock, DriverHandle, Feed, Telemetry};
 
 use crate::config::Config;
 use crate::keys::KeyRing;
@@ -52,8 +52,6 @@ pub struct AppParts {
     pub store: StoreHandle,
     pub keys: Arc<KeyRing>,
     pub metrics: Arc<Metrics>,
-    /// The driver's lease and waiter totals.
-    pub lease_metrics: Arc<LeaseMetrics>,
     /// The one clock (the driver's): key bookkeeping stamps read it too.
     pub clock: Clock,
     pub config: Arc<Config>,

@@ -10,6 +10,9 @@
 //! whole request (429 `key-busy` and the connection closed past it), tells the proxy routes who
 //! calls, and on a connection of the operators' reserved slice lets only health, metrics, the
 //! OpenAPI document, the console page (`/ui`) and admin-key calls through (503 `overloaded`).
+//!
+//! The acting credential ([`ActingKey`], the key that authenticated a request) lives here too:
+//! the gate makes it, the audit of admin changes reads it.
 
 use std::sync::Arc;
 
@@ -154,18 +157,60 @@ pub fn admit(state: &AppState, reserved: bool, request: &mut Request) -> Admitte
         slot: Some(slot),
         authenticated: Some(Authenticated {
             caller,
-            acting: crate::actor::ActingKey::of_hash(&hash),
+            acting: ActingKey::of_hash(&hash),
         }),
     }
 }
 
 /// Who a request's key authenticated. The gate attaches it to a request for the router as one
 /// request extension (each extension is a boxed map entry), read by the [`Caller`] and
-/// [`ActingKey`](crate::actor::ActingKey) extractors; the hot routes get it directly.
+/// [`ActingKey`] extractors; the hot routes get it directly.
 #[derive(Debug, Clone)]
 pub struct Authenticated {
     pub caller: Caller,
-    pub acting: crate::actor::ActingKey,
+    pub acting: ActingKey,
+}
+
+/// The acting credential of a request: the API key that authenticated it, by its hash (the key
+/// ID, `key_…` of [`crate::keys::key_id`], is derived only when a handler records it: the gate
+/// runs for every request, the audit for few).
+///
+/// The gate attaches one to every authenticated request (inside [`Authenticated`]); handlers
+/// that make an admin change (profile registrations and rollbacks, key revocations) store its
+/// key ID with the change's audit record, so the audit log says who changed what and when.
+///
+/// Invariant: a key ID names a credential, never a principal or workspace; it is written to the
+/// audit log (SQLite) and returned by authenticated API answers only, never to a log line, a
+/// span or a metric label. It reveals nothing usable about the key (64 bits of its hash).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActingKey([u8; 32]);
+
+impl ActingKey {
+    /// The acting key of a key hash.
+    pub fn of_hash(hash: &[u8; 32]) -> Self {
+        ActingKey(*hash)
+    }
+
+    /// Its key ID (`key_…`).
+    pub fn key_id(&self) -> String {
+        crate::keys::key_id(&hex::encode(&self.0[..8]))
+    }
+}
+
+impl FromRequestParts<AppState> for ActingKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        // Set by the gate for every request that carries a known key; absent means no key.
+        parts
+            .extensions
+            .get::<Authenticated>()
+            .map(|authenticated| authenticated.acting)
+            .ok_or(ApiError::Unauthorized)
+    }
 }
 
 /// What the gate decided.
@@ -185,17 +230,29 @@ pub type KeySlot = crate::slots::Slot<[u8; 32]>;
 /// Every call that needs a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
+    /// Register a profile revision (`PUT …/profiles/{profileVersion}`).
     RegisterProfile,
+    /// Read the profile registrations (`GET …/profiles`).
     ReadProfiles,
+    /// Read the breaker and pause history (`GET …/breakers`, `GET …/pauses`).
     ReadBreakers,
+    /// Read the workspace snapshot (`GET …/snapshot`).
     ReadSnapshot,
+    /// Create a principal key (`POST …/keys`).
     CreateKey,
+    /// List the principal keys (`GET …/keys`).
     ListKeys,
+    /// Revoke a principal key (`DELETE …/keys/{keyId}`).
     RevokeKey,
+    /// Ask for an admission (`POST /v1/admissions`).
     Acquire,
+    /// Release a lease (`POST /v1/leases/{leaseId}/release`).
     ReleaseLease,
+    /// Extend a lease (`POST /v1/leases/{leaseId}/heartbeat`).
     HeartbeatLease,
+    /// Release a budget (`POST /v1/budgets/{budgetId}/release`).
     ReleaseBudget,
+    /// Pause a provider lane for its retry-after (`POST /v1/providers/{providerId}/retry-after`).
     PauseProvider,
     /// `GET …/profiles/{profileVersion}`: a revision's limits (the console's diff and rollback).
     ReadProfileRevision,
@@ -209,6 +266,7 @@ pub enum Operation {
 /// Who a key stands for, as far as permissions go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// An admin key.
     Admin,
     /// A principal the workspace's current profile names.
     Principal,
@@ -219,6 +277,7 @@ pub enum Role {
 /// What a role may do with an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
+    /// Never (403).
     Denied,
     /// On any workspace.
     Any,
@@ -229,6 +288,7 @@ pub enum Access {
 }
 
 impl Operation {
+    /// Every operation, in the role table's order.
     pub const ALL: [Operation; 15] = [
         Operation::RegisterProfile,
         Operation::ReadProfiles,

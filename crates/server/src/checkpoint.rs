@@ -75,20 +75,33 @@ impl BucketCheckpoint {
 /// ID).
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
+    /// The file could not be read or written.
     #[error("bucket checkpoint {path}: {source}")]
     Io {
+        /// The checkpoint file.
         path: String,
+        /// What the file system said.
         #[source]
         source: std::io::Error,
     },
+    /// The file is not a checkpoint's JSON.
     #[error("bucket checkpoint {path} cannot be parsed: {source}")]
     Parse {
+        /// The checkpoint file.
         path: String,
+        /// What the parser said.
         #[source]
         source: serde_json::Error,
     },
+    /// The file has another format tag.
     #[error("bucket checkpoint {path} has format {found:?}, not {CHECKPOINT_FORMAT}")]
-    Format { path: String, found: String },
+    Format {
+        /// The checkpoint file.
+        path: String,
+        /// Its format tag.
+        found: String,
+    },
+    /// The checkpoint could not be encoded.
     #[error("the bucket checkpoint cannot be encoded: {0}")]
     Encode(#[source] serde_json::Error),
 }

@@ -24,11 +24,18 @@ pub const LOCK_FILE: &str = "turnstile.lock";
 pub enum DataLockError {
     /// Another live process holds the directory.
     #[error("the data directory {} is in use by another turnstile process (pid {}); stop it or choose another --data directory", dir.display(), pid.map_or_else(|| "unknown".to_owned(), |p| p.to_string()))]
-    Held { dir: PathBuf, pid: Option<u32> },
+    Held {
+        /// The data directory.
+        dir: PathBuf,
+        /// The holder's process ID, when the lock file names it.
+        pid: Option<u32>,
+    },
     /// The lock file could not be opened or written.
     #[error("cannot lock the data directory {}: {source}", dir.display())]
     Io {
+        /// The data directory.
         dir: PathBuf,
+        /// What the file system said.
         #[source]
         source: std::io::Error,
     },

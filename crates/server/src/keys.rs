@@ -131,6 +131,7 @@ impl KeyRing {
     }
 
     /// Who `key` authenticates, if anyone.
+    #[cfg(test)]
     pub fn lookup(&self, key: &str) -> Option<Caller> {
         self.authenticate(key).map(|(_, caller)| caller)
     }

@@ -8,7 +8,7 @@
 //! transitions (rare on a grant).
 //!
 //! Invariant: the bytes equal `serde_json`'s encoding of
-//! [`LeaseBody`](crate::api::admissions::LeaseBody) for every value (a property test below),
+//! a `LeaseBody` (the serde type in the tests below) for every value (a property test below),
 //! so clients cannot tell the two apart.
 
 use axum::response::Response;
@@ -130,9 +130,19 @@ fn write_str(out: &mut Vec<u8>, value: &str) -> Result<(), serde_json::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::admissions::LeaseBody;
     use proptest::prelude::*;
+    use serde::Serialize;
     use turnstile_admission::{BreakerState, BreakerTransition, Decision, Reason};
+
+    /// A granted lease as serde writes it: the oracle the hand-written bytes must equal.
+    #[derive(Debug, Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct LeaseBody {
+        lease_id: String,
+        expires_at_epoch_ms: Millis,
+        ttl_ms: Millis,
+        evidence: Evidence,
+    }
 
     fn decision() -> impl Strategy<Value = Decision> {
         prop_oneof![

@@ -56,13 +56,23 @@ use turnstile_store::{Recovered, StoredBreaker, StoredLease, StoredSpend};
 pub enum RecoverError {
     /// A spend line names a lane its workspace's profiles never named.
     #[error("stored budget spend #{index} cannot be restored: {reason}")]
-    Spend { index: usize, reason: String },
+    Spend {
+        /// Its position among the journaled spend lines.
+        index: usize,
+        /// Why it cannot be restored.
+        reason: String,
+    },
     /// A held lease cannot be reinstated.
     #[error("stored lease #{index} cannot be reinstated: {reason}")]
-    Lease { index: usize, reason: String },
+    Lease {
+        /// Its position among the journaled leases.
+        index: usize,
+        /// Why it cannot be reinstated.
+        reason: String,
+    },
 }
 
-/// What [`restore_lane_state`] put back (counts only: never a workspace or principal ID).
+/// What the restore of the lane state (`restore_lane_state`) put back (counts only: never a workspace or principal ID).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct LaneStateRestored {
     /// Lanes paused again (their pause ends after the restart).

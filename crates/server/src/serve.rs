@@ -47,7 +47,6 @@ use turnstile_shell::DriverHandle;
 
 use crate::data_lock::{DataDirLock, DataLockError};
 use crate::journal::LastGrant;
-use crate::metrics::Metrics;
 use crate::recover::{self, RecoverError};
 use crate::routes::router;
 use crate::slots::Slots;
@@ -55,33 +54,48 @@ use crate::slots::Slots;
 /// A failure to start or run the service.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    /// The configuration cannot be used.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The data directory's store cannot be opened.
     #[error("cannot open the data directory: {0}")]
     Store(#[from] turnstile_store::ServiceStoreError),
+    /// The first start's set-up or the profile replay failed.
     #[error("start-up failed: {0}")]
     Bootstrap(#[from] BootstrapError),
+    /// A journaled lease or spend cannot be put back.
     #[error("start-up failed: {0}")]
     Recover(#[from] RecoverError),
+    /// The lease log cannot be opened.
     #[error("cannot open the lease log: {0}")]
     LeaseLog(#[from] turnstile_store::LeaseLogError),
+    /// The data directory is held by another process, or cannot be locked.
     #[error(transparent)]
     DataLock(#[from] DataLockError),
+    /// The listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address.
         addr: SocketAddr,
+        /// What the system said.
         source: std::io::Error,
     },
+    /// The store thread cannot be started.
     #[error("cannot start the store thread: {0}")]
     Thread(std::io::Error),
+    /// The server task failed (panicked or was cancelled).
     #[error("the server task failed: {0}")]
     Join(String),
+    /// The proxy's configuration cannot be used.
     #[error("proxy configuration: {0}")]
     Proxy(#[from] turnstile_proxy::ProxySetupError),
+    /// Coordination through Redis cannot be set up.
     #[error("coordination: {0}")]
     Coordination(turnstile_coord::CoordError),
+    /// The replica cannot join the shared keys and profiles.
     #[error("shared keys and profiles: {0}")]
     Identity(#[from] crate::identity::join::JoinError),
+    /// The bucket checkpoint cannot be read.
     #[error("start-up failed: {0}")]
     Checkpoint(#[from] CheckpointError),
 }
@@ -94,7 +108,6 @@ pub struct RunningServer {
     pub(crate) joining: Option<crate::identity::join::Joining>,
     pub(crate) shutdown: Option<oneshot::Sender<()>>,
     pub(crate) task: JoinHandle<Stopped>,
-    pub(crate) metrics: Arc<Metrics>,
     pub(crate) restored: Restored,
     /// Held while the server runs: no second process serves the same data directory.
     pub(crate) _data_lock: DataDirLock,
@@ -105,7 +118,7 @@ pub struct RunningServer {
 pub struct Restored {
     /// Held leases reinstated.
     pub leases: usize,
-    /// Pauses, breakers and rate buckets ([`recover::restore_lane_state`]).
+    /// Pauses, breakers and rate buckets.
     pub lanes: recover::LaneStateRestored,
 }
 
@@ -133,10 +146,6 @@ impl RunningServer {
         self.joining.as_ref()
     }
 
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
     /// What this start put back from the previous process.
     pub fn restored(&self) -> Restored {
         self.restored
@@ -152,7 +161,7 @@ impl RunningServer {
             .map_err(|e| ServerError::Join(e.to_string()))
     }
 
-    /// Waits until the server stops (after [`RunningServer::shutdown_signal`] fires).
+    /// Stops gracefully once `signal` fires, and waits until everything is flushed.
     pub async fn run_until(
         mut self,
         signal: impl std::future::Future<Output = ()>,

@@ -4,7 +4,7 @@
 mod common;
 
 use common::TestServer;
-use turnstile_server::data_lock::DataLockError;
+use turnstile_server::DataLockError;
 use turnstile_server::{Config, ServerError};
 
 fn start_second(dir: &std::path::Path) -> Result<(), ServerError> {

@@ -9,8 +9,8 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use turnstile_admission::{Estimate, Evidence, Millis, Rejection};
+use serde::Deserialize;
+use turnstile_admission::{Estimate, Millis, Rejection};
 
 use crate::api::{validate, AppState};
 use crate::auth::{authorize, require_principal, Operation};
@@ -63,16 +63,6 @@ impl body::SelfChecked for AdmissionBody {
         .flatten()
         .any(|value| value.is_nan())
     }
-}
-
-/// A granted lease (its JSON is written by [`lease_answer`], byte for byte the same).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseBody {
-    pub lease_id: String,
-    pub expires_at_epoch_ms: Millis,
-    pub ttl_ms: Millis,
-    pub evidence: Evidence,
 }
 
 pub async fn acquire(

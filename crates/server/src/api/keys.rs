@@ -24,8 +24,8 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use turnstile_store::{AuditKind, AuditRecord, KeyRole, StoredKey};
 
-use crate::actor::ActingKey;
 use crate::api::{validate, AppState};
+use crate::auth::ActingKey;
 use crate::auth::{authorize, Operation};
 use crate::body;
 use crate::error::ApiError;

@@ -22,8 +22,8 @@ use serde::Serialize;
 use turnstile_admission::Profile;
 use turnstile_store::AuditKind;
 
-use crate::actor::ActingKey;
 use crate::api::{validate, AppState};
+use crate::auth::ActingKey;
 use crate::auth::{authorize, Operation};
 use crate::body;
 use crate::deployment::NewRevision;

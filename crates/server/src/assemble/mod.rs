@@ -240,7 +240,6 @@ pub async fn start_with_telemetry(
         store,
         keys,
         metrics: metrics.clone(),
-        lease_metrics,
         clock,
         config: config.clone(),
         ready: ready.clone(),
@@ -278,7 +277,6 @@ pub async fn start_with_telemetry(
         joining,
         shutdown: Some(shutdown_tx),
         task,
-        metrics,
         restored: Restored {
             leases: reinstated,
             lanes: lane_state,

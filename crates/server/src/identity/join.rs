@@ -35,11 +35,20 @@ use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Joining {
     /// This replica created the feed from its state.
-    Seeded { events: u64 },
+    Seeded {
+        /// Events written to the feed.
+        events: u64,
+    },
     /// The mirror was replaced by the deployment's feed.
-    Adopted { events: u64 },
+    Adopted {
+        /// Events read from the feed.
+        events: u64,
+    },
     /// The mirror caught up with the feed it already followed.
-    CaughtUp { events: u64 },
+    CaughtUp {
+        /// New events read from the feed.
+        events: u64,
+    },
     /// Redis did not answer: serving from the mirror as it was.
     Offline,
 }
@@ -56,18 +65,25 @@ pub struct Joined {
 /// Why a replica cannot start on the feed.
 #[derive(Debug, thiserror::Error)]
 pub enum JoinError {
+    /// Redis does not answer and this data directory never joined.
     #[error("Redis does not answer and this data directory has never joined the deployment's shared keys and profiles: start it once Redis is reachable ({0})")]
     NeverJoined(CoordError),
+    /// A Redis call failed.
     #[error(transparent)]
     Redis(#[from] CoordError),
+    /// The feed could not be seeded.
     #[error("the shared feed could not be seeded: {0}")]
     Seed(#[from] WriteError),
+    /// An event of the feed cannot be read.
     #[error(transparent)]
     Event(#[from] EventError),
+    /// The service store failed.
     #[error(transparent)]
     Store(#[from] ServiceStoreError),
+    /// The first start's set-up failed.
     #[error(transparent)]
     Bootstrap(#[from] BootstrapError),
+    /// The feed contradicts itself.
     #[error("the shared feed is inconsistent: {0}")]
     Feed(String),
     #[error(
@@ -75,12 +91,14 @@ pub enum JoinError {
          with --redis-cluster (or `[coordination] redis_cluster = true`) to coordinate through \
          the cluster (docs/replicas.md)"
     )]
+    /// The Redis is a Cluster node but `--redis-cluster` is not set.
     Cluster,
     #[error(
         "--redis-cluster (`[coordination] redis_cluster`) is set, but the Redis at the \
          coordination URL is not a Redis Cluster node (cluster_enabled:0): leave it out to \
          coordinate through one standalone Redis (docs/replicas.md)"
     )]
+    /// `--redis-cluster` is set but the Redis is not a Cluster node.
     NotCluster,
 }
 

@@ -155,11 +155,6 @@ impl Mirror {
         }))
     }
 
-    /// Whether the last look at the feed succeeded.
-    pub fn following(&self) -> bool {
-        self.metrics.following.load(Ordering::Relaxed)
-    }
-
     /// The follower: catches up every `every` until [`Mirror::stop`].
     pub async fn follow(self: Arc<Self>, every: Duration) {
         while !self.stopped.load(Ordering::Relaxed) {
