@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use turnstile_testkit::RedisServer;
 
 mod common;
-use common::{one_at_a_time, start_with};
+use common::start_with;
+use turnstile_testkit::replica::one_at_a_time;
 
 /// Every family of a single process with proxy lanes: (name, type, label keys).
 const SINGLE: &[(&str, &str, &[&str])] = &[

@@ -23,8 +23,11 @@ use serde_json::{json, Value};
 use turnstile_testkit::RedisServer;
 
 mod common;
-use common::replica::{start_replica, Deployment, Keys, Replica};
-use common::{http, one_at_a_time, PerRedis};
+use common::TURNSTILE;
+use turnstile_testkit::http;
+use turnstile_testkit::replica::{
+    one_at_a_time, start_replica, Deployment, Keys, PerRedis, Replica,
+};
 
 const WORKSPACE: &str = "fairness";
 /// The provider's concurrency, shared by the replicas.
@@ -74,6 +77,7 @@ fn replica(redis: &RedisServer, turn_window_ms: u64) -> Replica {
         principals: &["alice", "bob"],
     };
     start_replica(
+        TURNSTILE,
         redis,
         &DEPLOYMENTS,
         |dir| config_file(dir, turn_window_ms),

@@ -14,8 +14,6 @@
 //!   with the estimate without one (so the budget, not each replica's view of it, refuses).
 #![cfg(unix)]
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -27,8 +25,11 @@ use turnstile_proxy::fake::FakeUpstream;
 use turnstile_testkit::RedisServer;
 
 mod common;
-use common::replica::{start_replica, Deployment, Keys, Replica};
-use common::{one_at_a_time, PerRedis};
+use common::TURNSTILE;
+use turnstile_testkit::replica::{
+    next, one_at_a_time, start_replica, Deployment, Keys, PerRedis, Replica,
+};
+use turnstile_testkit::{get_text, post_text};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the replicas.
@@ -80,7 +81,15 @@ fn replicas(redis: &RedisServer, up: &FakeUpstream, count: usize) -> Vec<Replica
         principals: &["client"],
     };
     (0..count)
-        .map(|_| start_replica(redis, &DEPLOYMENTS, |dir| config_file(dir, up), &deployment))
+        .map(|_| {
+            start_replica(
+                TURNSTILE,
+                redis,
+                &DEPLOYMENTS,
+                |dir| config_file(dir, up),
+                &deployment,
+            )
+        })
         .collect()
 }
 
@@ -104,25 +113,10 @@ impl Answer {
 
 /// One proxied call through `replica`: `path` with `body`, extra headers as `(name, value)`.
 fn call(replica: &Replica, path: &str, body: &Value, headers: &[(&str, &str)]) -> Answer {
-    let mut stream = TcpStream::connect(&replica.service.addr).expect("the replica listens");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let body = body.to_string();
-    let extra: String = headers
-        .iter()
-        .map(|(name, value)| format!("{name}: {value}\r\n"))
-        .collect();
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: turnstile\r\nAuthorization: Bearer {}\r\n\
-         Content-Type: application/json\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        replica.key("client"),
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).unwrap();
-    let text = String::from_utf8_lossy(&response);
+    let bearer = format!("Bearer {}", replica.key("client"));
+    let mut with_key = vec![("Authorization", bearer.as_str())];
+    with_key.extend_from_slice(headers);
+    let text = post_text(&replica.service.addr, path, &with_key, &body.to_string());
     let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     Answer {
@@ -138,15 +132,8 @@ fn chat(model: &str) -> Value {
 
 /// A counter of `/metrics` on the replica.
 fn metric(replica: &Replica, name: &str) -> u64 {
-    let mut stream = TcpStream::connect(&replica.service.addr).unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: turnstile\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text.lines()
+    get_text(&replica.service.addr, "/metrics")
+        .lines()
         .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or_else(|| panic!("{name} in /metrics"))
 }
@@ -169,14 +156,6 @@ fn live_leases(redis: &RedisServer, provider: &str) -> u64 {
     redis_cli(redis, &["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
         .parse()
         .unwrap_or(u64::MAX)
-}
-
-/// A small xorshift: the clients' random choices, seeded per client.
-fn next(seed: &mut u64) -> u64 {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    *seed
 }
 
 #[test]

@@ -1,18 +1,16 @@
 //! Proxy mode end to end: a real service with the proxy routes, in front of the scripted fake
 //! upstream (`turnstile_proxy::fake`), driven through its OpenAI and Anthropic surfaces.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use common::TestServer;
 use reqwest::blocking::Response;
 use serde_json::{json, Value};
 use turnstile_proxy::config::{ApiFormat, ModelConfig, UpstreamConfig};
 use turnstile_proxy::fake::FakeUpstream;
+use turnstile_testkit::TestServer;
 
 const OPENAI_KEY: &str = "sk-test-openai-secret";
 const ANTHROPIC_KEY: &str = "sk-ant-test-secret";

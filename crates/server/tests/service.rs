@@ -1,13 +1,11 @@
 //! Behaviour of `turnstile serve` over real loopback HTTP.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{admission, test_profile, TestServer};
 use serde_json::{json, Value};
+use turnstile_testkit::{admission, test_profile, TestServer};
 
 #[test]
 fn full_flow_register_acquire_heartbeat_release() {

@@ -1,5 +1,6 @@
 //! A replica of a deployment on one Redis, for the `replicas_*` tests: its `turnstile serve`
-//! (killed on drop), its data directory and the principals' keys.
+//! (killed on drop), its data directory and the principals' keys; its `/readyz` state; the
+//! replicas tests' configuration; one replica scenario at a time ([`one_at_a_time`]).
 //!
 //! Keys and profiles are shared through Redis (`docs/replicas.md`, "Shared keys, profiles and
 //! audit"): the first replica started on a Redis registers the deployment's profile and
@@ -10,22 +11,25 @@
 //! against Valkey), checked at start by `INFO server`.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use turnstile_testkit::{RedisCluster, RedisServer};
 
-use super::{http, start_with, PerRedis, Service};
+use crate::process::{ServeProcess, Turnstile};
+use crate::raw_http::http;
+use crate::{RedisCluster, RedisServer};
 
 /// Keys by principal.
 pub type Keys = Vec<(String, String)>;
 
 /// One running replica.
 pub struct Replica {
-    pub service: Service,
+    /// Its `turnstile serve`.
+    pub service: ServeProcess,
+    /// The keys of the deployment's principals.
     pub keys: Keys,
+    turnstile: Turnstile,
     config: PathBuf,
     data: tempfile::TempDir,
 }
@@ -45,7 +49,7 @@ impl Replica {
         let _ = self.service.child.kill();
         let _ = self.service.child.wait();
         let url = redis.url();
-        self.service = start_with(
+        self.service = self.turnstile.serve_with(
             self.data.path(),
             &self.config,
             false,
@@ -63,15 +67,19 @@ impl Drop for Replica {
 
 /// What the first replica of a deployment sets up.
 pub struct Deployment<'a> {
+    /// The workspace.
     pub workspace: &'a str,
+    /// Its profile, registered as revision `v1`.
     pub profile: Value,
+    /// The principals that get a key.
     pub principals: &'a [&'a str],
 }
 
-/// Starts a replica on `redis` with the configuration file `config` writes into its data
+/// Starts a replica (`turnstile`'s `serve`) on `redis` with the configuration file `config` writes into its data
 /// directory; the first replica on this Redis (as `deployments` records it) sets `deployment`
 /// up, later ones adopt its keys.
 pub fn start_replica(
+    turnstile: Turnstile,
     redis: &RedisServer,
     deployments: &PerRedis<Keys>,
     config: impl FnOnce(&Path) -> PathBuf,
@@ -79,11 +87,13 @@ pub fn start_replica(
 ) -> Replica {
     let url = redis.url();
     let id = (redis.port(), redis.pid());
-    start_replica_on(&["--redis-url", &url], id, deployments, config, deployment)
+    let args = ["--redis-url", url.as_str()];
+    start_replica_on(turnstile, &args, id, deployments, config, deployment)
 }
 
 /// [`start_replica`] on a Redis Cluster (`--redis-cluster`, every node a seed).
 pub fn start_cluster_replica(
+    turnstile: Turnstile,
     cluster: &RedisCluster,
     deployments: &PerRedis<Keys>,
     config: impl FnOnce(&Path) -> PathBuf,
@@ -93,6 +103,7 @@ pub fn start_cluster_replica(
     let first = &cluster.nodes()[0];
     let id = (first.port(), first.pid());
     start_replica_on(
+        turnstile,
         &["--redis-url", &url, "--redis-cluster"],
         id,
         deployments,
@@ -102,20 +113,22 @@ pub fn start_cluster_replica(
 }
 
 fn start_replica_on(
+    turnstile: Turnstile,
     redis_args: &[&str],
     id: (u16, u32),
     deployments: &PerRedis<Keys>,
     config: impl FnOnce(&Path) -> PathBuf,
     deployment: &Deployment,
 ) -> Replica {
-    let data = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().expect("a temporary directory");
     let config = config(data.path());
     let shared = deployments.get(id);
-    let service = start_with(data.path(), &config, shared.is_none(), redis_args);
+    let service = turnstile.serve_with(data.path(), &config, shared.is_none(), redis_args);
     if let Some(keys) = shared {
         return Replica {
             service,
             keys,
+            turnstile,
             config,
             data,
         };
@@ -129,7 +142,7 @@ fn start_replica_on(
         &admin,
         Some(&deployment.profile),
     )
-    .unwrap();
+    .expect("the replica answers");
     assert_eq!(status, 201, "{answer}");
     let keys: Keys = deployment
         .principals
@@ -142,11 +155,11 @@ fn start_replica_on(
                 &admin,
                 Some(&json!({ "principalId": principal })),
             )
-            .unwrap();
+            .expect("the replica answers");
             assert_eq!(status, 201, "{answer}");
             (
                 (*principal).to_owned(),
-                answer["key"].as_str().unwrap().to_owned(),
+                answer["key"].as_str().expect("a key").to_owned(),
             )
         })
         .collect();
@@ -154,6 +167,7 @@ fn start_replica_on(
     Replica {
         service,
         keys,
+        turnstile,
         config,
         data,
     }
@@ -190,130 +204,6 @@ pub fn wait_for_all(replicas: &[Replica], state: &str, within: Duration) -> Dura
     }
 }
 
-/// The scripted fake upstream (`turnstile_proxy::fake`), in this test process; `GET /_stats`
-/// answers its maximum in-flight count.
-pub struct FakeUpstream {
-    pub addr: String,
-}
-
-/// Starts the fake upstream on a free port (it lives until the test process ends).
-pub fn fake_upstream() -> FakeUpstream {
-    FakeUpstream {
-        addr: turnstile_proxy::fake::FakeUpstream::spawn_thread()
-            .addr
-            .to_string(),
-    }
-}
-
-/// One chat completion from the fake upstream (its first byte after 15 ms).
-pub fn call_upstream(addr: &str) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
-    write!(
-        stream,
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: up\r\nContent-Type: application/json\r\n\
-         x-fake-script: first-byte-ms=15\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).unwrap();
-    assert!(
-        answer.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
-}
-
-/// A small xorshift: the clients' random choices, seeded per client.
-pub fn next(seed: &mut u64) -> u64 {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    *seed
-}
-
-/// Principal `client`'s admission of one call to `provider` (budget `run`, 1 token, $0.01).
-pub fn acquire(replica: &Replica, provider: &str, deadline_ms: u64) -> (u16, Value) {
-    http(
-        &replica.service.addr,
-        "POST",
-        "/v1/admissions",
-        replica.key("client"),
-        Some(&json!({
-            "providerId": provider,
-            "budgetId": "run",
-            "estimate": {"tokens": 1, "costUsd": 0.01},
-            "deadlineMs": deadline_ms,
-        })),
-    )
-    .expect("the replica answers")
-}
-
-/// Releases `lease` (outcome `success`) on the replica that granted it.
-pub fn release(replica: &Replica, lease: &str) {
-    let (status, answer) = http(
-        &replica.service.addr,
-        "POST",
-        &format!("/v1/leases/{lease}/release"),
-        replica.key("client"),
-        Some(&json!({"outcome": "success"})),
-    )
-    .expect("the replica answers");
-    assert_eq!(status, 200, "{answer}");
-}
-
-/// `clients` threads of principal `client`, for `duration`: each picks a replica at random,
-/// is admitted to provider `upstream` (every admission shared), heartbeats one lease in three,
-/// calls the upstream and releases. Answers how many calls were admitted.
-pub fn drive_clients(
-    replicas: &Arc<Vec<Replica>>,
-    up: &FakeUpstream,
-    clients: u64,
-    duration: Duration,
-) -> usize {
-    let stop = Arc::new(AtomicBool::new(false));
-    let granted = Arc::new(AtomicUsize::new(0));
-    let threads: Vec<_> = (0..clients)
-        .map(|i| {
-            let (replicas, stop, granted) = (replicas.clone(), stop.clone(), granted.clone());
-            let up = up.addr.clone();
-            std::thread::spawn(move || {
-                let mut seed = 0x9e37_79b9_7f4a_7c15 ^ (i + 1);
-                while !stop.load(Ordering::SeqCst) {
-                    let count = replicas.len() as u64;
-                    let replica = &replicas[(next(&mut seed) % count) as usize];
-                    let (status, lease) = acquire(replica, "upstream", 10_000);
-                    assert_eq!(status, 200, "{lease}");
-                    assert_eq!(lease["evidence"]["coordination"], "shared", "{lease}");
-                    granted.fetch_add(1, Ordering::SeqCst);
-                    let id = lease["leaseId"].as_str().unwrap();
-                    if next(&mut seed).is_multiple_of(3) {
-                        let (status, _) = http(
-                            &replica.service.addr,
-                            "POST",
-                            &format!("/v1/leases/{id}/heartbeat"),
-                            replica.key("client"),
-                            None,
-                        )
-                        .unwrap();
-                        assert_eq!(status, 200);
-                    }
-                    call_upstream(&up);
-                    release(replica, id);
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(duration);
-    stop.store(true, Ordering::SeqCst);
-    for thread in threads {
-        thread.join().unwrap();
-    }
-    granted.load(Ordering::SeqCst)
-}
-
 /// The replicas tests' configuration file in `dir`: share 0.34 when degraded, liveness 1.5 s
 /// renewed every 300 ms, a probe every 50 ms, and `redis_timeout_ms` as the Redis call timeout
 /// (100 ms for the failure tests; longer where a debug build's own scheduling on two busy cores
@@ -328,6 +218,53 @@ pub fn replica_config(dir: &Path, redis_timeout_ms: u64) -> PathBuf {
              timeout_ms = {redis_timeout_ms}\n"
         ),
     )
-    .unwrap();
+    .expect("the configuration file is written");
     path
+}
+
+/// What the replicas of one Redis (by port and PID) share in a test: keys and profiles are
+/// shared through Redis, so the first replica on a Redis creates them and the later ones adopt
+/// them (docs/replicas.md, "Shared keys, profiles and audit").
+pub struct PerRedis<T>(Mutex<Vec<((u16, u32), T)>>);
+
+impl<T: Clone> Default for PerRedis<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Clone> PerRedis<T> {
+    /// Nothing recorded yet (for a `static`).
+    pub const fn new() -> Self {
+        PerRedis(Mutex::new(Vec::new()))
+    }
+
+    /// What the first replica on this Redis recorded, if one did.
+    pub fn get(&self, redis: (u16, u32)) -> Option<T> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .find(|(d, _)| *d == redis)
+            .map(|(_, value)| value.clone())
+    }
+
+    /// Records what the first replica on this Redis set up.
+    pub fn insert(&self, redis: (u16, u32), value: T) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push((redis, value));
+    }
+}
+
+/// One replica scenario at a time within a test binary: each starts a Redis (`redis-server`, or
+/// the binary `TURNSTILE_TEST_REDIS_SERVER` names, e.g. `valkey-server`) and its replicas, and
+/// side by side on two cores their Redis calls pass a 100 ms timeout, which is the declared
+/// degraded mode (correct behaviour, but not what these tests look at).
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

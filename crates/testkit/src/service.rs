@@ -1,7 +1,10 @@
-//! A real service on an ephemeral loopback port, on its own runtime thread, for tests, and the
-//! setup most tests share: a fresh data directory, [`test_profile`] registered in workspace
-//! [`WORKSPACE`], principal keys, granted leases.
-#![allow(dead_code)]
+//! A real service on an ephemeral loopback port, on its own runtime thread ([`TestServer`]):
+//! the code `turnstile serve` runs, started in the test process, with test-friendly defaults
+//! (a 2 s shutdown grace and default wait), and the calls most tests make through it.
+//!
+//! Invariants: the service stops (and its runtime thread is joined) when the [`TestServer`]
+//! drops, also when a test panics; a fresh data directory ([`TestServer::start_fresh`]) is
+//! removed only after the service stopped.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -13,13 +16,17 @@ use reqwest::blocking::{Client, RequestBuilder, Response};
 use serde_json::{json, Value};
 use turnstile_server::{BootstrapKeys, Config};
 
-/// The workspace the tests register [`test_profile`] in.
-pub const WORKSPACE: &str = "t";
+use crate::fixtures::{test_profile, WORKSPACE};
 
+/// A running service in this process; stopped on drop.
 pub struct TestServer {
+    /// The bound loopback address.
     pub addr: SocketAddr,
+    /// `http://ADDR`.
     pub base: String,
+    /// The keys of the first start on its data directory (`None` on a restart).
     pub keys: Option<BootstrapKeys>,
+    /// A blocking client with a 10 s timeout.
     pub client: Client,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -32,7 +39,7 @@ impl TestServer {
     /// [`TestServer::start`] on a fresh temporary data directory that lives as long as the
     /// service (for tests that never restart on the same directory).
     pub fn start_fresh(tweak: impl FnOnce(&mut Config)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("a temporary directory");
         let mut server = Self::start(dir.path(), tweak);
         server.fresh_dir = Some(dir);
         server
@@ -50,7 +57,7 @@ impl TestServer {
         telemetry: turnstile_shell::Telemetry,
     ) -> Self {
         let mut config = Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
+            listen: "127.0.0.1:0".parse().expect("a loopback address"),
             data_dir: dir.to_path_buf(),
             ..Config::default()
         };
@@ -64,19 +71,21 @@ impl TestServer {
                 .worker_threads(2)
                 .enable_all()
                 .build()
-                .unwrap();
+                .expect("a tokio runtime");
             runtime.block_on(async move {
                 let server = turnstile_server::start_with_telemetry(config, telemetry)
                     .await
-                    .unwrap();
+                    .expect("the service starts");
                 ready_tx
                     .send((server.local_addr(), server.bootstrap_keys().cloned()))
-                    .unwrap();
+                    .expect("the test waits for the start");
                 let _ = stop_rx.await;
-                server.shutdown().await.unwrap();
+                server.shutdown().await.expect("the service stops cleanly");
             });
         });
-        let (addr, keys) = ready_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        let (addr, keys) = ready_rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the service starts within 20 s");
         TestServer {
             addr,
             base: format!("http://{addr}"),
@@ -84,29 +93,38 @@ impl TestServer {
             client: Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()
-                .unwrap(),
+                .expect("an HTTP client"),
             stop: Some(stop_tx),
             thread: Some(thread),
             fresh_dir: None,
         }
     }
 
+    /// The admin key of the first start.
     pub fn admin(&self) -> String {
-        self.keys.as_ref().unwrap().admin_key.clone()
+        self.keys
+            .as_ref()
+            .expect("the first start's admin key")
+            .admin_key
+            .clone()
     }
 
+    /// The URL of `path` on this service.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
+    /// `POST path` with `key` as the bearer.
     pub fn post(&self, path: &str, key: &str) -> RequestBuilder {
         self.client.post(self.url(path)).bearer_auth(key)
     }
 
+    /// `GET path` with `key` as the bearer.
     pub fn get(&self, path: &str, key: &str) -> RequestBuilder {
         self.client.get(self.url(path)).bearer_auth(key)
     }
 
+    /// `PUT` of `profile` as revision `version` of `workspace`.
     pub fn put_profile(
         &self,
         key: &str,
@@ -119,19 +137,20 @@ impl TestServer {
             .bearer_auth(key)
             .json(profile)
             .send()
-            .unwrap()
+            .expect("the service answers")
     }
 
+    /// A new key of `principal` in `workspace`, made with the admin key (asserts 201).
     pub fn new_key(&self, workspace: &str, principal: &str) -> String {
         let response = self
             .post(&format!("/v1/workspaces/{workspace}/keys"), &self.admin())
             .json(&json!({ "principalId": principal }))
             .send()
-            .unwrap();
+            .expect("the service answers");
         assert_eq!(response.status(), 201);
-        response.json::<Value>().unwrap()["key"]
+        response.json::<Value>().expect("a JSON answer")["key"]
             .as_str()
-            .unwrap()
+            .expect("a key")
             .to_owned()
     }
 
@@ -155,21 +174,26 @@ impl TestServer {
     pub fn granted_lease(&self, key: &str, body: &Value) -> String {
         let granted = self.acquire(key, body);
         assert_eq!(granted.status(), 200);
-        granted.json::<Value>().unwrap()["leaseId"]
+        granted.json::<Value>().expect("a JSON answer")["leaseId"]
             .as_str()
-            .unwrap()
+            .expect("a lease ID")
             .to_owned()
     }
 
+    /// `POST /v1/admissions` with `body`.
     pub fn acquire(&self, key: &str, body: &Value) -> Response {
-        self.post("/v1/admissions", key).json(body).send().unwrap()
+        self.post("/v1/admissions", key)
+            .json(body)
+            .send()
+            .expect("the service answers")
     }
 
+    /// `POST /v1/leases/{lease}/release` with `outcome`.
     pub fn release(&self, key: &str, lease: &str, outcome: &Value) -> Response {
         self.post(&format!("/v1/leases/{lease}/release"), key)
             .json(outcome)
             .send()
-            .unwrap()
+            .expect("the service answers")
     }
 
     /// Releases `lease` with `{"outcome": outcome}` and asserts the release answered 200.
@@ -183,14 +207,18 @@ impl TestServer {
         self.client
             .get(self.url(path))
             .send()
-            .unwrap()
+            .expect("the service answers")
             .status()
             .as_u16()
     }
 
     /// The JSON answer of `GET path` with `key`.
     pub fn get_json(&self, path: &str, key: &str) -> Value {
-        self.get(path, key).send().unwrap().json().unwrap()
+        self.get(path, key)
+            .send()
+            .expect("the service answers")
+            .json()
+            .expect("a JSON answer")
     }
 
     /// The `/metrics` exposition as text.
@@ -198,20 +226,22 @@ impl TestServer {
         self.client
             .get(self.url("/metrics"))
             .send()
-            .unwrap()
+            .expect("the service answers")
             .text()
-            .unwrap()
+            .expect("the /metrics text")
     }
 
+    /// The value of the first sample of family `name` in `/metrics` (0 when absent).
     pub fn metric(&self, name: &str) -> f64 {
         let text = self.metrics_text();
         text.lines()
             .find(|l| l.split([' ', '{']).next() == Some(name) && !l.starts_with('#'))
             .and_then(|l| l.rsplit(' ').next())
-            .map(|v| v.parse().unwrap())
+            .map(|v| v.parse().expect("a numeric sample"))
             .unwrap_or(0.0)
     }
 
+    /// The admin snapshot of `workspace`.
     pub fn snapshot(&self, workspace: &str) -> Value {
         self.get_json(
             &format!("/v1/workspaces/{workspace}/snapshot"),
@@ -219,6 +249,7 @@ impl TestServer {
         )
     }
 
+    /// Stops the service and waits for it.
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -228,7 +259,9 @@ impl TestServer {
             let _ = stop.send(());
         }
         if let Some(thread) = self.thread.take() {
-            thread.join().unwrap();
+            thread
+                .join()
+                .expect("the service thread ends without a panic");
         }
     }
 }
@@ -237,25 +270,4 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.shutdown();
     }
-}
-
-/// A small profile for workspace tests: provider `p` with one permit and a breaker, provider
-/// `zero` that can never admit, a short queue.
-pub fn test_profile() -> Value {
-    json!({
-        "workspace": {"concurrency": 4, "maxQueueLength": 1, "maxQueueWaitMs": 2000},
-        "providers": {
-            "p": {"concurrency": 1, "circuitBreaker": {"failureThreshold": 1, "openMs": 60000}},
-            "zero": {"concurrency": 0},
-            "wide": {"concurrency": 4, "tokensPerSecond": 1000}
-        },
-        "principals": {
-            "alice": {"concurrency": 4, "maxCostUsd": 1, "allowUnknownCost": true, "maxBatchSize": 4},
-            "bob": {"concurrency": 4}
-        }
-    })
-}
-
-pub fn admission(provider: &str) -> Value {
-    json!({"providerId": provider, "budgetId": "inv-1", "estimate": {"tokens": 10}, "deadlineMs": 1000})
 }
