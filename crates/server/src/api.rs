@@ -18,10 +18,10 @@ use std::sync::Arc;
 use turnstile_shell::{Clock, DriverHandle, Feed, Telemetry};
 
 use crate::config::Config;
+use crate::durability::persist::StoreHandle;
+use crate::http::slots::Slots;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
-use crate::persist::StoreHandle;
-use crate::slots::Slots;
 
 /// A principal: (workspace, principal).
 pub type PrincipalKey = (Arc<str>, Arc<str>);
@@ -73,7 +73,7 @@ pub struct AppParts {
     /// The one registry `/metrics` writes (`crate::api::ops::exposition`), built at start-up.
     pub exposition: Arc<turnstile_shell::Exposition>,
     /// Where key and profile writes go (the store here, or the shared feed on replicas).
-    pub identity: Arc<dyn crate::deployment::IdentityStore>,
+    pub identity: Arc<dyn crate::replicas::deployment::IdentityStore>,
     /// The shared side of releases, budget releases and pauses (nothing on a single process).
-    pub books: Arc<dyn crate::deployment::SharedBooks>,
+    pub books: Arc<dyn crate::replicas::deployment::SharedBooks>,
 }

@@ -8,17 +8,28 @@
 //!   timer (at the earliest of the core's `poll_timeout()` and the next lease expiry), receives
 //!   commands over a channel and answers each through a oneshot. Nothing polls.
 //! - HTTP handlers (`api/`) authenticate, parse and validate, send one command and translate
-//!   the answer into a status code (`status.rs`). A handler waiting on a queued admission holds
-//!   a drop guard that cancels its waiter if the client goes away.
-//! - The accept loop (`serve.rs`) runs hyper's HTTP/1 connection builder with a timer, so the
+//!   the answer into a status code (`http/status.rs`). A handler waiting on a queued admission
+//!   holds a drop guard that cancels its waiter if the client goes away.
+//! - The accept loop (`http/serve.rs`) runs hyper's HTTP/1 connection builder with a timer, so the
 //!   header read timeout really fires, under a connection cap, with graceful shutdown.
 //! - Durable state (keys as hashes, profile registrations, audit records) lives in SQLite
 //!   through `turnstile_store::ServiceStore`, written by one store thread in command order
-//!   (`persist.rs`). Held leases and budget spend are appended to the lease log by the
-//!   driver's journal before their replies (`journal.rs`), and put back at start
-//!   (`recover.rs`), so a crash of the process frees no slot.
+//!   (`durability/persist.rs`). Held leases and budget spend are appended to the lease log by
+//!   the driver's journal before their replies (`durability/journal.rs`), and put back at start
+//!   (`durability/recover.rs`), so a crash of the process frees no slot.
 //! - Start-up (`assemble/`) decides the deployment mode once: a single node, or a replica whose
-//!   keys, profiles and limits are shared through Redis (`deployment.rs`, `identity/`).
+//!   keys, profiles and limits are shared through Redis (`replicas/`).
+//!
+//! # Layout
+//!
+//! - `api/`: the handlers, one file per resource; `http/`: everything around them (accept
+//!   loop, gate, routes, bodies, errors, statuses, the hot routes' answers, the console).
+//! - `keys.rs` + `keys/`: API keys, authentication and the role table.
+//! - `durability/`: the data directory's lock, the store thread, the journal, the checkpoint
+//!   and recovery.
+//! - `replicas/`: the deployment mode, the shared limits and the shared keys and profiles.
+//! - `assemble/`: start-up; `bootstrap.rs`: the first start; `config.rs`: `turnstile.toml`;
+//!   `metrics.rs`: the service's own counters.
 //!
 //! # API
 //!
@@ -42,37 +53,17 @@
 // Every module is private: the crate's API is what is re-exported below.
 mod api;
 mod assemble;
-mod auth;
-mod body;
 mod bootstrap;
-mod checkpoint;
 mod config;
-mod conn;
-mod data_lock;
-mod deployment;
-mod error;
-mod gate;
-mod hot_routes;
-mod identity;
-mod journal;
-mod json_answer;
-mod key_cache;
+mod durability;
+mod http;
 mod keys;
-mod lease_answer;
 mod metrics;
-mod persist;
-mod recover;
-mod routes;
-mod serve;
-mod shared;
-mod slot_held_body;
-mod slots;
-mod status;
-mod ui;
+mod replicas;
 
 // Start-up and the running service.
 pub use assemble::{start, start_with_telemetry};
-pub use serve::{Restored, RunningServer, ServerError, Stopped};
+pub use http::serve::{Restored, RunningServer, ServerError, Stopped};
 
 // Configuration (`turnstile.toml`).
 pub use config::{
@@ -86,15 +77,15 @@ pub use bootstrap::{
     BootstrapError, BootstrapKeys, DEMO_PRINCIPAL, DEMO_PROFILE, DEMO_PROFILE_VERSION,
     DEMO_WORKSPACE,
 };
-pub use checkpoint::CheckpointError;
-pub use identity::join::{JoinError, Joining};
-pub use recover::{BucketRule, CheckpointIgnored, LaneStateRestored, RecoverError};
+pub use durability::checkpoint::CheckpointError;
+pub use durability::recover::{BucketRule, CheckpointIgnored, LaneStateRestored, RecoverError};
+pub use replicas::identity::join::{JoinError, Joining};
 
 // The data directory's lock (`turnstile admin-key reset` takes it too) and API keys.
-pub use data_lock::{DataDirLock, DataLockError, LOCK_FILE};
+pub use durability::data_lock::{DataDirLock, DataLockError, LOCK_FILE};
 pub use keys::{generate as generate_key, key_id, stored as stored_key, RandomError};
 
 // The HTTP surface: who may call what, the routes, the OpenAPI document.
 pub use api::ops::OPENAPI;
-pub use auth::{access, Access, Operation, Role};
-pub use routes::ROUTES;
+pub use http::routes::ROUTES;
+pub use keys::auth::{access, Access, Operation, Role};

@@ -20,7 +20,7 @@ use turnstile_admission::{ActualUsage, Coordination, Millis, Outcome};
 use turnstile_coord::{Admission, Coordinator, HeldShared, LaneSpec, Mode};
 use turnstile_shell::{Clock, SharedFuture, SharedLimits, SharedTry, SharedVerdict};
 
-use crate::deployment::{BoxFuture, Coordinating, ReleaseAnswer, SharedBooks};
+use crate::replicas::deployment::{BoxFuture, Coordinating, ReleaseAnswer, SharedBooks};
 
 fn coordination(mode: Mode) -> Coordination {
     match mode {

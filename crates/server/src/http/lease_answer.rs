@@ -14,7 +14,7 @@
 use axum::response::Response;
 use turnstile_admission::{Coordination, Evidence, Millis};
 
-use crate::json_answer::json_response;
+use crate::http::json_answer::json_response;
 
 /// Room for a typical admission answer (about 300 bytes).
 const TYPICAL_ANSWER_BYTES: usize = 384;

@@ -17,7 +17,7 @@ use axum::extract::Path;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// The policy every console response carries.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -29,21 +29,21 @@ const ASSETS: &[(&str, &str, &str)] = &[
     (
         "app.js",
         "text/javascript; charset=utf-8",
-        include_str!("../ui/app.js"),
+        include_str!("../../ui/app.js"),
     ),
     (
         "app.css",
         "text/css; charset=utf-8",
-        include_str!("../ui/app.css"),
+        include_str!("../../ui/app.css"),
     ),
     (
         "charts.js",
         "text/javascript; charset=utf-8",
-        include_str!("../ui/charts.js"),
+        include_str!("../../ui/charts.js"),
     ),
 ];
 
-const INDEX: &str = include_str!("../ui/index.html");
+const INDEX: &str = include_str!("../../ui/index.html");
 
 fn asset_response(content_type: &'static str, body: &'static str) -> Response {
     (

@@ -13,15 +13,15 @@
 //!   can reach a service whose pool hostile clients fill.
 //! - **Per-address cap.** A client address holding `http.max_connections_per_address`
 //!   connections has further ones closed at accept (`turnstile_http_cuts_total{kind="address-cap"}`).
-//! - **Deadlines.** Body, response-write and keep-alive idle deadlines: [`crate::conn`],
-//!   [`crate::body`].
-//! - **Body cap.** Each body reader caps what it reads ([`crate::body`], the proxy's
+//! - **Deadlines.** Body, response-write and keep-alive idle deadlines: [`crate::http::conn`],
+//!   [`crate::http::body`].
+//! - **Body cap.** Each body reader caps what it reads ([`crate::http::body`], the proxy's
 //!   `body::read`): 413 while reading, never buffered whole.
 //! - **Graceful shutdown.** Readiness flips to 503, the listener closes, the driver cancels
 //!   every queued admission (answered 503 `shutting-down`), in-flight requests get up to
 //!   `http.shutdown_grace_ms` to finish, then the driver's bucket levels are read (it admits
 //!   nothing any more), the driver stops, the bucket checkpoint is written into the data
-//!   directory ([`crate::checkpoint`]: the next start restores the levels instead of draining
+//!   directory ([`crate::durability::checkpoint`]: the next start restores the levels instead of draining
 //!   them) and the store thread flushes.
 
 use std::net::SocketAddr;
@@ -39,17 +39,17 @@ use tokio::task::JoinHandle;
 
 use crate::api::AppState;
 use crate::bootstrap::{BootstrapError, BootstrapKeys};
-use crate::checkpoint::{self, BucketCheckpoint, CheckpointError};
 use crate::config::ConfigError;
-use crate::conn::DeadlineIo;
+use crate::durability::checkpoint::{self, BucketCheckpoint, CheckpointError};
+use crate::http::conn::DeadlineIo;
 use crate::metrics::Cut;
 use turnstile_shell::DriverHandle;
 
-use crate::data_lock::{DataDirLock, DataLockError};
-use crate::journal::LastGrant;
-use crate::recover::{self, RecoverError};
-use crate::routes::router;
-use crate::slots::Slots;
+use crate::durability::data_lock::{DataDirLock, DataLockError};
+use crate::durability::journal::LastGrant;
+use crate::durability::recover::{self, RecoverError};
+use crate::http::routes::router;
+use crate::http::slots::Slots;
 
 /// A failure to start or run the service.
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +94,7 @@ pub enum ServerError {
     Coordination(turnstile_coord::CoordError),
     /// The replica cannot join the shared keys and profiles.
     #[error("shared keys and profiles: {0}")]
-    Identity(#[from] crate::identity::join::JoinError),
+    Identity(#[from] crate::replicas::identity::join::JoinError),
     /// The bucket checkpoint cannot be read.
     #[error("start-up failed: {0}")]
     Checkpoint(#[from] CheckpointError),
@@ -105,7 +105,7 @@ pub enum ServerError {
 pub struct RunningServer {
     pub(crate) addr: SocketAddr,
     pub(crate) bootstrap: Option<BootstrapKeys>,
-    pub(crate) joining: Option<crate::identity::join::Joining>,
+    pub(crate) joining: Option<crate::replicas::identity::join::Joining>,
     pub(crate) shutdown: Option<oneshot::Sender<()>>,
     pub(crate) task: JoinHandle<Stopped>,
     pub(crate) restored: Restored,
@@ -142,7 +142,7 @@ impl RunningServer {
     }
 
     /// Replicas: how this start met the deployment's shared keys and profiles.
-    pub fn joining(&self) -> Option<&crate::identity::join::Joining> {
+    pub fn joining(&self) -> Option<&crate::replicas::identity::join::Joining> {
         self.joining.as_ref()
     }
 
@@ -178,7 +178,7 @@ impl RunningServer {
 
 pub(crate) struct AcceptParts {
     /// Replicas: the follower of the shared identity feed (stopped at shutdown).
-    pub(crate) mirror: Option<Arc<crate::identity::Mirror>>,
+    pub(crate) mirror: Option<Arc<crate::replicas::identity::Mirror>>,
     pub(crate) driver: DriverHandle,
     pub(crate) driver_task: JoinHandle<()>,
     pub(crate) store_thread: std::thread::JoinHandle<()>,

@@ -8,12 +8,12 @@
 
 use axum::Router;
 
-use crate::gate::Gate;
+use crate::http::gate::Gate;
 
 use crate::api::{
     admissions, coordination, events, fairness, keys, leases, ops, profiles, revisions, AppState,
 };
-use crate::ui;
+use crate::http::ui;
 
 turnstile_proxy::route_table! {
     /// Every route of the service's own, as (method, OpenAPI path): exactly what
@@ -50,7 +50,7 @@ turnstile_proxy::route_table! {
 ///
 /// The gate wraps the whole router, not each route (`Router::layer` would box the gate's
 /// service and future once per route and request). Request bodies are capped by their readers
-/// (`crate::body`, the proxy's `body::read`), so no `DefaultBodyLimit` layer is needed.
+/// (`crate::http::body`, the proxy's `body::read`), so no `DefaultBodyLimit` layer is needed.
 pub fn router(state: AppState, reserved: bool) -> Gate<Router> {
     let router = serve_routes(Router::new())
         .merge(turnstile_proxy::router(state.proxy.clone()))

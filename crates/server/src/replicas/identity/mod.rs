@@ -51,9 +51,9 @@ use turnstile_coord::CoordError;
 use turnstile_shell::{Clock, Command, DriverHandle};
 use turnstile_store::{AuditKind, AuditRecord, KeyRole, ServiceStoreError, StoredKey};
 
-use crate::error::ApiError;
+use crate::durability::persist::StoreHandle;
+use crate::http::error::ApiError;
 use crate::keys::KeyRing;
-use crate::persist::StoreHandle;
 use event::{
     apply_to_store, revoke_in_store, AuditDoc, AuditEventDoc, EventError, IdentityEvent, KeyDoc,
     RegistrationDoc, RevocationDoc,
@@ -375,7 +375,7 @@ impl Mirror {
         }
     }
 
-    /// Shares what the journal sends (`crate::journal::SharedAudit`), in order, until the
+    /// Shares what the journal sends (`crate::durability::journal::SharedAudit`), in order, until the
     /// journal is gone.
     pub async fn share_audit_from(
         self: Arc<Self>,

@@ -6,8 +6,8 @@ use turnstile_admission::ProfileChangeRecord;
 use turnstile_store::{AuditRecord, StoredKey};
 
 use super::Mirror;
-use crate::deployment::{BoxFuture, IdentityStore, NewRevision};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::replicas::deployment::{BoxFuture, IdentityStore, NewRevision};
 
 impl IdentityStore for Mirror {
     fn create_key<'a>(&'a self, key: &'a StoredKey) -> BoxFuture<'a, Result<(), ApiError>> {

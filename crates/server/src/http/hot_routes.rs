@@ -20,8 +20,8 @@ use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::{admissions, leases, AppState};
-use crate::body::RawBody;
-use crate::error::ApiError;
+use crate::http::body::RawBody;
+use crate::http::error::ApiError;
 use crate::keys::Caller;
 
 const ADMISSIONS: &str = "/v1/admissions";

@@ -3,7 +3,7 @@
 //! | phase | bound | enforced by |
 //! |---|---|---|
 //! | request head | `http.header_read_timeout_ms` | hyper's header timer (needs the `TokioTimer`) |
-//! | request body | `http.body_read_timeout_ms` total, `http.body_min_bytes_per_sec` rate | [`crate::body::RawBody`] (408, connection closed) |
+//! | request body | `http.body_read_timeout_ms` total, `http.body_min_bytes_per_sec` rate | [`crate::http::body::RawBody`] (408, connection closed) |
 //! | response write | `http.response_write_timeout_ms` without progress | [`DeadlineIo`] |
 //! | keep-alive idle | `http.keep_alive_idle_ms` (and hyper's header timer, which also runs while idle) | [`DeadlineIo`] |
 //!

@@ -22,7 +22,7 @@ use turnstile_store::{
     AuditKind, AuditRecord, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
 };
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::metrics::Metrics;
 
 /// Runs on the store thread once a registration has been written (or failed to be).
@@ -63,7 +63,7 @@ pub enum StoreOp {
         reply: oneshot::Sender<Result<Vec<AuditRecord>, ServiceStoreError>>,
     },
     /// Runs on the store, in order with the other operations (replicas: applying the shared
-    /// feed to the mirror, reading the mirror to seed the feed; `crate::identity`).
+    /// feed to the mirror, reading the mirror to seed the feed; `crate::replicas::identity`).
     With(StoreTask),
 }
 

@@ -1,17 +1,17 @@
-//! The gate: [`crate::auth::admit`] before every handler, the key's request slot held until
+//! The gate: [`crate::keys::auth::admit`] before every handler, the key's request slot held until
 //! the handler's response future finished. It wraps the whole router (see
-//! [`crate::routes::router`]) and is the service each connection calls.
+//! [`crate::http::routes::router`]) and is the service each connection calls.
 //!
 //! It replaced `axum::middleware::from_fn(gate)`, which per request boxed the middleware's
 //! future, boxed the inner service into a `Next` and cloned it, and then a per-route
 //! `Router::layer`, which boxed the gate's future once more per request. Here the future is a
 //! small enum around the router's own future, and the connection's request body becomes
 //! axum's [`Body`] once, here (the router would otherwise do it). The two requests of every
-//! governed call skip the router: [`crate::hot_routes`].
+//! governed call skip the router: [`crate::http::hot_routes`].
 //!
 //! Invariants: the handler runs only when `admit` let the request through; the slot is
 //! released when the handler's future completes or is dropped (a client that leaves), never
-//! before, or, for a response marked [`crate::slot_held_body::SlotHeldByBody`] (an event
+//! before, or, for a response marked [`crate::http::slot_held_body::SlotHeldByBody`] (an event
 //! stream), when its body is dropped; the inner service is called only after its
 //! `poll_ready` (forwarded); a gate of the reserved slice (`reserved`) lets only operators'
 //! calls through; a hot route gets the same gate (`admit`, the slot) as a routed request.
@@ -27,9 +27,9 @@ use axum::response::{IntoResponse, Response};
 use tower::Service;
 
 use crate::api::AppState;
-use crate::auth::{admit, Admitted, KeySlot};
-use crate::hot_routes::HotRoute;
-use crate::slot_held_body::hold_slot_in_body;
+use crate::http::hot_routes::HotRoute;
+use crate::http::slot_held_body::hold_slot_in_body;
+use crate::keys::auth::{admit, Admitted, KeySlot};
 
 /// The router behind the gate.
 #[derive(Clone)]
@@ -135,7 +135,7 @@ impl<F: Future<Output = Result<Response, Infallible>>> Future for GateFuture<F> 
             StateProjection::Answered { answer } => match answer.take() {
                 Some(answer) => Poll::Ready(Ok(answer)),
                 // Polled again after it answered: a caller bug; answer something well-formed.
-                None => Poll::Ready(Ok(crate::error::ApiError::Overloaded.into_response())),
+                None => Poll::Ready(Ok(crate::http::error::ApiError::Overloaded.into_response())),
             },
             StateProjection::Hot { handler, .. } => handler.as_mut().poll(cx).map(Ok),
             StateProjection::Handling { handler, slot } => handler

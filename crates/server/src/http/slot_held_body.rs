@@ -16,7 +16,7 @@ use axum::body::{Body, Bytes};
 use axum::response::Response;
 use http_body::{Frame, SizeHint};
 
-use crate::auth::KeySlot;
+use crate::keys::auth::KeySlot;
 
 /// The mark a handler puts in its response's extensions when the body outlives the handler.
 #[derive(Debug, Clone, Copy)]

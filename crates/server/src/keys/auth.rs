@@ -5,7 +5,7 @@
 //! malformed or unknown key is 401; a valid key that may not perform the call is 403 (see
 //! the role table, [`access`], applied by [`authorize`]).
 //!
-//! The gate ([`admit`], as the [`crate::gate`] layer) runs before every handler: it
+//! The gate ([`admit`], as the [`crate::http::gate`] layer) runs before every handler: it
 //! authenticates once, takes one of the key's `http.max_requests_per_key` request slots for the
 //! whole request (429 `key-busy` and the connection closed past it), tells the proxy routes who
 //! calls, and on a connection of the operators' reserved slice lets only health, metrics, the
@@ -23,7 +23,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::AppState;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::keys::Caller;
 use crate::metrics::Cut;
 use turnstile_shell::{Command, Standing};
@@ -99,7 +99,7 @@ pub fn path_is_utf8(path: &str) -> bool {
 /// Routes any client may call on a connection of the reserved slice.
 const OPERATOR_PATHS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/openapi.json"];
 
-/// What the gate ([`crate::gate`]) decides before the handler runs: authenticates once, takes
+/// What the gate ([`crate::http::gate`]) decides before the handler runs: authenticates once, takes
 /// a per-key request slot (held until the handler answered), and guards the reserved slice.
 pub fn admit(state: &AppState, reserved: bool, request: &mut Request) -> Admitted {
     if !path_is_utf8(request.uri().path()) {
@@ -225,7 +225,7 @@ pub enum Admitted {
 }
 
 /// One of a key's in-flight request slots.
-pub type KeySlot = crate::slots::Slot<[u8; 32]>;
+pub type KeySlot = crate::http::slots::Slot<[u8; 32]>;
 
 /// Every call that needs a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

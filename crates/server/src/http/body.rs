@@ -32,7 +32,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use crate::api::AppState;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::metrics::Cut;
 
 /// The slow-start allowance before the minimum rate applies.

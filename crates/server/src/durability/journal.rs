@@ -25,8 +25,8 @@ use turnstile_store::{
     AuditKind, AuditRecord, LeaseChangeRef, LeaseLog, StoredLeaseRef, StoredProfile,
 };
 
+use crate::durability::persist::{StoreHandle, StoreOp};
 use crate::metrics::Metrics;
-use crate::persist::{StoreHandle, StoreOp};
 
 /// Journals registrations and transitions into the SQLite store thread, leases into the
 /// lease log.
@@ -45,7 +45,7 @@ pub struct StoreJournal {
 
 /// The lease log's latest grant instant, as the journal appends grants: what the log held at
 /// the start, raised by every grant since. Shared with the shutdown, which writes it into the
-/// bucket checkpoint (`crate::checkpoint`) once the driver stopped.
+/// bucket checkpoint (`crate::durability::checkpoint`) once the driver stopped.
 #[derive(Clone, Debug, Default)]
 pub struct LastGrant(Arc<AtomicU64>);
 
@@ -75,7 +75,7 @@ impl LastGrant {
 /// through their own writes.
 ///
 /// A channel, made before the driver (which journals from its start) and read by the mirror
-/// once it exists ([`crate::identity::Mirror::share_audit_from`]): records written in between
+/// once it exists ([`crate::replicas::identity::Mirror::share_audit_from`]): records written in between
 /// wait in the channel, and no late-set cell breaks the construction order.
 #[derive(Clone, Default)]
 pub struct SharedAudit(Option<tokio::sync::mpsc::UnboundedSender<Vec<AuditRecord>>>);

@@ -4,8 +4,8 @@
 //!
 //! | trait | single process | replica |
 //! |---|---|---|
-//! | [`IdentityStore`]: key creation and revocation, profile registration | [`LocalIdentity`]: the SQLite store, the key ring and the driver | [`crate::identity::Mirror`]: written through the shared feed, applied here before the answer |
-//! | [`SharedBooks`]: the shared side of a release, a budget release and a pause | [`SingleNode`]: nothing to share | [`crate::shared::CoordLimits`]: the coordinator |
+//! | [`IdentityStore`]: key creation and revocation, profile registration | [`LocalIdentity`]: the SQLite store, the key ring and the driver | [`crate::replicas::identity::Mirror`]: written through the shared feed, applied here before the answer |
+//! | [`SharedBooks`]: the shared side of a release, a budget release and a pause | [`SingleNode`]: nothing to share | [`crate::replicas::shared::CoordLimits`]: the coordinator |
 //!
 //! Admission itself takes the shell's one step with the installed
 //! [`SharedLimits`](turnstile_shell::SharedLimits) (`None` on a single process), so the same
@@ -25,9 +25,9 @@ use turnstile_admission::{ActualUsage, BreakerTransition, Millis, Outcome, Profi
 use turnstile_shell::{Command, DriverError, DriverHandle};
 use turnstile_store::{AuditRecord, StoredKey};
 
-use crate::error::ApiError;
+use crate::durability::persist::StoreHandle;
+use crate::http::error::ApiError;
 use crate::keys::KeyRing;
-use crate::persist::StoreHandle;
 
 /// A boxed future (both traits are object-safe).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

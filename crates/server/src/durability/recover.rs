@@ -26,7 +26,7 @@
 //!   from the transition, or from the restart for half-open). A closed breaker leaves no
 //!   record.
 //! - **Rate buckets**, by one of three rules ([`BucketRule`]):
-//!   - after a **clean stop** (a bucket checkpoint, `crate::checkpoint`, and no grant in the
+//!   - after a **clean stop** (a bucket checkpoint, `crate::durability::checkpoint`, and no grant in the
 //!     lease log after the one it names): every bucket it names holds exactly its level,
 //!     refilled since it was read (`Registry::restore_bucket_levels`); a bucket it does not
 //!     name starts full. The reinstated leases are **not** debited again: the levels were read
@@ -46,7 +46,7 @@ use serde::de::IntoDeserializer;
 use serde::Deserialize;
 use turnstile_admission::{BreakerState, BreakerTransition, Charge, LeaseCharge, Millis, Registry};
 
-use crate::checkpoint::{BucketCheckpoint, CheckpointError};
+use crate::durability::checkpoint::{BucketCheckpoint, CheckpointError};
 use turnstile_shell::pause::JOURNAL_EXTENSION_MS;
 use turnstile_shell::{Driver, HeldLease, LeaseToken, ReinstateFailure};
 use turnstile_store::{Recovered, StoredBreaker, StoredLease, StoredSpend};
