@@ -20,9 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use turnstile_coord::{ScopeName, WorkspaceKeys};
 use turnstile_proxy::fake::FakeUpstream;
-use turnstile_testkit::RedisServer;
+use turnstile_testkit::{replica, RedisServer};
 
 mod common;
 use common::TURNSTILE;
@@ -138,24 +137,9 @@ fn metric(replica: &Replica, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{name} in /metrics"))
 }
 
-fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &redis.port().to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli (installed with redis-server)");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// Leases whose liveness has not run out by Redis's clock.
 fn live_leases(redis: &RedisServer, provider: &str) -> u64 {
-    let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider(provider));
-    let time = redis_cli(redis, &["TIME"]);
-    let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
-    let now_ms = parts.next().unwrap() * 1000 + parts.next().unwrap() / 1000;
-    redis_cli(redis, &["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
-        .parse()
-        .unwrap_or(u64::MAX)
+    replica::live_leases(redis, WORKSPACE, provider)
 }
 
 #[test]

@@ -21,8 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use turnstile_coord::{ScopeName, WorkspaceKeys};
-use turnstile_testkit::RedisServer;
+use turnstile_testkit::{replica, RedisServer};
 
 mod common;
 use common::TURNSTILE;
@@ -71,14 +70,7 @@ fn replica_with_timeout(redis: &RedisServer, redis_timeout_ms: u64) -> Replica {
 
 /// Leases whose liveness has not run out by Redis's clock.
 fn live_leases(redis: &RedisServer, provider: &str) -> u64 {
-    let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider(provider));
-    let time = redis.cli(&["TIME"]);
-    let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
-    let now_ms = parts.next().unwrap() * 1000 + parts.next().unwrap() / 1000;
-    redis
-        .cli(&["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
-        .parse()
-        .unwrap_or(u64::MAX)
+    replica::live_leases(redis, WORKSPACE, provider)
 }
 
 #[test]
