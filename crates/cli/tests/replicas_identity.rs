@@ -66,16 +66,13 @@ impl Drop for Replica {
 }
 
 fn config_file(dir: &Path) -> PathBuf {
-    let path = dir.join("turnstile.toml");
-    std::fs::write(
-        &path,
-        format!(
+    turnstile_testkit::config_file(
+        dir,
+        &format!(
             "demo = false\n\n[coordination]\ndegraded_share = \"0.34\"\ntimeout_ms = 2000\n\
              follow_every_ms = {FOLLOW_MS}\n"
         ),
     )
-    .unwrap();
-    path
 }
 
 /// Starts `turnstile serve --redis-url` on `data`; reads its banner up to the `shared:` line

@@ -28,7 +28,7 @@ use common::TURNSTILE;
 use turnstile_testkit::replica::{
     next, one_at_a_time, start_replica, Deployment, Keys, PerRedis, Replica,
 };
-use turnstile_testkit::{get_text, post_text};
+use turnstile_testkit::{chat, get_text, post_text};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the replicas.
@@ -39,10 +39,7 @@ const TOKEN_BUDGET: u64 = 200;
 /// The replica's configuration: coordination (a generous Redis timeout: this test looks at
 /// shared limits, not failure detection, on a loaded machine) and the proxy's routes to `up`.
 fn config_file(dir: &Path, up: &FakeUpstream) -> std::path::PathBuf {
-    let path = dir.join("turnstile.toml");
-    std::fs::write(
-        &path,
-        format!(
+    turnstile_testkit::config_file(dir, &format!(
             "demo = false\n\n[leases]\nttl_ms = 30000\n\n\
              [coordination]\ndegraded_share = \"0.34\"\nlease_liveness_ms = 5000\n\
              renew_every_ms = 500\nprobe_every_ms = 50\ntimeout_ms = 2000\n\n\
@@ -54,10 +51,7 @@ fn config_file(dir: &Path, up: &FakeUpstream) -> std::path::PathBuf {
              [proxy.models.\"metered-m\"]\nupstream = \"fake-openai\"\nprovider = \"metered\"\n",
             up.openai_base(),
             up.anthropic_base()
-        ),
-    )
-    .unwrap();
-    path
+        ))
 }
 
 /// The client's key of each Redis (the first replica on a Redis creates it, the others adopt it).
@@ -123,10 +117,6 @@ fn call(replica: &Replica, path: &str, body: &Value, headers: &[(&str, &str)]) -
         head: head.to_owned(),
         body: serde_json::from_str(body).unwrap_or(Value::Null),
     }
-}
-
-fn chat(model: &str) -> Value {
-    json!({"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]})
 }
 
 /// A counter of `/metrics` on the replica.

@@ -36,15 +36,9 @@ const PROVIDER_CONCURRENCY: usize = 4;
 /// The smallest lease log segments (4 KiB): under load the log rotates every few dozen
 /// grants, so the SIGKILL lands among rotations and background compactions.
 fn config_file(dir: &Path, ttl_ms: u64) -> std::path::PathBuf {
-    let path = dir.join("turnstile.toml");
-    std::fs::write(
-        &path,
-        format!(
+    turnstile_testkit::config_file(dir, &format!(
             "demo = false\n\n[leases]\nttl_ms = {ttl_ms}\ndurability = \"process\"\nsegment_bytes = 4096\n"
-        ),
-    )
-    .unwrap();
-    path
+        ))
 }
 
 /// Registers `profile` as revision v1 of workspace `crash` and answers a new key of principal

@@ -10,7 +10,7 @@ use reqwest::blocking::Response;
 use serde_json::{json, Value};
 use turnstile_proxy::config::{ApiFormat, ModelConfig, UpstreamConfig};
 use turnstile_proxy::fake::FakeUpstream;
-use turnstile_testkit::TestServer;
+use turnstile_testkit::{chat, TestServer};
 
 const OPENAI_KEY: &str = "sk-test-openai-secret";
 const ANTHROPIC_KEY: &str = "sk-ant-test-secret";
@@ -206,10 +206,6 @@ impl Rig {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-}
-
-fn chat(model: &str) -> Value {
-    json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50})
 }
 
 fn header(response: &Response, name: &str) -> Option<String> {

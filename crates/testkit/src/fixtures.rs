@@ -1,5 +1,8 @@
 //! The set-up most service tests share: [`test_profile`] registered in workspace
-//! [`WORKSPACE`], and an [`admission`] body.
+//! [`WORKSPACE`], an [`admission`] body, a [`chat`] request for the proxy routes, and a
+//! service's configuration file ([`config_file`]).
+
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
@@ -26,4 +29,17 @@ pub fn test_profile() -> Value {
 /// An admission of 10 tokens to `provider` (budget `inv-1`, deadline 1 s).
 pub fn admission(provider: &str) -> Value {
     json!({"providerId": provider, "budgetId": "inv-1", "estimate": {"tokens": 10}, "deadlineMs": 1000})
+}
+
+/// A chat request to `model` (one user message, at most 50 tokens), as the OpenAI and Anthropic
+/// routes of the proxy take it.
+pub fn chat(model: &str) -> Value {
+    json!({"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// Writes `toml` as the configuration file `turnstile.toml` in `dir`; its path.
+pub fn config_file(dir: &Path, toml: &str) -> PathBuf {
+    let path = dir.join("turnstile.toml");
+    std::fs::write(&path, toml).expect("the configuration file is written");
+    path
 }

@@ -7,11 +7,13 @@
 //!   `valkey-server`) on a free loopback port, empty, without persistence; stopped on drop.
 //! - [`RedisCluster`]: a Redis Cluster of such servers, formed and waited for.
 //! - [`ServerInfo`] / [`ServerKind`]: which implementation answers.
+//! - [`repo_file`]: a file of the repository (examples, fixtures, docs).
 //!
 //! With the `service` feature (the service's and the CLI's tests):
 //!
 //! - [`TestServer`]: the service in this process on a free loopback port, and the calls most
-//!   tests make through it; [`test_profile`] in workspace [`WORKSPACE`], an [`admission`] body.
+//!   tests make through it; [`test_profile`] in workspace [`WORKSPACE`], an [`admission`] body,
+//!   a [`chat`] request, a [`config_file`].
 //! - [`Turnstile`] / [`ServeProcess`]: `turnstile serve` as a process (the binary's path is
 //!   passed in by the `turnstile` crate's tests), killed on drop.
 //! - [`replica`]: replicas of one deployment on a Redis, and load through them.
@@ -35,10 +37,12 @@
 
 mod cluster;
 mod info;
+mod repo;
 mod server;
 
 pub use cluster::RedisCluster;
 pub use info::{ServerInfo, ServerKind};
+pub use repo::repo_file;
 pub use server::{server_binary, RedisServer, RedisServerError, DEFAULT_SERVER, SERVER_ENV};
 
 #[cfg(feature = "service")]
@@ -53,7 +57,7 @@ pub mod replica;
 mod service;
 
 #[cfg(feature = "service")]
-pub use fixtures::{admission, test_profile, WORKSPACE};
+pub use fixtures::{admission, chat, config_file, test_profile, WORKSPACE};
 #[cfg(feature = "service")]
 pub use process::{ServeProcess, Turnstile};
 #[cfg(feature = "service")]

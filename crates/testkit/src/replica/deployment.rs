@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::fixtures::config_file;
 use crate::process::{ServeProcess, Turnstile};
 use crate::raw_http::http;
 use crate::{RedisCluster, RedisServer};
@@ -209,17 +210,14 @@ pub fn wait_for_all(replicas: &[Replica], state: &str, within: Duration) -> Dura
 /// (100 ms for the failure tests; longer where a debug build's own scheduling on two busy cores
 /// must not be mistaken for a Redis failure).
 pub fn replica_config(dir: &Path, redis_timeout_ms: u64) -> PathBuf {
-    let path = dir.join("turnstile.toml");
-    std::fs::write(
-        &path,
-        format!(
+    config_file(
+        dir,
+        &format!(
             "demo = false\n\n[leases]\nttl_ms = 30000\n\n[coordination]\ndegraded_share = \"0.34\"\n\
              lease_liveness_ms = 1500\nrenew_every_ms = 300\nprobe_every_ms = 50\n\
              timeout_ms = {redis_timeout_ms}\n"
         ),
     )
-    .expect("the configuration file is written");
-    path
 }
 
 /// What the replicas of one Redis (by port and PID) share in a test: keys and profiles are
