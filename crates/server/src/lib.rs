@@ -79,6 +79,7 @@ pub use bootstrap::{
 };
 pub use durability::checkpoint::CheckpointError;
 pub use durability::recover::{BucketRule, CheckpointIgnored, LaneStateRestored, RecoverError};
+pub use replicas::identity::event::EventError;
 pub use replicas::identity::join::{JoinError, Joining};
 
 // The data directory's lock (`turnstile admin-key reset` takes it too) and API keys.

@@ -76,8 +76,10 @@ pub enum IdentityEvent {
 /// An event that cannot be read or applied.
 #[derive(Debug, thiserror::Error)]
 pub enum EventError {
+    /// The event's JSON is not an identity event.
     #[error("identity event is not valid: {0}")]
     Malformed(String),
+    /// Applying it to the mirror's store failed.
     #[error(transparent)]
     Store(#[from] ServiceStoreError),
 }
