@@ -1,16 +1,16 @@
 //! HTTP handlers, one file per resource. Each handler authenticates, parses and validates,
 //! sends one command to the driver (or the store) and maps the answer to a status.
 
-pub mod admissions;
-pub mod coordination;
-pub mod events;
-pub mod fairness;
-pub mod keys;
-pub mod leases;
-pub mod ops;
-pub mod profiles;
-pub mod revisions;
-pub mod validate;
+pub(crate) mod admissions;
+pub(crate) mod coordination;
+pub(crate) mod events;
+pub(crate) mod fairness;
+pub(crate) mod keys;
+pub(crate) mod leases;
+pub(crate) mod ops;
+pub(crate) mod profiles;
+pub(crate) mod revisions;
+pub(crate) mod validate;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

@@ -33,8 +33,8 @@
 //! - Without `redis_url` none of this exists: the store is the single process's, as before.
 
 mod deployment;
-pub mod event;
-pub mod join;
+pub(crate) mod event;
+pub(crate) mod join;
 mod metrics;
 
 pub use metrics::MirrorMetrics;
