@@ -5,7 +5,7 @@
 use std::process::Output;
 
 mod common;
-use common::Service;
+use turnstile_testkit::TestServer;
 
 fn bench_serve(args: &[&str]) -> Output {
     let mut command = vec!["serve"];
@@ -194,8 +194,8 @@ fn bench_serve_counts_refused_requests_by_status() {
     // A real service and a key it does not know: every acquire is answered 401, each answer is
     // framed and counted, and the client reconnects after each (a refused request never
     // poisons the next).
-    let service = Service::start();
-    let output = bench_serve_with_an_unknown_key(&service.url);
+    let service = common::service();
+    let output = bench_serve_with_an_unknown_key(&service.base);
     drop(service);
     assert!(!output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -212,8 +212,8 @@ fn bench_serve_counts_refused_requests_by_status() {
 fn bench_serve_spreads_its_clients_over_several_urls() {
     // Two targets, a live service (401: the key is unknown) and a refused port: with two
     // clients, one goes to each, so both kinds of failure are counted.
-    let service = Service::start();
-    let both = format!("{},http://127.0.0.1:1", service.url);
+    let service = common::service();
+    let both = format!("{},http://127.0.0.1:1", service.base);
     let output = bench_serve_with_an_unknown_key(&both);
     drop(service);
     assert!(!output.status.success());
@@ -226,13 +226,16 @@ fn bench_serve_spreads_its_clients_over_several_urls() {
 }
 
 /// A running service with the bench profile registered and a key of principal `bench`.
-fn bench_deployment() -> (Service, String) {
-    let service = Service::start();
-    let key = service.bench_key(&serde_json::json!({
-        "workspace": {"concurrency": 64},
-        "providers": {"bench-provider": {"concurrency": 64}},
-        "principals": {"bench": {"concurrency": 64}},
-    }));
+fn bench_deployment() -> (TestServer, String) {
+    let service = common::service();
+    let key = common::bench_key(
+        &service,
+        &serde_json::json!({
+            "workspace": {"concurrency": 64},
+            "providers": {"bench-provider": {"concurrency": 64}},
+            "principals": {"bench": {"concurrency": 64}},
+        }),
+    );
     (service, key)
 }
 
@@ -242,7 +245,7 @@ fn bench_serve_with_a_key_per_url_reports_each_target_apart() {
     // (the clients of both ran at the same time), in --url order.
     let (a, a_key) = bench_deployment();
     let (b, b_key) = bench_deployment();
-    let urls = format!("{},{}", a.url, b.url);
+    let urls = format!("{},{}", a.base, b.base);
     let keys = format!("{a_key},{b_key}");
     let output = bench_serve(&[
         "--url",
@@ -264,7 +267,7 @@ fn bench_serve_with_a_key_per_url_reports_each_target_apart() {
     let targets = report["perTarget"].as_array().expect("perTarget");
     assert_eq!(targets.len(), 2, "{report}");
     let mut total = 0;
-    for (target, url) in targets.iter().zip([&a.url, &b.url]) {
+    for (target, url) in targets.iter().zip([&a.base, &b.base]) {
         assert_eq!(target["url"], url.as_str());
         let pairs = target["pairs"].as_u64().unwrap();
         assert!(pairs > 0, "{report}");

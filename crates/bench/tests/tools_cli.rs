@@ -1,8 +1,10 @@
 //! `turnstile-bench` as its user meets it: `--help` lists the three tools; `fake-upstream`
 //! prints its address and serves the scripted fake provider; `proxy` measures a short run.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+
+use turnstile_testkit::post_text;
 
 mod common;
 
@@ -47,17 +49,8 @@ fn fake_upstream_prints_its_address_and_answers_a_chat_completion() {
         .unwrap_or_else(|| panic!("the first line names the address: {line}"))
         .trim()
         .to_owned();
-    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
     let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
-    write!(
-        stream,
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: up\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
+    let answer = post_text(&addr, "/v1/chat/completions", &[], body);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"usage\""), "{answer}");
 }

@@ -2,8 +2,9 @@
 //! and no backtrace (even with `RUST_BACKTRACE=1`) unless `--verbose`, exit statuses, and
 //! nothing written into the service's data directory unless asked.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use turnstile_testkit::repo_file;
 
 fn turnstile() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
@@ -11,12 +12,6 @@ fn turnstile() -> Command {
         .env("RUST_BACKTRACE", "1")
         .env_remove("RUST_LIB_BACKTRACE");
     command
-}
-
-fn repo_file(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -2,11 +2,7 @@
 
 use std::process::Command;
 
-fn repo_file(path: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
-}
+use turnstile_testkit::repo_file;
 
 fn evaluate(binding: &str, extra: &[&str]) -> serde_json::Value {
     let fixtures = repo_file("examples/fixtures");

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use turnstile_testkit::RedisServer;
 
 mod common;
-use common::{one_at_a_time, start_with};
+use common::start_with;
+use turnstile_testkit::replica::one_at_a_time;
 
 /// Every family of a single process with proxy lanes: (name, type, label keys).
 const SINGLE: &[(&str, &str, &[&str])] = &[
@@ -172,16 +173,13 @@ fn expected(sets: &[&[(&str, &str, &[&str])]]) -> Vec<Family> {
 /// A configuration with one proxy upstream and one lane (`llm-subagent`, the demo profile's).
 fn proxy_config(dir: &Path) -> PathBuf {
     std::env::set_var("TS_METRICS_TEST_KEY", "sk-test");
-    let path = dir.join("turnstile.toml");
-    std::fs::write(
-        &path,
+    turnstile_testkit::config_file(
+        dir,
         "[proxy.upstreams.openai]\nformat = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
          api_key_env = \"TS_METRICS_TEST_KEY\"\n\n[proxy.models.\"gpt-test\"]\n\
          upstream = \"openai\"\nprovider = \"llm-subagent\"\ninput_usd_per_mtok = 1.0\n\
          output_usd_per_mtok = 2.0\n",
     )
-    .unwrap();
-    path
 }
 
 /// `GET /metrics`: the content type and the body.

@@ -2,14 +2,10 @@
 
 use std::process::Command;
 
+use turnstile_testkit::repo_file;
+
 fn turnstile() -> Command {
     Command::new(env!("CARGO_BIN_EXE_turnstile"))
-}
-
-fn repo_file(path: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
 }
 
 /// The profile digest of manifest v2, computed independently of this code base (REFERENCE §6:

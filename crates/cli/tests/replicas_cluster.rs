@@ -23,11 +23,13 @@ use turnstile_coord::{ScopeName, WorkspaceKeys};
 use turnstile_testkit::{RedisCluster, RedisServer};
 
 mod common;
-use common::replica::{
+use common::TURNSTILE;
+use turnstile_testkit::http;
+use turnstile_testkit::replica::{
     acquire, drive_clients, fake_upstream, release, replica_config, start_cluster_replica,
     wait_for_all, Deployment, Keys, Replica,
 };
-use common::{http, one_at_a_time, PerRedis};
+use turnstile_testkit::replica::{one_at_a_time, PerRedis};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the three replicas.
@@ -46,6 +48,7 @@ fn replica(cluster: &RedisCluster, redis_timeout_ms: u64) -> Replica {
         principals: &["client"],
     };
     start_cluster_replica(
+        TURNSTILE,
         cluster,
         &DEPLOYMENTS,
         |dir| replica_config(dir, redis_timeout_ms),

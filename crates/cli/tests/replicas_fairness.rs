@@ -23,8 +23,11 @@ use serde_json::{json, Value};
 use turnstile_testkit::RedisServer;
 
 mod common;
-use common::replica::{start_replica, Deployment, Keys, Replica};
-use common::{http, one_at_a_time, PerRedis};
+use common::TURNSTILE;
+use turnstile_testkit::http;
+use turnstile_testkit::replica::{
+    one_at_a_time, start_replica, Deployment, Keys, PerRedis, Replica,
+};
 
 const WORKSPACE: &str = "fairness";
 /// The provider's concurrency, shared by the replicas.
@@ -33,18 +36,12 @@ const LIMIT: u64 = 4;
 const HOLD_MS: u64 = 20;
 
 fn config_file(dir: &Path, turn_window_ms: u64) -> std::path::PathBuf {
-    let path = dir.join("turnstile.toml");
     // A 2 s Redis timeout: a debug build on two busy cores must not be mistaken for a Redis
     // failure (this file looks at shared fairness, not failure detection).
-    std::fs::write(
-        &path,
-        format!(
+    turnstile_testkit::config_file(dir, &format!(
             "demo = false\n\n[leases]\nttl_ms = 30000\n\n[coordination]\ndegraded_share = \"closed\"\n\
              timeout_ms = 2000\nturn_window_ms = {turn_window_ms}\n"
-        ),
-    )
-    .unwrap();
-    path
+        ))
 }
 
 /// Each Redis's (by port and PID) principal keys: keys and profiles are shared through Redis,
@@ -74,6 +71,7 @@ fn replica(redis: &RedisServer, turn_window_ms: u64) -> Replica {
         principals: &["alice", "bob"],
     };
     start_replica(
+        TURNSTILE,
         redis,
         &DEPLOYMENTS,
         |dir| config_file(dir, turn_window_ms),

@@ -24,23 +24,24 @@
 //!   revoked while it was down); a new replica adopts the shared state and prints no key.
 #![cfg(unix)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use turnstile_testkit::RedisServer;
 
 mod common;
-use common::{http, one_at_a_time, Service};
+use common::TURNSTILE;
+use turnstile_testkit::replica::one_at_a_time;
+use turnstile_testkit::{http, ServeProcess};
 
 const WORKSPACE: &str = "identity";
 /// The follow interval of these replicas (the default).
 const FOLLOW_MS: u64 = 100;
 
 struct Replica {
-    service: Service,
+    service: ServeProcess,
     /// The `shared:` line of its banner.
     shared: String,
     data: PathBuf,
@@ -65,21 +66,18 @@ impl Drop for Replica {
 }
 
 fn config_file(dir: &Path) -> PathBuf {
-    let path = dir.join("turnstile.toml");
-    std::fs::write(
-        &path,
-        format!(
+    turnstile_testkit::config_file(
+        dir,
+        &format!(
             "demo = false\n\n[coordination]\ndegraded_share = \"0.34\"\ntimeout_ms = 2000\n\
              follow_every_ms = {FOLLOW_MS}\n"
         ),
     )
-    .unwrap();
-    path
 }
 
 /// Starts `turnstile serve --redis-url` on `data`; reads its banner up to the `shared:` line
 /// and, when `admin` is expected (the replica that seeds the feed), the admin key.
-fn start(data: &Path, redis: &RedisServer, expect_admin: bool) -> (Service, String) {
+fn start(data: &Path, redis: &RedisServer, expect_admin: bool) -> (ServeProcess, String) {
     start_reading(data, redis, |_| expect_admin)
 }
 
@@ -88,40 +86,24 @@ fn start_reading(
     data: &Path,
     redis: &RedisServer,
     admin_follows: impl Fn(&str) -> bool,
-) -> (Service, String) {
+) -> (ServeProcess, String) {
     let config = config_file(data);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data)
-        .arg("--config")
-        .arg(&config)
-        .args(["--redis-url", &redis.url()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (mut addr, mut shared, mut admin_key) = (None, None, None);
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(rest) = line.strip_prefix("turnstile serve: listening on http://") {
-            addr = Some(rest.trim().to_owned());
-        } else if let Some(rest) = line.trim().strip_prefix("shared:") {
-            shared = Some(rest.trim().to_owned());
-            if !admin_follows(rest.trim()) {
-                break;
-            }
-        } else if let Some(rest) = line.trim().strip_prefix("admin key:") {
-            admin_key = Some(rest.trim().to_owned());
-            break;
-        }
+    let url = redis.url();
+    fn shared_line(line: &str) -> Option<&str> {
+        line.trim().strip_prefix("shared:").map(str::trim)
     }
-    std::thread::spawn(move || for _ in lines {});
-    let service = Service {
-        child,
-        addr: addr.expect("the service listens"),
-        admin_key,
-    };
+    let (service, banner) = TURNSTILE.serve_reading(
+        data,
+        &config,
+        &["--redis-url", &url],
+        |line| match shared_line(line) {
+            Some(rest) => !admin_follows(rest),
+            None => line.trim().starts_with("admin key:"),
+        },
+    );
+    let shared = banner
+        .iter()
+        .find_map(|line| shared_line(line).map(str::to_owned));
     (
         service,
         shared.expect("a replica says how it met the shared state"),
@@ -702,7 +684,7 @@ fn two_replicas_starting_at_once_on_an_empty_redis_make_one_admin_key() {
     let _one = one_at_a_time();
     let redis = RedisServer::start().unwrap();
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let started: Vec<(Service, String)> = std::thread::scope(|scope| {
+    let started: Vec<(ServeProcess, String)> = std::thread::scope(|scope| {
         let handles: Vec<_> = dirs
             .iter()
             .map(|dir| {

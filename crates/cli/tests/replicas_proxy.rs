@@ -14,21 +14,21 @@
 //!   with the estimate without one (so the budget, not each replica's view of it, refuses).
 #![cfg(unix)]
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use turnstile_coord::{ScopeName, WorkspaceKeys};
 use turnstile_proxy::FakeUpstream;
-use turnstile_testkit::RedisServer;
+use turnstile_testkit::{replica, RedisServer};
 
 mod common;
-use common::replica::{start_replica, Deployment, Keys, Replica};
-use common::{one_at_a_time, PerRedis};
+use common::TURNSTILE;
+use turnstile_testkit::replica::{
+    next, one_at_a_time, start_replica, Deployment, Keys, PerRedis, Replica,
+};
+use turnstile_testkit::{chat, get_text, post_text};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the replicas.
@@ -39,10 +39,7 @@ const TOKEN_BUDGET: u64 = 200;
 /// The replica's configuration: coordination (a generous Redis timeout: this test looks at
 /// shared limits, not failure detection, on a loaded machine) and the proxy's routes to `up`.
 fn config_file(dir: &Path, up: &FakeUpstream) -> std::path::PathBuf {
-    let path = dir.join("turnstile.toml");
-    std::fs::write(
-        &path,
-        format!(
+    turnstile_testkit::config_file(dir, &format!(
             "demo = false\n\n[leases]\nttl_ms = 30000\n\n\
              [coordination]\ndegraded_share = \"0.34\"\nlease_liveness_ms = 5000\n\
              renew_every_ms = 500\nprobe_every_ms = 50\ntimeout_ms = 2000\n\n\
@@ -54,10 +51,7 @@ fn config_file(dir: &Path, up: &FakeUpstream) -> std::path::PathBuf {
              [proxy.models.\"metered-m\"]\nupstream = \"fake-openai\"\nprovider = \"metered\"\n",
             up.openai_base(),
             up.anthropic_base()
-        ),
-    )
-    .unwrap();
-    path
+        ))
 }
 
 /// The client's key of each Redis (the first replica on a Redis creates it, the others adopt it).
@@ -80,7 +74,15 @@ fn replicas(redis: &RedisServer, up: &FakeUpstream, count: usize) -> Vec<Replica
         principals: &["client"],
     };
     (0..count)
-        .map(|_| start_replica(redis, &DEPLOYMENTS, |dir| config_file(dir, up), &deployment))
+        .map(|_| {
+            start_replica(
+                TURNSTILE,
+                redis,
+                &DEPLOYMENTS,
+                |dir| config_file(dir, up),
+                &deployment,
+            )
+        })
         .collect()
 }
 
@@ -104,25 +106,10 @@ impl Answer {
 
 /// One proxied call through `replica`: `path` with `body`, extra headers as `(name, value)`.
 fn call(replica: &Replica, path: &str, body: &Value, headers: &[(&str, &str)]) -> Answer {
-    let mut stream = TcpStream::connect(&replica.service.addr).expect("the replica listens");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let body = body.to_string();
-    let extra: String = headers
-        .iter()
-        .map(|(name, value)| format!("{name}: {value}\r\n"))
-        .collect();
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: turnstile\r\nAuthorization: Bearer {}\r\n\
-         Content-Type: application/json\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        replica.key("client"),
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).unwrap();
-    let text = String::from_utf8_lossy(&response);
+    let bearer = format!("Bearer {}", replica.key("client"));
+    let mut with_key = vec![("Authorization", bearer.as_str())];
+    with_key.extend_from_slice(headers);
+    let text = post_text(&replica.service.addr, path, &with_key, &body.to_string());
     let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     Answer {
@@ -132,51 +119,17 @@ fn call(replica: &Replica, path: &str, body: &Value, headers: &[(&str, &str)]) -
     }
 }
 
-fn chat(model: &str) -> Value {
-    json!({"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]})
-}
-
 /// A counter of `/metrics` on the replica.
 fn metric(replica: &Replica, name: &str) -> u64 {
-    let mut stream = TcpStream::connect(&replica.service.addr).unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: turnstile\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text.lines()
+    get_text(&replica.service.addr, "/metrics")
+        .lines()
         .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or_else(|| panic!("{name} in /metrics"))
 }
 
-fn redis_cli(redis: &RedisServer, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &redis.port().to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli (installed with redis-server)");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// Leases whose liveness has not run out by Redis's clock.
 fn live_leases(redis: &RedisServer, provider: &str) -> u64 {
-    let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider(provider));
-    let time = redis_cli(redis, &["TIME"]);
-    let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
-    let now_ms = parts.next().unwrap() * 1000 + parts.next().unwrap() / 1000;
-    redis_cli(redis, &["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
-        .parse()
-        .unwrap_or(u64::MAX)
-}
-
-/// A small xorshift: the clients' random choices, seeded per client.
-fn next(seed: &mut u64) -> u64 {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    *seed
+    replica::live_leases(redis, WORKSPACE, provider)
 }
 
 #[test]

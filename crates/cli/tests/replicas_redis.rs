@@ -21,15 +21,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use turnstile_coord::{ScopeName, WorkspaceKeys};
-use turnstile_testkit::RedisServer;
+use turnstile_testkit::{replica, RedisServer};
 
 mod common;
-use common::replica::{
+use common::TURNSTILE;
+use turnstile_testkit::replica::{
     acquire, coordination_failure, drive_clients, fake_upstream, release, replica_config,
     start_replica, wait_for_all, Deployment, Keys, Replica,
 };
-use common::{http, one_at_a_time, PerRedis};
+use turnstile_testkit::replica::{one_at_a_time, PerRedis};
+use turnstile_testkit::{get_text, http};
 
 const WORKSPACE: &str = "replicas";
 /// The provider's concurrency, shared by the three replicas.
@@ -59,6 +60,7 @@ fn replica_with_timeout(redis: &RedisServer, redis_timeout_ms: u64) -> Replica {
         principals: &["client"],
     };
     start_replica(
+        TURNSTILE,
         redis,
         &DEPLOYMENTS,
         |dir| replica_config(dir, redis_timeout_ms),
@@ -68,14 +70,7 @@ fn replica_with_timeout(redis: &RedisServer, redis_timeout_ms: u64) -> Replica {
 
 /// Leases whose liveness has not run out by Redis's clock.
 fn live_leases(redis: &RedisServer, provider: &str) -> u64 {
-    let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider(provider));
-    let time = redis.cli(&["TIME"]);
-    let mut parts = time.lines().map(|l| l.trim().parse::<u64>().unwrap());
-    let now_ms = parts.next().unwrap() * 1000 + parts.next().unwrap() / 1000;
-    redis
-        .cli(&["ZCOUNT", &key, &format!("({now_ms}"), "+inf"])
-        .parse()
-        .unwrap_or(u64::MAX)
+    replica::live_leases(redis, WORKSPACE, provider)
 }
 
 #[test]
@@ -256,16 +251,7 @@ fn a_stopped_or_killed_redis_makes_every_replica_degraded_within_250_ms() {
 }
 
 fn metrics(replica: &Replica) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(&replica.service.addr).unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
+    get_text(&replica.service.addr, "/metrics")
 }
 
 #[test]

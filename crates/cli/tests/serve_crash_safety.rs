@@ -15,8 +15,8 @@
 //! burst), and a crash after a clean restart drains again (the checkpoint is used once).
 #![cfg(unix)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 mod common;
-use common::{http, start, Service};
+use common::start;
+use turnstile_testkit::{get_text, http, ServeProcess};
 
 /// The provider's concurrency in the test profile.
 const PROVIDER_CONCURRENCY: usize = 4;
@@ -35,20 +36,14 @@ const PROVIDER_CONCURRENCY: usize = 4;
 /// The smallest lease log segments (4 KiB): under load the log rotates every few dozen
 /// grants, so the SIGKILL lands among rotations and background compactions.
 fn config_file(dir: &Path, ttl_ms: u64) -> std::path::PathBuf {
-    let path = dir.join("turnstile.toml");
-    std::fs::write(
-        &path,
-        format!(
+    turnstile_testkit::config_file(dir, &format!(
             "demo = false\n\n[leases]\nttl_ms = {ttl_ms}\ndurability = \"process\"\nsegment_bytes = 4096\n"
-        ),
-    )
-    .unwrap();
-    path
+        ))
 }
 
 /// Registers `profile` as revision v1 of workspace `crash` and answers a new key of principal
 /// `client`.
-fn register(service: &Service, profile: &Value) -> String {
+fn register(service: &ServeProcess, profile: &Value) -> String {
     let admin = service.admin_key.as_deref().expect("first start");
     let (status, answer) = http(
         &service.addr,
@@ -72,7 +67,7 @@ fn register(service: &Service, profile: &Value) -> String {
 }
 
 /// Registers the test profile (one provider lane) and returns a key of principal `client`.
-fn set_up(service: &Service, provider: Value, principal: Value) -> String {
+fn set_up(service: &ServeProcess, provider: Value, principal: Value) -> String {
     let profile = json!({
         "workspace": {"concurrency": 64},
         "providers": {"upstream": provider},
@@ -163,15 +158,7 @@ fn upstream() -> Upstream {
 }
 
 fn call_upstream(addr: &str, path: &str) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: up\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).unwrap();
-    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    assert!(get_text(addr, path).starts_with("HTTP/1.1 200"));
 }
 
 fn acquire_body(budget: &str, tokens: u64, deadline_ms: u64) -> Value {
@@ -459,7 +446,7 @@ fn epoch_ms() -> u64 {
 }
 
 /// `POST /v1/admissions` that is answered at once (`deadlineMs: 0`).
-fn try_acquire(service: &Service, key: &str, budget: &str) -> (u16, Value) {
+fn try_acquire(service: &ServeProcess, key: &str, budget: &str) -> (u16, Value) {
     http(
         &service.addr,
         "POST",
@@ -470,7 +457,7 @@ fn try_acquire(service: &Service, key: &str, budget: &str) -> (u16, Value) {
     .unwrap()
 }
 
-fn release(service: &Service, key: &str, lease: &Value, outcome: Value) {
+fn release(service: &ServeProcess, key: &str, lease: &Value, outcome: Value) {
     let id = lease["leaseId"].as_str().unwrap();
     let (status, answer) = http(
         &service.addr,
@@ -485,7 +472,7 @@ fn release(service: &Service, key: &str, lease: &Value, outcome: Value) {
 
 /// The audit records at `path` once there are at least `count` (they are written by the store
 /// thread just after the answer that caused them; a restart reads the lease log, not them).
-fn audit_records(service: &Service, key: &str, path: &str, count: usize) -> Vec<Value> {
+fn audit_records(service: &ServeProcess, key: &str, path: &str, count: usize) -> Vec<Value> {
     let give_up = Instant::now() + Duration::from_secs(10);
     loop {
         let (status, answer) = http(&service.addr, "GET", path, key, None).unwrap();
@@ -501,7 +488,7 @@ fn audit_records(service: &Service, key: &str, path: &str, count: usize) -> Vec<
 
 /// Polls until an acquire on the lane is admitted (then releases it); returns that acquire's
 /// answer. Every refusal on the way must have `reason`.
-fn admitted_after(service: &Service, key: &str, reason: &str, give_up: Duration) -> Value {
+fn admitted_after(service: &ServeProcess, key: &str, reason: &str, give_up: Duration) -> Value {
     let start = Instant::now();
     loop {
         let (status, answer) = try_acquire(service, key, "later");
@@ -685,7 +672,7 @@ fn after_a_sigkill_a_request_bucket_spent_before_the_crash_is_not_full_again() {
 
 /// Registers a profile of two rate-limited provider lanes, `busy` (6 requests per minute: one
 /// more every 10 s) and `idle` (3 per minute), and returns a key of principal `client`.
-fn set_up_two_lanes(service: &Service) -> String {
+fn set_up_two_lanes(service: &ServeProcess) -> String {
     let profile = json!({
         "workspace": {"concurrency": 64},
         "providers": {
@@ -698,7 +685,7 @@ fn set_up_two_lanes(service: &Service) -> String {
 }
 
 /// `POST /v1/admissions` on `provider`, answered at once; a granted lease is released at once.
-fn try_lane(service: &Service, key: &str, provider: &str) -> (u16, Value) {
+fn try_lane(service: &ServeProcess, key: &str, provider: &str) -> (u16, Value) {
     let mut body = acquire_body("b", 1, 0);
     body["providerId"] = json!(provider);
     let (status, answer) = http(&service.addr, "POST", "/v1/admissions", key, Some(&body)).unwrap();
@@ -709,7 +696,7 @@ fn try_lane(service: &Service, key: &str, provider: &str) -> (u16, Value) {
 }
 
 /// Admits `count` on the lane, then expects a `requests-per-minute` refusal.
-fn admits_exactly(service: &Service, key: &str, provider: &str, count: usize) {
+fn admits_exactly(service: &ServeProcess, key: &str, provider: &str, count: usize) {
     for i in 0..count {
         let (status, answer) = try_lane(service, key, provider);
         assert_eq!(
@@ -728,7 +715,7 @@ fn admits_exactly(service: &Service, key: &str, provider: &str, count: usize) {
 }
 
 /// SIGTERM (a clean stop: Ctrl-C, a deploy), then waits until the process has exited.
-fn terminate(service: &mut Service) {
+fn terminate(service: &mut ServeProcess) {
     let status = std::process::Command::new("kill")
         .args(["-TERM", &service.child.id().to_string()])
         .status()
@@ -738,7 +725,7 @@ fn terminate(service: &mut Service) {
     assert!(exit.success(), "a clean stop exits with 0: {exit}");
 }
 
-fn kill(service: &mut Service) {
+fn kill(service: &mut ServeProcess) {
     service.child.kill().unwrap();
     service.child.wait().unwrap();
 }

@@ -1,27 +1,27 @@
 //! HTTP handlers, one file per resource. Each handler authenticates, parses and validates,
 //! sends one command to the driver (or the store) and maps the answer to a status.
 
-pub mod admissions;
-pub mod coordination;
-pub mod events;
-pub mod fairness;
-pub mod keys;
-pub mod leases;
-pub mod ops;
-pub mod profiles;
-pub mod revisions;
-pub mod validate;
+pub(crate) mod admissions;
+pub(crate) mod coordination;
+pub(crate) mod events;
+pub(crate) mod fairness;
+pub(crate) mod keys;
+pub(crate) mod leases;
+pub(crate) mod ops;
+pub(crate) mod profiles;
+pub(crate) mod revisions;
+pub(crate) mod validate;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use turnstile_shell::{Clock, DriverHandle, Feed, LeaseMetrics, Telemetry};
+use turnstile_shell::{Clock, DriverHandle, Feed, Telemetry};
 
 use crate::config::Config;
+use crate::durability::persist::StoreHandle;
+use crate::http::slots::Slots;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
-use crate::persist::StoreHandle;
-use crate::slots::Slots;
 
 /// A principal: (workspace, principal).
 pub type PrincipalKey = (Arc<str>, Arc<str>);
@@ -52,8 +52,6 @@ pub struct AppParts {
     pub store: StoreHandle,
     pub keys: Arc<KeyRing>,
     pub metrics: Arc<Metrics>,
-    /// The driver's lease and waiter totals.
-    pub lease_metrics: Arc<LeaseMetrics>,
     /// The one clock (the driver's): key bookkeeping stamps read it too.
     pub clock: Clock,
     pub config: Arc<Config>,
@@ -75,7 +73,7 @@ pub struct AppParts {
     /// The one registry `/metrics` writes (`crate::api::ops::exposition`), built at start-up.
     pub exposition: Arc<turnstile_shell::Exposition>,
     /// Where key and profile writes go (the store here, or the shared feed on replicas).
-    pub identity: Arc<dyn crate::deployment::IdentityStore>,
+    pub identity: Arc<dyn crate::replicas::deployment::IdentityStore>,
     /// The shared side of releases, budget releases and pauses (nothing on a single process).
-    pub books: Arc<dyn crate::deployment::SharedBooks>,
+    pub books: Arc<dyn crate::replicas::deployment::SharedBooks>,
 }

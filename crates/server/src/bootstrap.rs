@@ -17,13 +17,17 @@ use crate::keys::{self, RandomError};
 
 /// The example profile registered in the demo workspace on first start.
 pub const DEMO_PROFILE: &str = include_str!("../../../examples/profile.json");
+/// The workspace of the demo profile and key.
 pub const DEMO_WORKSPACE: &str = "demo";
+/// The revision the demo profile is registered as.
 pub const DEMO_PROFILE_VERSION: &str = "demo-v1";
+/// The principal of the demo key.
 pub const DEMO_PRINCIPAL: &str = "demo";
 
 /// Keys generated on first start, printed once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootstrapKeys {
+    /// The admin key (stored only as its hash).
     pub admin_key: String,
     /// The key of principal `demo` in workspace `demo` (when the demo is enabled).
     pub demo_key: Option<String>,
@@ -32,14 +36,22 @@ pub struct BootstrapKeys {
 /// A start-up failure.
 #[derive(Debug, thiserror::Error)]
 pub enum BootstrapError {
+    /// The service store failed.
     #[error(transparent)]
     Store(#[from] turnstile_store::ServiceStoreError),
     /// A stored registration can no longer be read or registered; the service refuses to start
     /// rather than run with a profile other than the one acknowledged.
     #[error("stored registration #{index} cannot be reloaded: {reason}")]
-    Replay { index: usize, reason: String },
+    Replay {
+        /// Its position among the stored registrations.
+        index: usize,
+        /// Why it cannot be reloaded.
+        reason: String,
+    },
+    /// The system's random source failed.
     #[error(transparent)]
     Random(#[from] RandomError),
+    /// The embedded demo profile does not validate.
     #[error("the embedded demo profile is invalid: {0}")]
     DemoProfile(String),
 }

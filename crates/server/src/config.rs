@@ -67,9 +67,13 @@ pub struct Config {
     /// On first start, register the example profile in workspace `demo` and print one key of
     /// principal `demo`.
     pub demo: bool,
+    /// HTTP limits: connections, request sizes and times, per-key requests.
     pub http: HttpConfig,
+    /// Admission defaults (how long a caller waits by default).
     pub admission: AdmissionConfig,
+    /// Lease lifetimes and how durable a granted lease is.
     pub leases: LeaseConfig,
+    /// Budget bookkeeping.
     pub budgets: BudgetsConfig,
     /// Proxy mode: model routing, upstreams and prices (`docs/proxy.md`).
     pub proxy: turnstile_proxy::ProxyConfig,
@@ -356,19 +360,25 @@ pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
+        /// The file.
         path: String,
+        /// What the file system said.
         source: std::io::Error,
     },
     /// The file is not valid TOML for this schema (unknown keys included).
     #[error("invalid config file {path}: {source}")]
     Parse {
+        /// The file.
         path: String,
+        /// What the TOML parser said.
         source: Box<toml::de::Error>,
     },
     /// A value that would disable a protection.
     #[error("config value {field} must be {expected}")]
     Invalid {
+        /// The field (`section.key`).
         field: &'static str,
+        /// What it must be.
         expected: &'static str,
     },
 }

@@ -7,14 +7,20 @@
 //!
 //! Invariant: the plaintext of a key exists only in the response (or first-start banner) that
 //! created it.
+//!
+//! Below: authentication and the role table (`auth.rs`), and the cache of recent key hashes
+//! (`key_cache.rs`).
 
 use std::sync::{Arc, RwLock};
 
 use foldhash::HashMap;
 use sha2::{Digest, Sha256};
 
-use crate::key_cache::KeyHashCache;
+use crate::keys::key_cache::KeyHashCache;
 use turnstile_store::{KeyRole, StoredKey};
+
+pub(crate) mod auth;
+pub(crate) mod key_cache;
 
 /// Who an authenticated request acts as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +137,7 @@ impl KeyRing {
     }
 
     /// Who `key` authenticates, if anyone.
+    #[cfg(test)]
     pub fn lookup(&self, key: &str) -> Option<Caller> {
         self.authenticate(key).map(|(_, caller)| caller)
     }
@@ -204,11 +211,13 @@ mod tests {
     #[test]
     fn the_cache_is_bounded_and_tags_are_keyed_per_process() {
         let cache = KeyHashCache::default();
-        for i in 0..(crate::key_cache::CAPACITY as u128 + 10) {
+        for i in 0..(crate::keys::key_cache::CAPACITY as u128 + 10) {
             cache.remember(i, [0; 32]);
         }
         assert!(cache.get(0).is_none(), "a full cache starts over");
-        assert!(cache.get(crate::key_cache::CAPACITY as u128 + 9).is_some());
+        assert!(cache
+            .get(crate::keys::key_cache::CAPACITY as u128 + 9)
+            .is_some());
         let other = KeyHashCache::default();
         assert_ne!(cache.tag("tsk_same"), other.tag("tsk_same"));
     }

@@ -2,12 +2,10 @@
 //! per-workspace cap an admission that would open one more budget is refused `too-many-budgets`
 //! (429, retryable).
 
-mod common;
-
 use std::time::Duration;
 
-use common::{test_profile, TestServer};
 use serde_json::{json, Value};
+use turnstile_testkit::{test_profile, TestServer};
 
 fn setup(server: &TestServer) -> String {
     let mut profile = test_profile();

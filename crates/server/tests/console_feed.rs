@@ -2,13 +2,11 @@
 //! embedded page with its Content-Security-Policy. The page itself is tested in a real browser
 //! (`tests/console/`, run by `.ci/run`).
 
-mod common;
-
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use common::{test_profile, TestServer};
 use serde_json::{json, Value};
+use turnstile_testkit::{test_profile, TestServer};
 
 /// The `update` events of a finite stream (`maxEvents`).
 fn updates(text: &str) -> Vec<Value> {

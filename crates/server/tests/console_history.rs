@@ -2,10 +2,8 @@
 //! admin key's `keyId`, kept across a restart), the Retry-After pause history (journaled, kept
 //! across a restart), and the server-side fairness window with its scoping by key.
 
-mod common;
-
-use common::{test_profile, TestServer};
 use serde_json::{json, Value};
+use turnstile_testkit::{test_profile, TestServer};
 
 fn records(server: &TestServer, key: &str, path: &str) -> Vec<Value> {
     let response = server.get(path, key).send().unwrap();

@@ -1,11 +1,9 @@
 //! One process per data directory: a second service on a held directory is refused with the
 //! holder's PID, and the directory is free again once the first one stops.
 
-mod common;
-
-use common::TestServer;
-use turnstile_server::data_lock::DataLockError;
+use turnstile_server::DataLockError;
 use turnstile_server::{Config, ServerError};
+use turnstile_testkit::TestServer;
 
 fn start_second(dir: &std::path::Path) -> Result<(), ServerError> {
     let config = Config {

@@ -2,15 +2,13 @@
 //! deadline, every client key and address a cap, and operators keep a reserved slice. Real
 //! loopback sockets, bounded in count and in time.
 
-mod common;
-
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::TestServer;
 use serde_json::{json, Value};
+use turnstile_testkit::TestServer;
 
 /// The two floods run one at a time: on a small shared machine the unread-responses flood
 /// takes the CPU the 100 ms probe measures.

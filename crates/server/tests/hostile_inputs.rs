@@ -1,12 +1,10 @@
 //! Every input is bounded and typed (issue 17): each case reproduces a break the issue
 //! reported.
 
-mod common;
-
 use std::io::{Read, Write};
 
-use common::{test_profile, TestServer};
 use serde_json::{json, Value};
+use turnstile_testkit::{test_profile, TestServer};
 
 fn typed(response: reqwest::blocking::Response, status: u16, error: &str) -> Value {
     assert_eq!(response.status().as_u16(), status);

@@ -4,10 +4,8 @@
 //! parameters), so the same release can be sent both ways: every kind of answer must be the
 //! same, byte for byte.
 
-mod common;
-
-use common::{admission, TestServer};
 use serde_json::{json, Value};
+use turnstile_testkit::{admission, TestServer};
 
 /// The lease ID's path segment with its first character percent-encoded (router only).
 fn encoded(lease: &str) -> String {

@@ -1,12 +1,10 @@
 //! Permissions follow the profile (issue 17): every call, made by every role, answers as the
-//! one role table (`turnstile_server::auth::access`) says.
+//! one role table (`turnstile_server::access`) says.
 
-mod common;
-
-use common::{test_profile, TestServer};
 use reqwest::blocking::RequestBuilder;
 use serde_json::{json, Value};
-use turnstile_server::auth::{access, Access, Operation, Role};
+use turnstile_server::{access, Access, Operation, Role};
+use turnstile_testkit::{test_profile, TestServer};
 
 fn call(server: &TestServer, key: &str, operation: Operation) -> RequestBuilder {
     let c = &server.client;

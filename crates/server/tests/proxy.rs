@@ -1,18 +1,16 @@
 //! Proxy mode end to end: a real service with the proxy routes, in front of the scripted fake
 //! upstream (`turnstile_proxy::fake`), driven through its OpenAI and Anthropic surfaces.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use common::TestServer;
 use reqwest::blocking::Response;
 use serde_json::{json, Value};
 use turnstile_proxy::FakeUpstream;
 use turnstile_proxy::{ApiFormat, ModelConfig, UpstreamConfig};
+use turnstile_testkit::{chat, TestServer};
 
 const OPENAI_KEY: &str = "sk-test-openai-secret";
 const ANTHROPIC_KEY: &str = "sk-ant-test-secret";
@@ -208,10 +206,6 @@ impl Rig {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-}
-
-fn chat(model: &str) -> Value {
-    json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50})
 }
 
 fn header(response: &Response, name: &str) -> Option<String> {

@@ -2,10 +2,8 @@
 //! null, missing, and with unknown fields: always a typed answer below 500 (4xx wherever the
 //! value is invalid), and the server keeps serving.
 
-mod common;
-
-use common::{test_profile, TestServer};
 use serde_json::{json, Value};
+use turnstile_testkit::{test_profile, TestServer};
 
 #[derive(Clone, Copy, Debug)]
 enum Mutation {

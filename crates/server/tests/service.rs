@@ -1,13 +1,11 @@
 //! Behaviour of `turnstile serve` over real loopback HTTP.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{admission, test_profile, TestServer};
 use serde_json::{json, Value};
+use turnstile_testkit::{admission, test_profile, TestServer};
 
 #[test]
 fn full_flow_register_acquire_heartbeat_release() {
@@ -530,7 +528,7 @@ fn openapi_lists_exactly_the_served_routes() {
     let documented = documented_routes(&doc);
     // The router serves exactly these tables (both are declared with `route_table!`, which
     // makes the table and the routes from one list).
-    let mut routes: Vec<(String, String)> = turnstile_server::routes::ROUTES
+    let mut routes: Vec<(String, String)> = turnstile_server::ROUTES
         .iter()
         .chain(turnstile_proxy::ROUTES)
         .map(|(m, p)| (m.to_string(), p.to_string()))
@@ -565,7 +563,7 @@ fn openapi_lists_exactly_the_served_routes() {
 
 #[test]
 fn openapi_documents_the_proxy_headers_and_refusals() {
-    let doc: Value = serde_json::from_str(turnstile_server::api::ops::OPENAPI).unwrap();
+    let doc: Value = serde_json::from_str(turnstile_server::OPENAPI).unwrap();
     let resolve = |value: &Value| -> Value {
         match value["$ref"].as_str() {
             Some(reference) => {

@@ -2,8 +2,6 @@
 //! the lease is held and ended by release or reclaim; breaker transitions as span events; the
 //! counters on `/metrics`; and never a workspace or principal ID anywhere.
 
-mod common;
-
 use std::time::Duration;
 
 use opentelemetry::trace::{Status, TracerProvider as _};
@@ -11,7 +9,7 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData
 use serde_json::{json, Value};
 use turnstile_shell::Telemetry;
 
-use common::{test_profile, TestServer};
+use turnstile_testkit::{test_profile, TestServer};
 
 /// IDs chosen so that any leak into telemetry is unmistakable.
 const WORKSPACE: &str = "ws-secret-7f3a";

@@ -184,16 +184,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     listen: "127.0.0.1:0".parse()?,
                     data_dir: dir.clone(),
                     demo: false,
-                    leases: turnstile_server::config::LeaseConfig {
+                    leases: turnstile_server::LeaseConfig {
                         durability: match args.durability {
-                            Durability::Process => {
-                                turnstile_server::config::LeaseDurability::Process
-                            }
-                            Durability::Machine => {
-                                turnstile_server::config::LeaseDurability::Machine
-                            }
+                            Durability::Process => turnstile_server::LeaseDurability::Process,
+                            Durability::Machine => turnstile_server::LeaseDurability::Machine,
                         },
-                        ..turnstile_server::config::LeaseConfig::default()
+                        ..turnstile_server::LeaseConfig::default()
                     },
                     ..turnstile_server::Config::default()
                 };

@@ -2,7 +2,7 @@
 //!
 //! Invariants: refused while a service holds the data directory: the command takes the
 //! directory's lock (`turnstile.lock`, the one `turnstile serve` holds for its whole life,
-//! `turnstile_server::data_lock`), then SQLite's exclusive lock on the database, which fails at
+//! `turnstile_server::DataDirLock`), then SQLite's exclusive lock on the database, which fails at
 //! once while any other connection has it open
 //! (`SqliteServiceStore::open_dir_exclusive`); both are held until the command ends, so a
 //! service cannot start half-way. Every stored admin key is replaced by one new key, and a
@@ -14,8 +14,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use turnstile_server::data_lock::{DataDirLock, DataLockError};
-use turnstile_server::keys;
+use turnstile_server::{generate_key, key_id, stored_key, DataDirLock, DataLockError};
 use turnstile_shell::Clock;
 use turnstile_store::{
     AuditKind, AuditRecord, KeyRole, ServiceStoreError, SqliteServiceStore, SERVICE_DB_FILE,
@@ -89,9 +88,9 @@ fn reset(args: ResetArgs) -> anyhow::Result<()> {
             Err(error) => return Err(error.into()),
         };
     let now = Clock::system().now_ms();
-    let key = keys::generate(KeyRole::Admin).context("cannot generate a key")?;
-    let stored = keys::stored(&key, KeyRole::Admin, None, None, now);
-    let key_id = keys::key_id(&stored.hash);
+    let key = generate_key(KeyRole::Admin).context("cannot generate a key")?;
+    let stored = stored_key(&key, KeyRole::Admin, None, None, now);
+    let key_id = key_id(&stored.hash);
     let record = AuditRecord {
         workspace_id: String::new(),
         kind: AuditKind::AdminKeyReset,

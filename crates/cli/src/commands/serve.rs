@@ -13,8 +13,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use turnstile_server::recover::{BucketRule, CheckpointIgnored};
 use turnstile_server::Config;
+use turnstile_server::{BucketRule, CheckpointIgnored};
 use turnstile_shell::telemetry::otlp::otlp_pipeline;
 use turnstile_shell::Telemetry;
 
@@ -166,9 +166,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// The first-start banner: the keys (shown once, each the last word of its line), what the
 /// demo workspace holds, and what to do when the admin key is lost. Labels share one column.
 fn banner(keys: &turnstile_server::BootstrapKeys, data_dir: &std::path::Path) -> String {
-    use turnstile_server::bootstrap::{
-        DEMO_PRINCIPAL, DEMO_PROFILE, DEMO_PROFILE_VERSION, DEMO_WORKSPACE,
-    };
+    use turnstile_server::{DEMO_PRINCIPAL, DEMO_PROFILE, DEMO_PROFILE_VERSION, DEMO_WORKSPACE};
     let mut rows = vec![("admin key:", keys.admin_key.as_str())];
     if let Some(demo) = &keys.demo_key {
         rows.push(("demo principal key:", demo.as_str()));
@@ -233,8 +231,8 @@ fn bucket_rule(rule: BucketRule) -> &'static str {
     }
 }
 
-fn joining_line(joining: &turnstile_server::identity::join::Joining) -> String {
-    use turnstile_server::identity::join::Joining;
+fn joining_line(joining: &turnstile_server::Joining) -> String {
+    use turnstile_server::Joining;
     match joining {
         Joining::Seeded { events } => format!(
             "keys, profiles and audit log shared through Redis from this replica's state ({events} events)"

@@ -9,17 +9,17 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use turnstile_admission::{Estimate, Evidence, Millis, Rejection};
+use serde::Deserialize;
+use turnstile_admission::{Estimate, Millis, Rejection};
 
 use crate::api::{validate, AppState};
-use crate::auth::{authorize, require_principal, Operation};
-use crate::body;
-use crate::error::ApiError;
+use crate::http::body;
+use crate::http::error::ApiError;
+use crate::http::lease_answer;
+use crate::http::status::{carries_retry_after, retry_after_seconds, status_for_rejection};
+use crate::keys::auth::{authorize, require_principal, Operation};
 use crate::keys::Caller;
-use crate::lease_answer;
 use crate::metrics::Cut;
-use crate::status::{carries_retry_after, retry_after_seconds, status_for_rejection};
 use turnstile_shell::{Acquire, AcquireReply, Wait};
 
 /// The request body.
@@ -65,20 +65,10 @@ impl body::SelfChecked for AdmissionBody {
     }
 }
 
-/// A granted lease (its JSON is written by [`lease_answer`], byte for byte the same).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseBody {
-    pub lease_id: String,
-    pub expires_at_epoch_ms: Millis,
-    pub ttl_ms: Millis,
-    pub evidence: Evidence,
-}
-
 pub async fn acquire(
     State(state): State<AppState>,
     caller: Caller,
-    body: crate::body::RawBody,
+    body: crate::http::body::RawBody,
 ) -> Result<Response, ApiError> {
     authorize(&state, &caller, Operation::Acquire, None).await?;
     let (workspace, principal) = require_principal(&caller)?;

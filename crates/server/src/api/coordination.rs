@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use turnstile_admission::Millis;
 
 use crate::api::{validate, AppState};
-use crate::auth::{authorize, require_principal, Operation};
-use crate::body;
-use crate::error::ApiError;
+use crate::http::body;
+use crate::http::error::ApiError;
+use crate::keys::auth::{authorize, require_principal, Operation};
 use crate::keys::Caller;
 use turnstile_shell::Command;
 
@@ -48,7 +48,7 @@ pub async fn release_budget(
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetryAfterBody {
-    #[serde(deserialize_with = "crate::body::whole")]
+    #[serde(deserialize_with = "crate::http::body::whole")]
     pub retry_after_ms: Millis,
 }
 
@@ -62,7 +62,7 @@ pub async fn retry_after(
     State(state): State<AppState>,
     caller: Caller,
     Path(provider_id): Path<String>,
-    body: crate::body::RawBody,
+    body: crate::http::body::RawBody,
 ) -> Result<Json<Paused>, ApiError> {
     authorize(&state, &caller, Operation::PauseProvider, None).await?;
     let (workspace, _) = require_principal(&caller)?;

@@ -14,7 +14,7 @@
 //! - `?maxEvents=N` (1–100000) ends the stream after N events (tests, `curl`).
 //! - The stream ends when the service starts shutting down.
 //! - An open stream holds one of its key's `http.max_requests_per_key` request slots until it
-//!   ends or its client leaves ([`crate::slot_held_body`]).
+//!   ends or its client leaves ([`crate::http::slot_held_body`]).
 //!
 //! Invariant: the feed never reaches a log line or a metric; principal IDs reach admin keys
 //! only, and only through this authenticated response.
@@ -35,10 +35,10 @@ use tokio::sync::broadcast::Receiver;
 use turnstile_shell::FeedEvent;
 
 use crate::api::{validate, AppState};
-use crate::auth::{authorize, Operation};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::http::slot_held_body::SlotHeldByBody;
+use crate::keys::auth::{authorize, Operation};
 use crate::keys::Caller;
-use crate::slot_held_body::SlotHeldByBody;
 
 /// With no change, the lanes are sent again after this long.
 pub const QUIET_MS: u64 = 1_000;

@@ -16,8 +16,8 @@ use axum::Json;
 use turnstile_shell::{Command, FairnessView};
 
 use crate::api::{validate, AppState};
-use crate::auth::{authorize, Operation};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::keys::auth::{authorize, Operation};
 use crate::keys::Caller;
 
 pub async fn fairness(

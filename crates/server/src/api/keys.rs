@@ -11,7 +11,7 @@
 //!   does not exist, belongs to another workspace, or was revoked already.
 //!
 //! Replicas (`[coordination] redis_url`): keys and revocations are the deployment's, written
-//! through the shared feed (`crate::identity`): a key created on one replica authenticates on
+//! through the shared feed (`crate::replicas::identity`): a key created on one replica authenticates on
 //! every replica, a revoked key is refused by every replica within one follow interval; both
 //! answer 503 `coordination-unavailable` while Redis does not answer.
 //!
@@ -24,11 +24,11 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use turnstile_store::{AuditKind, AuditRecord, KeyRole, StoredKey};
 
-use crate::actor::ActingKey;
 use crate::api::{validate, AppState};
-use crate::auth::{authorize, Operation};
-use crate::body;
-use crate::error::ApiError;
+use crate::http::body;
+use crate::http::error::ApiError;
+use crate::keys::auth::ActingKey;
+use crate::keys::auth::{authorize, Operation};
 use crate::keys::{self, Caller};
 
 /// Schema of a key-revocation audit record.
@@ -82,7 +82,7 @@ pub async fn create_key(
     State(state): State<AppState>,
     caller: Caller,
     Path(workspace_id): Path<String>,
-    body: crate::body::RawBody,
+    body: crate::http::body::RawBody,
 ) -> Result<(StatusCode, Json<NewKey>), ApiError> {
     authorize(&state, &caller, Operation::CreateKey, None).await?;
     validate::id("workspaceId", &workspace_id)?;

@@ -8,16 +8,16 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::json_answer::{json_response, JsonAnswer};
+use crate::http::json_answer::{json_response, JsonAnswer};
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use turnstile_admission::{ActualUsage, BreakerTransition, Millis, Outcome};
 
 use crate::api::AppState;
-use crate::auth::{authorize, require_principal, Operation};
-use crate::body;
-use crate::error::ApiError;
+use crate::http::body;
+use crate::http::error::ApiError;
+use crate::keys::auth::{authorize, require_principal, Operation};
 use crate::keys::Caller;
 use turnstile_shell::{Command, LeaseToken};
 
@@ -36,7 +36,7 @@ pub enum OutcomeKind {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ActualUsageBody {
-    #[serde(default, deserialize_with = "crate::body::optional_whole")]
+    #[serde(default, deserialize_with = "crate::http::body::optional_whole")]
     pub tokens: Option<u64>,
     #[serde(default)]
     pub cost_usd: Option<f64>,
@@ -48,7 +48,7 @@ pub struct ActualUsageBody {
 pub struct ReleaseBody {
     pub outcome: OutcomeKind,
     /// Required with `retry-after`, refused otherwise.
-    #[serde(default, deserialize_with = "crate::body::optional_whole")]
+    #[serde(default, deserialize_with = "crate::http::body::optional_whole")]
     pub retry_after_ms: Option<Millis>,
     #[serde(default, deserialize_with = "optional_object")]
     pub actual_usage: Option<ActualUsageBody>,
@@ -157,7 +157,7 @@ pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
     Path(lease_id): Path<String>,
-    body: crate::body::RawBody,
+    body: crate::http::body::RawBody,
 ) -> Result<Response, ApiError> {
     authorize(&state, &caller, Operation::ReleaseLease, None).await?;
     let (workspace, principal) = require_principal(&caller)?;
@@ -166,7 +166,7 @@ pub async fn release(
     let usage = actual_usage(request.actual_usage.as_ref())?;
     let token = token(&lease_id)?;
     let driver = &state.driver;
-    let local: crate::deployment::BoxFuture<'_, _> = Box::pin(async move {
+    let local: crate::replicas::deployment::BoxFuture<'_, _> = Box::pin(async move {
         driver
             .ask(|reply| Command::Release {
                 token,

@@ -13,10 +13,10 @@ use serde::Serialize;
 use turnstile_shell::{Exposition, METRICS_CONTENT_TYPE};
 
 use crate::api::AppState;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// The OpenAPI 3.1 document of every route, the proxy's included (checked against
-/// [`crate::routes::ROUTES`] and [`turnstile_proxy::ROUTES`] by a test).
+/// [`crate::http::routes::ROUTES`] and [`turnstile_proxy::ROUTES`] by a test).
 pub const OPENAPI: &str = include_str!("../../openapi.json");
 
 pub async fn healthz() -> impl IntoResponse {

@@ -8,7 +8,7 @@
 //!   a principal of that workspace (403 for another workspace's key). Records carry digests and
 //!   states, never limit values or principal IDs.
 //! - Replicas (`[coordination] redis_url`): a registration (or rollback) is the deployment's,
-//!   through the shared feed (`crate::identity`): every replica enforces it, with the same
+//!   through the shared feed (`crate::replicas::identity`): every replica enforces it, with the same
 //!   records; 503 `coordination-unavailable` while Redis does not answer.
 //! - Who changed what: a profile-change record answered by `PUT` or listed by `GET …/profiles`
 //!   carries `actorKeyId`, the key ID of the admin key that registered it (`null` for the first
@@ -22,13 +22,13 @@ use serde::Serialize;
 use turnstile_admission::Profile;
 use turnstile_store::AuditKind;
 
-use crate::actor::ActingKey;
 use crate::api::{validate, AppState};
-use crate::auth::{authorize, Operation};
-use crate::body;
-use crate::deployment::NewRevision;
-use crate::error::ApiError;
+use crate::http::body;
+use crate::http::error::ApiError;
+use crate::keys::auth::ActingKey;
+use crate::keys::auth::{authorize, Operation};
 use crate::keys::Caller;
+use crate::replicas::deployment::NewRevision;
 use turnstile_shell::{Command, WorkspaceSnapshot};
 
 /// Audit records returned by the history endpoints.
@@ -60,12 +60,12 @@ pub async fn put_profile(
     caller: Caller,
     acting: ActingKey,
     Path((workspace_id, profile_version)): Path<(String, String)>,
-    body: crate::body::RawBody,
+    body: crate::http::body::RawBody,
 ) -> Result<Response, ApiError> {
     authorize(&state, &caller, Operation::RegisterProfile, None).await?;
     validate::id("workspaceId", &workspace_id)?;
     validate::id("profileVersion", &profile_version)?;
-    let bytes = crate::body::bytes(body)?;
+    let bytes = crate::http::body::bytes(body)?;
     let profile = parse_profile(&bytes)?;
     for principal in profile.principals.keys() {
         validate::id("principals", principal)?;

@@ -14,8 +14,8 @@ use serde::Serialize;
 use turnstile_admission::Profile;
 
 use crate::api::{validate, AppState};
-use crate::auth::{authorize, Operation};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::keys::auth::{authorize, Operation};
 use crate::keys::Caller;
 
 /// A registered revision.

@@ -6,7 +6,7 @@
 //! Budget IDs allow up to 256 characters of the same alphabet (invocation IDs are often
 //! composite).
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 fn well_formed(value: &str, max: usize) -> bool {
     !value.is_empty()

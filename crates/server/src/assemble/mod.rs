@@ -9,12 +9,12 @@
 //! 1. the data directory's lock, before anything reads or writes it;
 //! 2. the store and the lease log; a replica joins the shared feed before the store is read;
 //! 3. profiles replayed, the first start's keys, what the previous process charged, granted and
-//!    paused (`crate::recover`), and a clean stop's bucket levels (`crate::checkpoint`);
+//!    paused (`crate::durability::recover`), and a clean stop's bucket levels (`crate::durability::checkpoint`);
 //! 4. the listener, the store thread, then (replicas) the coordinator holding the reinstated
 //!    leases again;
 //! 5. the driver, with the journal, and the leases reinstated into it;
 //! 6. the deployment's traits (a replica's mirror needs the driver), the proxy, the handlers'
-//!    state, and the accept loop (`crate::serve`).
+//!    state, and the accept loop (`crate::http::serve`).
 
 mod replicas;
 mod single;
@@ -34,18 +34,18 @@ use turnstile_store::{LeaseLog, ServiceStore, SqliteServiceStore};
 
 use crate::api::{AppParts, AppState};
 use crate::bootstrap;
-use crate::checkpoint;
 use crate::config::Config;
-use crate::data_lock::DataDirLock;
-use crate::deployment::{IdentityStore, SharedBooks};
-use crate::identity::Mirror;
-use crate::journal::{LastGrant, SharedAudit, StoreJournal};
+use crate::durability::checkpoint;
+use crate::durability::data_lock::DataDirLock;
+use crate::durability::journal::{LastGrant, SharedAudit, StoreJournal};
+use crate::durability::persist::StoreHandle;
+use crate::durability::recover;
+use crate::http::serve::{accept_loop, AcceptParts, Restored, RunningServer, ServerError};
+use crate::http::slots::Slots;
 use crate::keys::KeyRing;
 use crate::metrics::Metrics;
-use crate::persist::StoreHandle;
-use crate::recover;
-use crate::serve::{accept_loop, AcceptParts, Restored, RunningServer, ServerError};
-use crate::slots::Slots;
+use crate::replicas::deployment::{IdentityStore, SharedBooks};
+use crate::replicas::identity::Mirror;
 
 /// What the deployment mode decides, as the rest of the service holds it.
 pub(crate) struct Deployment {
@@ -132,7 +132,7 @@ pub async fn start_with_telemetry(
     // What the previous process charged and granted counts again before anything is answered,
     // and its lanes' pauses, open breakers and spent rate buckets hold again (the leases are
     // reinstated into the driver below, after the buckets are drained).
-    // A clean stop left its bucket levels (`crate::checkpoint`): used once at most.
+    // A clean stop left its bucket levels (`crate::durability::checkpoint`): used once at most.
     recover::restore_spend(&recovered.spend, &mut registry, clock.now_ms())?;
     let found = checkpoint::read(&config.data_dir);
     let had_checkpoint = !matches!(found, Ok(None));
@@ -240,7 +240,6 @@ pub async fn start_with_telemetry(
         store,
         keys,
         metrics: metrics.clone(),
-        lease_metrics,
         clock,
         config: config.clone(),
         ready: ready.clone(),
@@ -253,7 +252,7 @@ pub async fn start_with_telemetry(
         books: deployment.books,
     });
     // Restored (or not usable): gone before anything is served, so a later crash never finds
-    // these levels (see `crate::checkpoint`).
+    // these levels (see `crate::durability::checkpoint`).
     if had_checkpoint {
         checkpoint::remove(&config.data_dir)?;
     }
@@ -278,7 +277,6 @@ pub async fn start_with_telemetry(
         joining,
         shutdown: Some(shutdown_tx),
         task,
-        metrics,
         restored: Restored {
             leases: reinstated,
             lanes: lane_state,

@@ -3,13 +3,13 @@
 //!
 //! The order is fixed, and each step needs the one before:
 //! 1. [`join`]: before anything is read from the store, seed the shared feed, adopt it, or catch
-//!    up with it (`crate::identity::join`);
+//!    up with it (`crate::replicas::identity::join`);
 //! 2. [`Replica::coordinate`]: after the leases of the previous process are known, hand them to
 //!    the coordinator and probe Redis once, so a reachable Redis is shared from the first
 //!    admission; then its task probes and renews;
 //! 3. [`Replica::deployment`]: once the driver exists, the mirror follows the feed (registering
 //!    profiles through the driver) and reads the audit records the journal has sent since its
-//!    start (`crate::journal::SharedAudit`: a channel made before the driver, so the driver ↔
+//!    start (`crate::durability::journal::SharedAudit`: a channel made before the driver, so the driver ↔
 //!    mirror cycle needs no late-set cell).
 
 use std::sync::Arc;
@@ -24,13 +24,13 @@ use turnstile_store::{AuditRecord, StoredLease};
 use super::Deployment;
 use crate::bootstrap::BootstrapKeys;
 use crate::config::Config;
-use crate::identity::join::{Joined, Joining};
-use crate::identity::Mirror;
-use crate::journal::SharedAudit;
+use crate::durability::journal::SharedAudit;
+use crate::durability::persist::StoreHandle;
+use crate::http::serve::ServerError;
 use crate::keys::KeyRing;
-use crate::persist::StoreHandle;
-use crate::serve::ServerError;
-use crate::shared::CoordLimits;
+use crate::replicas::identity::join::{Joined, Joining};
+use crate::replicas::identity::Mirror;
+use crate::replicas::shared::CoordLimits;
 
 /// A replica between joining the shared feed and serving.
 pub(super) struct Replica {
@@ -54,7 +54,8 @@ pub(super) async fn join(
         timeout,
     )
     .map_err(ServerError::Coordination)?;
-    let joined = crate::identity::join::join(store, &redis, config.demo, clock.now_ms()).await?;
+    let joined =
+        crate::replicas::identity::join::join(store, &redis, config.demo, clock.now_ms()).await?;
     Ok(Replica {
         coord_config,
         redis,
@@ -79,7 +80,7 @@ impl Replica {
     ) -> Result<Coordinated, ServerError> {
         let coord =
             Coordinator::new(self.coord_config.clone()).map_err(ServerError::Coordination)?;
-        crate::shared::adopt_reinstated(&coord, registry, leases);
+        crate::replicas::shared::adopt_reinstated(&coord, registry, leases);
         coord.tick(clock.now_ms(), false).await;
         tokio::spawn(coord.clone().run(move || clock.now_ms()));
         let (audit, audit_records) = SharedAudit::channel();

@@ -11,9 +11,9 @@ use turnstile_store::ServiceStore;
 
 use super::Deployment;
 use crate::bootstrap::{self, BootstrapError, BootstrapKeys};
-use crate::deployment::{LocalIdentity, SingleNode};
+use crate::durability::persist::StoreHandle;
 use crate::keys::KeyRing;
-use crate::persist::StoreHandle;
+use crate::replicas::deployment::{LocalIdentity, SingleNode};
 
 /// The first start of a data directory creates the admin key (and, with `demo`, a demo
 /// workspace); later starts create nothing.
