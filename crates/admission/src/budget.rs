@@ -43,13 +43,13 @@ pub enum ScopeKey {
 
 /// What one invocation has spent in one scope.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Usage {
+pub struct Spent {
     pub attempts: u64,
     pub cost_usd: f64,
     pub tokens: u64,
 }
 
-impl Usage {
+impl Spent {
     /// The budget reason the estimate would break, if any.
     pub fn check(&self, limits: &Limits, estimate: &CheckedEstimate) -> Option<Reason> {
         if let Some(max) = limits.max_attempts {
@@ -139,7 +139,7 @@ impl ActualUsage {
 #[derive(Debug, Default)]
 struct Invocation {
     epoch: u64,
-    lines: FxHashMap<ScopeKey, Usage>,
+    lines: FxHashMap<ScopeKey, Spent>,
     /// When the invocation was last charged or settled.
     touched_at: Millis,
     /// Leases charged to it and not yet settled: an invocation holding one is never idle.
@@ -177,7 +177,7 @@ impl BudgetLedger {
         self.bounds = bounds;
     }
 
-    pub fn usage(&self, budget_id: &str, scope: ScopeKey) -> Usage {
+    pub fn usage(&self, budget_id: &str, scope: ScopeKey) -> Spent {
         self.invocations
             .get(budget_id)
             .and_then(|invocation| invocation.lines.get(&scope))

@@ -20,9 +20,10 @@ mod roster;
 mod service;
 
 pub use receipt::{
-    check_successor, Acquired, CasWrite, GroupCommitStats, GroupCommitStore, IntegrityKey,
-    MemoryReceiptStore, Pending, Receipt, ReceiptError, ReceiptKey, ReceiptState, ReceiptStore,
-    SqliteReceiptOptions, SqliteReceiptStore, Synchronous, RECEIPT_DB_FILE, RECEIPT_SCHEMA,
+    check_successor, CasWrite, GroupCommitStats, GroupCommitStore, IntegrityKey,
+    MemoryReceiptStore, Pending, Receipt, ReceiptClaim, ReceiptError, ReceiptKey, ReceiptState,
+    ReceiptStore, SqliteReceiptOptions, SqliteReceiptStore, Synchronous, RECEIPT_DB_FILE,
+    RECEIPT_SCHEMA,
 };
 pub use roster::{
     meta_keys, Band, CallId, CallOutcome, CallReceipt, CallUsage, MemoryRosterStore, PendingItem,

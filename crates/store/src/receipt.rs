@@ -42,5 +42,5 @@ pub use sqlite::{
     CasWrite, SqliteReceiptOptions, SqliteReceiptStore, Synchronous, RECEIPT_DB_FILE,
 };
 pub use state::ReceiptState;
-pub use store::{Acquired, ReceiptStore};
+pub use store::{ReceiptClaim, ReceiptStore};
 pub use successor::check_successor;

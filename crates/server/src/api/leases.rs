@@ -56,7 +56,7 @@ pub struct ReleaseBody {
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Released {
+pub struct LeaseReleased {
     pub released: bool,
     pub breaker_transitions: Vec<BreakerTransition>,
 }
@@ -198,14 +198,14 @@ pub async fn release(
             RELEASED_BODY,
         ))));
     }
-    Ok(JsonAnswer(Released {
+    Ok(JsonAnswer(LeaseReleased {
         released: true,
         breaker_transitions: transitions,
     })
     .into_response())
 }
 
-/// `Released { released: true, breaker_transitions: [] }` as JSON.
+/// `LeaseReleased { released: true, breaker_transitions: [] }` as JSON.
 const RELEASED_BODY: &[u8] = br#"{"released":true,"breakerTransitions":[]}"#;
 
 pub async fn heartbeat(
@@ -237,7 +237,7 @@ mod tests {
 
     #[test]
     fn the_constant_release_answer_is_serdes() {
-        let encoded = serde_json::to_vec(&Released {
+        let encoded = serde_json::to_vec(&LeaseReleased {
             released: true,
             breaker_transitions: Vec::new(),
         })

@@ -21,7 +21,7 @@ use std::time::Duration;
 use super::document::{Receipt, ReceiptKey};
 use super::error::ReceiptError;
 use super::sqlite::{CasWrite, SqliteReceiptStore};
-use super::store::{Acquired, ReceiptStore};
+use super::store::{ReceiptClaim, ReceiptStore};
 
 type Reply = Sender<Result<bool, ReceiptError>>;
 
@@ -112,7 +112,7 @@ impl ReceiptStore for GroupCommitStore {
         key: &ReceiptKey,
         fingerprint: &str,
         now_ms: u64,
-    ) -> Result<Acquired, ReceiptError> {
+    ) -> Result<ReceiptClaim, ReceiptError> {
         self.store.acquire(key, fingerprint, now_ms)
     }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::document::{Receipt, ReceiptKey};
 use super::error::ReceiptError;
 use super::integrity::{encode, verify_chain, verify_link, IntegrityKey, StoredRevision};
-use super::store::{Acquired, ReceiptStore};
+use super::store::{ReceiptClaim, ReceiptStore};
 use super::successor::{check_document, check_successor};
 
 /// Receipts in process memory.
@@ -67,11 +67,11 @@ impl ReceiptStore for MemoryReceiptStore {
         key: &ReceiptKey,
         fingerprint: &str,
         now_ms: u64,
-    ) -> Result<Acquired, ReceiptError> {
+    ) -> Result<ReceiptClaim, ReceiptError> {
         let mut rows = self.lock();
         if let Some(chain) = rows.get(key) {
             if let Some(receipt) = verify_chain(self.integrity.as_ref(), key, chain)? {
-                return Ok(Acquired {
+                return Ok(ReceiptClaim {
                     owner: false,
                     receipt,
                 });
@@ -83,7 +83,7 @@ impl ReceiptStore for MemoryReceiptStore {
         rows.insert(key.clone(), vec![row]);
         drop(rows);
         self.written.notify_all();
-        Ok(Acquired {
+        Ok(ReceiptClaim {
             owner: true,
             receipt,
         })

@@ -33,7 +33,7 @@ use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 use super::document::{Receipt, ReceiptKey};
 use super::error::ReceiptError;
 use super::integrity::{encode, verify_chain, verify_link, IntegrityKey, StoredRevision};
-use super::store::{Acquired, ReceiptStore};
+use super::store::{ReceiptClaim, ReceiptStore};
 use super::successor::{check_document, check_successor};
 
 /// The file name used inside a data directory.
@@ -300,13 +300,13 @@ impl ReceiptStore for SqliteReceiptStore {
         key: &ReceiptKey,
         fingerprint: &str,
         now_ms: u64,
-    ) -> Result<Acquired, ReceiptError> {
+    ) -> Result<ReceiptClaim, ReceiptError> {
         let mut conn = self.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let rows = Self::rows(&tx, key)?;
         if let Some(receipt) = verify_chain(self.key(), key, &rows)? {
             tx.commit()?;
-            return Ok(Acquired {
+            return Ok(ReceiptClaim {
                 owner: false,
                 receipt,
             });
@@ -316,7 +316,7 @@ impl ReceiptStore for SqliteReceiptStore {
         let row = encode(self.key(), None, &receipt)?;
         Self::insert(&tx, &receipt, &row)?;
         tx.commit()?;
-        Ok(Acquired {
+        Ok(ReceiptClaim {
             owner: true,
             receipt,
         })

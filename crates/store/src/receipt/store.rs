@@ -10,9 +10,9 @@ use std::time::Duration;
 use super::document::{Receipt, ReceiptKey};
 use super::error::ReceiptError;
 
-/// What [`ReceiptStore::acquire`] found.
+/// What [`ReceiptStore::acquire`] found: the claim on an invocation's receipt.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Acquired {
+pub struct ReceiptClaim {
     /// True for the one caller that created revision 1.
     pub owner: bool,
     /// Revision 1 for the owner; the latest revision for everyone else.
@@ -31,7 +31,7 @@ pub trait ReceiptStore: Send + Sync {
         key: &ReceiptKey,
         fingerprint: &str,
         now_ms: u64,
-    ) -> Result<Acquired, ReceiptError>;
+    ) -> Result<ReceiptClaim, ReceiptError>;
 
     /// Writes `next` as revision `expected_revision + 1`. `Ok(false)` when the latest revision
     /// is no longer `expected_revision` (someone else wrote); an error when `next` is not a
