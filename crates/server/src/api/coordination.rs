@@ -15,7 +15,6 @@ use crate::http::body;
 use crate::http::error::ApiError;
 use crate::keys::auth::{authorize, require_principal, Operation};
 use crate::keys::Caller;
-use turnstile_shell::Command;
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -32,14 +31,7 @@ pub async fn release_budget(
     authorize(&state, &caller, Operation::ReleaseBudget, None).await?;
     let (workspace, _) = require_principal(&caller)?;
     validate::budget_id("budgetId", &budget_id)?;
-    let released = state
-        .driver
-        .ask(|reply| Command::ReleaseBudget {
-            workspace: workspace.clone(),
-            budget: budget_id.clone(),
-            reply,
-        })
-        .await??;
+    let released = state.driver.release_budget(&workspace, &budget_id).await?;
     // Replicas: the invocation's shared budget lines go too.
     state.books.release_budget(&workspace, &budget_id).await;
     Ok(Json(BudgetReleased { released }))
@@ -75,27 +67,15 @@ pub async fn retry_after(
             format!("retryAfterMs must be at most {max} (admission.max_retry_after_ms)"),
         ));
     }
-    let shared_workspace = workspace.clone();
-    let shared_provider = provider_id.clone();
     let mut until = state
         .driver
-        .ask(|reply| Command::RetryAfter {
-            workspace,
-            provider: provider_id,
-            retry_after_ms: request.retry_after_ms,
-            reply,
-        })
-        .await??;
+        .retry_after(&workspace, &provider_id, request.retry_after_ms)
+        .await?;
     // Replicas: the pause is shared (monotonic max in Redis); the answer is the later end.
     let now = state.clock.now_ms();
     if let Some(remaining) = state
         .books
-        .pause(
-            &shared_workspace,
-            &shared_provider,
-            request.retry_after_ms,
-            now,
-        )
+        .pause(&workspace, &provider_id, request.retry_after_ms, now)
         .await
     {
         until = until.max(now.saturating_add(remaining));
