@@ -35,6 +35,9 @@ pub struct Evidence {
     /// The real remaining time until the blocking condition can change, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<Millis>,
+    /// On a `deadline-unreachable` refusal: the wait the lane predicted for the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_wait_ms: Option<Millis>,
     /// Breaker transitions this attempt caused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub breaker_transitions: Vec<BreakerTransition>,
@@ -74,6 +77,7 @@ impl Evidence {
             retry_pressure,
             breaker_state: BreakerState::Closed,
             retry_after_ms: None,
+            predicted_wait_ms: None,
             breaker_transitions: Vec::new(),
             budget_opened: false,
             coordination: None,

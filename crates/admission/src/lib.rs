@@ -47,8 +47,9 @@ pub use deadline::block_outlasts_deadline;
 pub use estimate::{CheckedEstimate, Estimate, InvalidEstimate};
 pub use evidence::{Coordination, Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
 pub use limits::{
-    CircuitBreakerConfig, Limits, LimitsError, ScopeKind, DEFAULT_BREAKER_HALF_OPEN_MAX_CALLS,
-    DEFAULT_BREAKER_OPEN_MS, MAX_SAFE_INTEGER,
+    CircuitBreakerConfig, Fairness, Limits, LimitsError, MinShare, Priority, ScopeKind,
+    DEFAULT_BATCH_MIN_SHARE, DEFAULT_BREAKER_HALF_OPEN_MAX_CALLS, DEFAULT_BREAKER_OPEN_MS,
+    DEFAULT_STANDARD_MIN_SHARE, MAX_SAFE_INTEGER, MAX_WEIGHT, MIN_WEIGHT,
 };
 pub use profile::{Profile, ProfileError};
 /// What a provider reported it used (OpenAI and Anthropic, whole answers and streams), and the

@@ -124,6 +124,103 @@ pub struct Limits {
     /// Workspace or provider scope only, in (0, 1]: caps one principal's share of the pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_principal_share: Option<f64>,
+    /// Provider scope only: what the lane's turns are fair in: `requests` (absent: every
+    /// backlogged principal gets one grant per round) or `tokens` (the principal with the least
+    /// weighted tokens served goes next). See `docs/profiles.md`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness: Option<Fairness>,
+    /// Principal scope only: the principal's share of a lane relative to others in its band,
+    /// in [[`MIN_WEIGHT`], [`MAX_WEIGHT`]]; absent means 1. Weight 2 receives twice the
+    /// tokens (token mode) or grants (requests mode) of weight 1 while both wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
+    /// Principal scope only: the band the principal's requests wait in; absent means
+    /// `standard`. Higher bands are served first; lower bands keep their `minShare`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+    /// Workspace scope only: the smallest share of a provider lane's grants a waiting lower
+    /// band receives while a higher band saturates the lane. Absent bands take
+    /// [`DEFAULT_STANDARD_MIN_SHARE`] and [`DEFAULT_BATCH_MIN_SHARE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_share: Option<MinShare>,
+}
+
+/// What a provider lane's turns are fair in (`fairness`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fairness {
+    /// One grant per backlogged principal per round (the default).
+    #[default]
+    Requests,
+    /// The backlogged principal with the least weighted tokens served goes next.
+    Tokens,
+}
+
+/// The band a principal's requests wait in (`priority`), highest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Priority {
+    /// Served first.
+    Interactive,
+    /// The default band.
+    #[default]
+    Standard,
+    /// Served last, but never below its `minShare` of grants while it waits.
+    Batch,
+}
+
+impl Priority {
+    /// Every band, highest first.
+    pub const ALL: [Priority; 3] = [Priority::Interactive, Priority::Standard, Priority::Batch];
+
+    /// The band's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Interactive => "interactive",
+            Priority::Standard => "standard",
+            Priority::Batch => "batch",
+        }
+    }
+
+    /// The band's rank: 0 for the highest.
+    #[inline]
+    pub fn rank(self) -> usize {
+        self as usize
+    }
+}
+
+/// The smallest weight a principal may have.
+pub const MIN_WEIGHT: f64 = 0.01;
+/// The largest weight a principal may have.
+pub const MAX_WEIGHT: f64 = 100.0;
+/// The `standard` band's share of grants when `minShare.standard` is absent.
+pub const DEFAULT_STANDARD_MIN_SHARE: f64 = 0.2;
+/// The `batch` band's share of grants when `minShare.batch` is absent.
+pub const DEFAULT_BATCH_MIN_SHARE: f64 = 0.1;
+
+/// The bands' minimum shares of a lane's grants (`minShare`, workspace scope). The top band
+/// (`interactive`) needs none: it is served first.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MinShare {
+    /// The `standard` band's share while a higher band waits, in [0, 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standard: Option<f64>,
+    /// The `batch` band's share while a higher band waits, in [0, 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<f64>,
+}
+
+impl MinShare {
+    /// The share of `band` in thousandths of the grants (0 for the top band).
+    pub fn permille(&self, band: Priority) -> u32 {
+        let share = match band {
+            Priority::Interactive => return 0,
+            Priority::Standard => self.standard.unwrap_or(DEFAULT_STANDARD_MIN_SHARE),
+            Priority::Batch => self.batch.unwrap_or(DEFAULT_BATCH_MIN_SHARE),
+        };
+        (share * 1000.0).round().clamp(0.0, 1000.0) as u32
+    }
 }
 
 /// Which scope a set of limits belongs to; decides which fields are allowed.
@@ -191,6 +288,29 @@ pub enum LimitsError {
         /// The offending field.
         field: &'static str,
     },
+    /// A field set on a scope it does not apply to (`fairness` on providers, `weight` and
+    /// `priority` on principals, `minShare` on the workspace).
+    #[error("{field} is only allowed on {allowed} limits, not on {scope} limits")]
+    WrongScope {
+        /// The offending field.
+        field: &'static str,
+        /// The scope it applies to.
+        allowed: &'static str,
+        /// The scope it was set on.
+        scope: &'static str,
+    },
+    /// `weight` not a finite number within [0.01, 100].
+    #[error("weight must be a number within [0.01, 100], got {weight}")]
+    WeightOutOfRange {
+        /// The weight given.
+        weight: f64,
+    },
+    /// A `minShare` not within [0, 1), or shares adding up to 1 or more.
+    #[error("minShare.{band} must be within [0, 1) and the shares must add up to less than 1")]
+    MinShareOutOfRange {
+        /// The band whose share breaks the rule.
+        band: &'static str,
+    },
     /// A bucket capacity of 0, or one without a refilling bucket to size.
     #[error("{field} needs {rate} >= 1 and must itself be at least 1")]
     Burst {
@@ -214,6 +334,9 @@ impl LimitsError {
             }
             LimitsError::BreakerZero { field } => field,
             LimitsError::Burst { field, .. } => field,
+            LimitsError::WrongScope { field, .. } => field,
+            LimitsError::WeightOutOfRange { .. } => "weight",
+            LimitsError::MinShareOutOfRange { .. } => "minShare",
         }
     }
 }
@@ -292,6 +415,7 @@ impl Limits {
                 });
             }
         }
+        self.validate_scheduling(scope)?;
         match scope {
             ScopeKind::Principal => {
                 if self.max_principal_share.is_some() {
@@ -320,6 +444,62 @@ impl Limits {
             }
         }
         Ok(())
+    }
+
+    /// The scheduling fields: each on its own scope, weights and shares in range.
+    fn validate_scheduling(&self, scope: ScopeKind) -> Result<(), LimitsError> {
+        let placed: [(&'static str, bool, ScopeKind); 4] = [
+            ("fairness", self.fairness.is_some(), ScopeKind::Provider),
+            ("weight", self.weight.is_some(), ScopeKind::Principal),
+            ("priority", self.priority.is_some(), ScopeKind::Principal),
+            ("minShare", self.min_share.is_some(), ScopeKind::Workspace),
+        ];
+        for (field, set, allowed) in placed {
+            if set && scope != allowed {
+                return Err(LimitsError::WrongScope {
+                    field,
+                    allowed: allowed.as_str(),
+                    scope: scope.as_str(),
+                });
+            }
+        }
+        if let Some(weight) = self.weight {
+            if !(MIN_WEIGHT..=MAX_WEIGHT).contains(&weight) {
+                return Err(LimitsError::WeightOutOfRange { weight });
+            }
+        }
+        if let Some(shares) = &self.min_share {
+            let mut sum = 0.0;
+            for (band, share) in [
+                ("standard", shares.standard.unwrap_or(DEFAULT_STANDARD_MIN_SHARE)),
+                ("batch", shares.batch.unwrap_or(DEFAULT_BATCH_MIN_SHARE)),
+            ] {
+                sum += share;
+                if !(0.0..1.0).contains(&share) || sum >= 1.0 {
+                    return Err(LimitsError::MinShareOutOfRange { band });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The principal's weight in thousandths (1000 when absent).
+    #[inline]
+    pub(crate) fn weight_milli(&self) -> u64 {
+        self.weight
+            .map_or(1000, |w| ((w * 1000.0).round() as u64).max(1))
+    }
+
+    /// The principal's band.
+    #[inline]
+    pub(crate) fn band(&self) -> Priority {
+        self.priority.unwrap_or_default()
+    }
+
+    /// Whether this principal's limits ask for anything but the default order (a weight other
+    /// than 1 or a band other than `standard`).
+    pub(crate) fn shapes_order(&self) -> bool {
+        self.weight_milli() != 1000 || self.band() != Priority::Standard
     }
 
     /// The reservation this principal holds in a pool of `capacity` permits.

@@ -88,11 +88,15 @@ pub enum Reason {
     /// fails closed while it is (a money or token budget, or a `closed` degraded share). Not in
     /// the reference vocabulary: a condition of replicated deployments (`docs/replicas.md`).
     CoordinationUnavailable,
+    /// The request's predicted wait (its place in the lane's order × the lane's recent service
+    /// interval, or a bucket's refill) exceeds its deadline: refused at once rather than left
+    /// to expire. Not in the reference vocabulary (`docs/admission.md`).
+    DeadlineUnreachable,
 }
 
 impl Reason {
     /// Every reason, in the specification's order.
-    pub const ALL: [Reason; 25] = [
+    pub const ALL: [Reason; 26] = [
         Reason::Admitted,
         Reason::Disabled,
         Reason::Cancelled,
@@ -118,6 +122,7 @@ impl Reason {
         Reason::UnconfiguredProvider,
         Reason::TooManyBudgets,
         Reason::CoordinationUnavailable,
+        Reason::DeadlineUnreachable,
     ];
 
     /// The spec's kebab-case name.
@@ -148,6 +153,7 @@ impl Reason {
             Reason::UnconfiguredProvider => "unconfigured-provider",
             Reason::TooManyBudgets => "too-many-budgets",
             Reason::CoordinationUnavailable => "coordination-unavailable",
+            Reason::DeadlineUnreachable => "deadline-unreachable",
         }
     }
 
@@ -165,6 +171,7 @@ impl Reason {
                 | Reason::CircuitOpen
                 | Reason::TooManyBudgets
                 | Reason::CoordinationUnavailable
+                | Reason::DeadlineUnreachable
         )
     }
 }

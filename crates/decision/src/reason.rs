@@ -134,7 +134,9 @@ pub enum DispatchCertainty {
 pub fn map_admission_reason(reason: Reason) -> (Status, AttemptReason) {
     match reason {
         Reason::Cancelled => (Status::Cancelled, AttemptReason::Cancelled),
-        Reason::DeadlineExceeded | Reason::QueueTimeout => (Status::Error, AttemptReason::Timeout),
+        Reason::DeadlineExceeded | Reason::DeadlineUnreachable | Reason::QueueTimeout => {
+            (Status::Error, AttemptReason::Timeout)
+        }
         Reason::RequestsPerMinute | Reason::TokensPerSecond | Reason::RetryAfter => {
             (Status::Error, AttemptReason::RateLimited)
         }

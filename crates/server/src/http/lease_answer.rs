@@ -64,6 +64,7 @@ fn write_evidence(out: &mut Vec<u8>, evidence: &Evidence) -> Result<(), serde_js
         retry_pressure,
         breaker_state,
         retry_after_ms,
+        predicted_wait_ms,
         breaker_transitions,
         budget_opened,
         coordination,
@@ -96,6 +97,10 @@ fn write_evidence(out: &mut Vec<u8>, evidence: &Evidence) -> Result<(), serde_js
     if let Some(retry_after_ms) = retry_after_ms {
         out.extend_from_slice(b",\"retryAfterMs\":");
         write_u64(out, *retry_after_ms);
+    }
+    if let Some(predicted_wait_ms) = predicted_wait_ms {
+        out.extend_from_slice(b",\"predictedWaitMs\":");
+        write_u64(out, *predicted_wait_ms);
     }
     if *budget_opened {
         out.extend_from_slice(b",\"budgetOpened\":true");
@@ -206,7 +211,7 @@ mod tests {
                 breaker_state(),
                 proptest::option::of(any::<u64>()),
                 proptest::collection::vec(transition(), 0..2),
-                any::<bool>(),
+                (any::<bool>(), proptest::option::of(any::<u64>())),
                 proptest::option::of(prop_oneof![
                     Just(Coordination::Shared),
                     Just(Coordination::Degraded)
@@ -216,7 +221,14 @@ mod tests {
             .prop_map(
                 |(
                     (decision, reason, queue_delay_ms, active, queued, tokens, cost),
-                    (retry_pressure, breaker_state, retry_after_ms, transitions, opened, coord),
+                    (
+                        retry_pressure,
+                        breaker_state,
+                        retry_after_ms,
+                        transitions,
+                        (opened, predicted_wait_ms),
+                        coord,
+                    ),
                 )| Evidence {
                     decision,
                     reason,
@@ -228,6 +240,7 @@ mod tests {
                     retry_pressure,
                     breaker_state,
                     retry_after_ms,
+                    predicted_wait_ms,
                     breaker_transitions: transitions,
                     budget_opened: opened,
                     coordination: coord,

@@ -6,7 +6,7 @@
 //! | reason | status |
 //! |---|---|
 //! | `admitted` | 200 |
-//! | `queue-full`, `queue-timeout`, `deadline-exceeded`, `too-many-budgets` | 429 + `Retry-After` |
+//! | `queue-full`, `queue-timeout`, `deadline-exceeded`, `deadline-unreachable`, `too-many-budgets` | 429 + `Retry-After` |
 //! | `retry-after`, `circuit-open`, `coordination-unavailable` | 503 + `Retry-After` |
 //! | `disabled` | 403 |
 //! | `cancelled` | 409 (only a client that already left can cause it) |
@@ -27,6 +27,7 @@ pub fn status_for(reason: Reason) -> StatusCode {
         Reason::QueueFull
         | Reason::QueueTimeout
         | Reason::DeadlineExceeded
+        | Reason::DeadlineUnreachable
         | Reason::TooManyBudgets => StatusCode::TOO_MANY_REQUESTS,
         Reason::RetryAfter | Reason::CircuitOpen | Reason::CoordinationUnavailable => {
             StatusCode::SERVICE_UNAVAILABLE
