@@ -111,6 +111,9 @@ pub struct Registry {
     scheduled: HashMap<String, Millis>,
     /// Applied to every controller, present and future.
     budget_bounds: BudgetBounds,
+    /// Set when controllers must *not* refuse at once what their lane predicts cannot meet its
+    /// deadline (the default is to refuse).
+    deadline_refusals_off: bool,
     /// Budgets forgotten for idleness, summed over every workspace.
     budgets_evicted: u64,
     /// (workspace, budget ID) of budgets forgotten for idleness, not yet polled; bounded at
@@ -133,6 +136,16 @@ impl Registry {
         self.budget_bounds = bounds;
         for entry in self.workspaces.values_mut() {
             entry.controller.set_budget_bounds(bounds);
+        }
+    }
+
+    /// Turns deadline-aware refusal (`deadline-unreachable`) on or off in every workspace,
+    /// existing and registered later (on by default; off serves as the "what would have
+    /// happened" run of the qualification harness).
+    pub fn set_deadline_refusals(&mut self, on: bool) {
+        self.deadline_refusals_off = !on;
+        for entry in self.workspaces.values_mut() {
+            entry.controller.set_deadline_refusals(on);
         }
     }
 
@@ -190,6 +203,7 @@ impl Registry {
             None => {
                 let mut controller = Controller::new(merged.clone(), now)?;
                 controller.set_budget_bounds(self.budget_bounds);
+                controller.set_deadline_refusals(!self.deadline_refusals_off);
                 self.workspaces.insert(
                     workspace_id.to_owned(),
                     WorkspaceEntry {

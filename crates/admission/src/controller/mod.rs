@@ -209,6 +209,8 @@ pub struct Controller {
     peak: Counts,
     /// Idle principal states kept beyond those not yet pristine ([`IDLE_PRINCIPALS_KEPT`]).
     idle_principals_kept: usize,
+    /// Whether a request whose predicted wait exceeds its deadline is refused at once.
+    deadline_refusals: bool,
     /// Set once bucket levels read after the last grant were restored (`levels.rs`): they hold
     /// every held lease's request and tokens already, so reinstating debits no bucket.
     levels_hold_leases: bool,
@@ -240,6 +242,7 @@ impl Controller {
             lanes_visited: 0,
             peak: Counts::default(),
             idle_principals_kept: IDLE_PRINCIPALS_KEPT,
+            deadline_refusals: true,
             levels_hold_leases: false,
         };
         controller.install_profile(profile);
@@ -586,6 +589,11 @@ impl Controller {
     /// The oldest breaker transition not yet polled, if any.
     pub fn poll_transition(&mut self) -> Option<BreakerTransition> {
         self.transition_outbox.pop_front()
+    }
+
+    /// Turns deadline-aware refusal (`deadline-unreachable`) on or off (on by default).
+    pub fn set_deadline_refusals(&mut self, on: bool) {
+        self.deadline_refusals = on;
     }
 
     /// How many idle principal states are kept beyond those not yet pristine (default
