@@ -11,10 +11,13 @@
 //!
 //! - **Band.** The highest band with an eligible waiter, unless a lower band holds a credit of
 //!   a whole grant: after every grant of the provider, each band below the highest waiting one
-//!   gains its `minShare` (in thousandths, capped at one grant plus its share); a band served
-//!   on credit pays one grant; a band whose lanes empty drops its credit (no banking while
-//!   idle). So while a lower band waits it receives at least its `minShare` of the grants, and
-//!   strict priority never starves it.
+//!   that has waiters gains its `minShare` (in thousandths, capped at one grant plus its
+//!   share); a band served on credit pays one grant. A lower band starts with one grant of
+//!   credit, and an empty band gains nothing (it keeps what it had, at most one grant plus its
+//!   share: no burst on return). So a lower band that starts waiting behind a saturating
+//!   higher band is served at once and then once every `1 / minShare` grants: over any N grants
+//!   while it waits it receives at least ⌈N × minShare⌉ − 1 of them, ⌈N × minShare⌉ from the
+//!   start, and strict priority never starves it.
 //! - **Principal, within the band.** The lane with the least *counter*: service received
 //!   divided by weight (`cost × K / weight`, cost = estimated tokens in token mode, 1 in
 //!   requests mode). A grant charges its cost; the release corrects it with the actual tokens
@@ -33,7 +36,7 @@
 //!   non-empty and takes it out when it empties.
 //! - Counters are integers (`u128` fixed point, no floats): the order is the same on every
 //!   machine.
-//! - `credit` of a band with no lane in its heap is 0.
+//! - Every band's credit stays within [0, one grant + its share].
 //!
 //! # Complexity
 //!
@@ -129,6 +132,10 @@ impl FairOrder {
             seq: 0,
             debts: FxHashMap::default(),
         };
+        // A lower band's first wait behind a higher one ends at the next grant.
+        for band in &mut order.bands[1..] {
+            band.credit = GRANT;
+        }
         order.configure(mode, shares);
         order
     }
@@ -173,9 +180,6 @@ impl FairOrder {
         if let Some((counter, seq)) = slot.key.take() {
             let band = &mut self.bands[usize::from(slot.band)];
             band.heap.remove(&(counter, seq, lane));
-            if band.heap.is_empty() {
-                band.credit = 0;
-            }
         }
     }
 
@@ -308,11 +312,10 @@ impl FairOrder {
     }
 
     /// Empties every band (their lanes are entered again under the profile now in force);
-    /// counters, virtual times and debts stay.
+    /// counters, virtual times, credits and debts stay.
     pub(crate) fn clear_bands(&mut self) {
         for band in &mut self.bands {
             band.heap.clear();
-            band.credit = 0;
         }
     }
 
@@ -428,25 +431,46 @@ mod tests {
                 batch_grants.push(grant);
             }
         }
-        // Its credit fills in the first 10 grants; from then on one grant in every 10.
-        assert_eq!(batch_grants.len(), 99, "{batch_grants:?}");
-        assert_eq!(batch_grants[0], 10);
+        // Served at once on its starting credit, then once in every 10 grants.
+        assert_eq!(batch_grants.len(), 100, "{batch_grants:?}");
+        assert_eq!(batch_grants[0], 0);
         assert!(batch_grants.windows(2).all(|w| w[1] - w[0] == 10));
     }
 
     #[test]
-    fn ineligible_lanes_are_skipped_and_an_empty_band_drops_its_credit() {
+    fn ineligible_lanes_are_skipped_and_an_empty_band_gains_nothing() {
         let mut order = order(Fairness::Tokens);
         let (mut a, mut b) = (FairSlot::default(), FairSlot::default());
         order.enter(0, &mut a, Priority::Interactive);
         order.enter(1, &mut b, Priority::Batch);
+        assert_eq!(
+            order.pick(|_| true).map(|p| (p.lane, p.on_credit)),
+            Some((1, true))
+        );
+        order.charge(1, &mut b, 10, 1000, true);
         for _ in 0..20 {
             order.charge(0, &mut a, 10, 1000, false);
         }
-        assert!(order.bands[2].credit >= GRANT);
+        assert_eq!(
+            order.bands[2].credit,
+            GRANT + 100,
+            "capped at one grant and its share"
+        );
         assert_eq!(order.pick(|lane| lane == 0).map(|p| p.lane), Some(0));
         assert_eq!(order.pick(|_| false), None);
         order.leave(1, &mut b);
-        assert_eq!(order.bands[2].credit, 0);
+        order.charge(0, &mut a, 10, 1000, false);
+        assert_eq!(
+            order.bands[2].credit,
+            GRANT + 100,
+            "nothing gained while empty"
+        );
+        order.enter(1, &mut b, Priority::Batch);
+        let pick = order.pick(|_| true).unwrap();
+        order.charge(pick.lane, &mut b, 10, 1000, pick.on_credit);
+        assert!(
+            order.pick(|_| true).is_some_and(|p| p.lane == 0),
+            "one grant, no burst"
+        );
     }
 }

@@ -88,9 +88,20 @@ pub struct ServeArgs {
     /// when a tail happened, e.g. the worst 10 ms windows of a run.
     #[arg(long)]
     pub timeline: Option<std::path::PathBuf>,
+    /// In-process only: what the bench provider's turns are fair in (`requests`, the default,
+    /// or `tokens`; `docs/profiles.md`), to compare the two modes' cost.
+    #[arg(long, value_enum, default_value_t = FairnessArg::Requests)]
+    pub fairness: FairnessArg,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--fairness`: the bench provider's `fairness`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FairnessArg {
+    Requests,
+    Tokens,
 }
 
 /// `[leases] durability` of the in-process service.
@@ -135,6 +146,9 @@ fn parse_rate(text: &str) -> Result<f64, String> {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.clients == 0 || args.seconds == 0 {
         bail!("--clients and --seconds must be at least 1");
+    }
+    if !args.url.is_empty() && args.fairness != FairnessArg::Requests {
+        bail!("--fairness sets the in-process service's profile; with --url the service's own profile decides");
     }
     // Created first, so an unwritable path is refused before anything starts, not after the run.
     let timeline_file = match &args.timeline {
@@ -210,7 +224,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                         ),
                         None => "a fresh data directory yields an admin key".to_owned(),
                     })?;
-                let target = setup(&client, &base, &admin).await?;
+                let target = setup(&client, &base, &admin, args.fairness).await?;
                 server = Some(running);
                 data_dir = Some(dir);
                 target
@@ -320,9 +334,22 @@ fn process_cpu() -> Option<Duration> {
     None
 }
 
-/// Registers the bench profile and creates the bench principal's key.
-async fn setup(client: &reqwest::Client, base: &str, admin: &str) -> anyhow::Result<Target> {
-    let key = register_bench_principal(client, base, admin, BENCH_PROFILE).await?;
+/// Registers the bench profile (its provider fair in `fairness`) and creates the bench
+/// principal's key.
+async fn setup(
+    client: &reqwest::Client,
+    base: &str,
+    admin: &str,
+    fairness: FairnessArg,
+) -> anyhow::Result<Target> {
+    let profile = match fairness {
+        FairnessArg::Requests => BENCH_PROFILE.to_owned(),
+        FairnessArg::Tokens => BENCH_PROFILE.replace(
+            r#""bench-provider": {"concurrency": 4096}"#,
+            r#""bench-provider": {"concurrency": 4096, "fairness": "tokens"}"#,
+        ),
+    };
+    let key = register_bench_principal(client, base, admin, &profile).await?;
     Ok(Target {
         bases: vec![base.to_owned()],
         keys: vec![key],
