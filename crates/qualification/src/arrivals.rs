@@ -6,6 +6,9 @@
 //! service time, whether the first attempt fails, and whether the arrival cancels. All integer
 //! steps are 32-bit wrapping; `atMs` is JavaScript `Math.round` of the float time. The same
 //! manifest always yields the same arrivals, on every machine.
+//!
+//! A principal with `callTokens` (manifests after v2) sends calls of that size: the huge/small
+//! draw is still made, so every other field of the stream is the one without it.
 
 use serde::{Deserialize, Serialize};
 
@@ -129,11 +132,12 @@ impl Iterator for ArrivalStream<'_> {
         let provider_index =
             (self.random.next_f64() * self.providers.len() as f64).floor() as usize;
         let provider = self.providers[provider_index.min(self.providers.len() - 1)];
-        let tokens = if self.random.next_f64() < model.huge_token_share {
+        let drawn = if self.random.next_f64() < model.huge_token_share {
             model.huge_tokens
         } else {
             model.small_tokens
         };
+        let tokens = principal.call_tokens.unwrap_or(drawn);
         let span = model.service_time_ms.maximum - model.service_time_ms.minimum + 1;
         let service_ms =
             model.service_time_ms.minimum + (self.random.next_f64() * span as f64).floor() as u64;
