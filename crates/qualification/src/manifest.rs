@@ -52,7 +52,7 @@ pub const PINNED_DIGESTS: &[(&str, &str)] = &[
     ),
     (
         "decision-load-manifest/v3",
-        "sha256:89fe02fd71028fae8f22b753075bcfb7db165bd23faf0501b87ba45d0dec033b",
+        "sha256:381ff9713eaed48978e96a51fa4f756364ca5c1393689c1dd4cc3ae6691ac20d",
     ),
 ];
 
