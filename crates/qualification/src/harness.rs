@@ -435,17 +435,13 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
     }
 
     fn attempt(&mut self, ordinal: u64) -> Result<(), RegistryError> {
-        let manifest = self.manifest;
         let now = self.now;
         let Some(live) = self.live.get_mut(&ordinal) else {
             return Ok(());
         };
         live.attempts += 1;
         let arrival = &live.arrival;
-        live.deadline = match manifest.principals.get(arrival.principal_index) {
-            Some(principal) => principal.attempt_deadline(now, arrival.service_ms),
-            None => now + crate::manifest::DEADLINE_SLACK_MS + arrival.service_ms,
-        };
+        live.deadline = arrival.attempt_deadline(now);
         let request = AdmissionRequest::new(
             arrival.principal_id.as_str(),
             arrival.provider_id.as_str(),

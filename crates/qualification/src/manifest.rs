@@ -52,7 +52,7 @@ pub const PINNED_DIGESTS: &[(&str, &str)] = &[
     ),
     (
         "decision-load-manifest/v3",
-        "sha256:381ff9713eaed48978e96a51fa4f756364ca5c1393689c1dd4cc3ae6691ac20d",
+        "sha256:87ba120526d34e7c99be88e8be8193e7209d1c2a1495cdc001f0067a4ad151fb",
     ),
 ];
 
@@ -89,19 +89,18 @@ pub struct ManifestPrincipal {
     /// so the estimate stands).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actual_tokens: Option<u64>,
-    /// The attempt deadline, relative to the attempt (absent: `2000 + serviceMs`). Controller
-    /// target only.
+    /// The attempt deadline of the principal's calls, relative to the attempt (absent:
+    /// `2000 + serviceMs`). Controller target only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
+    /// With `deadlineMs`: the share of the calls that carry it (one more draw per arrival of
+    /// this principal); the others keep `2000 + serviceMs`. Absent: every call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_share: Option<f64>,
     pub limits: Limits,
 }
 
 impl ManifestPrincipal {
-    /// The deadline of an attempt made at `now` for a call of `service_ms`.
-    pub fn attempt_deadline(&self, now: u64, service_ms: u64) -> u64 {
-        now + self.deadline_ms.unwrap_or(DEADLINE_SLACK_MS + service_ms)
-    }
-
     /// The tokens a call of `estimated` tokens actually uses.
     pub fn actual_tokens_of(&self, estimated: u64) -> u64 {
         self.actual_tokens.unwrap_or(estimated)
