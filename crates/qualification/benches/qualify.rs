@@ -1,7 +1,8 @@
 //! The 990 s admission-controller target of manifest v2, end to end (arrival generation, the
 //! controller on virtual time, observations). Target: at most 0.2 s of CPU on a 2-core machine.
 //! And the evaluator target: the first 90 s through the decision evaluator with a fake adapter
-//! on paused tokio time. Target: at most 1 s of CPU.
+//! on paused tokio time. Target: at most 1 s of CPU. And the v3-tokens controller target (300 s,
+//! token mode, bands, the fair-share tally), for its cost against v2's.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -27,6 +28,19 @@ fn controller_target(c: &mut Criterion) {
     });
     c.bench_function("qualify/arrivals_v2_990s", |b| {
         b.iter(|| black_box(ArrivalStream::new(manifest, window).count()))
+    });
+    // v3-tokens: one lane in token mode with bands, the fair-share tally on (run B alone).
+    let tokens = LoadedManifest::embedded_v3_tokens().expect("embedded manifest");
+    let tokens = &tokens.manifest;
+    let window = tokens.duration.window_seconds();
+    c.bench_function("qualify/admission_controller_v3_tokens_300s", |b| {
+        b.iter(|| {
+            let arrivals = ArrivalStream::new(tokens, window);
+            black_box(
+                run_admission_controller(tokens, arrivals, window * 1000, &mut |_| {})
+                    .expect("run"),
+            )
+        })
     });
 }
 

@@ -6,6 +6,12 @@
 //! service time, whether the first attempt fails, and whether the arrival cancels. All integer
 //! steps are 32-bit wrapping; `atMs` is JavaScript `Math.round` of the float time. The same
 //! manifest always yields the same arrivals, on every machine.
+//!
+//! A principal with `callTokens` (manifests after v2) sends calls of that size: the huge/small
+//! draw is still made, so every other field of the stream is the one without it. A principal
+//! with `deadlineMs` gives its calls that deadline; with `deadlineShare` too, one more draw
+//! (after the cancellation's) decides whether this call carries it. Neither is in v1 or v2, so
+//! their streams are the reference's.
 
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +55,19 @@ pub struct Arrival {
     pub service_ms: u64,
     pub fails_first_attempt: bool,
     pub cancel_at_ms: Option<u64>,
+    /// The attempt deadline relative to the attempt, when the principal sets `deadlineMs`
+    /// (absent: `2000 + serviceMs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+}
+
+impl Arrival {
+    /// The deadline of an attempt of this arrival made at `now`.
+    pub fn attempt_deadline(&self, now: u64) -> u64 {
+        now + self
+            .deadline_ms
+            .unwrap_or(crate::manifest::DEADLINE_SLACK_MS + self.service_ms)
+    }
 }
 
 /// JavaScript `Math.round` for non-negative times: halves round up.
@@ -129,11 +148,12 @@ impl Iterator for ArrivalStream<'_> {
         let provider_index =
             (self.random.next_f64() * self.providers.len() as f64).floor() as usize;
         let provider = self.providers[provider_index.min(self.providers.len() - 1)];
-        let tokens = if self.random.next_f64() < model.huge_token_share {
+        let drawn = if self.random.next_f64() < model.huge_token_share {
             model.huge_tokens
         } else {
             model.small_tokens
         };
+        let tokens = principal.call_tokens.unwrap_or(drawn);
         let span = model.service_time_ms.maximum - model.service_time_ms.minimum + 1;
         let service_ms =
             model.service_time_ms.minimum + (self.random.next_f64() * span as f64).floor() as u64;
@@ -141,6 +161,11 @@ impl Iterator for ArrivalStream<'_> {
         let at_ms = js_round(self.time);
         let cancel_at_ms = (self.random.next_f64() < model.cancellation_rate)
             .then(|| at_ms + model.cancel_after_ms);
+        let deadline_ms = principal.deadline_ms.filter(|_| {
+            principal
+                .deadline_share
+                .is_none_or(|share| self.random.next_f64() < share)
+        });
         let arrival = Arrival {
             ordinal: self.ordinal,
             at_ms,
@@ -152,6 +177,7 @@ impl Iterator for ArrivalStream<'_> {
             service_ms,
             fails_first_attempt,
             cancel_at_ms,
+            deadline_ms,
         };
         self.ordinal += 1;
         Some(arrival)

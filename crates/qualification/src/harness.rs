@@ -11,7 +11,8 @@
 //! # Per arrival (REFERENCE §7)
 //!
 //! Each attempt acquires with `{tokens, attempts: 1, batchSize: 1, items: 1, costUsd: 0,
-//! retainedWork: 1}` and deadline `now + 2000 + serviceMs`. A first attempt that fails releases
+//! retainedWork: 1}` and deadline `now + 2000 + serviceMs` (or `now + deadlineMs` when the
+//! principal sets it). A principal with `actualTokens` releases its calls with that usage. A first attempt that fails releases
 //! with failure and retries at most `maxRetries` times after `retryBackoffMs`. A rejection is
 //! `shed` (or `cancelled` when its reason is `cancelled`). A cancellation cancels a queued
 //! attempt, aborts an active call (released with no outcome) or a pending retry. Every arrival
@@ -20,6 +21,11 @@
 //! [`run_admission_controller_traced`] also returns how every arrival ended
 //! ([`ArrivalOutcome`]), for the per-request comparison with the reference's rules
 //! (`examples/shed_decomposition.rs`); the plain run keeps nothing per finished arrival.
+//!
+//! [`run`] takes [`RunOptions`]: the fair-share tally ([`crate::fair_share`], on for a
+//! manifest that shapes the order), the core's deadline-aware refusals (off for run A of the
+//! [`crate::deadline_ab`] comparison) and the attempts run A watches. Every run lists the
+//! attempts it saw refused `deadline-unreachable`.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -27,12 +33,14 @@ use std::iter::Peekable;
 
 use rustc_hash::FxHashMap;
 use turnstile_admission::{
-    Acquired, AdmissionRequest, Counts, Estimate, LeaseId, Outcome, Reason, Registry,
+    Acquired, ActualUsage, AdmissionRequest, Counts, Estimate, LeaseId, Outcome, Reason, Registry,
     RegistryError, WaiterId,
 };
 
 use crate::arrivals::Arrival;
-use crate::manifest::{Manifest, PrincipalClass};
+use crate::deadline_ab::{AttemptKey, RefusalWatch};
+use crate::fair_share::FairShareTally;
+use crate::manifest::{Manifest, ManifestPrincipal, PrincipalClass};
 use crate::observations::{ratio, Observations};
 
 const WORKSPACE: &str = "load-harness";
@@ -90,6 +98,8 @@ struct Live {
     arrival: Arrival,
     phase: Phase,
     attempts: u32,
+    /// The deadline of the current attempt.
+    deadline: u64,
     admitted_once: bool,
     reason: Option<Reason>,
 }
@@ -100,15 +110,81 @@ struct ClassCounts {
     admitted: u64,
 }
 
+/// How a run is set up beyond the manifest.
+#[derive(Debug)]
+pub struct RunOptions {
+    /// The core's deadline-aware refusals (`Registry::set_deadline_refusals`); on by default.
+    pub deadline_refusals: bool,
+    /// Keep the fair-share tally (`observations.fairShare`).
+    pub fair_share: bool,
+    /// Keep how every arrival ended.
+    pub trace: bool,
+    /// Keep the workspace's totals at the end of every virtual second.
+    pub sample: bool,
+    /// The attempts another run refused, to see whether this one admits them in time.
+    pub watch: Option<RefusalWatch>,
+}
+
+impl RunOptions {
+    /// The record's run of `manifest`: refusals on, the tally when the manifest shapes the
+    /// order, nothing kept per arrival.
+    pub fn new(manifest: &Manifest) -> Self {
+        RunOptions {
+            deadline_refusals: true,
+            fair_share: manifest.shapes_order(),
+            trace: false,
+            sample: false,
+            watch: None,
+        }
+    }
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct Run {
+    pub observations: Observations,
+    /// How every arrival ended, in settling order (traced runs only).
+    pub outcomes: Vec<ArrivalOutcome>,
+    /// `samples[s]` is the workspace's totals at `(s + 1) * 1000` ms, before the events of that
+    /// instant (sampled runs only).
+    pub samples: Vec<Counts>,
+    /// The attempts refused `deadline-unreachable`, in refusal order.
+    pub deadline_refused: Vec<AttemptKey>,
+    /// The watch of [`RunOptions::watch`], with what this run saw.
+    pub watch: Option<RefusalWatch>,
+}
+
 /// Runs the admission-controller target over `arrivals` (in `atMs` order, already cut to the
-/// window). `progress` is called now and then with the virtual instant reached (ms).
+/// window) as `options` say. `progress` is called now and then with the virtual instant
+/// reached (ms).
+pub fn run(
+    manifest: &Manifest,
+    arrivals: impl Iterator<Item = Arrival>,
+    window_ms: u64,
+    options: RunOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Run, RegistryError> {
+    let mut harness = Harness::new(manifest, arrivals.peekable())?;
+    harness
+        .registry
+        .set_deadline_refusals(options.deadline_refusals);
+    harness.outcomes = options.trace.then(Vec::new);
+    harness.samples = options.sample.then(Vec::new);
+    harness.fair_share = options.fair_share.then(|| FairShareTally::new(manifest));
+    harness.watch = options.watch;
+    harness.run(window_ms, progress)
+}
+
+/// The record's run of the admission-controller target ([`RunOptions::new`]), observations
+/// only.
 pub fn run_admission_controller(
     manifest: &Manifest,
     arrivals: impl Iterator<Item = Arrival>,
     window_ms: u64,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Observations, RegistryError> {
-    Harness::new(manifest, arrivals.peekable())?.run(window_ms, progress)
+    let options = RunOptions::new(manifest);
+    Ok(run(manifest, arrivals, window_ms, options, progress)?.observations)
 }
 
 /// [`run_admission_controller`], also returning how every arrival ended, in settling order.
@@ -117,25 +193,12 @@ pub fn run_admission_controller_traced(
     arrivals: impl Iterator<Item = Arrival>,
     window_ms: u64,
 ) -> Result<(Observations, Vec<ArrivalOutcome>), RegistryError> {
-    let mut harness = Harness::new(manifest, arrivals.peekable())?;
-    harness.outcomes = Some(Vec::new());
-    harness.run_traced(window_ms, &mut |_| {})
-}
-
-/// A traced run that also samples the workspace's active and queued totals at the end of
-/// every virtual second (`samples[s]` is the state at `(s + 1) * 1000` ms, before the events
-/// of that instant), for the HTML report's timeline.
-pub fn run_admission_controller_sampled(
-    manifest: &Manifest,
-    arrivals: impl Iterator<Item = Arrival>,
-    window_ms: u64,
-    progress: &mut dyn FnMut(u64),
-) -> Result<(Observations, Vec<ArrivalOutcome>, Vec<Counts>), RegistryError> {
-    let mut harness = Harness::new(manifest, arrivals.peekable())?;
-    harness.outcomes = Some(Vec::new());
-    harness.samples = Some(Vec::new());
-    let (observations, outcomes) = harness.run_traced_sampled(window_ms, progress)?;
-    Ok((observations, outcomes.0, outcomes.1))
+    let options = RunOptions {
+        trace: true,
+        ..RunOptions::new(manifest)
+    };
+    let run = run(manifest, arrivals, window_ms, options, &mut |_| {})?;
+    Ok((run.observations, run.outcomes))
 }
 
 struct Harness<'a, I: Iterator<Item = Arrival>> {
@@ -157,6 +220,9 @@ struct Harness<'a, I: Iterator<Item = Arrival>> {
     outcomes: Option<Vec<ArrivalOutcome>>,
     /// Totals at the end of every virtual second, kept only by a sampled run.
     samples: Option<Vec<Counts>>,
+    fair_share: Option<FairShareTally>,
+    watch: Option<RefusalWatch>,
+    deadline_refused: Vec<AttemptKey>,
 }
 
 impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
@@ -177,6 +243,9 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
             now: 0,
             outcomes: None,
             samples: None,
+            fair_share: None,
+            watch: None,
+            deadline_refused: Vec::new(),
         })
     }
 
@@ -211,29 +280,11 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
         }
     }
 
-    fn run(
-        self,
-        window_ms: u64,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<Observations, RegistryError> {
-        Ok(self.run_traced(window_ms, progress)?.0)
+    fn principal(&self, index: usize) -> Option<&'a ManifestPrincipal> {
+        self.manifest.principals.get(index)
     }
 
-    fn run_traced(
-        self,
-        window_ms: u64,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<(Observations, Vec<ArrivalOutcome>), RegistryError> {
-        let (observations, (outcomes, _)) = self.run_traced_sampled(window_ms, progress)?;
-        Ok((observations, outcomes))
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn run_traced_sampled(
-        mut self,
-        window_ms: u64,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<(Observations, (Vec<ArrivalOutcome>, Vec<Counts>)), RegistryError> {
+    fn run(mut self, window_ms: u64, progress: &mut dyn FnMut(u64)) -> Result<Run, RegistryError> {
         let mut steps = 0u64;
         let mut next_sample = 1000u64;
         loop {
@@ -283,13 +334,14 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
                 next_sample += 1000;
             }
         }
-        Ok((
-            self.observations,
-            (
-                self.outcomes.unwrap_or_default(),
-                self.samples.unwrap_or_default(),
-            ),
-        ))
+        self.observations.fair_share = self.fair_share.map(FairShareTally::finish);
+        Ok(Run {
+            observations: self.observations,
+            outcomes: self.outcomes.unwrap_or_default(),
+            samples: self.samples.unwrap_or_default(),
+            deadline_refused: self.deadline_refused,
+            watch: self.watch,
+        })
     }
 
     fn class(&mut self, class: PrincipalClass) -> &mut ClassCounts {
@@ -312,6 +364,7 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
                 arrival,
                 phase: Phase::BackingOff,
                 attempts: 0,
+                deadline: 0,
                 admitted_once: false,
                 reason: None,
             },
@@ -340,9 +393,12 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
                 }
                 let fails = live.arrival.fails_first_attempt && live.attempts == 1;
                 let may_retry = live.attempts <= self.manifest.arrival_model.max_retries;
+                let usage = self
+                    .principal(live.arrival.principal_index)
+                    .and_then(|p| p.actual_tokens)
+                    .map(|tokens| ActualUsage::none().tokens(tokens));
                 if fails {
-                    self.registry
-                        .release(WORKSPACE, lease, Outcome::Failure, self.now)?;
+                    self.finish_call(lease, Outcome::Failure, usage)?;
                     if may_retry {
                         if let Some(live) = self.live.get_mut(&arrival) {
                             live.phase = Phase::BackingOff;
@@ -353,8 +409,7 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
                         self.finish(arrival, Ending::Failed)?;
                     }
                 } else {
-                    self.registry
-                        .release(WORKSPACE, lease, Outcome::Success, self.now)?;
+                    self.finish_call(lease, Outcome::Success, usage)?;
                     self.finish(arrival, Ending::Completed)?;
                 }
                 self.drain_resolutions()?;
@@ -363,12 +418,30 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
         Ok(())
     }
 
+    /// Releases a call that ran to its end, with what it used when the principal reports it.
+    fn finish_call(
+        &mut self,
+        lease: LeaseId,
+        outcome: Outcome,
+        usage: Option<ActualUsage>,
+    ) -> Result<(), RegistryError> {
+        match usage {
+            Some(usage) => self
+                .registry
+                .release_with_usage(WORKSPACE, lease, outcome, usage, self.now)?,
+            None => self.registry.release(WORKSPACE, lease, outcome, self.now)?,
+        };
+        Ok(())
+    }
+
     fn attempt(&mut self, ordinal: u64) -> Result<(), RegistryError> {
+        let now = self.now;
         let Some(live) = self.live.get_mut(&ordinal) else {
             return Ok(());
         };
         live.attempts += 1;
         let arrival = &live.arrival;
+        live.deadline = arrival.attempt_deadline(now);
         let request = AdmissionRequest::new(
             arrival.principal_id.as_str(),
             arrival.provider_id.as_str(),
@@ -383,13 +456,17 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
                 .cost_usd(0.0)
                 .retained_work(1),
         )
-        .with_deadline(self.now + 2000 + arrival.service_ms);
+        .with_deadline(live.deadline);
         self.observations.attempts += 1;
         match self.registry.acquire(WORKSPACE, request, self.now)? {
             Acquired::Admitted(lease) => self.start_call(ordinal, lease.id, 0),
             Acquired::Queued { waiter, .. } => {
                 if let Some(live) = self.live.get_mut(&ordinal) {
                     live.phase = Phase::Queued(waiter);
+                    if let Some(tally) = self.fair_share.as_mut() {
+                        let arrival = &live.arrival;
+                        tally.enqueued(&arrival.provider_id, arrival.principal_index);
+                    }
                 }
                 self.waiting.insert(waiter, ordinal);
             }
@@ -399,11 +476,28 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
     }
 
     fn start_call(&mut self, ordinal: u64, lease: LeaseId, queue_delay_ms: u64) {
+        let manifest = self.manifest;
         let Some(live) = self.live.get_mut(&ordinal) else {
             return;
         };
+        let was_queued = matches!(live.phase, Phase::Queued(_));
         live.phase = Phase::Calling(lease);
         live.admitted_once = true;
+        let arrival = &live.arrival;
+        if let Some(tally) = self.fair_share.as_mut() {
+            let tokens = manifest
+                .principals
+                .get(arrival.principal_index)
+                .map_or(arrival.tokens, |p| p.actual_tokens_of(arrival.tokens));
+            let (provider, principal) = (&arrival.provider_id, arrival.principal_index);
+            tally.granted(provider, principal, tokens, queue_delay_ms);
+            if was_queued {
+                tally.dequeued(provider, principal);
+            }
+        }
+        if let Some(watch) = self.watch.as_mut() {
+            watch.admitted((ordinal, live.attempts), self.now, live.deadline);
+        }
         let at = self.now + live.arrival.service_ms;
         let observations = &mut self.observations;
         observations.maximum_eligible_lane_wait_ms = observations
@@ -421,6 +515,12 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
     fn rejected(&mut self, ordinal: u64, reason: Reason) -> Result<(), RegistryError> {
         if let Some(live) = self.live.get_mut(&ordinal) {
             live.reason = Some(reason);
+            if let (Some(tally), Phase::Queued(_)) = (self.fair_share.as_mut(), live.phase) {
+                tally.dequeued(&live.arrival.provider_id, live.arrival.principal_index);
+            }
+            if reason == Reason::DeadlineUnreachable {
+                self.deadline_refused.push((ordinal, live.attempts));
+            }
         }
         if reason == Reason::Cancelled {
             self.finish(ordinal, Ending::Cancelled)
@@ -443,6 +543,9 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
             Phase::Queued(waiter) => {
                 self.waiting.remove(&waiter);
                 self.registry.cancel(WORKSPACE, waiter, self.now)?;
+                if let Some(tally) = self.fair_share.as_mut() {
+                    tally.dequeued(&live.arrival.provider_id, live.arrival.principal_index);
+                }
             }
             Phase::Calling(lease) => {
                 self.registry

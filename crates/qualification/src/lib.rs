@@ -4,7 +4,9 @@
 #![forbid(unsafe_code)]
 
 pub mod arrivals;
+pub mod deadline_ab;
 pub mod evaluator_target;
+pub mod fair_share;
 pub mod gate;
 pub mod harness;
 pub mod manifest;

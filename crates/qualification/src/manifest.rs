@@ -4,6 +4,12 @@
 //! in the first seed, later versions in [`PINNED_DIGESTS`]. Changing a bound after observing
 //! results means a new manifest version, never an edit. The manifests ship in the binary
 //! (byte for byte, via `include_bytes!`), so `turnstile qualify` needs no file.
+//!
+//! A principal entry has two kinds of fields, kept apart: the **load generator's** (`weight`:
+//! its share of the arrivals; `callTokens`, `actualTokens`, `deadlineMs`: the size, the actual
+//! usage and the deadline of its calls) and the **admission profile's** (`limits`, where
+//! `limits.weight` is the scheduling weight and `limits.priority` the band). Absent
+//! load-generator fields keep REFERENCE §7's rules, so v1 and v2 run exactly as before.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +23,14 @@ pub const MANIFEST_V2: &[u8] = include_bytes!("../../../manifests/load-manifest.
 /// Scaling manifests derived from v2 (10× and 100× the arrival rate and the limits).
 pub const MANIFEST_V3_X10: &[u8] = include_bytes!("../../../manifests/load-manifest.v3-x10.json");
 pub const MANIFEST_V3_X100: &[u8] = include_bytes!("../../../manifests/load-manifest.v3-x100.json");
+/// The token-fair scheduling manifest (issue 31): one provider lane in token mode, call sizes
+/// 10× apart, weights 1 and 2, a batch band under a saturating interactive load, deadlines.
+pub const MANIFEST_V3_TOKENS: &[u8] =
+    include_bytes!("../../../manifests/load-manifest.v3-tokens.json");
+
+/// REFERENCE §7's attempt deadline is `now + DEADLINE_SLACK_MS + serviceMs` (the controller
+/// target, unless the principal sets `deadlineMs`; the evaluator target always).
+pub const DEADLINE_SLACK_MS: u64 = 2000;
 
 /// `(schema, digest)` of every manifest this build accepts; a schema may pin several files.
 pub const PINNED_DIGESTS: &[(&str, &str)] = &[
@@ -35,6 +49,10 @@ pub const PINNED_DIGESTS: &[(&str, &str)] = &[
     (
         "decision-load-manifest/v3",
         "sha256:d26b54ec25e2cc5442875cf52e4ad0ec1576f0f95c99db08c945e25d94b65bb3",
+    ),
+    (
+        "decision-load-manifest/v3",
+        "sha256:87ba120526d34e7c99be88e8be8193e7209d1c2a1495cdc001f0067a4ad151fb",
     ),
 ];
 
@@ -55,14 +73,38 @@ pub enum ManifestError {
     InvalidLimits(#[from] turnstile_admission::ProfileError),
 }
 
-/// A principal of a v2 manifest.
+/// A principal of a v2-shaped manifest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ManifestPrincipal {
     pub id: String,
     pub class: PrincipalClass,
+    /// The load generator's share of the arrivals (cumulative draw), **not** the scheduling
+    /// weight (that is `limits.weight`).
     pub weight: f64,
+    /// The token estimate of every call (absent: the arrival model's small or huge draw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_tokens: Option<u64>,
+    /// What every call actually uses, reported at release (absent: released without usage,
+    /// so the estimate stands).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actual_tokens: Option<u64>,
+    /// The attempt deadline of the principal's calls, relative to the attempt (absent:
+    /// `2000 + serviceMs`). Controller target only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// With `deadlineMs`: the share of the calls that carry it (one more draw per arrival of
+    /// this principal); the others keep `2000 + serviceMs`. Absent: every call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_share: Option<f64>,
     pub limits: Limits,
+}
+
+impl ManifestPrincipal {
+    /// The tokens a call of `estimated` tokens actually uses.
+    pub fn actual_tokens_of(&self, estimated: u64) -> u64 {
+        self.actual_tokens.unwrap_or(estimated)
+    }
 }
 
 /// Principal classes the quiet-admission bound distinguishes.
@@ -183,6 +225,11 @@ impl LoadedManifest {
     pub fn embedded_v2() -> Result<Self, ManifestError> {
         Self::from_bytes(MANIFEST_V2)
     }
+
+    /// The embedded token-fair scheduling manifest (v3-tokens).
+    pub fn embedded_v3_tokens() -> Result<Self, ManifestError> {
+        Self::from_bytes(MANIFEST_V3_TOKENS)
+    }
 }
 
 impl Manifest {
@@ -197,6 +244,18 @@ impl Manifest {
                 .map(|p| (p.id.clone(), p.limits.clone()))
                 .collect(),
         }
+    }
+
+    /// Whether the profile asks for anything but the default order: a provider's `fairness`,
+    /// a principal's `weight` or `priority`, or the workspace's `minShare`. Such a manifest's
+    /// record carries the fair-share figures (`observations.fairShare`); v1 and v2 do not.
+    pub fn shapes_order(&self) -> bool {
+        self.workspace.min_share.is_some()
+            || self.providers.values().any(|p| p.fairness.is_some())
+            || self
+                .principals
+                .iter()
+                .any(|p| p.limits.weight.is_some() || p.limits.priority.is_some())
     }
 
     /// Sorted provider IDs (the arrival generator's provider order).

@@ -1,13 +1,20 @@
 //! One qualification run: generate the arrivals, drive a target (the admission controller over
 //! the whole window, or the evaluator over `evaluatorSampleSeconds`), sample resources, seal a
 //! record.
+//!
+//! The admission-controller target adds the deadline-refusal A/B ([`crate::deadline_ab`]) for
+//! a manifest that shapes the order, or when its run refused any attempt
+//! `deadline-unreachable`: run A goes after the resources are sampled, so they are run B's
+//! alone.
 
 use crate::arrivals::ArrivalStream;
+use crate::deadline_ab::RefusalWatch;
 use crate::evaluator_target::{run_evaluator, EvaluatorTargetError};
-use crate::harness::{run_admission_controller, run_admission_controller_sampled};
+use crate::harness::{self, Run, RunOptions};
 use crate::manifest::LoadedManifest;
 use crate::record::{LoadResultRecord, Mode, Target};
 use crate::resources::CpuStopwatch;
+use crate::resources::Resources;
 
 /// A run that could not produce a record.
 #[derive(Debug, thiserror::Error)]
@@ -20,28 +27,54 @@ pub enum QualifyError {
     Evaluator(#[from] EvaluatorTargetError),
 }
 
+/// Run B (the record's run, as `options` say) and its resources, then run A of the A/B when
+/// it is due, its figures put into B's observations.
+fn run_controller(
+    manifest: &LoadedManifest,
+    options: RunOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(Run, Resources), QualifyError> {
+    let manifest = &manifest.manifest;
+    let window_seconds = manifest.duration.window_seconds();
+    let window_ms = window_seconds * 1000;
+    let stopwatch = CpuStopwatch::start();
+    let arrivals = ArrivalStream::new(manifest, window_seconds);
+    let mut b = harness::run(manifest, arrivals, window_ms, options, progress)?;
+    let resources = stopwatch.finish(b.observations.virtual_duration_ms);
+    if manifest.shapes_order() || !b.deadline_refused.is_empty() {
+        let options = RunOptions {
+            deadline_refusals: false,
+            fair_share: false,
+            trace: false,
+            sample: false,
+            watch: Some(RefusalWatch::new(&b.deadline_refused)),
+        };
+        let arrivals = ArrivalStream::new(manifest, window_seconds);
+        let a = harness::run(manifest, arrivals, window_ms, options, &mut |_| {})?;
+        let refused = b.deadline_refused.len() as u64;
+        b.observations.deadline_refusals = Some(a.watch.unwrap_or_default().finish(
+            refused,
+            a.observations.completed,
+            a.observations.shed,
+        ));
+    }
+    Ok((b, resources))
+}
+
 /// Runs the admission-controller target over the manifest's whole window.
 /// `progress` receives the virtual instant reached (ms) now and then.
 pub fn qualify_admission_controller(
     manifest: &LoadedManifest,
     progress: &mut dyn FnMut(u64),
 ) -> Result<LoadResultRecord, QualifyError> {
-    let window_seconds = manifest.manifest.duration.window_seconds();
-    let stopwatch = CpuStopwatch::start();
-    let arrivals = ArrivalStream::new(&manifest.manifest, window_seconds);
-    let observations = run_admission_controller(
-        &manifest.manifest,
-        arrivals,
-        window_seconds * 1000,
-        progress,
-    )?;
-    let resources = stopwatch.finish(observations.virtual_duration_ms);
+    let options = RunOptions::new(&manifest.manifest);
+    let (run, resources) = run_controller(manifest, options, progress)?;
     Ok(LoadResultRecord::new(
         manifest,
         Mode::OfflineFakeProvider,
         Target::AdmissionController,
-        window_seconds,
-        observations,
+        manifest.manifest.duration.window_seconds(),
+        run.observations,
         resources,
     )?)
 }
@@ -53,25 +86,21 @@ pub fn qualify_admission_controller_with_report(
     manifest: &LoadedManifest,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(LoadResultRecord, String), QualifyError> {
-    let window_seconds = manifest.manifest.duration.window_seconds();
-    let stopwatch = CpuStopwatch::start();
-    let arrivals = ArrivalStream::new(&manifest.manifest, window_seconds);
-    let (observations, outcomes, samples) = run_admission_controller_sampled(
-        &manifest.manifest,
-        arrivals,
-        window_seconds * 1000,
-        progress,
-    )?;
-    let resources = stopwatch.finish(observations.virtual_duration_ms);
+    let options = RunOptions {
+        trace: true,
+        sample: true,
+        ..RunOptions::new(&manifest.manifest)
+    };
+    let (run, resources) = run_controller(manifest, options, progress)?;
     let record = LoadResultRecord::new(
         manifest,
         Mode::OfflineFakeProvider,
         Target::AdmissionController,
-        window_seconds,
-        observations,
+        manifest.manifest.duration.window_seconds(),
+        run.observations,
         resources,
     )?;
-    let html = crate::report::html_report(&record, &outcomes, &samples);
+    let html = crate::report::html_report(&record, &run.outcomes, &run.samples);
     Ok((record, html))
 }
 

@@ -2,8 +2,9 @@
 //!
 //! The record's `digest` is `"sha256:" + sha256(canonical JSON of the record without digest)`.
 //! A record verifies when its schema is right, its manifest digest is the expected one, and its
-//! digest recomputes. Every bound compares `observed <= limit`, except
-//! `minimumQuietPrincipalAdmissionRatio` (`observed >= limit`).
+//! digest recomputes. Every bound compares `observed <= limit`, except the `minimum…` ones
+//! (`observed >= limit`): `minimumQuietPrincipalAdmissionRatio`, and for the token manifest
+//! `minimumJainIndexWeightedTokens` and `minimumBatchContendedGrantShare`.
 //!
 //! The record also says which build produced it (`build.profile`, `release` or `debug`): the
 //! `resources` host samples are only meaningful for a release build, and because `build` is part
@@ -11,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 use turnstile_admission::digest::{canonical_digest, CanonicalJsonError};
+use turnstile_admission::Priority;
 
 use crate::manifest::LoadedManifest;
 use crate::observations::Observations;
@@ -148,7 +150,8 @@ pub enum VerifyError {
     Digest,
 }
 
-/// The observed value of a bound, if the run measured it.
+/// The observed value of a bound, if the run measured it (a fair-share or deadline bound of a
+/// run without that block, or without a figure for it, was not measured and fails closed).
 fn observed(bound: &str, observations: &Observations, resources: &Resources) -> Option<f64> {
     Some(match bound {
         "maximumActiveCalls" => observations.maximum_active_calls as f64,
@@ -159,6 +162,20 @@ fn observed(bound: &str, observations: &Observations, resources: &Resources) -> 
         "maximumRetryAmplificationRatio" => observations.retry_amplification_ratio,
         "maximumCancellationLatencyMs" => observations.maximum_cancellation_latency_ms as f64,
         "minimumQuietPrincipalAdmissionRatio" => observations.quiet_principal_admission_ratio,
+        "minimumJainIndexWeightedTokens" => {
+            observations.fair_share.as_ref()?.minimum_jain_index()?
+        }
+        "maximumWeightedTokenShareError" => observations
+            .fair_share
+            .as_ref()?
+            .maximum_weighted_share_error()?,
+        "minimumBatchContendedGrantShare" => observations
+            .fair_share
+            .as_ref()?
+            .contended_grant_share(Priority::Batch)?,
+        "maximumFalseDeadlineRefusals" => {
+            observations.deadline_refusals.as_ref()?.false_refusals as f64
+        }
         _ => return None,
     })
 }

@@ -4,8 +4,9 @@
 //! Charts over the virtual window, one point per second: arrivals, active and queued calls
 //! (sampled at each second's end), arrivals shed by reason, and the admission ratio of each
 //! principal class; then each principal's admission ratio over the whole window (one bar per
-//! principal, ranked, coloured by class); then the bounds table with pass/fail, and the
-//! manifest and record digests.
+//! principal, ranked, coloured by class); for a record with the fair-share or deadline A/B
+//! block, the token-fair scheduling section ([`fair_share`]); then the bounds table with
+//! pass/fail, and the manifest and record digests.
 //!
 //! # Invariants
 //!
@@ -14,6 +15,8 @@
 //! - No principal or workspace ID appears: arrivals carry their principal's class and an
 //!   anonymous ordinal (its position in the manifest), never its ID.
 //! - Every text from the record is HTML-escaped.
+
+mod fair_share;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -381,6 +384,7 @@ dl{{display:grid;grid-template-columns:max-content 1fr;gap:4px 12px}} dd{{margin
 </dl>
 <h2>Over the virtual window</h2>
 {charts}
+{scheduling}
 <h2>Bounds</h2>
 <table class="bounds"><thead><tr><th scope="col">Bound</th><th scope="col">Limit</th><th scope="col">Observed</th><th scope="col">Result</th></tr></thead><tbody>{bounds}</tbody></table>
 <p>Principals appear by class (quiet, noisy) and as anonymous ranked bars; no principal or workspace ID is in this report.</p>
@@ -406,6 +410,7 @@ dl{{display:grid;grid-template-columns:max-content 1fr;gap:4px 12px}} dd{{margin
         failed = o.failed,
         shed = o.shed,
         cancelled = o.cancelled,
+        scheduling = fair_share::section(o),
     )
 }
 

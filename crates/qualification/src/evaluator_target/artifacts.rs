@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use turnstile_decision::artifact::{artifact_digest, API_VERSION};
 
 use crate::arrivals::Arrival;
-use crate::manifest::ArrivalModel;
+use crate::manifest::{ArrivalModel, DEADLINE_SLACK_MS};
 
 /// The ruleset's only alias.
 pub const ALIAS: &str = "load";
@@ -25,8 +25,6 @@ pub const ALIAS: &str = "load";
 pub const ADAPTER_VERSION: &str = "1.0.0";
 /// The answer a served request gets (the definition's only choice).
 pub const SERVED: &str = "served";
-/// Added to `serviceMs` for the attempt deadline (REFERENCE §7: `now + 2000 + serviceMs`).
-pub const DEADLINE_SLACK_MS: u64 = 2000;
 
 /// An artifact that cannot be digested (a non-finite number; unreachable for these literals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
