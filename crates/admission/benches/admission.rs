@@ -4,6 +4,9 @@
 //! - `handoff/lanes/{10,100000}`: a release that hands the permit to a queued waiter, with every
 //!   lane holding a waiter (workspace concurrency 1, one principal per lane). Only the release is
 //!   timed; the admitted lane then queues a new waiter (untimed), so the queue stays at N lanes.
+//! - `admit_release-tokens/warm` and `handoff-tokens/lanes/{10,100000}`: the same with the
+//!   provider's turns fair in tokens (issue 31: the provider's order is a B-tree of its N
+//!   backlogged lanes, O(log N) per handoff).
 //! - `baseline/governor_keyed_check` and `baseline/tokio_semaphore_try_acquire`: the ratio to
 //!   what the core does is measured side by side.
 //!
@@ -18,35 +21,51 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use turnstile_admission::{Acquired, Controller, Outcome};
+use turnstile_admission::{Acquired, Controller, Fairness, Outcome};
 
 mod common;
-use common::{profile, request, Handoffs};
+use common::{profile_in, request, Handoffs};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The benchmark names of each mode: requests mode keeps the names earlier runs used.
+fn named(fairness: Fairness, name: &str) -> String {
+    match fairness {
+        Fairness::Requests => name.to_owned(),
+        Fairness::Tokens => format!("{name}-tokens"),
+    }
+}
+
 fn admit_release(c: &mut Criterion) {
-    let mut controller = Controller::new(profile(64, 1), 0).expect("profile");
-    let template = request("p0");
-    let mut now = 0;
-    c.bench_function("admit_release/warm", |b| {
-        b.iter(|| {
-            now += 1;
-            match controller.acquire(black_box(template.clone()), now) {
-                Acquired::Admitted(lease) => {
-                    controller.release(lease.id, Outcome::Success, now);
+    for fairness in [Fairness::Requests, Fairness::Tokens] {
+        let mut controller = Controller::new(profile_in(fairness, 64, 1), 0).expect("profile");
+        let template = request("p0");
+        let mut now = 0;
+        c.bench_function(&named(fairness, "admit_release/warm"), |b| {
+            b.iter(|| {
+                now += 1;
+                match controller.acquire(black_box(template.clone()), now) {
+                    Acquired::Admitted(lease) => {
+                        controller.release(lease.id, Outcome::Success, now);
+                    }
+                    other => panic!("unexpected {other:?}"),
                 }
-                other => panic!("unexpected {other:?}"),
-            }
-        })
-    });
+            })
+        });
+    }
 }
 
 fn handoff(c: &mut Criterion) {
-    let mut group = c.benchmark_group("handoff");
+    for fairness in [Fairness::Requests, Fairness::Tokens] {
+        handoff_in(c, fairness);
+    }
+}
+
+fn handoff_in(c: &mut Criterion, fairness: Fairness) {
+    let mut group = c.benchmark_group(named(fairness, "handoff"));
     for lanes in [10usize, 100_000] {
-        let mut handoffs = Handoffs::new(lanes);
+        let mut handoffs = Handoffs::in_mode(fairness, lanes);
         group.bench_with_input(BenchmarkId::new("lanes", lanes), &lanes, |b, _| {
             // Only the release (and the handoff it performs) is timed; re-queueing a waiter for
             // the admitted lane, which keeps every lane holding a waiter, is not.

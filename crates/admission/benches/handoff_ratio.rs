@@ -17,6 +17,8 @@
 
 use std::time::Instant;
 
+use turnstile_admission::Fairness;
+
 mod common;
 use common::Handoffs;
 
@@ -60,8 +62,15 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(400);
-    let mut small = Handoffs::new(SMALL);
-    let mut large = Handoffs::new(LARGE);
+    for fairness in [Fairness::Requests, Fairness::Tokens] {
+        measure(fairness, rounds);
+    }
+}
+
+/// The ratio with the provider's turns fair in `fairness`.
+fn measure(fairness: Fairness, rounds: usize) {
+    let mut small = Handoffs::in_mode(fairness, SMALL);
+    let mut large = Handoffs::in_mode(fairness, LARGE);
     // Warm-up: one full turn of the large ring, so every lane has been served once.
     for _ in 0..LARGE / BLOCK {
         block(&mut small);
@@ -84,7 +93,7 @@ fn main() {
     let (small_ns, large_ns, ratios) = (sorted(small_ns), sorted(large_ns), sorted(ratios));
     let (s50, l50) = (percentile(&small_ns, 0.5), percentile(&large_ns, 0.5));
     println!(
-        "handoff_ratio: {:.2}x  (lanes/{SMALL} {s50:.0} ns, lanes/{LARGE} {l50:.0} ns per handoff, \
+        "handoff_ratio ({fairness:?}): {:.2}x  (lanes/{SMALL} {s50:.0} ns, lanes/{LARGE} {l50:.0} ns per handoff, \
          medians of {rounds} blocks of {BLOCK}; per-round ratio p10 {:.2} / p50 {:.2} / p90 {:.2})",
         l50 / s50,
         percentile(&ratios, 0.1),

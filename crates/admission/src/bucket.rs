@@ -88,6 +88,17 @@ impl TokenBucket {
         Some(u64::try_from(deficit.div_ceil(rate)).unwrap_or(u64::MAX))
     }
 
+    /// Milliseconds from `now` until the bucket has delivered `units` more (taken one after the
+    /// other as they refill, so beyond its capacity too); `None` if it never refills.
+    pub(crate) fn time_to_deliver(&self, units: u64, now: Millis) -> Option<Millis> {
+        if self.rate == 0 {
+            return None;
+        }
+        let level = self.scaled_level_at(now);
+        let deficit = self.scaled(units).saturating_sub(level);
+        Some(u64::try_from(deficit.div_ceil(u128::from(self.rate))).unwrap_or(u64::MAX))
+    }
+
     /// Whether the bucket is full (as of the last refill): it then behaves exactly as a bucket
     /// created full at the instant of that refill or later.
     pub fn is_full(&self) -> bool {

@@ -4,6 +4,8 @@
 //! The type system enforces the last rule: [`Evidence`] has no field that could hold an ID, and
 //! estimates are copied only from a validated estimate, so malformed host values never appear.
 
+use std::num::NonZeroU64;
+
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerTransition;
@@ -35,9 +37,10 @@ pub struct Evidence {
     /// The real remaining time until the blocking condition can change, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<Millis>,
-    /// On a `deadline-unreachable` refusal: the wait the lane predicted for the request.
+    /// On a `deadline-unreachable` refusal: the wait the lane predicted for the request, in
+    /// milliseconds (never 0: a wait that refuses is longer than the time left).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub predicted_wait_ms: Option<Millis>,
+    pub predicted_wait_ms: Option<NonZeroU64>,
     /// Breaker transitions this attempt caused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub breaker_transitions: Vec<BreakerTransition>,

@@ -26,6 +26,7 @@
 use rustc_hash::FxHashMap;
 use slab::Slab;
 
+use crate::fair_order::FairSlot;
 use crate::ring::RingSlot;
 
 /// (provider index, principal index).
@@ -61,16 +62,23 @@ pub(crate) struct Lane {
     pub(crate) active: u32,
     /// The lane's membership of the round-robin ring.
     pub(crate) ring: RingSlot,
+    /// The lane's place in its provider's fair order (used when the provider has one).
+    pub(crate) fair: FairSlot,
+    /// The pump pass in which the lane's head was last deferred on its own account (its
+    /// estimate or share): the provider's order skips it for the rest of that pass.
+    pub(crate) deferred_in_pass: u64,
 }
 
 impl Lane {
-    fn new(key: LaneKey) -> Self {
+    fn new(key: LaneKey, fair: FairSlot) -> Self {
         Lane {
             key,
             fifo: LaneFifo::default(),
             live: 0,
             active: 0,
             ring: RingSlot::default(),
+            fair,
+            deferred_in_pass: 0,
         }
     }
 
@@ -95,14 +103,20 @@ impl LaneTable {
     }
 
     /// The slot of the lane `key`, creating the lane if it does not exist.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn find_or_insert(&mut self, key: LaneKey) -> LaneSlot {
-        if let Some(slot) = self.find(key) {
-            return slot;
+        match self.find(key) {
+            Some(slot) => slot,
+            None => self.insert(key, FairSlot::default()),
         }
+    }
+
+    /// Creates the lane `key`, which does not exist, with its place in the fair order.
+    #[inline]
+    pub(crate) fn insert(&mut self, key: LaneKey, fair: FairSlot) -> LaneSlot {
         // Slots stay below u32::MAX: a controller never holds 2^32 lanes (one per principal
         // and provider the profile names).
-        let slot = self.lanes.insert(Lane::new(key)) as LaneSlot;
+        let slot = self.lanes.insert(Lane::new(key, fair)) as LaneSlot;
         self.index.insert(key, slot);
         slot
     }
@@ -123,14 +137,28 @@ impl LaneTable {
         self.find(key).and_then(|slot| self.get(slot))
     }
 
-    /// Forgets the lane in `slot` if it is idle; returns whether it did.
-    pub(crate) fn remove_if_idle(&mut self, slot: LaneSlot) -> bool {
+    /// Forgets the lane in `slot` if it is idle; returns it if it did.
+    pub(crate) fn remove_if_idle(&mut self, slot: LaneSlot) -> Option<Lane> {
         let idle = self.get(slot).is_some_and(Lane::is_idle);
-        if idle {
-            let lane = self.lanes.remove(slot as usize);
-            self.index.remove(&lane.key);
+        if !idle {
+            return None;
         }
-        idle
+        let lane = self.lanes.remove(slot as usize);
+        self.index.remove(&lane.key);
+        Some(lane)
+    }
+
+    /// The slots of the lanes with waiters.
+    pub(crate) fn backlogged(&self) -> Vec<LaneSlot> {
+        self.lanes
+            .iter()
+            .filter(|(_, lane)| lane.live > 0)
+            .map(|(slot, _)| slot as LaneSlot)
+            .collect()
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Lane> {
+        self.lanes.iter_mut().map(|(_, lane)| lane)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Lane> {
@@ -150,7 +178,7 @@ mod tests {
 
     #[test]
     fn a_lane_is_idle_only_without_waiters_leases_and_ring_entry() {
-        let mut lane = Lane::new((0, 0));
+        let mut lane = Lane::new((0, 0), FairSlot::default());
         assert!(lane.is_idle());
         lane.active = 1;
         assert!(!lane.is_idle());
@@ -166,8 +194,8 @@ mod tests {
         let b = table.find_or_insert((0, 2));
         assert_eq!(table.find_or_insert((0, 1)), a, "a key keeps its slot");
         table.get_mut(a).unwrap().active = 1;
-        assert!(!table.remove_if_idle(a), "a busy lane stays");
-        assert!(table.remove_if_idle(b));
+        assert!(table.remove_if_idle(a).is_none(), "a busy lane stays");
+        assert!(table.remove_if_idle(b).is_some());
         assert_eq!(table.find((0, 2)), None);
         assert_eq!(table.by_key((0, 1)).map(|l| l.key), Some((0, 1)));
         assert_eq!(table.len(), 1);

@@ -22,6 +22,7 @@ mod deadline;
 pub mod digest;
 mod estimate;
 mod evidence;
+mod fair_order;
 mod lane;
 mod limits;
 mod profile;
@@ -32,6 +33,7 @@ mod registry;
 mod ring;
 mod scope;
 mod scopes;
+mod service_rate;
 mod time;
 
 pub use breaker::BreakerTransition;

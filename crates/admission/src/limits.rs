@@ -157,7 +157,9 @@ pub enum Fairness {
 }
 
 /// The band a principal's requests wait in (`priority`), highest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Priority {
     /// Served first.
@@ -471,7 +473,10 @@ impl Limits {
         if let Some(shares) = &self.min_share {
             let mut sum = 0.0;
             for (band, share) in [
-                ("standard", shares.standard.unwrap_or(DEFAULT_STANDARD_MIN_SHARE)),
+                (
+                    "standard",
+                    shares.standard.unwrap_or(DEFAULT_STANDARD_MIN_SHARE),
+                ),
                 ("batch", shares.batch.unwrap_or(DEFAULT_BATCH_MIN_SHARE)),
             ] {
                 sum += share;

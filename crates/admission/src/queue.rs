@@ -221,6 +221,19 @@ impl WaiterQueue {
         self.waiters.get_mut(slot as usize)
     }
 
+    /// The waiters ahead of `slot` in its lane's FIFO, nearest first.
+    pub(crate) fn predecessors(&self, slot: WaiterSlot) -> impl Iterator<Item = &Waiter> {
+        let mut at = self.waiters.get(slot as usize).map_or(NO_SLOT, |w| w.prev);
+        std::iter::from_fn(move || {
+            if at == NO_SLOT {
+                return None;
+            }
+            let waiter = self.waiters.get(at as usize)?;
+            at = waiter.prev;
+            Some(waiter)
+        })
+    }
+
     /// The first waiter of a lane's FIFO.
     #[inline]
     pub(crate) fn head(fifo: &LaneFifo) -> Option<WaiterSlot> {

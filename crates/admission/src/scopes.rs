@@ -53,10 +53,12 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::breaker::Breaker;
+use crate::fair_order::FairOrder;
 use crate::lane::LaneKey;
 use crate::limits::Limits;
 use crate::profile::Profile;
 use crate::scope::ScopeState;
+use crate::service_rate::ServiceRate;
 use crate::time::Millis;
 
 /// Idle principal states kept beyond those not yet pristine (the reference keeps at most 1024
@@ -88,13 +90,20 @@ impl ScopeExtra for () {
     fn new(_id: &str) -> Self {}
 }
 
-/// A provider lane's own state: its ID (for transitions and snapshots), breaker and pause.
+/// A provider lane's own state: its ID (for transitions and snapshots), breaker, pause, the
+/// order of its principals (when the profile asks for one) and its recent service rate.
 #[derive(Debug)]
 pub(crate) struct ProviderExtra {
     pub(crate) id: String,
     pub(crate) breaker: Breaker,
     /// A Retry-After pause lasts until this instant (0: never paused).
     pub(crate) paused_until: Millis,
+    /// The fair order of the lane's principals: present in token mode, or when a principal of
+    /// the profile has a weight or band ([`crate::fair_order`]); absent, the ring's turns are
+    /// the order.
+    pub(crate) order: Option<Box<FairOrder>>,
+    /// Recent service intervals (deadline-aware refusal).
+    pub(crate) rate: ServiceRate,
 }
 
 impl ScopeExtra for ProviderExtra {
@@ -103,6 +112,8 @@ impl ScopeExtra for ProviderExtra {
             id: id.to_owned(),
             breaker: Breaker::default(),
             paused_until: 0,
+            order: None,
+            rate: ServiceRate::default(),
         }
     }
 

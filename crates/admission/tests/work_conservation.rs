@@ -29,8 +29,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use turnstile_admission::{
-    Acquired, AdmissionRequest, BreakerState, CircuitBreakerConfig, Controller, Estimate, LeaseId,
-    Limits, Outcome, Profile, WaiterId,
+    Acquired, AdmissionRequest, BreakerState, CircuitBreakerConfig, Controller, Estimate, Fairness,
+    LeaseId, Limits, Outcome, Priority, Profile, WaiterId,
 };
 
 const PRINCIPALS: [&str; 3] = ["p-reserved", "p-a", "p-b"];
@@ -50,6 +50,10 @@ struct Shape {
     rpm: Option<u64>,
     tps: Option<u64>,
     breaker: Option<(u32, u64)>,
+    /// Token-fair order on the providers (`"fairness": "tokens"`).
+    tokens: bool,
+    /// Weights and bands on the principals (an order even in requests mode).
+    bands: bool,
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
@@ -69,9 +73,14 @@ fn shape() -> impl Strategy<Value = Shape> {
             prop::option::weighted(0.2, 100u64..=2_000),
             prop::option::weighted(0.3, (1u32..=2, 10u64..=300)),
         ),
+        (prop::bool::weighted(0.4), prop::bool::weighted(0.3)),
     )
         .prop_map(
-            |((wc, ws, pc, ps, prc, reserved), (queue_length, dwell_ms, rpm, tps, breaker))| {
+            |(
+                (wc, ws, pc, ps, prc, reserved),
+                (queue_length, dwell_ms, rpm, tps, breaker),
+                (tokens, bands),
+            )| {
                 Shape {
                     workspace_concurrency: wc,
                     workspace_share: ws,
@@ -85,6 +94,8 @@ fn shape() -> impl Strategy<Value = Shape> {
                     rpm,
                     tps,
                     breaker,
+                    tokens,
+                    bands,
                 }
             },
         )
@@ -102,6 +113,7 @@ impl Shape {
             let mut limits = Limits::with_concurrency(self.provider_concurrency[index]);
             limits.max_principal_share = self.provider_share;
             limits.tokens_per_second = self.tps;
+            limits.fairness = self.tokens.then_some(Fairness::Tokens);
             limits.circuit_breaker =
                 self.breaker
                     .map(|(failure_threshold, open_ms)| CircuitBreakerConfig {
@@ -116,6 +128,10 @@ impl Shape {
             let mut limits = Limits::with_concurrency(self.principal_concurrency[index]);
             if index == 0 && self.reserved > 0 {
                 limits.reserved_concurrency = Some(self.reserved);
+            }
+            if self.bands {
+                limits.priority = Some(Priority::ALL[index]);
+                limits.weight = Some([1.0, 2.0, 0.5][index]);
             }
             principals.insert((*id).to_owned(), limits);
         }

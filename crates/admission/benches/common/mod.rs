@@ -7,7 +7,7 @@
 #![allow(dead_code)]
 
 use turnstile_admission::{
-    Acquired, AdmissionRequest, Controller, Estimate, Lease, Limits, Outcome, Profile,
+    Acquired, AdmissionRequest, Controller, Estimate, Fairness, Lease, Limits, Outcome, Profile,
 };
 
 /// Limits that never bind but configure every bucket (the principal's state is its largest).
@@ -23,13 +23,19 @@ pub fn wide_limits(concurrency: u32) -> Limits {
 
 /// One provider `jev`, `principals` principals `p0…`, all under [`wide_limits`].
 pub fn profile(workspace_concurrency: u32, principals: usize) -> Profile {
+    profile_in(Fairness::Requests, workspace_concurrency, principals)
+}
+
+/// [`profile`] with the provider's turns fair in `fairness` (`Requests` is written as absent,
+/// as an existing profile has it).
+pub fn profile_in(fairness: Fairness, workspace_concurrency: u32, principals: usize) -> Profile {
     let mut profile = Profile {
         workspace: wide_limits(workspace_concurrency),
         ..Profile::default()
     };
-    profile
-        .providers
-        .insert("jev".into(), wide_limits(workspace_concurrency));
+    let mut provider = wide_limits(workspace_concurrency);
+    provider.fairness = (fairness == Fairness::Tokens).then_some(Fairness::Tokens);
+    profile.providers.insert("jev".into(), provider);
     for i in 0..principals {
         profile.principals.insert(format!("p{i}"), wide_limits(4));
     }
@@ -52,8 +58,13 @@ pub struct Handoffs {
 
 impl Handoffs {
     pub fn new(lanes: usize) -> Self {
+        Self::in_mode(Fairness::Requests, lanes)
+    }
+
+    /// [`Handoffs::new`] on a provider fair in `fairness`.
+    pub fn in_mode(fairness: Fairness, lanes: usize) -> Self {
         let names: Vec<String> = (0..lanes).map(|i| format!("p{i}")).collect();
-        let mut controller = Controller::new(profile(1, lanes), 0).expect("profile");
+        let mut controller = Controller::new(profile_in(fairness, 1, lanes), 0).expect("profile");
         let Acquired::Admitted(lease) = controller.acquire(request(&names[0]), 0) else {
             panic!("first request must be admitted");
         };

@@ -78,6 +78,8 @@
 //! - Evidence never carries a principal or workspace ID.
 
 mod admit;
+mod deadline_refusal;
+mod fair;
 mod lanes;
 mod levels;
 mod profile_change;
@@ -179,6 +181,8 @@ struct LeaseRecord {
     budget_id: String,
     budget_epoch: u64,
     charged: CheckedEstimate,
+    /// The service charged to the lane's counter in its provider's fair order (0 without one).
+    service: u128,
 }
 
 /// The admission controller of one workspace.
@@ -391,10 +395,11 @@ impl Controller {
             return refuse(self, Reason::QueueFull, Some(hint), true);
         }
 
+        let deadline = request.deadline;
         let waiter_id = WaiterId(self.next_id());
         let waiter = Waiter::new(
             waiter_id,
-            (lane_key, self.lanes.find_or_insert(lane_key)),
+            (lane_key, self.lane_for(lane_key)),
             request.budget_id,
             estimate,
             request.deadline,
@@ -419,6 +424,11 @@ impl Controller {
         };
         if try_now {
             return self.withdraw_try_now(slot, now);
+        }
+        if let Some(rejection) =
+            self.refuse_if_unreachable(slot, deadline_bound(deadline, expires_at), now)
+        {
+            return Acquired::Rejected(rejection);
         }
         let evidence = self.deferral_evidence(slot, lane_key, now);
         Acquired::Queued {
@@ -511,6 +521,12 @@ impl Controller {
             None => held,
             Some(mean) => (mean * 7 + held) / 8,
         });
+        if let (Some(actual), true) = (usage.tokens, record.service > 0) {
+            self.order_correct(record.lane_slot, record.service, actual);
+        }
+        if !transitions.is_empty() || pause.is_some() {
+            self.regime_changed(provider);
+        }
         let now_idle = self.lanes.get_mut(record.lane_slot).is_some_and(|lane| {
             lane.active -= 1;
             lane.is_idle()
@@ -548,6 +564,7 @@ impl Controller {
         state.paused_until = state.paused_until.max(now.saturating_add(retry_after_ms));
         let paused_until = state.paused_until;
         self.retry_pressure += 1;
+        self.regime_changed(provider);
         self.pump(now);
         self.note_peaks();
         Ok(paused_until)
@@ -632,7 +649,7 @@ impl Controller {
             let Some(oldest) = self.idle_lanes.pop_front() else {
                 break;
             };
-            self.lanes.remove_if_idle(oldest);
+            self.forget_lane_if_idle(oldest);
         }
     }
 }

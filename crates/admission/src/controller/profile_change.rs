@@ -52,5 +52,6 @@ impl Controller {
     pub(super) fn install_profile(&mut self, profile: Profile) {
         self.scopes.install(&profile, self.now);
         self.profile = profile;
+        self.install_orders();
     }
 }

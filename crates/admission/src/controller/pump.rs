@@ -41,6 +41,21 @@ use super::{
     TRANSITION_OUTBOX_LIMIT,
 };
 
+/// Whose turn a ring entry of a provider gives ([`Controller::pick`]).
+enum Picked {
+    /// The provider has no order: the entry's own lane.
+    Ring,
+    /// The lane the provider's order names, with its head.
+    Lane {
+        lane: LaneSlot,
+        head: WaiterSlot,
+        key: LaneKey,
+        on_credit: bool,
+    },
+    /// No lane of the provider is eligible in this pass.
+    Nobody,
+}
+
 impl Controller {
     /// Puts a new waiter at the back of its lane (and its lane in the ring); the waiter's lane
     /// exists (the caller found or created its slot).
@@ -52,8 +67,12 @@ impl Controller {
         };
         self.queue.insert(waiter, &mut lane.fifo);
         lane.live += 1;
+        let first = lane.live == 1;
         self.ring.enter(lane_slot, &mut lane.ring);
         self.count_queued(lane_key, true);
+        if first {
+            self.order_enter(lane_slot);
+        }
     }
 
     fn count_queued(&mut self, lane: LaneKey, up: bool) {
@@ -73,7 +92,8 @@ impl Controller {
         let waiter = self.queue.remove(slot, &mut lane.fifo)?;
         lane.live -= 1;
         let mut now_idle = false;
-        if lane.live == 0 {
+        let emptied = lane.live == 0;
+        if emptied {
             // The lane's ring entry becomes stale.
             self.ring.leave(&mut lane.ring);
             now_idle = lane.is_idle();
@@ -81,6 +101,9 @@ impl Controller {
         self.count_queued(waiter.lane, false);
         for scope in self.scopes.of_lane_mut(waiter.lane, self.now) {
             scope.forget_holder(waiter.id);
+        }
+        if emptied {
+            self.order_leave(lane_slot);
         }
         let (_, principal) = waiter.lane;
         self.scopes.principals.list_if_idle(principal);
@@ -170,7 +193,13 @@ impl Controller {
         }
     }
 
-    fn commit(&mut self, slot: WaiterSlot, probe: bool, now: Millis) -> Option<Lease> {
+    fn commit(
+        &mut self,
+        slot: WaiterSlot,
+        probe: bool,
+        on_credit: bool,
+        now: Millis,
+    ) -> Option<Lease> {
         // The lease counts in its lane before the waiter leaves, so the lane is never dropped
         // as idle in between.
         let waiter = self.queue.get(slot)?;
@@ -200,6 +229,7 @@ impl Controller {
             let (provider, _) = lane_key;
             self.scopes.providers[provider].extra.breaker.start_probe();
         }
+        let service = self.order_grant(lane_slot, estimate.tokens, on_credit);
         let lease_id = LeaseId(self.next_id());
         self.leases.insert(
             lease_id,
@@ -211,6 +241,7 @@ impl Controller {
                 budget_id: String::from(std::mem::take(&mut waiter.budget_id)),
                 budget_epoch,
                 charged: estimate,
+                service,
             },
         );
         let mut evidence = self.evidence(
@@ -282,13 +313,35 @@ impl Controller {
                     }
                 }
             };
-            let (provider, principal) = lane_key;
+            let (provider, _) = lane_key;
+            if self.scopes.providers.is_blocked(provider, pass) {
+                self.ring.push_back(entry);
+                since_admission += 1;
+                continue;
+            }
+            // The provider's turn: the lane whose entry came up, or the one its order names.
+            let (head, lane_key, served_lane, on_credit) = match self.pick(provider, pass) {
+                Picked::Ring => (head, lane_key, entry.lane, false),
+                Picked::Lane {
+                    lane,
+                    head,
+                    key,
+                    on_credit,
+                } => (head, key, lane, on_credit),
+                Picked::Nobody => {
+                    // No lane of this provider is eligible in this pass.
+                    self.scopes.providers.mark_blocked(provider, pass);
+                    blocked_queued += u64::from(self.scopes.providers[provider].scope().queued);
+                    self.ring.push_back(entry);
+                    since_admission += 1;
+                    continue;
+                }
+            };
+            let (_, principal) = lane_key;
             let Some(head_id) = self.queue.get(head).map(|w| w.id) else {
                 continue;
             };
-            if self.scopes.providers.is_blocked(provider, pass)
-                || self.scopes.principals.is_blocked(principal, pass)
-            {
+            if self.scopes.principals.is_blocked(principal, pass) {
                 self.ring.push_back(entry);
                 since_admission += 1;
                 continue;
@@ -311,13 +364,14 @@ impl Controller {
             };
             if !transitions.is_empty() {
                 self.record_transitions(&transitions);
+                self.regime_changed(provider);
                 if let Some(waiter) = self.queue.get_mut(head) {
                     waiter.add_transitions(transitions);
                 }
             }
             match attempt {
                 Attempt::Admit { probe } => {
-                    if let Some(lease) = self.commit(head, probe, now) {
+                    if let Some(lease) = self.commit(head, probe, on_credit, now) {
                         self.resolutions.push_back(Resolution {
                             waiter: head_id,
                             outcome: Ok(lease),
@@ -366,7 +420,11 @@ impl Controller {
                         Blocked::Principal => {
                             self.scopes.principals.mark_blocked(principal, pass);
                         }
-                        Blocked::Head => {}
+                        Blocked::Head => {
+                            if let Some(lane) = self.lanes.get_mut(served_lane) {
+                                lane.deferred_in_pass = pass;
+                            }
+                        }
                     }
                 }
             }
@@ -374,6 +432,38 @@ impl Controller {
         // The cursor stays just past the last admitted lane: lanes considered since then were
         // not served and come first again next time.
         self.ring.end_pass(since_admission, &self.lanes);
+    }
+
+    /// Whose turn it is on `provider`: the ring's lane when the provider has no order;
+    /// otherwise the lane its order names among the lanes still eligible in this pass (principal
+    /// not found blocked, head not deferred on its own account).
+    #[inline]
+    fn pick(&self, provider: u32, pass: u64) -> Picked {
+        let Some(order) = self.scopes.providers[provider].extra.order.as_deref() else {
+            return Picked::Ring;
+        };
+        let (lanes, principals) = (&self.lanes, &self.scopes.principals);
+        let pick = order.pick(|slot| {
+            lanes.get(slot).is_some_and(|lane| {
+                lane.deferred_in_pass != pass && !principals.is_blocked(lane.key.1, pass)
+            })
+        });
+        let Some(pick) = pick else {
+            return Picked::Nobody;
+        };
+        match self
+            .lanes
+            .get(pick.lane)
+            .and_then(|lane| WaiterQueue::head(&lane.fifo).map(|head| (head, lane.key)))
+        {
+            Some((head, key)) => Picked::Lane {
+                lane: pick.lane,
+                head,
+                key,
+                on_credit: pick.on_credit,
+            },
+            None => Picked::Nobody,
+        }
     }
 
     fn ring_entry_is_live(&self, entry: crate::ring::RingEntry) -> bool {
@@ -399,12 +489,16 @@ impl Controller {
                 let mut transitions = Vec::new();
                 let attempt = self.try_admit(waiter_id, now, &mut transitions);
                 self.record_transitions(&transitions);
+                if !transitions.is_empty() {
+                    let (provider, _) = self.queue.get(waiter_id).map_or((0, 0), |w| w.lane);
+                    self.regime_changed(provider);
+                }
                 if let Some(waiter) = self.queue.get_mut(waiter_id) {
                     waiter.add_transitions(transitions);
                 }
                 match attempt {
                     Attempt::Admit { probe } => {
-                        if let Some(lease) = self.commit(waiter_id, probe, now) {
+                        if let Some(lease) = self.commit(waiter_id, probe, false, now) {
                             return Acquired::Admitted(lease);
                         }
                         (Reason::Concurrency, None)

@@ -172,7 +172,7 @@ impl Controller {
         let now = self.advance(now);
         let charged = lease.charge.as_estimate();
         let tokens = charged.tokens.unwrap_or(0);
-        let lane_slot = self.lanes.find_or_insert(lane);
+        let lane_slot = self.lane_for(lane);
         if let Some(lane) = self.lanes.get_mut(lane_slot) {
             lane.active += 1;
         }
@@ -213,6 +213,8 @@ impl Controller {
                 budget_id,
                 budget_epoch,
                 charged,
+                // Reinstated grants were charged to the order of the process that granted them.
+                service: 0,
             },
         );
         self.note_peaks();

@@ -100,7 +100,7 @@ fn write_evidence(out: &mut Vec<u8>, evidence: &Evidence) -> Result<(), serde_js
     }
     if let Some(predicted_wait_ms) = predicted_wait_ms {
         out.extend_from_slice(b",\"predictedWaitMs\":");
-        write_u64(out, *predicted_wait_ms);
+        write_u64(out, predicted_wait_ms.get());
     }
     if *budget_opened {
         out.extend_from_slice(b",\"budgetOpened\":true");
@@ -211,7 +211,10 @@ mod tests {
                 breaker_state(),
                 proptest::option::of(any::<u64>()),
                 proptest::collection::vec(transition(), 0..2),
-                (any::<bool>(), proptest::option::of(any::<u64>())),
+                (
+                    any::<bool>(),
+                    proptest::option::of(any::<std::num::NonZeroU64>()),
+                ),
                 proptest::option::of(prop_oneof![
                     Just(Coordination::Shared),
                     Just(Coordination::Degraded)
