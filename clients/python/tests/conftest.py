@@ -37,7 +37,12 @@ def _lane(**limits: object) -> dict[str, object]:
 # One lane per scenario and flavour (sync / async), so that a breaker or a pause opened by one
 # test cannot change another test's answer.
 PROFILE = {
-    "workspace": {"concurrency": 64, "requestsPerMinute": 60000, "tokensPerSecond": 1000000},
+    "workspace": {
+        "concurrency": 64,
+        "requestsPerMinute": 60000,
+        "tokensPerSecond": 1000000,
+        "minShare": {"standard": 0.25, "batch": 0.1},
+    },
     "providers": {
         **{f"steady-{f}": _lane(tokensPerSecond=1000) for f in ("sync", "async")},
         **{f"solo-{f}": _lane(concurrency=1) for f in ("sync", "async")},
@@ -49,9 +54,18 @@ PROFILE = {
         **{f"pausable-{f}": _lane() for f in ("sync", "async")},
         "cancel-async": _lane(circuitBreaker={"failureThreshold": 1, "openMs": 60000, "halfOpenMaxCalls": 1}),
         **{f"events-{f}": _lane() for f in ("sync", "async")},
+        # Token-fair turns (issue 31): the fairness answer names the lane's mode.
+        **{f"fair-{f}": _lane(fairness="tokens") for f in ("sync", "async")},
     },
     "principals": {
-        PRINCIPAL: {"concurrency": 32, "requestsPerMinute": 60000, "maxCostUsd": 1000, "allowUnknownCost": True},
+        PRINCIPAL: {
+            "concurrency": 32,
+            "requestsPerMinute": 60000,
+            "maxCostUsd": 1000,
+            "allowUnknownCost": True,
+            "weight": 2,
+            "priority": "interactive",
+        },
     },
 }
 

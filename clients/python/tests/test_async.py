@@ -169,6 +169,12 @@ def test_async_thin_methods(service: Service) -> None:
         assert any(p["providerId"] == "pausable-async" and p["cause"] == "retry-after-call" for p in pauses)
         own = await client.fairness(WORKSPACE)
         assert own["totalGrants"] >= 1 and [p["principalId"] for p in own["principals"]] == ["py"]
+        before = own["principals"][0]["tokens"]
+        async with client.admission("fair-async", budget(), {"tokens": 300, "cost_usd": 0.01}, wait_ms=1000) as lease:
+            lease.report_usage(tokens=30)
+        own = await client.fairness(WORKSPACE)
+        assert own["principals"][0]["tokens"] == before + 30 and own["principals"][0]["weight"] == 2.0
+        assert {"providerId": "fair-async", "fairness": "tokens"} in own["providers"]
         assert (await client.healthz())["status"] == "ok"
         with pytest.raises(BadRequest) as bad:
             await client.acquire("steady-async", budget(), {}, wait_ms=10**9)

@@ -229,6 +229,19 @@ def test_console_reads_pauses_fairness_and_a_revision(client: Client, admin: Cli
     assert abs(sum(p["share"] for p in everyone["principals"]) - 1.0) < 1e-9
     own = client.fairness(WORKSPACE)
     assert [p["principalId"] for p in own["principals"]] == ["py"]
+    # Tokens served: the estimate at admission, replaced by the usage the release reports; the
+    # principal's weight and band and each lane's mode come from the profile in force.
+    before = own["principals"][0]["tokens"]
+    with client.admission("fair-sync", budget(), {"tokens": 4000, "cost_usd": 0.01}, wait_ms=1000) as lease:
+        assert client.fairness(WORKSPACE)["principals"][0]["tokens"] == before + 4000
+        lease.report_usage(tokens=1234)
+    own = client.fairness(WORKSPACE)
+    row = own["principals"][0]
+    assert row["tokens"] == before + 1234 and own["totalTokens"] == row["tokens"]
+    assert (row["weight"], row["priority"], row["tokenShare"]) == (2.0, "interactive", 1.0)
+    assert sum(m["tokens"] for m in own["minutes"]) == own["totalTokens"]
+    modes = {p["providerId"]: p["fairness"] for p in own["providers"]}
+    assert modes["fair-sync"] == "tokens" and modes["steady-sync"] == "requests"
     with pytest.raises(NotFound) as missing:
         admin.fairness("no-such-workspace")
     assert missing.value.error == "no-profile"

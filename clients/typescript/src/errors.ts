@@ -22,6 +22,15 @@ export class RefusedError extends TurnstileError {
     const hint = retryAfterMs === undefined ? "" : `, retry after ${retryAfterMs} ms`;
     super(`admission refused: ${reason} (HTTP ${status}, retryable=${retryable}${hint})`);
   }
+
+  /**
+   * On `deadline-unreachable`: the wait the lane predicted for the request, in milliseconds (it
+   * exceeded the deadline; `retryAfterMs` equals it). Undefined otherwise.
+   */
+  get predictedWaitMs(): number | undefined {
+    const value = this.evidence.predictedWaitMs;
+    return typeof value === "number" ? value : undefined;
+  }
 }
 
 /** An error answer `{error, message, field?}`; `status` is undefined for transport failures. */

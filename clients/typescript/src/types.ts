@@ -12,6 +12,7 @@ export const REASONS = [
   "disabled",
   "cancelled",
   "deadline-exceeded",
+  "deadline-unreachable",
   "concurrency",
   "requests-per-minute",
   "tokens-per-second",
@@ -48,6 +49,14 @@ export type BreakerState = (typeof BREAKER_STATES)[number];
 /** How a replica coordinated a decision (replicas sharing limits through Redis only). */
 export const COORDINATIONS = ["shared", "degraded"] as const;
 export type Coordination = (typeof COORDINATIONS)[number];
+
+/** What a provider lane's turns are fair in (`Limits.fairness`). */
+export const FAIRNESS_MODES = ["requests", "tokens"] as const;
+export type Fairness = (typeof FAIRNESS_MODES)[number];
+
+/** The band a principal's requests wait in (`Limits.priority`), highest first. */
+export const PRIORITIES = ["interactive", "standard", "batch"] as const;
+export type Priority = (typeof PRIORITIES)[number];
 
 export const CHANGE_KINDS = ["initial", "change", "rollback"] as const;
 export type ChangeKind = (typeof CHANGE_KINDS)[number];
@@ -97,6 +106,8 @@ export interface Evidence {
   retryPressure?: number;
   breakerState?: BreakerState;
   retryAfterMs?: number;
+  /** On a `deadline-unreachable` refusal only: the wait the lane predicted (= `retryAfterMs`). */
+  predictedWaitMs?: number;
   breakerTransitions?: BreakerTransition[];
   budgetOpened?: boolean;
   coordination?: Coordination;
@@ -181,6 +192,12 @@ export interface CircuitBreakerLimits {
   halfOpenMaxCalls?: number;
 }
 
+/** A lower band's smallest share of a lane's grants while higher bands saturate it. */
+export interface MinShare {
+  standard?: number | null;
+  batch?: number | null;
+}
+
 export interface Limits {
   concurrency: number;
   requestsPerMinute?: number;
@@ -200,6 +217,14 @@ export interface Limits {
   allowUnknownCost?: boolean;
   maxPrincipalShare?: number;
   circuitBreaker?: CircuitBreakerLimits;
+  /** Provider scope only: `requests` (absent) or `tokens`. */
+  fairness?: Fairness | null;
+  /** Principal scope only: within [0.01, 100], default 1. */
+  weight?: number | null;
+  /** Principal scope only: default `standard`. */
+  priority?: Priority | null;
+  /** Workspace scope only: defaults standard 0.2, batch 0.1. */
+  minShare?: MinShare | null;
 }
 
 export interface Profile {
@@ -261,15 +286,31 @@ export interface PrincipalShare {
   grants: number;
   share: number;
   meanQueueDelayMs: number;
+  /** Tokens served in the window: per grant, the usage its release reported, else its estimate. */
+  tokens: number;
+  tokenShare: number;
+  /** From the profile in force (null: the profile no longer names the principal). */
+  weight: number | null;
+  priority: Priority | null;
 }
 
 export interface MinuteGrants {
   startEpochMs: number;
   grants: number;
   queueDelayMs: number;
+  tokens: number;
 }
 
-/** `GET …/fairness`: grants per principal over the last five minutes (server-side window). */
+/** A provider lane of the profile in force and what its turns are fair in. */
+export interface ProviderFairness {
+  providerId: string;
+  fairness: Fairness;
+}
+
+/**
+ * `GET …/fairness`: grants and tokens served per principal over the last five minutes
+ * (server-side window), with weights, bands and each lane's fairness mode.
+ */
 export interface FairnessView {
   atEpochMs: number;
   fromEpochMs: number;
@@ -279,6 +320,9 @@ export interface FairnessView {
   unattributedGrants: number;
   principals: PrincipalShare[];
   minutes: MinuteGrants[];
+  totalTokens: number;
+  unattributedTokens: number;
+  providers: ProviderFairness[];
 }
 
 // The live event feed (`GET …/events`, server-sent events): the JSON of an `update` event is a
@@ -430,6 +474,7 @@ export const SHAPES = {
     retryPressure: "scalar",
     breakerState: "enum:BreakerState",
     retryAfterMs: "scalar",
+    predictedWaitMs: "scalar",
     breakerTransitions: "BreakerTransition[]",
     budgetOpened: "scalar",
     coordination: "enum:Coordination",
@@ -457,6 +502,7 @@ export const SHAPES = {
     waiters: "scalar",
   },
   CircuitBreakerLimits: { failureThreshold: "scalar", openMs: "scalar", halfOpenMaxCalls: "scalar" },
+  MinShare: { standard: "scalar", batch: "scalar" },
   Limits: {
     concurrency: "scalar",
     requestsPerMinute: "scalar",
@@ -476,6 +522,10 @@ export const SHAPES = {
     allowUnknownCost: "scalar",
     maxPrincipalShare: "scalar",
     circuitBreaker: "CircuitBreakerLimits",
+    fairness: "enum:Fairness",
+    weight: "scalar",
+    priority: "enum:Priority",
+    minShare: "MinShare",
   },
   Profile: { workspace: "Limits", providers: "{Limits}", principals: "{Limits}" },
   ProfileChangeRecord: {
@@ -507,8 +557,18 @@ export const SHAPES = {
     cause: "enum:PauseCause",
   },
   PauseHistory: { records: "PauseRecord[]" },
-  PrincipalShare: { principalId: "scalar", grants: "scalar", share: "scalar", meanQueueDelayMs: "scalar" },
-  MinuteGrants: { startEpochMs: "scalar", grants: "scalar", queueDelayMs: "scalar" },
+  PrincipalShare: {
+    principalId: "scalar",
+    grants: "scalar",
+    share: "scalar",
+    meanQueueDelayMs: "scalar",
+    tokens: "scalar",
+    tokenShare: "scalar",
+    weight: "scalar",
+    priority: "enum:Priority",
+  },
+  MinuteGrants: { startEpochMs: "scalar", grants: "scalar", queueDelayMs: "scalar", tokens: "scalar" },
+  ProviderFairness: { providerId: "scalar", fairness: "enum:Fairness" },
   FairnessView: {
     atEpochMs: "scalar",
     fromEpochMs: "scalar",
@@ -518,6 +578,9 @@ export const SHAPES = {
     unattributedGrants: "scalar",
     principals: "PrincipalShare[]",
     minutes: "MinuteGrants[]",
+    totalTokens: "scalar",
+    unattributedTokens: "scalar",
+    providers: "ProviderFairness[]",
   },
   LaneBucket: { available: "scalar", capacity: "scalar" },
   LaneView: {
@@ -588,6 +651,8 @@ export const ENUMS: Record<string, readonly string[]> = {
   Coordination: COORDINATIONS,
   ChangeKind: CHANGE_KINDS,
   PauseCause: PAUSE_CAUSES,
+  Fairness: FAIRNESS_MODES,
+  Priority: PRIORITIES,
   KeyRevocationSchema: KEY_REVOCATION_SCHEMAS,
 };
 
@@ -731,6 +796,7 @@ export type _ShapeChecks = [
   Assert<SameKeys<ProviderSnapshot, typeof SHAPES.ProviderSnapshot>>,
   Assert<SameKeys<Snapshot, typeof SHAPES.Snapshot>>,
   Assert<SameKeys<CircuitBreakerLimits, typeof SHAPES.CircuitBreakerLimits>>,
+  Assert<SameKeys<MinShare, typeof SHAPES.MinShare>>,
   Assert<SameKeys<Limits, typeof SHAPES.Limits>>,
   Assert<SameKeys<Profile, typeof SHAPES.Profile>>,
   Assert<SameKeys<ProfileChangeRecord, typeof SHAPES.ProfileChangeRecord>>,
@@ -742,6 +808,7 @@ export type _ShapeChecks = [
   Assert<SameKeys<PauseHistory, typeof SHAPES.PauseHistory>>,
   Assert<SameKeys<PrincipalShare, typeof SHAPES.PrincipalShare>>,
   Assert<SameKeys<MinuteGrants, typeof SHAPES.MinuteGrants>>,
+  Assert<SameKeys<ProviderFairness, typeof SHAPES.ProviderFairness>>,
   Assert<SameKeys<FairnessView, typeof SHAPES.FairnessView>>,
   Assert<SameKeys<LaneBucket, typeof SHAPES.LaneBucket>>,
   Assert<SameKeys<LaneView, typeof SHAPES.LaneView>>,

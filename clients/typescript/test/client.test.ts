@@ -311,8 +311,22 @@ test("console reads: pauses with their cause, fairness by key, a revision, who c
   assert.deepEqual(unknownKeys(everyone, "FairnessView"), []);
   assert.ok(everyone.totalGrants >= 1);
   assert.ok(Math.abs(everyone.principals.reduce((sum, p) => sum + p.share, 0) - 1) < 1e-9);
-  const own = await client.fairness(WORKSPACE);
+  let own = await client.fairness(WORKSPACE);
   assert.deepEqual(own.principals.map((p) => p.principalId), ["ts"]);
+  // Tokens served: the estimate at admission, replaced by the usage the release reports; the
+  // principal's weight and band and each lane's mode come from the profile in force.
+  const before = own.principals[0]?.tokens ?? -1;
+  await client.withAdmission({ providerId: "fair", budgetId: budget(), estimate: { tokens: 4000, costUsd: 0.01 }, waitMs: 1000 }, async (lease) => {
+    assert.equal((await client.fairness(WORKSPACE)).principals[0]?.tokens, before + 4000);
+    lease.reportUsage({ tokens: 1234 });
+  });
+  own = await client.fairness(WORKSPACE);
+  const row = own.principals[0];
+  assert.deepEqual([row?.tokens, row?.weight, row?.priority, row?.tokenShare], [before + 1234, 2, "interactive", 1]);
+  assert.equal(own.totalTokens, row?.tokens);
+  assert.equal(own.minutes.reduce((sum, m) => sum + m.tokens, 0), own.totalTokens);
+  const modes = Object.fromEntries(own.providers.map((p) => [p.providerId, p.fairness]));
+  assert.deepEqual([modes.fair, modes.steady], ["tokens", "requests"]);
   await assert.rejects(admin.fairness("no-such-workspace"), (e: unknown) => e instanceof NotFoundError && e.error === "no-profile");
 
   const revision = await admin.profileRevision(WORKSPACE, "v1");

@@ -30,7 +30,7 @@ const breaker = { circuitBreaker: { failureThreshold: 1, openMs: 60000, halfOpen
 
 /** One lane per scenario, so that a breaker or pause opened by one test changes no other. */
 export const PROFILE: Profile = {
-  workspace: { concurrency: 64, requestsPerMinute: 60000, tokensPerSecond: 1000000 },
+  workspace: { concurrency: 64, requestsPerMinute: 60000, tokensPerSecond: 1000000, minShare: { standard: 0.25, batch: 0.1 } },
   providers: {
     steady: lane({ tokensPerSecond: 1000 }),
     solo: lane({ concurrency: 1 }),
@@ -40,9 +40,18 @@ export const PROFILE: Profile = {
     pausable: lane(),
     headers: lane(),
     events: lane(),
+    // Token-fair turns (issue 31): the fairness answer names the lane's mode.
+    fair: lane({ fairness: "tokens" }),
   },
   principals: {
-    [PRINCIPAL]: { concurrency: 32, requestsPerMinute: 60000, maxCostUsd: 1000, allowUnknownCost: true },
+    [PRINCIPAL]: {
+      concurrency: 32,
+      requestsPerMinute: 60000,
+      maxCostUsd: 1000,
+      allowUnknownCost: true,
+      weight: 2,
+      priority: "interactive",
+    },
   },
 };
 

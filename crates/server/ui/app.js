@@ -291,6 +291,7 @@
 
   // The server keeps the window (GET …/fairness: per-minute buckets); the tab only draws it.
   let fairnessAt = 0;
+  const percent = (ratio) => `${(100 * ratio).toFixed(1)} %`;
   async function loadFairness() {
     fairnessAt = Date.now();
     const view = await api("GET", wsPath("/fairness"));
@@ -303,23 +304,33 @@
       th.scope = "row";
       th.textContent = p.principalId;
       tr.appendChild(th);
+      // Band and weight from the profile in force ("—": the profile no longer names it).
+      cell(tr, p.priority ?? "—", "priority");
+      cell(tr, p.weight === null ? "—" : String(p.weight), "weight", "num");
       cell(tr, String(p.grants), "grants", "num");
-      cell(tr, `${(100 * p.share).toFixed(1)} %`, "share", "num");
+      cell(tr, percent(p.share), "share", "num");
+      cell(tr, p.tokens.toLocaleString("en-US"), "tokens", "num").dataset.value = String(p.tokens);
+      cell(tr, percent(p.tokenShare), "token-share", "num");
       cell(tr, ms(Math.round(p.meanQueueDelayMs)), "mean-delay", "num");
       return tr;
     }));
     if (!view.principals.length) {
       const tr = document.createElement("tr");
       const td = cell(tr, "No grants in the last 5 minutes.");
-      td.colSpan = 4;
+      td.colSpan = 8;
       body.appendChild(tr);
     }
     labelCells($("fairness"));
     const from = new Date(view.fromEpochMs).toLocaleTimeString();
     const extra = view.unattributedGrants ? `, ${view.unattributedGrants} not attributed` : "";
-    $("fairness-summary").textContent = `${all} grant${all === 1 ? "" : "s"} since ${from}, mean queue delay ${ms(Math.round(view.meanQueueDelayMs))}${extra}.`;
+    const tokens = `${view.totalTokens.toLocaleString("en-US")} token${view.totalTokens === 1 ? "" : "s"}`;
+    $("fairness-summary").textContent = `${all} grant${all === 1 ? "" : "s"} and ${tokens} since ${from}, mean queue delay ${ms(Math.round(view.meanQueueDelayMs))}${extra}.`;
+    const modes = (mode) => view.providers.filter((p) => p.fairness === mode).map((p) => p.providerId).join(", ") || "none";
+    $("fairness-modes").textContent = `Lanes fair in tokens: ${modes("tokens")}; in requests: ${modes("requests")}.`;
     $("fairness").dataset.total = String(all);
-    window.TurnstileCharts.bars($("chart-fairness"), view.principals.map((p) => ({ label: p.principalId, value: p.grants, text: `${(100 * p.share).toFixed(1)} %` })));
+    $("fairness").dataset.totalTokens = String(view.totalTokens);
+    window.TurnstileCharts.bars($("chart-fairness"), view.principals.map((p) => ({ label: p.principalId, value: p.grants, text: percent(p.share) })));
+    window.TurnstileCharts.bars($("chart-fairness-tokens"), view.principals.map((p) => ({ label: p.principalId, value: p.tokens, text: percent(p.tokenShare) })));
     window.TurnstileCharts.bars($("chart-fairness-minutes"), view.minutes.map((m) => ({ label: new Date(m.startEpochMs).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }), value: m.grants, text: String(m.grants) })));
   }
 

@@ -23,6 +23,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use turnstile_admission::{LeaseId, Millis};
 
+use crate::fairness::TokensServed;
 use crate::telemetry::AdmitSpan;
 
 /// The operating system could not seed the token generator.
@@ -72,6 +73,9 @@ pub struct LeaseEntry {
     pub expires_at: Option<Millis>,
     /// The lease's open `decision.admit` span (ends when the entry leaves the table).
     pub span: Option<AdmitSpan>,
+    /// What its grant added to the fairness window (`None`: reinstated after a restart); its
+    /// release replaces the estimate with the tokens used.
+    pub served: Option<TokensServed>,
 }
 
 impl std::fmt::Debug for LeaseEntry {
@@ -202,6 +206,7 @@ mod tests {
             lease: LeaseId(1),
             expires_at: Some(expires_at),
             span: None,
+            served: None,
         }
     }
 

@@ -48,7 +48,9 @@ pub use exposition::{
     metric_family, plain_metrics, Collector, DescriptorEncoder, Exposition, MetricKind,
     MetricSeries, CONTENT_TYPE as METRICS_CONTENT_TYPE,
 };
-pub use fairness::{FairnessView, FairnessWindows, MinuteGrants, PrincipalShare};
+pub use fairness::{
+    FairnessView, FairnessWindows, MinuteGrants, PrincipalShare, ProviderFairness, TokensServed,
+};
 pub use feed::{DecisionCount, Feed, FeedEvent, Pause, PrincipalTally};
 pub use grant::Grant;
 pub use handle::{CancelGuard, DriverHandle, Submitted};

@@ -39,6 +39,13 @@ class Refused(TurnstileError):
         self.evidence = evidence
         self.retry_after_ms = retry_after_ms
 
+    @property
+    def predicted_wait_ms(self) -> int | None:
+        """On `deadline-unreachable`: the wait the lane predicted for the request, in
+        milliseconds (it exceeded the deadline; `retry_after_ms` equals it). None otherwise."""
+        value = self.evidence.get("predictedWaitMs")
+        return value if isinstance(value, int) else None
+
 
 class ApiError(TurnstileError):
     """An error answer `{error, message, field?}`; `status` is None for transport failures."""

@@ -16,6 +16,7 @@ Reason = Literal[
     "disabled",
     "cancelled",
     "deadline-exceeded",
+    "deadline-unreachable",
     "concurrency",
     "requests-per-minute",
     "tokens-per-second",
@@ -44,6 +45,10 @@ BreakerState = Literal["closed", "open", "half-open"]
 ChangeKind = Literal["initial", "change", "rollback"]
 PauseCause = Literal["retry-after-call", "release-outcome"]
 Coordination = Literal["shared", "degraded"]
+# What a provider lane's turns are fair in (`Limits.fairness`).
+Fairness = Literal["requests", "tokens"]
+# The band a principal's requests wait in (`Limits.priority`), highest first.
+Priority = Literal["interactive", "standard", "batch"]
 
 # Estimate values: the service also accepts numeric strings; malformed values are answered
 # `invalid-estimate` (422).
@@ -119,6 +124,8 @@ class Evidence(TypedDict, total=False):
     retryPressure: int
     breakerState: BreakerState
     retryAfterMs: int
+    # On a `deadline-unreachable` refusal only: the wait the lane predicted (= retryAfterMs).
+    predictedWaitMs: int
     breakerTransitions: list[BreakerTransition]
     budgetOpened: bool
     coordination: Coordination
@@ -209,6 +216,13 @@ class CircuitBreakerLimits(TypedDict, total=False):
     halfOpenMaxCalls: int
 
 
+class MinShare(TypedDict, total=False):
+    """A lower band's smallest share of a lane's grants while higher bands saturate it."""
+
+    standard: float | None
+    batch: float | None
+
+
 class Limits(TypedDict, total=False):
     concurrency: int
     requestsPerMinute: int
@@ -228,6 +242,14 @@ class Limits(TypedDict, total=False):
     allowUnknownCost: bool
     maxPrincipalShare: float
     circuitBreaker: CircuitBreakerLimits
+    # Provider scope only: `requests` (absent) or `tokens`.
+    fairness: Fairness | None
+    # Principal scope only: within [0.01, 100], default 1.
+    weight: float | None
+    # Principal scope only: default `standard`.
+    priority: Priority | None
+    # Workspace scope only: defaults standard 0.2, batch 0.1.
+    minShare: MinShare | None
 
 
 class _ProfileRequired(TypedDict):
@@ -294,16 +316,31 @@ class PrincipalShare(TypedDict, total=False):
     grants: int
     share: float
     meanQueueDelayMs: float
+    # Tokens served in the window: per grant, the usage its release reported, else its estimate.
+    tokens: int
+    tokenShare: float
+    # From the profile in force (None: the profile no longer names the principal).
+    weight: float | None
+    priority: Priority | None
 
 
 class MinuteGrants(TypedDict, total=False):
     startEpochMs: int
     grants: int
     queueDelayMs: int
+    tokens: int
+
+
+class ProviderFairness(TypedDict, total=False):
+    """A provider lane of the profile in force and what its turns are fair in."""
+
+    providerId: str
+    fairness: Fairness
 
 
 class FairnessView(TypedDict, total=False):
-    """`GET …/fairness`: grants per principal over the last five minutes (server-side window)."""
+    """`GET …/fairness`: grants and tokens served per principal over the last five minutes
+    (server-side window), with weights, bands and each lane's fairness mode."""
 
     atEpochMs: int
     fromEpochMs: int
@@ -313,6 +350,9 @@ class FairnessView(TypedDict, total=False):
     unattributedGrants: int
     principals: list[PrincipalShare]
     minutes: list[MinuteGrants]
+    totalTokens: int
+    unattributedTokens: int
+    providers: list[ProviderFairness]
 
 
 # The live event feed (`GET …/events`, server-sent events): the JSON of an `update` event is a

@@ -1,12 +1,14 @@
 //! The fairness window of a workspace: `GET /v1/workspaces/{workspaceId}/fairness`.
 //!
-//! Each principal's grants, share of grants and mean queue delay over the last five minutes
-//! (per-minute buckets kept by the driver: `turnstile_shell::fairness`), and the grants of each
+//! Each principal's grants, share of grants, mean queue delay and tokens served over the last
+//! five minutes (per-minute buckets kept by the driver: `turnstile_shell::fairness`; tokens are
+//! the estimates, replaced by the usage a release reports), its `weight` and `priority` in the
+//! profile in force, each provider lane's `fairness` mode, and the grants and tokens of each
 //! minute. The console's Fairness view reads it; the browser does not aggregate.
 //!
 //! - Who: an admin key (any workspace: every principal), or a principal key of that workspace
-//!   (the totals, the minutes and its own row only: other principals' IDs never reach it);
-//!   403 for another workspace's key. 404 `no-profile` for a workspace without a profile.
+//!   (the totals, the minutes, the lanes and its own row only: other principals' IDs never
+//!   reach it); 403 for another workspace's key. 404 `no-profile` for a workspace without a profile.
 //!
 //! Invariant: principal IDs leave the driver only in this authenticated answer; the handler
 //! logs nothing and adds no metric label.

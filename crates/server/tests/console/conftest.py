@@ -40,11 +40,12 @@ PROFILE_V1 = {
         "openai": lane(),
         "fragile": lane(circuitBreaker={"failureThreshold": 2, "openMs": 60000, "halfOpenMaxCalls": 1}),
         "anthropic": lane(concurrency=8, requestsPerMinute=1200),
-        # Kept free of the load (history and fairness tests acquire here without waiting).
-        "spare": lane(),
+        # Kept free of the load (history and fairness tests acquire here without waiting);
+        # token-fair turns (issue 31), shown by the fairness view.
+        "spare": lane(fairness="tokens"),
     },
     "principals": {
-        "alice": {"concurrency": 32, "requestsPerMinute": 600000},
+        "alice": {"concurrency": 32, "requestsPerMinute": 600000, "weight": 2, "priority": "interactive"},
         "bob": {"concurrency": 32, "requestsPerMinute": 600000},
     },
 }

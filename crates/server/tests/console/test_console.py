@@ -369,10 +369,52 @@ def test_fairness_is_the_servers_window_not_the_tabs(browser: webdriver.Chrome, 
 
     wait_for(agrees_with_the_server)
     summary = browser.find_element(By.ID, "fairness-summary").text
-    assert "grants since" in summary and "mean queue delay" in summary, summary
+    assert "grants and" in summary and "tokens since" in summary and "mean queue delay" in summary, summary
     # A principal key gets its own row only from the API; the console keeps the view for admins.
     _, own = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/fairness", service.bob)
     assert [p["principalId"] for p in own["principals"]] == ["bob"]
+    assert script_errors(browser) == []
+
+
+def test_fairness_shows_tokens_served_weights_and_bands(browser: webdriver.Chrome, service: Service) -> None:
+    # alice: estimated 4,000, used 3,000 (the usage replaces the estimate); bob: 400, no usage.
+    for principal_key, estimate, used in ((service.alice, 4000, 3000), (service.bob, 400, None)):
+        status, lease = service.api.call(
+            "POST", "/v1/admissions", principal_key,
+            {"providerId": "spare", "budgetId": "tokens", "estimate": {"tokens": estimate}, "deadlineMs": 0},
+        )
+        assert status == 200, lease
+        release: dict[str, Any] = {"outcome": "success"}
+        if used is not None:
+            release["actualUsage"] = {"tokens": used}
+        assert service.api.call("POST", f"/v1/leases/{lease['leaseId']}/release", principal_key, release)[0] == 200
+    sign_in(browser, service, service.admin)
+    wait_for(lambda: signed_in(browser))
+    tab(browser, "fairness")
+    read_page = (
+        "return Object.fromEntries([...document.querySelectorAll('#fairness tr[data-principal]')].map(r => [r.dataset.principal, {"
+        "tokens: Number(r.querySelector('td[data-field=\"tokens\"]').dataset.value),"
+        "tokenShare: parseFloat(r.querySelector('td[data-field=\"token-share\"]').textContent),"
+        "weight: r.querySelector('td[data-field=\"weight\"]').textContent,"
+        "priority: r.querySelector('td[data-field=\"priority\"]').textContent}]))"
+    )
+
+    def shown_as_the_server_counts() -> dict[str, Any] | None:
+        shown = browser.execute_script(read_page)
+        _, view = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/fairness", service.admin)
+        expected = {p["principalId"]: p["tokens"] for p in view["principals"]}
+        ok = {"alice", "bob"} <= set(shown) and all(row["tokens"] == expected.get(p) for p, row in shown.items())
+        return shown if ok else None
+
+    shown = wait_for(shown_as_the_server_counts)
+    assert shown["alice"]["tokens"] >= 3000 and shown["bob"]["tokens"] >= 400, shown
+    assert (shown["alice"]["weight"], shown["alice"]["priority"]) == ("2", "interactive"), shown
+    assert (shown["bob"]["weight"], shown["bob"]["priority"]) == ("1", "standard"), shown
+    assert abs(sum(row["tokenShare"] for row in shown.values()) - 100) < 0.5, shown
+    assert "Lanes fair in tokens: spare;" in browser.find_element(By.ID, "fairness-modes").text
+    assert "tokens since" in browser.find_element(By.ID, "fairness-summary").text
+    # The tokens chart has one bar per principal.
+    assert browser.execute_script("return document.querySelectorAll('#chart-fairness-tokens rect').length") == len(shown)
     assert script_errors(browser) == []
 
 

@@ -269,22 +269,20 @@ impl Driver {
         } = pending;
         match conclusion {
             Conclusion::Admitted(lease) => {
-                let delay = lease.evidence.queue_delay_ms;
-                self.observer.decision(
-                    workspace,
-                    &provider,
-                    &principal,
+                let evidence = &lease.evidence;
+                let served = self.observer.decision(
+                    (workspace, &provider, &principal),
                     Reason::Admitted,
-                    delay,
+                    (evidence.queue_delay_ms, evidence.estimated_tokens),
                     now,
                 );
                 // The span records the admission as the lease enters the table.
-                self.grant((workspace, &principal), lease, span, reply, now);
+                self.grant((workspace, &principal), (lease, served), span, reply, now);
             }
             Conclusion::Rejected(rejection) => {
                 let reason = rejection.reason;
-                self.observer
-                    .decision(workspace, &provider, &principal, reason, 0, now);
+                let who = (&**workspace, &*provider, &principal);
+                self.observer.decision(who, reason, (0, None), now);
                 if let Some(span) = span {
                     span.rejected(&rejection.evidence);
                 }

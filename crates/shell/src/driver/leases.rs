@@ -24,6 +24,7 @@ use turnstile_admission::{ActualUsage, BreakerTransition, Lease, Millis, Outcome
 
 use crate::command::AcquireReply;
 use crate::error::DriverError;
+use crate::fairness::TokensServed;
 use crate::grant::Grant;
 use crate::journal::{HeldLease, LeaseEvent};
 use crate::lease_table::{LeaseEntry, LeaseToken};
@@ -51,7 +52,7 @@ impl Driver {
     pub(super) fn grant(
         &mut self,
         (workspace, principal): (&Arc<str>, &Arc<str>),
-        lease: Lease,
+        (lease, served): (Lease, Option<TokensServed>),
         mut span: Option<AdmitSpan>,
         reply: oneshot::Sender<AcquireReply>,
         now: Millis,
@@ -71,6 +72,7 @@ impl Driver {
             lease,
             expires_at,
             span,
+            served,
         };
         let Some(driver) = self.tx.upgrade() else {
             // Every handle is gone: nobody can hold this lease.
@@ -202,6 +204,8 @@ impl Driver {
             .ok_or(DriverError::UnknownLease)?;
         self.metrics.leases_released.fetch_add(1, Ordering::Relaxed);
         self.journal_lease(|| LeaseEvent::Released { token, usage });
+        self.observer
+            .released((workspace, principal), entry.served, usage.tokens);
         let released = self
             .registry
             .release_with_usage(workspace, entry.lease, outcome, usage, now)
@@ -308,6 +312,8 @@ impl Driver {
             lease,
             expires_at,
             span: None,
+            // Granted by a previous process: not in this process's fairness window.
+            served: None,
         };
         if !self.leases.insert_with_token(held.token, entry) {
             return Err(ReinstateFailure::DuplicateToken);

@@ -1,7 +1,8 @@
 //! Observation: what hosts and operators see of the driver.
 //!
 //! - The one observation of each decision ([`Observer::decision`]): the console's feed tally,
-//!   and, for an admission, the principal's fairness window. It is called from one place,
+//!   and, for an admission, the principal's fairness window (grants and estimated tokens; the
+//!   release corrects the tokens with the usage it reports, [`Observer::released`]). It is called from one place,
 //!   `admit::conclude`, which also ends the request's span (the span counts the decision in the
 //!   one metrics family), so each decision is observed exactly once.
 //! - The feed's other counts (lane touches, transitions, pauses, profile changes), and its flush
@@ -22,7 +23,7 @@ use turnstile_admission::{
 
 use crate::clock::Clock;
 use crate::command::{LaneLimits, Standing, WorkspaceSnapshot};
-use crate::fairness::{FairnessView, FairnessWindows};
+use crate::fairness::{FairnessView, FairnessWindows, TokensServed};
 use crate::feed::{Feed, Tally};
 use crate::pause::Pause;
 
@@ -62,23 +63,36 @@ impl Observer {
     }
 
     /// The final decision of one admission (called only by `admit::conclude`): an admission
-    /// (with its queue delay) enters the principal's fairness window; every decision is counted
-    /// in the feed's tally.
+    /// (with its queue delay and estimated tokens) enters the principal's fairness window and
+    /// returns what its lease keeps for the release's correction; every decision is counted in
+    /// the feed's tally.
     pub(super) fn decision(
         &mut self,
-        workspace: &str,
-        provider: &str,
-        principal: &Arc<str>,
+        (workspace, provider, principal): (&str, &str, &Arc<str>),
         reason: Reason,
-        queue_delay_ms: Millis,
+        (queue_delay_ms, estimated_tokens): (Millis, Option<u64>),
         now: Millis,
-    ) {
-        if reason == Reason::Admitted {
+    ) -> Option<TokensServed> {
+        let served = (reason == Reason::Admitted).then(|| {
             self.fairness
-                .grant(workspace, principal, queue_delay_ms, now);
-        }
+                .grant(workspace, principal, queue_delay_ms, estimated_tokens, now)
+        });
         self.tally
             .decision(workspace, provider, principal, reason, queue_delay_ms, now);
+        served
+    }
+
+    /// A lease released with the tokens its call `used`: they replace its estimate in the
+    /// fairness window (called only by the driver's release).
+    pub(super) fn released(
+        &mut self,
+        (workspace, principal): (&str, &str),
+        served: Option<TokensServed>,
+        used: Option<u64>,
+    ) {
+        if let (Some(served), Some(used)) = (served, used) {
+            self.fairness.correct(workspace, principal, served, used);
+        }
     }
 
     /// Something changed in the workspace (its lanes are worth sending again).
@@ -158,6 +172,6 @@ impl Driver {
         fairness.forget_idle(now);
         self.registry
             .profile(workspace)
-            .map(|_| fairness.view(workspace, now))
+            .map(|profile| fairness.view(workspace, profile, now))
     }
 }
