@@ -12,7 +12,7 @@
 //!
 //! | condition | status | OpenAI `type` / Anthropic `type` | retry headers |
 //! |---|---|---|---|
-//! | queue-full, queue-timeout, deadline-exceeded (retryable) | 429 | `rate_limit_error` | `retry-after`, `retry-after-ms` |
+//! | queue-full, queue-timeout, deadline-exceeded, deadline-unreachable (retryable) | 429 | `rate_limit_error` | `retry-after`, `retry-after-ms` |
 //! | retry-after (lane paused after an upstream 429) | 429 | `rate_limit_error` | `retry-after`, `retry-after-ms` |
 //! | circuit-open | 503 | `api_error` / `overloaded_error` | `retry-after`, `retry-after-ms` |
 //! | coordination-unavailable (replicas: Redis unreachable and the lane fails closed) | 503 | `api_error` / `overloaded_error` | `retry-after`, `retry-after-ms` |

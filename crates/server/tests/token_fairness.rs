@@ -254,6 +254,26 @@ fn count(order: &[String], name: &str) -> usize {
 #[test]
 fn token_mode_gives_about_ten_light_grants_per_heavy_one_and_equal_tokens() {
     let (server, admin) = scheduling_service();
+    assert_token_order(&server, &admin);
+}
+
+/// A replica (its limits shared through a real `redis-server`) orders its own waiters in
+/// tokens: the order is per replica (`docs/replicas.md`).
+#[test]
+fn a_replica_on_redis_orders_its_own_waiters_in_tokens() {
+    let redis = turnstile_testkit::RedisServer::start()
+        .expect("redis-server (apt-get install redis-server)");
+    let url = redis.url();
+    let server = TestServer::start_fresh(|config| config.coordination.redis_url = Some(url));
+    let admin = server.admin();
+    let put = server.put_profile(&admin, WORKSPACE, "v1", &scheduling_profile());
+    assert_eq!(put.status(), 201);
+    assert_token_order(&server, &admin);
+}
+
+/// Two principals backlogged on the token-mode lane `sizes` with 4,000- and 400-token calls
+/// get about 10 light grants per heavy one and about equal tokens.
+fn assert_token_order(server: &TestServer, admin: &str) {
     let (gate, heavy, light) = (
         server.new_key(WORKSPACE, "gate"),
         server.new_key(WORKSPACE, "heavy"),
@@ -263,7 +283,7 @@ fn token_mode_gives_about_ten_light_grants_per_heavy_one_and_equal_tokens() {
         ("heavy", heavy.as_str(), 4_000),
         ("light", light.as_str(), 400),
     ];
-    let order = backlogged_order(&server, "sizes", &gate, &callers, (4, 110));
+    let order = backlogged_order(server, "sizes", &gate, &callers, (4, 110));
     let letters: String = order
         .iter()
         .map(|n| if n == "heavy" { 'H' } else { 'l' })
@@ -283,7 +303,7 @@ fn token_mode_gives_about_ten_light_grants_per_heavy_one_and_equal_tokens() {
     );
     // The fairness answer counts every grant's tokens (also those granted while the callers
     // left, after the first 110).
-    let view = fairness(&server, &admin);
+    let view = fairness(server, admin);
     for (principal, size) in [("heavy", 4_000), ("light", 400)] {
         let r = row(&view, principal);
         let granted = r["grants"].as_u64().unwrap_or(0);
