@@ -17,8 +17,17 @@
 use crate::fair_order::{FairOrder, FairSlot};
 use crate::lane::{LaneKey, LaneSlot};
 use crate::limits::{Fairness, Limits, Priority};
+use crate::scopes::ScopeTable;
 
 use super::Controller;
+
+/// A principal's weight in thousandths under the limits in force (1000 when none).
+#[inline]
+fn weight_milli(principals: &ScopeTable<()>, principal: u32) -> u64 {
+    principals
+        .limits(principal)
+        .map_or(1000, Limits::weight_milli)
+}
 
 impl Controller {
     /// The slot of the lane `key`, creating it if needed (with the debt its principal still
@@ -85,11 +94,7 @@ impl Controller {
         let Some(order) = extra.order.as_deref_mut() else {
             return 0;
         };
-        let weight = self
-            .scopes
-            .principals
-            .limits(principal)
-            .map_or(1000, Limits::weight_milli);
+        let weight = weight_milli(&self.scopes.principals, principal);
         let cost = order.cost(tokens, &lane.fair);
         order.charge(slot, &mut lane.fair, cost, weight, on_credit)
     }
@@ -103,11 +108,7 @@ impl Controller {
         let Some(order) = self.scopes.providers[provider].extra.order.as_deref_mut() else {
             return;
         };
-        let weight = self
-            .scopes
-            .principals
-            .limits(principal)
-            .map_or(1000, Limits::weight_milli);
+        let weight = weight_milli(&self.scopes.principals, principal);
         order.correct(slot, &mut lane.fair, charged, actual_tokens, weight);
     }
 
