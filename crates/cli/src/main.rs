@@ -12,13 +12,21 @@ mod commands;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// `turnstile --version`: the crate version and the commit it was built from (`build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("TURNSTILE_COMMIT"),
+    ")"
+);
+
 /// turnstile governs the model calls of AI agents and decision engines.
 ///
 /// Exit status: 0 success; 1 the command failed (one `error:` line on stderr, and a `hint:`
 /// line where there is advice); 2 invalid arguments; 3 `evaluate` printed a result whose status
 /// is `error` or `cancelled`.
 #[derive(Debug, Parser)]
-#[command(name = "turnstile", version, about)]
+#[command(name = "turnstile", version = VERSION, about)]
 struct Cli {
     /// On failure, print every cause and a backtrace (otherwise: one error line and a hint).
     #[arg(long, short, global = true)]

@@ -57,6 +57,34 @@ fn help_lists_serve_first_and_documents_the_exit_statuses() {
     assert!(help.contains("Exit status"), "{help}");
 }
 
+/// `turnstile --version` names the crate version and the commit the binary was built from
+/// (the checkout's HEAD when git can tell; `TURNSTILE_COMMIT` overrides it at build time).
+#[test]
+fn version_names_the_release_and_the_commit() {
+    let output = turnstile().arg("--version").output().unwrap();
+    assert!(output.status.success());
+    let version = text(&output.stdout);
+    let expected = format!("turnstile {} (", env!("CARGO_PKG_VERSION"));
+    assert!(version.starts_with(&expected), "{version}");
+    let commit = version
+        .trim_end()
+        .strip_prefix(&expected)
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("no commit in {version:?}"));
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| text(&o.stdout).trim().to_owned());
+    match (head, std::env::var("TURNSTILE_COMMIT")) {
+        (_, Ok(set)) if !set.is_empty() => assert_eq!(commit, set),
+        (Some(head), _) => assert_eq!(commit, head, "built from HEAD"),
+        (None, _) => assert_eq!(commit, "unknown"),
+    }
+}
+
 #[test]
 fn help_lists_only_product_commands_and_the_tools_are_not_commands() {
     // The load tools and the fake upstream are the `turnstile-bench` binary (crates/bench).
