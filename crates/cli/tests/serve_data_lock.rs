@@ -54,3 +54,55 @@ fn a_second_serve_on_the_same_data_directory_exits_non_zero_naming_the_holder() 
     third.kill().unwrap();
     third.wait().unwrap();
 }
+
+/// A first start whose address is taken fails before it initialises the data directory: the
+/// once-only admin and demo keys are not generated (and lost) by a start that never served;
+/// the next start on a free port prints them.
+#[test]
+fn a_first_start_on_a_taken_port_does_not_burn_the_once_only_keys() {
+    let data = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    let failed = command
+        .args(["serve", "--listen", &address, "--data"])
+        .arg(data.path())
+        .output()
+        .unwrap();
+    assert!(!failed.status.success(), "the port is taken");
+    let stdout = String::from_utf8_lossy(&failed.stdout);
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!stdout.contains("admin key"), "no key printed: {stdout}");
+    assert!(
+        stderr.contains(&address),
+        "the error names the address: {stderr}"
+    );
+    assert!(
+        !data.path().join("turnstile.db").exists()
+            && std::fs::read_dir(data.path())
+                .unwrap()
+                .filter_map(Result::ok)
+                .all(|entry| entry.file_name() == "turnstile.lock"),
+        "nothing but the lock file was written"
+    );
+    drop(taken);
+
+    // The next start, on a free port, is the first one: it prints the keys.
+    let mut child = serve(data.path()).spawn().unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut printed = false;
+    // The keys follow the banner.
+    for line in lines {
+        let line = line.unwrap();
+        if line.contains("admin key:") {
+            printed = true;
+            break;
+        }
+        if line.starts_with("Lost the admin key?") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(printed, "the first start that serves prints the admin key");
+}

@@ -103,6 +103,18 @@ pub async fn start_with_telemetry(
     let config = Arc::new(config);
     // Before anything reads or writes the directory: one process per data directory.
     let data_lock = DataDirLock::acquire(&config.data_dir)?;
+    // Bound before the data directory is initialised: a first start whose address is taken
+    // fails here, before it generates (and would print only once) the admin and demo keys.
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServerError::Bind {
+        addr: config.listen,
+        source,
+    })?;
     let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
     let (lease_log, recovered) = LeaseLog::open(
         &config.data_dir,
@@ -139,17 +151,6 @@ pub async fn start_with_telemetry(
     let lane_state = recover::restore_lane_state(&recovered, found, &mut registry, clock.now_ms());
     let last_grant = LastGrant::new(recovered.last_grant_at_ms);
     let keys = Arc::new(KeyRing::from_stored(&store.keys()?));
-
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| ServerError::Bind {
-        addr: config.listen,
-        source,
-    })?;
 
     let metrics = Arc::new(Metrics::default());
     if lane_state.checkpoint_ignored.is_some() {
