@@ -1,6 +1,8 @@
-//! The README's first session, run verbatim (with the built binary's path and a free port
-//! substituted, and the `cargo build` line dropped) against a real `turnstile serve`: it must
-//! succeed, and every `# -> …` line must be what the command before it printed.
+//! The README's first session, run verbatim (with the built binary's path substituted for
+//! `target/release/turnstile`, and the `cargo build` line dropped) against a real `turnstile
+//! serve` on a free port of its own choosing: it must succeed, and every `# -> …` line must be
+//! what the command before it printed. A session whose `serve` cannot start does not hang: it
+//! shows why and the commands after it fail (second test).
 #![cfg(unix)]
 
 use std::path::Path;
@@ -20,9 +22,14 @@ fn session_block(readme: &str) -> String {
     block.to_owned()
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+/// The block as a script: `cargo` lines dropped, the test's binary for the release one.
+fn runnable(block: &str) -> String {
+    block
+        .lines()
+        .filter(|line| !line.starts_with("cargo "))
+        .map(|line| line.replace("target/release/turnstile", env!("CARGO_BIN_EXE_turnstile")))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -41,17 +48,9 @@ fn the_readme_session_runs_verbatim_and_prints_what_it_says() {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
             .unwrap();
     let block = session_block(&readme);
-    assert!(block.contains("target/debug/turnstile serve --listen 127.0.0.1:8686"));
-    let port = free_port().to_string();
-    let script: String = block
-        .lines()
-        .filter(|line| !line.starts_with("cargo "))
-        .map(|line| {
-            line.replace("target/debug/turnstile", env!("CARGO_BIN_EXE_turnstile"))
-                .replace("8686", &port)
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    assert!(block.contains("target/release/turnstile serve --listen 127.0.0.1:0 "));
+    assert!(!block.contains("8686"), "the session picks its own port");
+    let script = runnable(&block);
     let script =
         format!("set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n{script}\n");
     // `timeout` only guards against a hang; no assertion depends on time.
@@ -80,5 +79,33 @@ fn the_readme_session_runs_verbatim_and_prints_what_it_says() {
     assert!(
         stdout.contains("turnstile_admission_decisions_total{"),
         "{stdout}"
+    );
+}
+
+/// A session whose `serve` cannot start (here: an unusable Redis URL in the environment) does
+/// not wait forever for the banner: the wait ends when `serve` exits, and `cat` shows why.
+#[test]
+fn the_readme_session_does_not_hang_when_serve_cannot_start() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let block = session_block(&readme);
+    // The session up to the banner's `cat`.
+    let end = block
+        .lines()
+        .position(|line| line.starts_with("cat \"$T/serve.log\""))
+        .expect("the session shows serve's log");
+    let start: Vec<&str> = block.lines().take(end + 1).collect();
+    let script = format!("set -uo pipefail\n{}\n", runnable(&start.join("\n")));
+    let output = Command::new("timeout")
+        .args(["60", "bash", "-c", &script])
+        .env("TURNSTILE_REDIS_URL", "not-a-redis-url")
+        .output()
+        .unwrap();
+    assert_ne!(output.status.code(), Some(124), "the session hung");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("error:") && stdout.contains("invalid Redis URL"),
+        "serve's log says why it stopped: {stdout}"
     );
 }
