@@ -106,3 +106,37 @@ fn a_first_start_on_a_taken_port_does_not_burn_the_once_only_keys() {
     child.wait().unwrap();
     assert!(printed, "the first start that serves prints the admin key");
 }
+
+/// `--listen` takes a port alone (loopback) or a host name, and refuses anything else with
+/// what it accepts.
+#[test]
+fn listen_takes_a_port_alone_or_a_host_name() {
+    for given in ["0", "localhost:0"] {
+        let data = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+            .args(["serve", "--listen", given, "--data"])
+            .arg(data.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let first = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .next()
+            .expect("the banner")
+            .unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            first.starts_with("turnstile serve: listening on http://127.0.0.1:"),
+            "{given}: {first}"
+        );
+    }
+    let refused = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(["serve", "--listen", "localhost", "--data", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "an invalid argument");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("e.g. 127.0.0.1:8686"), "{stderr}");
+}

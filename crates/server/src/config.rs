@@ -60,7 +60,9 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Address to listen on; loopback by default.
+    /// Address to listen on; loopback by default. `HOST:PORT`, a resolvable host name
+    /// (`localhost:8686`) or a port alone (loopback) ([`crate::parse_listen`]).
+    #[serde(deserialize_with = "crate::listen::deserialize")]
     pub listen: SocketAddr,
     /// Directory of the SQLite file.
     pub data_dir: PathBuf,

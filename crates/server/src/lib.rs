@@ -58,6 +58,7 @@ mod config;
 mod durability;
 mod http;
 mod keys;
+mod listen;
 mod metrics;
 mod replicas;
 
@@ -70,6 +71,8 @@ pub use config::{
     AdmissionConfig, BudgetsConfig, Config, ConfigError, CoordinationConfig, HttpConfig,
     LeaseConfig, LeaseDurability,
 };
+/// The listen address as written on the command line or in the file.
+pub use listen::{parse_listen, ListenError};
 
 // What a start reports: the first start's keys and demo set-up, what came back from the
 // previous process, how a replica met the deployment's shared keys.

@@ -22,8 +22,9 @@ use turnstile_cli::HintExt;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (overrides the config file; default 127.0.0.1:8686).
-    #[arg(long)]
+    /// Address to listen on (overrides the config file; default 127.0.0.1:8686): HOST:PORT,
+    /// a host name such as localhost:8686, or a port alone (loopback).
+    #[arg(long, value_parser = turnstile_server::parse_listen)]
     pub listen: Option<SocketAddr>,
     /// Data directory for the SQLite file (overrides the config file; default ./turnstile-data).
     #[arg(long)]
