@@ -140,6 +140,37 @@ fn a_serve_error_names_its_cause_once() {
     );
 }
 
+/// `profile check` reports every problem at once, on one line, with the field a misspelt one
+/// likely meant.
+#[test]
+fn profile_check_reports_every_problem_with_did_you_mean() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.json");
+    std::fs::write(
+        &file,
+        r#"{"workspace":{"concurrency":4,"maxQueueLenght":10},
+            "providers":{"jev":{"concurrency":2,"requestsBurst":0},
+                         "llm":{"concurrency":"2"}},
+            "principals":{"a":{"concurrency":1,"wieght":2}}}"#,
+    )
+    .unwrap();
+    let output = turnstile()
+        .args(["profile", "check"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_user_error(&output, "4 problems: ");
+    let stderr = text(&output.stderr);
+    for needle in [
+        "workspace.maxQueueLenght: unknown field; did you mean `maxQueueLength`?",
+        "providers.jev.requestsBurst: requestsBurst needs",
+        "providers.llm.concurrency: invalid type",
+        "principals.a.wieght: unknown field; did you mean `weight`?",
+    ] {
+        assert!(stderr.contains(needle), "{needle} in {stderr}");
+    }
+}
+
 #[test]
 fn profile_check_names_the_field_and_the_problem() {
     let dir = tempfile::tempdir().unwrap();

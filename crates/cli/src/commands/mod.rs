@@ -4,6 +4,7 @@
 pub mod admin_key;
 pub mod evaluate;
 pub mod profile;
+mod profile_check;
 pub mod qualify;
 pub mod roster;
 pub mod serve;
