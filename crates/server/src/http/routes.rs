@@ -43,6 +43,7 @@ turnstile_proxy::route_table! {
     get "/openapi.json" => ops::openapi,
     get "/ui" => ui::index,
     get "/ui/{asset}" => ui::asset,
+    get "/favicon.ico" => ui::favicon,
 }
 
 /// The service over `state`: the router behind the gate, for the general connections or

@@ -41,7 +41,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("../../ui/charts.js"),
     ),
+    ("favicon.svg", "image/svg+xml", FAVICON),
 ];
+
+/// The console's icon (also `GET /favicon.ico`).
+const FAVICON: &str = include_str!("../../ui/favicon.svg");
 
 const INDEX: &str = include_str!("../../ui/index.html");
 
@@ -64,7 +68,12 @@ pub async fn index() -> Response {
     asset_response("text/html; charset=utf-8", INDEX)
 }
 
-/// `GET /ui/{asset}`: a script or style sheet of the page.
+/// `GET /favicon.ico`: the console's icon, for browsers that ask for it by that name.
+pub async fn favicon() -> Response {
+    asset_response("image/svg+xml", FAVICON)
+}
+
+/// `GET /ui/{asset}`: a script, style sheet or the icon of the page.
 pub async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
     ASSETS
         .iter()

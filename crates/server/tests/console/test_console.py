@@ -154,6 +154,23 @@ def test_the_console_is_embedded_with_a_strict_policy(service: Service) -> None:
             assert "Content-Security-Policy" in response.headers
 
 
+def test_the_sign_in_page_shows_no_sign_out_and_loads_every_resource(browser: webdriver.Chrome, service: Service) -> None:
+    browser.get_log("browser")  # drop what earlier tests left
+    fresh(browser, service)
+    wait_for(lambda: browser.find_element(By.ID, "signin-view").is_displayed())
+    assert not browser.find_element(By.ID, "signout").is_displayed(), "no Sign out before signing in"
+    # The page names its icon, so the browser asks for no /favicon.ico (and gets no 404).
+    icon = browser.execute_script("return document.querySelector('link[rel=icon]').href")
+    assert icon.endswith("/ui/favicon.svg")
+    import urllib.request
+
+    with urllib.request.urlopen(icon, timeout=10) as response:
+        assert response.status == 200 and response.headers["Content-Type"] == "image/svg+xml"
+    time.sleep(0.5)
+    failed = [e["message"] for e in browser.get_log("browser") if "Failed to load resource" in e["message"]]
+    assert failed == [], failed
+
+
 def test_sign_in_and_live_numbers_match_the_snapshot(browser: webdriver.Chrome, service: Service, load: Load) -> None:
     browser.set_window_size(*SIZES["desktop"])
     sign_in(browser, service, service.admin)
