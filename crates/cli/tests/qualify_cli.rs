@@ -36,6 +36,11 @@ fn qualify_report_writes_a_self_contained_page() {
         .expect("the turnstile binary runs");
     assert!(output.status.success(), "{:?}", output);
     let record: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("report written to {}", report.display())),
+        "says where: {stderr}"
+    );
     let html = std::fs::read_to_string(&report).unwrap();
     assert!(html.starts_with("<!doctype html>"));
     assert_eq!(html.matches(r#"<figure class="chart">"#).count(), 5);

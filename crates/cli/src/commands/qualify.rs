@@ -175,6 +175,8 @@ fn run_target(
             let (record, html) = qualify_admission_controller_with_report(loaded, &mut progress)?;
             std::fs::write(path, html)
                 .with_context(|| format!("cannot write {}", path.display()))?;
+            // On stderr: with --json, stdout is the record alone.
+            eprintln!("report written to {}", path.display());
             record
         }
         (Target::AdmissionController, None) => qualify_admission_controller(loaded, &mut progress)?,
