@@ -64,21 +64,49 @@ impl HealthCell {
         Health::from_u8(self.0.load(Ordering::Acquire))
     }
 
-    /// Sets `to`; answers the previous state.
+    /// Sets `to`; answers the previous state. A change is logged (`turnstile::coordination`):
+    /// degraded mode entered at `warn`, left at `info`.
     pub fn set(&self, to: Health) -> Health {
-        Health::from_u8(self.0.swap(to.to_u8(), Ordering::AcqRel))
+        let from = Health::from_u8(self.0.swap(to.to_u8(), Ordering::AcqRel));
+        if from != to {
+            log_change(from, to);
+        }
+        from
     }
 
-    /// Moves `from` → `to` only if the state is still `from`.
+    /// Moves `from` → `to` only if the state is still `from` (logged like [`HealthCell::set`]).
     pub fn transition(&self, from: Health, to: Health) -> bool {
-        self.0
+        let moved = self
+            .0
             .compare_exchange(
                 from.to_u8(),
                 to.to_u8(),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             )
-            .is_ok()
+            .is_ok();
+        if moved && from != to {
+            log_change(from, to);
+        }
+        moved
+    }
+}
+
+/// One log line per change of the coordination state (no Redis text, no tenant).
+fn log_change(from: Health, to: Health) {
+    match to {
+        Health::Degraded => tracing::warn!(
+            target: "turnstile::coordination",
+            from = from.as_str(),
+            to = to.as_str(),
+            "degraded mode entered: this replica enforces its declared share alone"
+        ),
+        _ => tracing::info!(
+            target: "turnstile::coordination",
+            from = from.as_str(),
+            to = to.as_str(),
+            "coordination state changed"
+        ),
     }
 }
 

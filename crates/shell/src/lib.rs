@@ -34,6 +34,7 @@ mod handle;
 mod journal;
 mod lease_metrics;
 mod lease_table;
+mod log;
 mod pause;
 mod shared;
 pub mod telemetry;

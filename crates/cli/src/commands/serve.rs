@@ -43,6 +43,44 @@ pub struct ServeArgs {
     /// (`redis://10.0.0.5:7000,redis://10.0.0.6:7000`); sets `[coordination] redis_cluster`.
     #[arg(long, env = "TURNSTILE_REDIS_CLUSTER")]
     pub redis_cluster: bool,
+    /// Log lines on stderr as `text` or `json` (one object per line); see docs/server.md, "Logs".
+    #[arg(long, env = "TURNSTILE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// The least level logged (`error`, `warn`, `info`, `debug`, `trace`); `RUST_LOG`, when
+    /// set, takes precedence (with per-target directives such as `turnstile::admission=debug`).
+    #[arg(long, default_value = "info")]
+    pub log_level: tracing::Level,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the log subscriber: `RUST_LOG` or `--log-level`, text or JSON lines on stderr
+/// through a non-blocking writer (a slow terminal or pipe drops lines, it never stalls the
+/// service). The guard flushes what is buffered when dropped.
+fn init_logs(args: &ServeArgs) -> tracing_appender::non_blocking::WorkerGuard {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.is_empty() => EnvFilter::new(directives),
+        _ => EnvFilter::new(args.log_level.as_str().to_ascii_lowercase()),
+    };
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(false);
+    // A subscriber installed earlier (a test harness) keeps its place.
+    let _ = match args.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    guard
 }
 
 /// The effective configuration: file (or defaults), then command-line overrides.
@@ -68,6 +106,7 @@ pub fn config(args: &ServeArgs) -> anyhow::Result<Config> {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = config(&args)?;
+    let _logs = init_logs(&args);
     // Built outside the async runtime: the OTLP HTTP exporter uses a blocking client on the
     // SDK's own threads.
     let pipeline = match &args.otlp_endpoint {
@@ -87,6 +126,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let served = runtime.block_on(async move {
         let data_dir = config.data_dir.clone();
         let listen = config.listen;
+        // Proxy routes by model and upstream name (never a key).
+        let models = config
+            .proxy
+            .models
+            .iter()
+            .map(|(model, route)| format!("{model}->{}", route.upstream))
+            .collect::<Vec<_>>()
+            .join(",");
         let server = match turnstile_server::start_with_telemetry(config, telemetry).await {
             Ok(server) => server,
             Err(error) => {
@@ -109,6 +156,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!(
             "turnstile serve: listening on http://{}",
             server.local_addr()
+        );
+        tracing::info!(
+            target: "turnstile::serve",
+            listen = %server.local_addr(),
+            data_dir = %data_dir.display(),
+            mode = if server.joining().is_some() { "replica" } else { "single" },
+            console = %format_args!("http://{}/ui", server.local_addr()),
+            models = %models,
+            "started"
         );
         println!("  state:   {}", data_dir.display());
         let restored = server.restored();

@@ -25,6 +25,7 @@ use crate::clock::Clock;
 use crate::command::{LaneLimits, Standing, WorkspaceSnapshot};
 use crate::fairness::{FairnessView, FairnessWindows, TokensServed};
 use crate::feed::{Feed, Tally};
+use crate::log::RefusalLog;
 use crate::pause::Pause;
 
 use super::Driver;
@@ -37,6 +38,8 @@ pub(super) struct Observer {
     tally: Tally,
     /// Grants per principal over the last minutes, always kept (`crate::fairness`).
     fairness: FairnessWindows,
+    /// Refusals since the last logged summary (`crate::log`).
+    refusals: RefusalLog,
 }
 
 impl Observer {
@@ -52,14 +55,20 @@ impl Observer {
 
     /// When the tally wants to be flushed.
     pub(super) fn due(&self) -> Option<Millis> {
-        self.tally.due()
+        match (self.tally.due(), self.refusals.due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Publishes the tally on the feed if a flush is due.
+    /// Also logs the refusal summary when its interval has ended.
     pub(super) fn flush_feed(&mut self, registry: &Registry, clock: &Clock) {
+        let now = clock.now_ms();
         if let Some(feed) = &self.feed {
-            self.tally.flush(registry, feed, clock.now_ms());
+            self.tally.flush(registry, feed, now);
         }
+        self.refusals.flush(now);
     }
 
     /// The final decision of one admission (called only by `admit::conclude`): an admission
@@ -77,6 +86,9 @@ impl Observer {
             self.fairness
                 .grant(workspace, principal, queue_delay_ms, estimated_tokens, now)
         });
+        if reason != Reason::Admitted {
+            self.refusals.refused(provider, reason, now);
+        }
         self.tally
             .decision(workspace, provider, principal, reason, queue_delay_ms, now);
         served
@@ -101,11 +113,13 @@ impl Observer {
     }
 
     pub(super) fn transition(&mut self, workspace: &str, transition: &BreakerTransition) {
+        crate::log::transition(transition);
         self.tally
             .transition(workspace, transition, transition.at_epoch_ms);
     }
 
     pub(super) fn pause(&mut self, workspace: &str, pause: Pause, now: Millis) {
+        crate::log::pause(&pause, now);
         self.tally.pause(workspace, pause, now);
     }
 

@@ -1,0 +1,132 @@
+//! `turnstile serve`'s logs (docs/server.md, "Logs"): a scripted session (a refusal, a breaker
+//! opened by failures, a Retry-After pause) against a real process logging JSON at `debug`;
+//! every line is one JSON object, the events are there with their lane, and no key, principal
+//! or workspace ID appears anywhere in the log.
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+
+use serde_json::{json, Value};
+
+#[test]
+fn a_scripted_session_logs_its_events_as_json_lines_without_a_secret_or_tenant() {
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .args(["--log-level", "debug", "--data"])
+        .arg(data.path())
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut base, mut admin, mut key) = (String::new(), String::new(), String::new());
+    for line in stdout.by_ref() {
+        let line = line.unwrap();
+        let last = line
+            .split_whitespace()
+            .last()
+            .unwrap_or_default()
+            .to_owned();
+        if line.starts_with("turnstile serve: listening on ") {
+            base = last;
+        } else if line.trim_start().starts_with("admin key:") {
+            admin = last;
+        } else if line.trim_start().starts_with("demo principal key:") {
+            key = last;
+        } else if line.starts_with("Lost the admin key?") {
+            break;
+        }
+    }
+    assert!(!base.is_empty() && admin.starts_with("tsa_") && key.starts_with("tsk_"));
+    std::thread::spawn(move || for _ in stdout {});
+    let client = reqwest::blocking::Client::new();
+    let post = |path: &str, body: Value| {
+        client
+            .post(format!("{base}{path}"))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+            .unwrap()
+    };
+    // A refusal: a provider the profile does not configure (a caller's arbitrary string).
+    let refused = post(
+        "/v1/admissions",
+        json!({"providerId": "no-such-lane-x7", "budgetId": "b", "estimate": {"costUsd": 0.01}}),
+    );
+    assert_eq!(refused.status(), 422);
+    // Five failed calls open the demo lane's breaker (failureThreshold 5).
+    for i in 0..5 {
+        let granted: Value = post(
+            "/v1/admissions",
+            json!({"providerId": "llm-subagent", "budgetId": format!("b{i}"),
+                   "estimate": {"tokens": 10, "costUsd": 0.01}, "deadlineMs": 5000}),
+        )
+        .json()
+        .unwrap();
+        let lease = granted["leaseId"].as_str().expect("granted").to_owned();
+        let released = post(
+            &format!("/v1/leases/{lease}/release"),
+            json!({"outcome": "failure"}),
+        );
+        assert_eq!(released.status(), 200);
+    }
+    // A Retry-After pause of the lane.
+    let paused = post(
+        "/v1/providers/llm-subagent/retry-after",
+        json!({"retryAfterMs": 1500}),
+    );
+    assert!(paused.status().is_success(), "{}", paused.status());
+
+    // A graceful stop flushes the non-blocking writer.
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{log}");
+
+    let events: Vec<Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let find = |message: &str| {
+        events
+            .iter()
+            .filter(|e| e["message"] == message)
+            .collect::<Vec<_>>()
+    };
+    let started = find("started");
+    assert_eq!(started.len(), 1, "{log}");
+    assert_eq!(started[0]["mode"], "single");
+    assert!(started[0]["console"].as_str().unwrap().ends_with("/ui"));
+    assert!(
+        find("refused")
+            .iter()
+            .any(|e| e["lane"] == "(unconfigured)" && e["reason"] == "unconfigured-provider"),
+        "{log}"
+    );
+    assert!(
+        find("breaker transition")
+            .iter()
+            .any(|e| e["lane"] == "llm-subagent" && e["to"] == "open"),
+        "{log}"
+    );
+    assert!(
+        find("provider lane paused")
+            .iter()
+            .any(|e| e["lane"] == "llm-subagent"),
+        "{log}"
+    );
+    for secret in [admin.as_str(), key.as_str(), "demo", "no-such-lane-x7"] {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
+}
