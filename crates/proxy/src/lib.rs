@@ -38,6 +38,8 @@
 
 mod body;
 mod config;
+mod deployment_config;
+mod deployments;
 mod error;
 mod estimate;
 mod fake;
@@ -71,6 +73,8 @@ use upstream::Routed;
 pub use config::{
     ModelConfig, Prices, ProxyConfig, ProxyConfigError, Route, Upstream, UpstreamConfig,
 };
+pub use deployment_config::{Deployment, DeploymentConfig, MAX_DEPLOYMENTS};
+pub use deployments::PROVIDER_HEADER;
 pub use error::REASON_HEADER;
 pub use fake::{Arrival as FakeArrival, FakeUpstream, Stats as FakeStats};
 pub use format::ApiFormat;
@@ -147,7 +151,10 @@ impl Proxy {
     ) -> Result<Self, ProxySetupError> {
         let routes = Routed::all(config.resolve(env)?);
         let metrics = Arc::new(ProxyMetrics::new(
-            routes.values().map(|routed| &*routed.route.provider),
+            routes
+                .values()
+                .flat_map(|routed| routed.route.deployments.iter())
+                .map(|deployment| &*deployment.provider),
         ));
         let client = pool::Client::new(Duration::from_millis(config.connect_timeout_ms))?;
         Ok(Proxy {
@@ -242,7 +249,7 @@ async fn models(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
     let mut names: Vec<&str> = proxy
         .routes
         .values()
-        .filter(|routed| routed.route.upstream.format == ApiFormat::Openai)
+        .filter(|routed| routed.route.format == ApiFormat::Openai)
         .map(|routed| &*routed.route.model)
         .collect();
     names.sort_unstable();
