@@ -20,8 +20,11 @@
 //!   unknown model is refused (404) before admission.
 //! - Every granted lease is released exactly once (`settle.rs`: `Settlement`), with the provider's
 //!   reported usage when there is some.
-//! - Nothing is re-sent upstream by the proxy (only a request hyper hands back unsent, from a
-//!   pooled connection that closed meanwhile, goes out on another connection: it never left).
+//! - Nothing that may have reached a provider is sent again by the proxy: only a request hyper
+//!   hands back unsent (from a pooled connection that closed meanwhile: it never left) goes out
+//!   on another connection, and a model with several deployments fails a call over to another
+//!   deployment only after a 429 (refused unprocessed) or a request that never left
+//!   (`deployments.rs`).
 //! - The upstream key never leaves the process except toward its upstream; the client's
 //!   turnstile key never goes upstream.
 //! - No workspace, principal or budget ID reaches a metric label, span attribute or log line.
@@ -30,7 +33,8 @@
 //!
 //! Every module is private; the crate's API is what this file re-exports. `format.rs` (the
 //! wire formats) depends on nothing; `config.rs` resolves the `[proxy]` section into plain
-//! [`Route`]s; `upstream.rs` turns them into what each call sends (its `Outbound`, built once
+//! [`Route`]s (a model's [`Deployment`]s: `deployment_config.rs`); `deployments.rs` chooses the
+//! deployment a call is admitted on and fails it over; `upstream.rs` turns them into what each call sends (its `Outbound`, built once
 //! per upstream by [`Proxy::new`]); `handler.rs` serves one call in the order its module doc
 //! gives; `fake.rs` is the scripted upstream of tests and benchmarks ([`FakeUpstream`]).
 #![forbid(unsafe_code)]
