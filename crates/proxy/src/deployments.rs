@@ -250,6 +250,16 @@ impl Attempts {
             .map(|(rank, _)| rank);
         let remaining = self.remaining_ms();
         let pick = soonest.unwrap_or(0);
+        if pick >= refused.len() {
+            // No untried deployment was asked (callers check `can_fail_over` first).
+            rotation.none(untried);
+            return Err(ProxyError::upstream(
+                axum::http::StatusCode::BAD_GATEWAY,
+                "no-deployment",
+                "no deployment of this model is left to try",
+                false,
+            ));
+        }
         let (at, rejection) = refused.swap_remove(pick);
         if soonest.is_none() || remaining == 0 {
             rotation.none(untried);
