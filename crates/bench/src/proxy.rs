@@ -135,8 +135,9 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<()> {
     config.proxy.models.insert(
         "bench-model".into(),
         ModelConfig {
-            upstream: "fake".into(),
-            provider: "bench-provider".into(),
+            upstream: Some("fake".into()),
+            provider: Some("bench-provider".into()),
+            deployments: None,
             upstream_model: None,
             input_usd_per_mtok: Some(1.0),
             output_usd_per_mtok: Some(2.0),

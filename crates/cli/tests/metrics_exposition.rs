@@ -64,6 +64,11 @@ const SINGLE: &[(&str, &str, &[&str])] = &[
         "counter",
         &["lane"],
     ),
+    (
+        "turnstile_proxy_failovers_total",
+        "counter",
+        &["lane", "cause"],
+    ),
 ];
 
 /// What a replica adds after [`SINGLE`].

@@ -21,16 +21,21 @@
 //! output_usd_per_mtok = 2.0
 //! ```
 //!
+//! A model may instead list several `deployments` (upstream + provider lane pairs with weights,
+//! `deployment_config.rs`); the single form above is one deployment of weight 1.
+//!
 //! Invariants: an upstream's API key is read from its environment variable when the service
 //! starts ([`ProxyConfig::resolve`]); it is held in memory only, never written to the config,
-//! a log line, an error message or a response. Every model names an upstream that exists; a
-//! model's upstream decides its wire format, so a model is served on one surface only.
+//! a log line, an error message or a response. Every deployment of a model names an upstream
+//! that exists, and all of them share one wire format, so a model is served on one surface
+//! only.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::deployment_config::{self, Deployment, DeploymentConfig};
 use crate::format::ApiFormat;
 
 /// The `[proxy]` section. Absent: the proxy routes answer 404 `model_not_found` for every model.
@@ -104,14 +109,21 @@ pub struct UpstreamConfig {
     pub api_key_env: Option<String>,
 }
 
-/// One model clients may call.
+/// One model clients may call: either `upstream` and `provider` (one deployment) or
+/// `deployments` (several), never both.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
-    /// The upstream (a key of `[proxy.upstreams]`).
-    pub upstream: String,
-    /// The provider lane of the caller's workspace profile that admits this model's calls.
-    pub provider: String,
+    /// The upstream (a key of `[proxy.upstreams]`) of the single form.
+    #[serde(default)]
+    pub upstream: Option<String>,
+    /// The provider lane of the caller's workspace profile that admits this model's calls
+    /// (single form).
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// Several upstream + provider lane pairs serving the model (instead of the two above).
+    #[serde(default)]
+    pub deployments: Option<Vec<DeploymentConfig>>,
     /// The model name sent upstream (default: the name the client sent).
     #[serde(default)]
     pub upstream_model: Option<String>,
@@ -130,13 +142,65 @@ pub struct ModelConfig {
 /// A configuration the proxy cannot run with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProxyConfigError {
-    /// A model names an upstream that is not configured.
-    #[error("proxy.models.{model}: upstream {upstream} is not in [proxy.upstreams]")]
+    /// A model (or one of its deployments) names an upstream that is not configured.
+    #[error("proxy.models.{model}.{field}: upstream {upstream} is not in [proxy.upstreams]")]
     UnknownUpstream {
         /// The model.
         model: String,
+        /// The field naming it (`upstream`, `deployments[1].upstream`).
+        field: String,
         /// The upstream it names.
         upstream: String,
+    },
+    /// A model gives both the single form (`upstream`, `provider`) and `deployments`.
+    #[error("proxy.models.{model}: give either upstream and provider, or deployments, not both")]
+    BothForms {
+        /// The model.
+        model: String,
+    },
+    /// A model gives neither a complete single form nor `deployments`.
+    #[error("proxy.models.{model}: needs upstream and provider, or deployments")]
+    NoDeployment {
+        /// The model.
+        model: String,
+    },
+    /// A model's `deployments` list is empty or too long.
+    #[error("proxy.models.{model}.deployments: must list from 1 to {max} deployments")]
+    DeploymentCount {
+        /// The model.
+        model: String,
+        /// The most deployments a model may have.
+        max: usize,
+    },
+    /// A deployment's upstream has another wire format than the model's first deployment.
+    #[error("proxy.models.{model}.{field}: upstream format {format} differs from the model's first deployment ({first})")]
+    MixedFormats {
+        /// The model.
+        model: String,
+        /// The field (`deployments[1].upstream`).
+        field: String,
+        /// That upstream's format.
+        format: &'static str,
+        /// The format of the model's first deployment.
+        first: &'static str,
+    },
+    /// Two deployments of a model name the same provider lane.
+    #[error("proxy.models.{model}.{field}: provider lane {provider} is already a deployment of this model (each deployment needs its own lane)")]
+    DuplicateLane {
+        /// The model.
+        model: String,
+        /// The field (`deployments[1].provider`).
+        field: String,
+        /// The lane named twice.
+        provider: String,
+    },
+    /// A deployment's weight is not positive.
+    #[error("proxy.models.{model}.{field}: must be a positive integer")]
+    BadWeight {
+        /// The model.
+        model: String,
+        /// The field (`deployments[0].weight`).
+        field: String,
     },
     /// An upstream has no base URL (neither `base_url` nor a set `base_url_env`).
     #[error("proxy.upstreams.{upstream}: needs base_url or base_url_env (with the variable set)")]
@@ -172,11 +236,13 @@ pub enum ProxyConfigError {
         /// The model.
         model: String,
     },
-    /// A model's provider is not a valid provider ID.
-    #[error("proxy.models.{model}: provider must be a provider ID (1-128 of [A-Za-z0-9._:-], not starting with .)")]
+    /// A model's (or a deployment's) provider is not a valid provider ID.
+    #[error("proxy.models.{model}.{field}: must be a provider ID (1-128 of [A-Za-z0-9._:-], not starting with .)")]
     BadProvider {
         /// The model.
         model: String,
+        /// The field (`provider`, `deployments[0].provider`).
+        field: String,
     },
 }
 
@@ -210,10 +276,10 @@ impl std::fmt::Debug for Upstream {
 pub struct Route {
     /// The model name clients send.
     pub model: Arc<str>,
-    /// The upstream that serves it (and so the surface it is served on).
-    pub upstream: Upstream,
-    /// The provider lane of the caller's workspace profile that admits its calls.
-    pub provider: Arc<str>,
+    /// The wire format of every deployment's upstream (and so the surface it is served on).
+    pub format: ApiFormat,
+    /// The upstream + provider lane pairs that serve it, in configured order (at least one).
+    pub deployments: Vec<Deployment>,
     /// The model name sent upstream, when it differs from the client's.
     pub upstream_model: Option<Arc<str>>,
     /// Its prices (`None`: the cost is unknown).
@@ -326,25 +392,7 @@ impl ProxyConfig {
         }
         let mut routes = BTreeMap::new();
         for (model, entry) in &self.models {
-            let upstream = upstreams.get(&entry.upstream).cloned().ok_or_else(|| {
-                ProxyConfigError::UnknownUpstream {
-                    model: model.clone(),
-                    upstream: entry.upstream.clone(),
-                }
-            })?;
-            let id_ok = |id: &str| {
-                !id.is_empty()
-                    && id.len() <= 128
-                    && !id.starts_with('.')
-                    && id.bytes().all(|b| {
-                        b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-')
-                    })
-            };
-            if !id_ok(&entry.provider) {
-                return Err(ProxyConfigError::BadProvider {
-                    model: model.clone(),
-                });
-            }
+            let (format, deployments) = deployment_config::resolve(model, entry, &upstreams)?;
             let price_ok = |p: f64| p.is_finite() && (0.0..=1e6).contains(&p);
             let prices = match (entry.input_usd_per_mtok, entry.output_usd_per_mtok) {
                 (None, None) => None,
@@ -366,8 +414,8 @@ impl ProxyConfig {
                 model.clone(),
                 Route {
                     model: Arc::from(model.as_str()),
-                    upstream,
-                    provider: Arc::from(entry.provider.as_str()),
+                    format,
+                    deployments,
                     upstream_model: entry.upstream_model.as_deref().map(Arc::from),
                     prices,
                     default_max_output_tokens: entry
@@ -398,8 +446,9 @@ mod tests {
         config.models.insert(
             "m".into(),
             ModelConfig {
-                upstream: "openai".into(),
-                provider: "lane".into(),
+                upstream: Some("openai".into()),
+                provider: Some("lane".into()),
+                deployments: None,
                 upstream_model: None,
                 input_usd_per_mtok: Some(1.0),
                 output_usd_per_mtok: Some(2.0),
@@ -415,14 +464,18 @@ mod tests {
             .resolve(|v| (v == "KEY").then(|| "sk-secret".to_owned()))
             .unwrap();
         let route = &routes["m"];
-        assert_eq!(&*route.upstream.base_url, "http://127.0.0.1:1/v1");
-        assert_eq!(route.upstream.api_key.as_deref(), Some("sk-secret"));
+        let upstream = &route.deployments[0].upstream;
+        assert_eq!(&*upstream.base_url, "http://127.0.0.1:1/v1");
+        assert_eq!(upstream.api_key.as_deref(), Some("sk-secret"));
         assert!(!format!("{route:?}").contains("sk-secret"));
         // The variable wins over base_url.
         let routes = config()
             .resolve(|v| Some(if v == "BASE" { "https://x.test" } else { "k" }.to_owned()))
             .unwrap();
-        assert_eq!(&*routes["m"].upstream.base_url, "https://x.test");
+        assert_eq!(
+            &*routes["m"].deployments[0].upstream.base_url,
+            "https://x.test"
+        );
     }
 
     #[test]
@@ -432,13 +485,13 @@ mod tests {
             Err(ProxyConfigError::MissingKey { .. })
         ));
         let mut bad = config();
-        bad.models.get_mut("m").unwrap().provider = "a\"b".into();
+        bad.models.get_mut("m").unwrap().provider = Some("a\"b".into());
         assert!(matches!(
             bad.resolve(|v| (v == "KEY").then(|| "k".to_owned())),
             Err(ProxyConfigError::BadProvider { .. })
         ));
         let mut bad = config();
-        bad.models.get_mut("m").unwrap().upstream = "nope".into();
+        bad.models.get_mut("m").unwrap().upstream = Some("nope".into());
         assert!(matches!(
             bad.resolve(|v| (v == "KEY").then(|| "k".to_owned())),
             Err(ProxyConfigError::UnknownUpstream { .. })

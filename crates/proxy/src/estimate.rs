@@ -69,13 +69,17 @@ mod tests {
     fn route(prices: Option<Prices>) -> Route {
         Route {
             model: Arc::from("m"),
-            upstream: Upstream {
-                name: Arc::from("u"),
-                format: ApiFormat::Openai,
-                base_url: Arc::from("http://x"),
-                api_key: None,
-            },
-            provider: Arc::from("p"),
+            format: ApiFormat::Openai,
+            deployments: vec![crate::deployment_config::Deployment {
+                upstream: Upstream {
+                    name: Arc::from("u"),
+                    format: ApiFormat::Openai,
+                    base_url: Arc::from("http://x"),
+                    api_key: None,
+                },
+                provider: Arc::from("p"),
+                weight: 1,
+            }],
             upstream_model: None,
             prices,
             default_max_output_tokens: 100,

@@ -17,11 +17,12 @@
 //! | `stall-ms=MS` | after the first chunk, stall MS before the rest |
 //! | `usage=IN/OUT` | the usage reported (default 10/20) |
 //! | `no-usage` | report no usage at all |
+//! | (`POST /_script`, body: directives) | a standing script of this fake, read before each request's own `x-fake-script` (which wins), until the next `/_script` or `/_reset`: two fakes behind one proxy answer differently |
 //!
 //! `x-fake-tag` is recorded with each arrival (for fairness tests). `GET /_stats` answers what
 //! it saw: requests, the maximum and current in-flight count, aborted answers (the caller went
 //! away before the end), arrivals with their time and tag, and whether any request carried a
-//! turnstile key (`tsk_`/`tsa_`). `POST /_reset` clears it.
+//! turnstile key (`tsk_`/`tsa_`). `POST /_reset` clears it (and the standing script).
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -86,6 +87,8 @@ struct Inner {
     start: Instant,
     stats: Mutex<Stats>,
     once: Mutex<HashSet<String>>,
+    /// The standing script (`POST /_script`), read before each request's own.
+    standing: Mutex<String>,
     /// Record arrivals (off in benchmarks).
     record: bool,
 }
@@ -107,6 +110,7 @@ impl FakeUpstream {
             start: Instant::now(),
             stats: Mutex::new(Stats::default()),
             once: Mutex::new(HashSet::new()),
+            standing: Mutex::new(String::new()),
             record,
         });
         let app = Router::new()
@@ -117,6 +121,7 @@ impl FakeUpstream {
             .route("/v1/messages", post(answer))
             .route("/_stats", get(stats))
             .route("/_reset", post(reset))
+            .route("/_script", post(set_script))
             .with_state(inner.clone());
         tokio::spawn(async move {
             loop {
@@ -177,6 +182,12 @@ impl FakeUpstream {
     pub fn reset(&self) {
         *lock(&self.inner.stats) = Stats::default();
         lock(&self.inner.once).clear();
+        lock(&self.inner.standing).clear();
+    }
+
+    /// Sets the standing script (directives as in `x-fake-script`; empty: none).
+    pub fn set_script(&self, script: &str) {
+        *lock(&self.inner.standing) = script.to_owned();
     }
 
     /// Milliseconds since the fake started (the clock of [`Arrival::at_ms`]).
@@ -196,6 +207,12 @@ async fn stats(State(inner): State<Arc<Inner>>) -> Response {
 async fn reset(State(inner): State<Arc<Inner>>) -> Response {
     *lock(&inner.stats) = Stats::default();
     lock(&inner.once).clear();
+    lock(&inner.standing).clear();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn set_script(State(inner): State<Arc<Inner>>, body: String) -> Response {
+    *lock(&inner.standing) = body;
     StatusCode::NO_CONTENT.into_response()
 }
 
@@ -214,7 +231,7 @@ struct Script {
     usage: Option<(u64, u64)>,
 }
 
-fn script(headers: &HeaderMap) -> Script {
+fn script(standing: &str, headers: &HeaderMap) -> Script {
     let mut script = Script {
         chunks: 3,
         usage: Some((10, 20)),
@@ -224,7 +241,8 @@ fn script(headers: &HeaderMap) -> Script {
         .get("x-fake-script")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+    let directives = standing.split(',').chain(text.split(','));
+    for directive in directives.map(str::trim).filter(|d| !d.is_empty()) {
         let (key, value) = directive.split_once('=').unwrap_or((directive, ""));
         let number = || value.parse::<u64>().unwrap_or(0);
         match key {
@@ -332,7 +350,7 @@ async fn answer(State(inner): State<Arc<Inner>>, request: Request) -> Response {
         }
     }
     let mut guard = InFlight::new(inner.clone());
-    let script = script(&headers);
+    let script = script(&lock(&inner.standing), &headers);
     if script.first_byte_ms > 0 {
         tokio::time::sleep(Duration::from_millis(script.first_byte_ms)).await;
     }

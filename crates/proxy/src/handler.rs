@@ -5,8 +5,12 @@
 //! routed (an unknown model is a 404 with no admission and no upstream call), and nothing
 //! reaches the upstream before admission granted a lease. After the grant the call's
 //! [`Settlement`] owns the lease, so every path out (answer, error, client gone) releases it
-//! exactly once. Nothing is ever re-sent upstream: after a 5xx a second call could be billed
-//! twice, and after a 429 the lane is paused and the client told how long.
+//! exactly once. Nothing that may have reached a provider is sent again: after a 5xx, a timeout
+//! or a connection broken mid-call a second call could be billed twice. The one exception is
+//! failover (`deployments.rs`): after an upstream 429 (refused unprocessed; that lane pauses)
+//! or a request that never left, a model with several deployments admits the call again on one
+//! it has not tried, within the caller's wait; the client sees the last attempt's answer only.
+//! With one deployment, a 429 pauses the lane and the client is told how long.
 
 use std::sync::Arc;
 use std::task::Poll;
@@ -19,11 +23,11 @@ use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use turnstile_admission::Outcome;
-use turnstile_shell::{Acquire, AcquireReply, Wait};
 
+use crate::deployments::{Attempts, Caller, PROVIDER_HEADER};
 use crate::error::{retry_headers, ProxyError};
 use crate::estimate;
-use crate::metrics::CallClass;
+use crate::metrics::{CallClass, FailoverCause};
 use crate::pool::PooledBody;
 use crate::request::{self, Endpoint};
 use crate::retry_after;
@@ -78,6 +82,7 @@ pub fn call(proxy: Arc<Proxy>, endpoint: Endpoint, request: Request) -> CallFutu
 /// [`WAIT_HEADER`] and [`BUDGET_HEADER`] as names (looked up without parsing them per call).
 static WAIT_NAME: HeaderName = HeaderName::from_static(WAIT_HEADER);
 static BUDGET_NAME: HeaderName = HeaderName::from_static(BUDGET_HEADER);
+static PROVIDER_NAME: HeaderName = HeaderName::from_static(PROVIDER_HEADER);
 
 fn header_text<'a>(
     headers: &'a HeaderMap,
@@ -138,10 +143,11 @@ async fn serve(
     let body = crate::body::read(&headers, body, proxy.body_limits).await?;
     let parsed = request::parse(endpoint, &body)
         .map_err(|error| ProxyError::invalid(error.param(), error.to_string()))?;
-    let (route, outbound) = match proxy.routes.get(parsed.model.as_str()) {
-        Some(routed) if routed.route.upstream.format == format => (&routed.route, &routed.outbound),
+    let routed = match proxy.routes.get(parsed.model.as_str()) {
+        Some(routed) if routed.route.format == format => routed,
         _ => return Err(ProxyError::unknown_model(&parsed.model)),
     };
+    let route = &routed.route;
     let tokens = estimate::tokens(
         endpoint,
         &parsed,
@@ -159,110 +165,109 @@ async fn serve(
         // A per-call budget, in a namespace the admission API cannot name (`~`).
         None => (proxy.call_budget(), true),
     };
-    let lane = proxy.metrics.lane(&route.provider);
-    // Locally, then (replicas) against the shared limits: the shell's one admission step (the
-    // same as `POST /v1/admissions`). A refusal drops the grant, which gives the local lease
-    // back. On a single process the wait kept in this future is three words, not the request.
-    let answer = proxy
-        .driver
-        .acquire_shared(
-            Acquire {
-                workspace: workspace.clone(),
-                principal: principal.clone(),
-                provider_id: route.provider.to_string(),
-                budget_id: budget_id.clone(),
-                estimate: admission_estimate,
-                wait: Wait::For(wait_ms),
-                span: Some(proxy.telemetry.admission_requested(&route.provider)),
-            },
-            proxy.shared.as_deref(),
-        )
-        .await
-        .map_err(|_| ProxyError::shutting_down())?;
-    let grant = match answer {
-        AcquireReply::Admitted(grant) => grant,
-        AcquireReply::Rejected(rejection) => {
-            lane.call(CallClass::Refused);
-            if ephemeral {
-                let _ = proxy.driver.release_budget(&workspace, &budget_id).await;
-                // Refused by the shared limits (the evidence says how they answered): the
-                // per-call budget's shared lines go too.
-                if let (Some(shared), Some(_)) = (&proxy.shared, rejection.evidence.coordination) {
-                    shared.forget_budget(&workspace, &budget_id);
-                }
-            }
-            return Err(ProxyError::refused(&rejection));
-        }
-        AcquireReply::NoProfile => {
-            lane.call(CallClass::Refused);
-            return Err(ProxyError::forbidden(
-                "the key's workspace has no admission profile",
-            ));
-        }
-        AcquireReply::ShuttingDown | AcquireReply::Internal => {
-            return Err(ProxyError::shutting_down())
-        }
-    };
-    let heartbeat_every = grant
-        .ttl_ms
-        .map(|ttl| Duration::from_millis((ttl / 3).max(1)));
-    let mut settlement = Settlement::new(
-        grant,
-        (workspace, principal),
-        ephemeral.then_some(budget_id),
-        proxy.clone(),
-        route.provider.clone(),
-        route.prices,
-        tokens,
-    );
+    // On the deployment that can admit soonest; again on another after a 429 or a request
+    // that never left (`deployments.rs`). A model with one deployment is admitted once.
+    let mut attempts = Attempts::new(wait_ms);
+    let (at, response, mut settlement, heartbeat_every) = loop {
+        let caller = Caller {
+            workspace: &workspace,
+            principal: &principal,
+            budget_id: &budget_id,
+            ephemeral,
+            estimate: &admission_estimate,
+        };
+        let (at, grant) = attempts.admit(proxy, routed, &caller).await?;
+        let (lane, outbound) = (&route.deployments[at].provider, &routed.outbounds[at]);
+        let heartbeat_every = grant
+            .ttl_ms
+            .map(|ttl| Duration::from_millis((ttl / 3).max(1)));
+        let mut settlement = Settlement::new(
+            grant,
+            (workspace.clone(), principal.clone()),
+            ephemeral.then(|| budget_id.clone()),
+            proxy.clone(),
+            lane.clone(),
+            route.prices,
+            tokens,
+        );
 
-    // Forward.
-    let Some((origin, path)) = outbound.target(endpoint) else {
-        settlement.settle(CallClass::UpstreamError, Outcome::None, Charge::Nothing);
-        return Err(ProxyError::upstream(
-            StatusCode::BAD_GATEWAY,
-            "upstream-error",
-            "the upstream URL is not valid",
-            false,
-        ));
-    };
-    upstream::request_headers(&mut headers, outbound);
-    let first_byte_deadline =
-        tokio::time::Instant::now() + Duration::from_millis(proxy.config.first_byte_timeout_ms);
-    // Built inside the call: a request held in a local of its own would take its room in this
-    // future a second time, beside the copy the send future holds.
-    let head = wait::within(
-        proxy.client.send(
-            origin,
-            &outbound.idle,
-            upstream_request(headers, path, upstream_body),
-        ),
-        Some(first_byte_deadline),
-        heartbeat_every,
-        || settlement.heartbeat(),
-    )
-    .await;
-    let response = match head {
-        Some(Ok(response)) => response,
-        Some(Err(error)) => {
-            settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
-            // A request that never left (no connection): sending it again cannot bill twice.
-            let never_sent = error.never_sent();
+        // Forward.
+        let Some((origin, path)) = outbound.target(endpoint) else {
+            settlement.settle(CallClass::UpstreamError, Outcome::None, Charge::Nothing);
             return Err(ProxyError::upstream(
                 StatusCode::BAD_GATEWAY,
-                "upstream-unreachable",
-                "the upstream could not be reached or closed the connection",
-                never_sent,
-            ));
-        }
-        None => {
-            settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
-            return Err(ProxyError::upstream(
-                StatusCode::GATEWAY_TIMEOUT,
-                "upstream-timeout",
-                "the upstream sent no answer within proxy.first_byte_timeout_ms",
+                "upstream-error",
+                "the upstream URL is not valid",
                 false,
             ));
+        };
+        // A copy only while another deployment may still need the headers.
+        let mut sent = match attempts.can_fail_over(routed) {
+            true => headers.clone(),
+            false => std::mem::take(&mut headers),
+        };
+        upstream::request_headers(&mut sent, outbound);
+        let first_byte_deadline =
+            tokio::time::Instant::now() + Duration::from_millis(proxy.config.first_byte_timeout_ms);
+        // Built inside the call: a request held in a local of its own would take its room in
+        // this future a second time, beside the copy the send future holds.
+        let head = wait::within(
+            proxy.client.send(
+                origin,
+                &outbound.idle,
+                upstream_request(sent, path, upstream_body.clone()),
+            ),
+            Some(first_byte_deadline),
+            heartbeat_every,
+            || settlement.heartbeat(),
+        )
+        .await;
+        match head {
+            // Refused unprocessed by this deployment: its lane pauses, another one may serve.
+            Some(Ok(response))
+                if response.status() == StatusCode::TOO_MANY_REQUESTS
+                    && attempts.can_fail_over(routed) =>
+            {
+                let ms = upstream_pause(proxy, response.headers());
+                settlement.settle(
+                    CallClass::Upstream429,
+                    Outcome::RetryAfter { retry_after_ms: ms },
+                    Charge::Nothing,
+                );
+                proxy
+                    .metrics
+                    .lane(lane)
+                    .failed_over(FailoverCause::RateLimited);
+            }
+            Some(Ok(response)) => break (at, response, settlement, heartbeat_every),
+            // Never sent: a breaker failure of this deployment, and nothing to charge.
+            Some(Err(error)) if error.never_sent() && attempts.can_fail_over(routed) => {
+                settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Nothing);
+                proxy
+                    .metrics
+                    .lane(lane)
+                    .failed_over(FailoverCause::Unreachable);
+            }
+            Some(Err(error)) => {
+                settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
+                // A request that never left (no connection): sending it again cannot bill twice.
+                let never_sent = error.never_sent();
+                return Err(ProxyError::upstream(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream-unreachable",
+                    "the upstream could not be reached or closed the connection",
+                    never_sent,
+                ));
+            }
+            None => {
+                settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
+                return Err(ProxyError::upstream(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "upstream-timeout",
+                    "the upstream sent no answer within proxy.first_byte_timeout_ms",
+                    false,
+                ));
+            }
         }
     };
     let (head, upstream_body) = response.into_parts();
@@ -275,13 +280,13 @@ async fn serve(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
     // An upstream 429's pause, read before its retry headers are dropped below.
-    let retry_after_ms = (status == StatusCode::TOO_MANY_REQUESTS).then(|| {
-        retry_after::parse(&head.headers, SystemTime::now(), proxy.max_retry_after_ms)
-            .unwrap_or(proxy.config.fallback_retry_after_ms)
-            .max(1)
-    });
+    let retry_after_ms =
+        (status == StatusCode::TOO_MANY_REQUESTS).then(|| upstream_pause(proxy, &head.headers));
     let mut headers = head.headers;
     upstream::response_headers(&mut headers);
+    if let Some(lane) = routed.rotation.lane_header(at) {
+        headers.insert(PROVIDER_NAME.clone(), lane.clone());
+    }
     if is_stream {
         let strip = endpoint.needs_include_usage() && !parsed.client_wants_usage;
         let body = TappedStream::new(
@@ -352,6 +357,13 @@ async fn serve(
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     Ok(response)
+}
+
+/// The lane pause an upstream 429 with these headers causes.
+fn upstream_pause(proxy: &Proxy, headers: &HeaderMap) -> u64 {
+    retry_after::parse(headers, SystemTime::now(), proxy.max_retry_after_ms)
+        .unwrap_or(proxy.config.fallback_retry_after_ms)
+        .max(1)
 }
 
 /// The upstream request: `POST` to `path` with `headers` and `body`.

@@ -20,8 +20,11 @@
 //!   unknown model is refused (404) before admission.
 //! - Every granted lease is released exactly once (`settle.rs`: `Settlement`), with the provider's
 //!   reported usage when there is some.
-//! - Nothing is re-sent upstream by the proxy (only a request hyper hands back unsent, from a
-//!   pooled connection that closed meanwhile, goes out on another connection: it never left).
+//! - Nothing that may have reached a provider is sent again by the proxy: only a request hyper
+//!   hands back unsent (from a pooled connection that closed meanwhile: it never left) goes out
+//!   on another connection, and a model with several deployments fails a call over to another
+//!   deployment only after a 429 (refused unprocessed) or a request that never left
+//!   (`deployments.rs`).
 //! - The upstream key never leaves the process except toward its upstream; the client's
 //!   turnstile key never goes upstream.
 //! - No workspace, principal or budget ID reaches a metric label, span attribute or log line.
@@ -30,7 +33,8 @@
 //!
 //! Every module is private; the crate's API is what this file re-exports. `format.rs` (the
 //! wire formats) depends on nothing; `config.rs` resolves the `[proxy]` section into plain
-//! [`Route`]s; `upstream.rs` turns them into what each call sends (its `Outbound`, built once
+//! [`Route`]s (a model's [`Deployment`]s: `deployment_config.rs`); `deployments.rs` chooses the
+//! deployment a call is admitted on and fails it over; `upstream.rs` turns them into what each call sends (its `Outbound`, built once
 //! per upstream by [`Proxy::new`]); `handler.rs` serves one call in the order its module doc
 //! gives; `fake.rs` is the scripted upstream of tests and benchmarks ([`FakeUpstream`]).
 #![forbid(unsafe_code)]
@@ -38,6 +42,8 @@
 
 mod body;
 mod config;
+mod deployment_config;
+mod deployments;
 mod error;
 mod estimate;
 mod fake;
@@ -71,6 +77,8 @@ use upstream::Routed;
 pub use config::{
     ModelConfig, Prices, ProxyConfig, ProxyConfigError, Route, Upstream, UpstreamConfig,
 };
+pub use deployment_config::{Deployment, DeploymentConfig, MAX_DEPLOYMENTS};
+pub use deployments::PROVIDER_HEADER;
 pub use error::REASON_HEADER;
 pub use fake::{Arrival as FakeArrival, FakeUpstream, Stats as FakeStats};
 pub use format::ApiFormat;
@@ -147,7 +155,10 @@ impl Proxy {
     ) -> Result<Self, ProxySetupError> {
         let routes = Routed::all(config.resolve(env)?);
         let metrics = Arc::new(ProxyMetrics::new(
-            routes.values().map(|routed| &*routed.route.provider),
+            routes
+                .values()
+                .flat_map(|routed| routed.route.deployments.iter())
+                .map(|deployment| &*deployment.provider),
         ));
         let client = pool::Client::new(Duration::from_millis(config.connect_timeout_ms))?;
         Ok(Proxy {
@@ -242,7 +253,7 @@ async fn models(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
     let mut names: Vec<&str> = proxy
         .routes
         .values()
-        .filter(|routed| routed.route.upstream.format == ApiFormat::Openai)
+        .filter(|routed| routed.route.format == ApiFormat::Openai)
         .map(|routed| &*routed.route.model)
         .collect();
     names.sort_unstable();

@@ -11,6 +11,10 @@
 //! | `turnstile_proxy_settled_cost_micro_usd_total` | `lane` |
 //! | `turnstile_proxy_settlements_total` | `lane`, `basis` (`reported` / `estimate`) |
 //! | `turnstile_proxy_upstream_pauses_total` | `lane` (upstream 429s turned into lane pauses) |
+//! | `turnstile_proxy_failovers_total` | `lane` (the deployment left), `cause` ([`FailoverCause`]) |
+//!
+//! A model's deployments each have their own lane (`deployment_config.rs`), so every series is
+//! also per deployment.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -77,9 +81,30 @@ pub enum Basis {
     Estimate,
 }
 
+/// Why a call left a deployment for another one (`deployments.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailoverCause {
+    /// The upstream answered 429.
+    RateLimited,
+    /// The request never left (connection refused, or closed before it was written).
+    Unreachable,
+}
+
+impl FailoverCause {
+    const ALL: [FailoverCause; 2] = [FailoverCause::RateLimited, FailoverCause::Unreachable];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            FailoverCause::RateLimited => "429",
+            FailoverCause::Unreachable => "unreachable",
+        }
+    }
+}
+
 /// One lane's counters.
 #[derive(Debug, Default)]
 pub struct LaneCounters {
+    failovers: [AtomicU64; 2],
     calls: [AtomicU64; 7],
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
@@ -116,6 +141,11 @@ impl LaneCounters {
 
     pub fn paused(&self) {
         add(&self.pauses, 1);
+    }
+
+    /// A call left this lane's deployment for another one.
+    pub fn failed_over(&self, cause: FailoverCause) {
+        add(&self.failovers[cause as usize], 1);
     }
 }
 
@@ -211,6 +241,20 @@ impl Collector for ProxyMetrics {
         )?;
         for (lane, c) in &self.lanes {
             series.labelled(&[("lane", lane.as_str())], get(&c.pauses))?;
+        }
+        let mut series = metric_family(
+            &mut encoder,
+            "turnstile_proxy_failovers",
+            "Calls that left this lane's deployment for another deployment of their model.",
+            MetricKind::Counter,
+        )?;
+        for (lane, c) in &self.lanes {
+            for cause in FailoverCause::ALL {
+                series.labelled(
+                    &[("lane", lane.as_str()), ("cause", cause.as_str())],
+                    get(&c.failovers[cause as usize]),
+                )?;
+            }
         }
         Ok(())
     }

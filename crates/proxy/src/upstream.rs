@@ -25,6 +25,7 @@ use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::uri::{PathAndQuery, Uri};
 
 use crate::config::{Route, Upstream};
+use crate::deployments::Rotation;
 use crate::format::ApiFormat;
 use crate::pool::Idle;
 use crate::request::Endpoint;
@@ -125,14 +126,17 @@ impl Outbound {
     }
 }
 
-/// A model's route as the proxy serves it: the configured [`Route`] and the [`Outbound`] of its
-/// upstream (shared, idle connections included, by every route of that upstream).
-#[derive(Debug, Clone)]
+/// A model's route as the proxy serves it: the configured [`Route`], the [`Outbound`] of each
+/// deployment's upstream (shared, idle connections included, by every route of that upstream)
+/// and the choice among its deployments ([`Rotation`]).
+#[derive(Debug)]
 pub struct Routed {
     /// The route, as configured.
     pub route: Route,
-    /// What every call to its upstream sends the same way.
-    pub outbound: Outbound,
+    /// What every call to each deployment's upstream sends the same way, in the route's order.
+    pub outbounds: Vec<Outbound>,
+    /// The choice among the deployments.
+    pub rotation: Rotation,
 }
 
 impl Routed {
@@ -143,11 +147,25 @@ impl Routed {
         routes
             .into_iter()
             .map(|(model, route)| {
-                let outbound = outbounds
-                    .entry(route.upstream.name.clone())
-                    .or_insert_with(|| Outbound::of(&route.upstream))
-                    .clone();
-                (model, Routed { route, outbound })
+                let of_route = route
+                    .deployments
+                    .iter()
+                    .map(|deployment| {
+                        outbounds
+                            .entry(deployment.upstream.name.clone())
+                            .or_insert_with(|| Outbound::of(&deployment.upstream))
+                            .clone()
+                    })
+                    .collect();
+                let rotation = Rotation::new(&route);
+                (
+                    model,
+                    Routed {
+                        route,
+                        outbounds: of_route,
+                        rotation,
+                    },
+                )
             })
             .collect()
     }

@@ -62,8 +62,9 @@ struct Rig {
 
 fn model(provider: &str, prices: Option<(f64, f64)>) -> ModelConfig {
     ModelConfig {
-        upstream: "openai".into(),
-        provider: provider.into(),
+        upstream: Some("openai".into()),
+        provider: Some(provider.into()),
+        deployments: None,
         upstream_model: None,
         input_usd_per_mtok: prices.map(|p| p.0),
         output_usd_per_mtok: prices.map(|p| p.1),

@@ -25,8 +25,9 @@ fn env() {
 
 fn model(upstream: &str, provider: &str, prices: Option<(f64, f64)>) -> ModelConfig {
     ModelConfig {
-        upstream: upstream.into(),
-        provider: provider.into(),
+        upstream: Some(upstream.into()),
+        provider: Some(provider.into()),
+        deployments: None,
         upstream_model: None,
         input_usd_per_mtok: prices.map(|p| p.0),
         output_usd_per_mtok: prices.map(|p| p.1),

@@ -246,7 +246,7 @@ fn banner(keys: &turnstile_server::BootstrapKeys, data_dir: &std::path::Path) ->
         out.push_str(&format!(
             "The demo key acts as principal `{DEMO_PRINCIPAL}` of workspace `{DEMO_WORKSPACE}`, \
              which has examples/profile.json as revision `{DEMO_PROFILE_VERSION}` (provider \
-             lane: {providers}).\n"
+             lanes: {providers}).\n"
         ));
     }
     out.push_str(&format!(
@@ -325,7 +325,10 @@ mod tests {
         assert_eq!(columns.len(), 2, "{text}");
         assert_eq!(columns[0], columns[1], "{text}");
         assert!(
-            text.contains("revision `demo-v1` (provider lane: llm-subagent)"),
+            text.contains(
+                "revision `demo-v1` (provider lanes: llm-subagent, openai-primary, \
+                 openai-secondary)"
+            ),
             "{text}"
         );
         assert!(
