@@ -131,7 +131,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .proxy
             .models
             .iter()
-            .map(|(model, route)| format!("{model}->{}", route.upstream))
+            .map(|(model, route)| {
+                let upstreams: Vec<&str> = match &route.deployments {
+                    Some(deployments) => deployments.iter().map(|d| d.upstream.as_str()).collect(),
+                    None => route.upstream.iter().map(String::as_str).collect(),
+                };
+                format!("{model}->{}", upstreams.join("+"))
+            })
             .collect::<Vec<_>>()
             .join(",");
         let server = match turnstile_server::start_with_telemetry(config, telemetry).await {
