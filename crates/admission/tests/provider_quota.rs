@@ -3,26 +3,16 @@
 //! not a millisecond longer; a later observation replaces the earlier one; the profile's own
 //! limits still apply on top; a waiter whose deadline falls before the reset is refused at once.
 
-use std::collections::BTreeMap;
-
 use turnstile_admission::{
-    Acquired, AdmissionRequest, Controller, Estimate, Lease, Limits, Outcome, Profile,
-    ProviderQuota, QuotaWindow, Reason, Registry, RegistryError,
+    Acquired, AdmissionRequest, Controller, Estimate, Limits, Outcome, ProviderQuota, QuotaWindow,
+    Reason, Registry, RegistryError,
 };
 
-fn profile(provider: Limits) -> Profile {
-    Profile {
-        workspace: Limits::with_concurrency(64),
-        providers: BTreeMap::from([("p".to_owned(), provider)]),
-        principals: ["a", "b"]
-            .iter()
-            .map(|id| ((*id).to_owned(), Limits::with_concurrency(64)))
-            .collect(),
-    }
-}
+mod common;
 
+/// Every scope at concurrency 64 (`common`'s lanes `jev` and `llm-subagent`), principals a, b.
 fn controller() -> Controller {
-    Controller::new(profile(Limits::with_concurrency(64)), 0).unwrap()
+    common::controller(&Limits::with_concurrency(64), &["a", "b"], 0)
 }
 
 fn window(remaining: u64, resets_in_ms: u64) -> Option<QuotaWindow> {
@@ -48,23 +38,16 @@ fn tokens(remaining: u64, resets_in_ms: u64) -> ProviderQuota {
 }
 
 fn ask(principal: &str) -> AdmissionRequest {
-    AdmissionRequest::new(principal, "p", principal)
-}
-
-fn admitted(answer: Acquired) -> Lease {
-    match answer {
-        Acquired::Admitted(lease) => lease,
-        other => panic!("expected an admission, got {other:?}"),
-    }
+    AdmissionRequest::new(principal, "jev", principal)
 }
 
 #[test]
 fn a_spent_request_window_holds_the_lane_until_the_reset_and_not_before() {
     let mut c = controller();
-    c.observe_provider_quota("p", &requests(1, 2_000), 1_000)
+    c.observe_provider_quota("jev", &requests(1, 2_000), 1_000)
         .unwrap();
     // One request left: the first passes (and evidence of it says nothing of the quota).
-    let first = admitted(c.acquire(ask("a"), 1_000));
+    let first = common::admitted(c.acquire(ask("a"), 1_000));
     assert!(!first.evidence.provider_quota);
     // The window is spent: the next waits, with the reset as its wake-up.
     let Acquired::Queued { waiter, evidence } = c.acquire(ask("b"), 1_100) else {
@@ -96,7 +79,7 @@ fn a_spent_request_window_holds_the_lane_until_the_reset_and_not_before() {
     assert_eq!(lease.evidence.queue_delay_ms, 1_900);
     // The window lapsed: the lane is back to the profile's limits alone.
     for _ in 0..10 {
-        admitted(c.acquire(ask("a"), 3_000));
+        common::admitted(c.acquire(ask("a"), 3_000));
     }
     assert_eq!(c.poll_timeout(), None);
 }
@@ -104,10 +87,10 @@ fn a_spent_request_window_holds_the_lane_until_the_reset_and_not_before() {
 #[test]
 fn a_token_window_holds_a_head_it_cannot_hold_until_the_reset() {
     let mut c = controller();
-    c.observe_provider_quota("p", &tokens(1_000, 60_000), 0)
+    c.observe_provider_quota("jev", &tokens(1_000, 60_000), 0)
         .unwrap();
     let est = |t| ask("a").with_estimate(Estimate::new().tokens(t));
-    admitted(c.acquire(est(600), 0));
+    common::admitted(c.acquire(est(600), 0));
     // 400 left: a call of 500 waits for the reset; the reason stays the vocabulary's.
     let Acquired::Queued { evidence, .. } = c.acquire(est(500), 10) else {
         panic!("queued");
@@ -116,8 +99,8 @@ fn a_token_window_holds_a_head_it_cannot_hold_until_the_reset() {
     assert!(evidence.provider_quota);
     assert_eq!(evidence.retry_after_ms, Some(59_990));
     // Another principal's call that fits what is left passes meanwhile.
-    let small = admitted(c.acquire(
-        AdmissionRequest::new("b", "p", "b").with_estimate(Estimate::new().tokens(400)),
+    let small = common::admitted(c.acquire(
+        AdmissionRequest::new("b", "jev", "b").with_estimate(Estimate::new().tokens(400)),
         20,
     ));
     assert!(!small.evidence.provider_quota);
@@ -130,7 +113,7 @@ fn a_token_window_holds_a_head_it_cannot_hold_until_the_reset() {
 #[test]
 fn a_later_observation_replaces_the_earlier_one() {
     let mut c = controller();
-    c.observe_provider_quota("p", &requests(0, 10_000), 0)
+    c.observe_provider_quota("jev", &requests(0, 10_000), 0)
         .unwrap();
     let Acquired::Queued { waiter, .. } = c.acquire(ask("a"), 0) else {
         panic!("queued");
@@ -138,7 +121,7 @@ fn a_later_observation_replaces_the_earlier_one() {
     assert_eq!(c.poll_timeout(), Some(10_000));
     // A newer answer says two are left (the provider's count is authoritative): the waiter
     // goes at once, and one more after it.
-    c.observe_provider_quota("p", &requests(2, 10_000), 500)
+    c.observe_provider_quota("jev", &requests(2, 10_000), 500)
         .unwrap();
     let resolution = c.poll_resolution().expect("freed by the newer observation");
     assert_eq!(resolution.waiter, waiter);
@@ -149,11 +132,11 @@ fn a_later_observation_replaces_the_earlier_one() {
             .evidence
             .provider_quota
     );
-    admitted(c.acquire(ask("b"), 600));
+    common::admitted(c.acquire(ask("b"), 600));
     assert!(matches!(c.acquire(ask("b"), 700), Acquired::Queued { .. }));
     assert_eq!(c.poll_timeout(), Some(10_500), "the newer window's reset");
     // A newer one can also tighten: zero left for longer.
-    c.observe_provider_quota("p", &requests(0, 20_000), 800)
+    c.observe_provider_quota("jev", &requests(0, 20_000), 800)
         .unwrap();
     assert_eq!(c.poll_timeout(), Some(20_800));
 }
@@ -165,11 +148,11 @@ fn the_profiles_limits_still_apply_on_top_of_a_generous_window() {
         requests_per_minute: Some(2),
         ..Limits::with_concurrency(64)
     };
-    let mut c = Controller::new(profile(limits), 0).unwrap();
-    c.observe_provider_quota("p", &requests(1_000, 60_000), 0)
+    let mut c = common::controller(&limits, &["a", "b"], 0);
+    c.observe_provider_quota("jev", &requests(1_000, 60_000), 0)
         .unwrap();
-    admitted(c.acquire(ask("a"), 0));
-    admitted(c.acquire(ask("a"), 0));
+    common::admitted(c.acquire(ask("a"), 0));
+    common::admitted(c.acquire(ask("a"), 0));
     let Acquired::Queued { evidence, .. } = c.acquire(ask("a"), 0) else {
         panic!("the profile's bucket holds it");
     };
@@ -184,7 +167,7 @@ fn the_profiles_limits_still_apply_on_top_of_a_generous_window() {
 #[test]
 fn a_waiter_whose_deadline_falls_before_the_reset_is_refused_at_once() {
     let mut c = controller();
-    c.observe_provider_quota("p", &requests(0, 5_000), 0)
+    c.observe_provider_quota("jev", &requests(0, 5_000), 0)
         .unwrap();
     let Acquired::Rejected(refusal) = c.acquire(ask("a").with_deadline(3_000), 0) else {
         panic!("refused at once");
@@ -206,7 +189,7 @@ fn a_waiter_whose_deadline_falls_before_the_reset_is_refused_at_once() {
 #[test]
 fn a_try_now_call_is_refused_with_the_time_to_the_reset() {
     let mut c = controller();
-    c.observe_provider_quota("p", &tokens(10, 4_000), 0)
+    c.observe_provider_quota("jev", &tokens(10, 4_000), 0)
         .unwrap();
     let refusal = c
         .try_acquire(ask("a").with_estimate(Estimate::new().tokens(11)), 1_000)
@@ -226,22 +209,27 @@ fn an_unconfigured_provider_is_an_error_and_keeps_nothing() {
     assert!(c
         .observe_provider_quota("other", &requests(0, 1_000), 0)
         .is_err());
-    admitted(c.acquire(ask("a"), 0));
+    common::admitted(c.acquire(ask("a"), 0));
 
     let mut registry = Registry::new();
     registry
-        .register("w", "v1", profile(Limits::with_concurrency(4)), 0)
+        .register(
+            "w",
+            "v1",
+            common::same_profile(&Limits::with_concurrency(4), &["a"]),
+            0,
+        )
         .unwrap();
     assert_eq!(
         registry.observe_provider_quota("w", "other", &requests(0, 1_000), 0),
         Err(RegistryError::UnconfiguredProvider)
     );
     assert_eq!(
-        registry.observe_provider_quota("nowhere", "p", &requests(0, 1_000), 0),
+        registry.observe_provider_quota("nowhere", "jev", &requests(0, 1_000), 0),
         Err(RegistryError::UnknownWorkspace)
     );
     registry
-        .observe_provider_quota("w", "p", &requests(0, 1_000), 0)
+        .observe_provider_quota("w", "jev", &requests(0, 1_000), 0)
         .unwrap();
     assert!(matches!(
         registry.acquire("w", ask("a"), 10).unwrap(),

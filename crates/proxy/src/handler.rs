@@ -266,6 +266,8 @@ async fn serve(
         }
     };
     let (head, upstream_body) = response.into_parts();
+    // The provider's announced quota, read from the head before any byte is relayed.
+    settlement.provider_quota(&head.headers);
     let status = head.status;
     let is_stream = parsed.stream
         && status.is_success()
