@@ -48,6 +48,10 @@ pub struct Evidence {
     /// `budgetId` or the first after it was released or forgotten for idleness. Absent otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub budget_opened: bool,
+    /// The provider's announced quota (its rate-limit headers) held this request back at some
+    /// point. Absent otherwise; never the account's figures.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub provider_quota: bool,
     /// Replicated deployments only: whether the replica decided with the shared limits or
     /// alone on its declared share (the core never sets it; the host that coordinates does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,6 +87,7 @@ impl Evidence {
             predicted_wait_ms: None,
             breaker_transitions: Vec::new(),
             budget_opened: false,
+            provider_quota: false,
             coordination: None,
         }
     }

@@ -26,6 +26,7 @@ mod fair_order;
 mod lane;
 mod limits;
 mod profile;
+mod provider_quota;
 mod provider_usage;
 mod queue;
 mod reason;
@@ -54,6 +55,9 @@ pub use limits::{
     DEFAULT_STANDARD_MIN_SHARE, MAX_SAFE_INTEGER, MAX_WEIGHT, MIN_WEIGHT,
 };
 pub use profile::{Profile, ProfileError};
+/// What a provider answer announced of the account's quota (requests and tokens left, and when
+/// they reset), observed on a provider lane with [`Controller::observe_provider_quota`].
+pub use provider_quota::{ProviderQuota, QuotaWindow};
 /// What a provider reported it used (OpenAI and Anthropic, whole answers and streams), and the
 /// one reader of it that the proxy, the evaluator and the roster share.
 pub use provider_usage::ProviderUsage;

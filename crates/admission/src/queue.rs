@@ -66,6 +66,8 @@ pub(crate) struct Waiter {
     pub(crate) last_reason: Option<Reason>,
     /// When that blocking condition can change, if known.
     pub(crate) last_wake: Option<Millis>,
+    /// Whether the provider's announced quota held it back at some point (evidence says so).
+    pub(crate) provider_quota: bool,
     /// Breaker transitions seen while this waiter was considered. Rare, so boxed when present:
     /// a thin pointer (8 bytes) instead of an empty `Vec` (24) in every queued waiter.
     #[allow(clippy::box_collection)]
@@ -96,6 +98,7 @@ impl Waiter {
             expires_at,
             last_reason: None,
             last_wake: None,
+            provider_quota: false,
             transitions: None,
         }
     }

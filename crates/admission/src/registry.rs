@@ -54,6 +54,7 @@ use crate::controller::{
 use crate::evidence::{Lease, LeaseId, Outcome, Rejection, WaiterId};
 use crate::limits::Limits;
 use crate::profile::{Profile, ProfileError};
+use crate::provider_quota::ProviderQuota;
 use crate::time::Millis;
 
 mod revisions;
@@ -428,6 +429,22 @@ impl Registry {
     ) -> Result<Millis, RegistryError> {
         self.with_controller(workspace_id, |c| {
             c.coordinate_retry_after(provider_id, retry_after_ms, now)
+        })?
+        .map_err(|_| RegistryError::UnconfiguredProvider)
+    }
+
+    /// Takes what a provider answer announced of the account's quota for a provider lane of a
+    /// workspace ([`Controller::observe_provider_quota`]). An unknown workspace or a provider
+    /// its profile does not configure is an error and changes nothing.
+    pub fn observe_provider_quota(
+        &mut self,
+        workspace_id: &str,
+        provider_id: &str,
+        quota: &ProviderQuota,
+        now: Millis,
+    ) -> Result<(), RegistryError> {
+        self.with_controller(workspace_id, |c| {
+            c.observe_provider_quota(provider_id, quota, now)
         })?
         .map_err(|_| RegistryError::UnconfiguredProvider)
     }

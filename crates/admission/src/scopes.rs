@@ -57,6 +57,7 @@ use crate::fair_order::FairOrder;
 use crate::lane::LaneKey;
 use crate::limits::Limits;
 use crate::profile::Profile;
+use crate::provider_quota::QuotaHold;
 use crate::scope::ScopeState;
 use crate::service_rate::ServiceRate;
 use crate::time::Millis;
@@ -104,6 +105,9 @@ pub(crate) struct ProviderExtra {
     pub(crate) order: Option<Box<FairOrder>>,
     /// Recent service intervals (deadline-aware refusal).
     pub(crate) rate: ServiceRate,
+    /// The provider's announced quota windows, while an observation holds the lane
+    /// ([`crate::provider_quota`]).
+    pub(crate) quota: Option<Box<QuotaHold>>,
 }
 
 impl ScopeExtra for ProviderExtra {
@@ -114,6 +118,7 @@ impl ScopeExtra for ProviderExtra {
             paused_until: 0,
             order: None,
             rate: ServiceRate::default(),
+            quota: None,
         }
     }
 

@@ -18,6 +18,7 @@
 //! | `usage=IN/OUT` | the usage reported (default 10/20) |
 //! | `no-usage` | report no usage at all |
 //! | (`POST /_script`, body: directives) | a standing script of this fake, read before each request's own `x-fake-script` (which wins), until the next `/_script` or `/_reset`: two fakes behind one proxy answer differently |
+//! | `quota-requests=R/MS`, `quota-tokens=R/MS` | on every answer (whole, streamed, error): the provider's rate-limit headers saying R left, resetting in MS ms (OpenAI `x-ratelimit-{limit,remaining,reset}-*` with a Go duration; Anthropic `anthropic-ratelimit-*-{limit,remaining,reset}` with an RFC 3339 instant) |
 //!
 //! `x-fake-tag` is recorded with each arrival (for fairness tests). `GET /_stats` answers what
 //! it saw: requests, the maximum and current in-flight count, aborted answers (the caller went
@@ -229,6 +230,45 @@ struct Script {
     gap_ms: u64,
     stall_ms: u64,
     usage: Option<(u64, u64)>,
+    /// `quota-requests` / `quota-tokens`: (remaining, reset in ms).
+    quota: [Option<(u64, u64)>; 2],
+}
+
+impl Script {
+    /// The `quota-*` directives as the provider's rate-limit headers, in its wire format.
+    fn quota_headers(&self, anthropic: bool, headers: &mut HeaderMap) {
+        for ((remaining, reset_ms), kind) in self
+            .quota
+            .iter()
+            .zip(["requests", "tokens"])
+            .filter_map(|(q, k)| q.map(|q| (q, k)))
+        {
+            let reset = if anthropic {
+                crate::quota_headers::format_rfc3339(
+                    SystemTime::now() + Duration::from_millis(reset_ms),
+                )
+            } else {
+                crate::quota_headers::format_duration(reset_ms)
+            };
+            let values = [
+                ("limit", remaining.max(1).to_string()),
+                ("remaining", remaining.to_string()),
+                ("reset", reset),
+            ];
+            for (field, value) in values {
+                let name = if anthropic {
+                    format!("anthropic-ratelimit-{kind}-{field}")
+                } else {
+                    format!("x-ratelimit-{field}-{kind}")
+                };
+                if let (Ok(name), Ok(value)) =
+                    (axum::http::HeaderName::try_from(name), value.parse())
+                {
+                    headers.insert(name, value);
+                }
+            }
+        }
+    }
 }
 
 fn script(standing: &str, headers: &HeaderMap) -> Script {
@@ -256,6 +296,12 @@ fn script(standing: &str, headers: &HeaderMap) -> Script {
             "gap-ms" => script.gap_ms = number(),
             "stall-ms" => script.stall_ms = number(),
             "no-usage" => script.usage = None,
+            "quota-requests" | "quota-tokens" => {
+                let slot = usize::from(key == "quota-tokens");
+                if let Some((r, ms)) = value.split_once('/') {
+                    script.quota[slot] = r.parse().ok().zip(ms.parse().ok());
+                }
+            }
             "usage" => {
                 if let Some((i, o)) = value.split_once('/') {
                     script.usage = Some((i.parse().unwrap_or(0), o.parse().unwrap_or(0)));
@@ -408,14 +454,16 @@ async fn answer(State(inner): State<Arc<Inner>>, request: Request) -> Response {
             object.remove("usage");
         }
     }
-    (
+    let mut response = (
         [
             ("x-request-id", "req_fake"),
             ("x-ratelimit-remaining-requests", "4999"),
         ],
         axum::Json(body),
     )
-        .into_response()
+        .into_response();
+    script.quota_headers(anthropic, response.headers_mut());
+    response
 }
 
 fn error_answer(status: u16, script: &Script, anthropic: bool) -> Response {
@@ -427,6 +475,7 @@ fn error_answer(status: u16, script: &Script, anthropic: bool) -> Response {
     };
     let mut response = (status, axum::Json(body)).into_response();
     let headers = response.headers_mut();
+    script.quota_headers(anthropic, headers);
     if let Some(value) = script.retry_after.as_deref().and_then(|v| v.parse().ok()) {
         headers.insert("retry-after", value);
     }
@@ -480,6 +529,8 @@ fn stream_answer(
     wants_usage: bool,
     guard: InFlight,
 ) -> Response {
+    let mut quota = HeaderMap::new();
+    script.quota_headers(path == "/v1/messages", &mut quota);
     let (tx, rx) = mpsc::channel::<Bytes>(4);
     let path = path.to_owned();
     let model = model.to_owned();
@@ -569,6 +620,7 @@ fn stream_answer(
         }
     });
     let mut response = Response::new(Body::new(ChannelBody(rx, guard)));
+    response.headers_mut().extend(quota);
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
         axum::http::HeaderValue::from_static("text/event-stream"),

@@ -229,6 +229,7 @@ async fn serve(
                     && attempts.can_fail_over(routed) =>
             {
                 let ms = upstream_pause(proxy, response.headers());
+                settlement.provider_quota(response.headers());
                 settlement.settle(
                     CallClass::Upstream429,
                     Outcome::RetryAfter { retry_after_ms: ms },
@@ -271,6 +272,8 @@ async fn serve(
         }
     };
     let (head, upstream_body) = response.into_parts();
+    // The provider's announced quota, read from the head before any byte is relayed.
+    settlement.provider_quota(&head.headers);
     let status = head.status;
     let is_stream = parsed.stream
         && status.is_success()

@@ -51,6 +51,7 @@ mod format;
 mod handler;
 mod metrics;
 mod pool;
+mod quota_headers;
 mod request;
 mod retry_after;
 mod route_table;
@@ -85,6 +86,12 @@ pub use format::ApiFormat;
 pub use handler::{BUDGET_HEADER, WAIT_HEADER};
 pub use metrics::ProxyMetrics;
 pub use pool::ClientError;
+/// The provider's rate-limit headers of an answer, read into the core's `ProviderQuota`
+/// (public for the parser's benchmark and the tests that script the fake upstream).
+pub use quota_headers::{
+    format_duration, format_rfc3339, parse_duration_ms, parse_rfc3339_ms,
+    read as read_quota_headers, QuotaRead,
+};
 
 /// Who is calling, as the host authenticated it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,6 +12,8 @@
 //! | `turnstile_proxy_settlements_total` | `lane`, `basis` (`reported` / `estimate`) |
 //! | `turnstile_proxy_upstream_pauses_total` | `lane` (upstream 429s turned into lane pauses) |
 //! | `turnstile_proxy_failovers_total` | `lane` (the deployment left), `cause` ([`FailoverCause`]) |
+//! | `turnstile_proxy_quota_observations_total` | `lane` (answers whose rate-limit headers were observed) |
+//! | `turnstile_proxy_quota_headers_malformed_total` | `lane` (rate-limit header values ignored as unusable) |
 //!
 //! A model's deployments each have their own lane (`deployment_config.rs`), so every series is
 //! also per deployment.
@@ -112,6 +114,8 @@ pub struct LaneCounters {
     reported: AtomicU64,
     estimated: AtomicU64,
     pauses: AtomicU64,
+    quota_observed: AtomicU64,
+    quota_malformed: AtomicU64,
 }
 
 fn add(counter: &AtomicU64, value: u64) {
@@ -146,6 +150,17 @@ impl LaneCounters {
     /// A call left this lane's deployment for another one.
     pub fn failed_over(&self, cause: FailoverCause) {
         add(&self.failovers[cause as usize], 1);
+    }
+
+    /// One answer's rate-limit headers were read: `malformed` values ignored, and whether a
+    /// quota was observed.
+    pub fn quota_read(&self, malformed: u32, observed: bool) {
+        if malformed > 0 {
+            add(&self.quota_malformed, u64::from(malformed));
+        }
+        if observed {
+            add(&self.quota_observed, 1);
+        }
     }
 }
 
@@ -255,6 +270,24 @@ impl Collector for ProxyMetrics {
                     get(&c.failovers[cause as usize]),
                 )?;
             }
+        }
+        let mut series = metric_family(
+            &mut encoder,
+            "turnstile_proxy_quota_observations",
+            "Upstream answers whose rate-limit headers were observed on the provider lane.",
+            MetricKind::Counter,
+        )?;
+        for (lane, c) in &self.lanes {
+            series.labelled(&[("lane", lane.as_str())], get(&c.quota_observed))?;
+        }
+        let mut series = metric_family(
+            &mut encoder,
+            "turnstile_proxy_quota_headers_malformed",
+            "Upstream rate-limit header values ignored because they did not parse.",
+            MetricKind::Counter,
+        )?;
+        for (lane, c) in &self.lanes {
+            series.labelled(&[("lane", lane.as_str())], get(&c.quota_malformed))?;
         }
         Ok(())
     }

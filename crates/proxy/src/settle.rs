@@ -95,6 +95,12 @@ impl Settlement {
         }
     }
 
+    /// Observes the provider's rate-limit headers of the call's answer on its lane
+    /// (`quota_headers.rs`).
+    pub fn provider_quota(&self, headers: &axum::http::HeaderMap) {
+        crate::quota_headers::observe(&self.proxy, &self.workspace, &self.lane, headers);
+    }
+
     /// Extends the lease's TTL (fire and forget).
     pub fn heartbeat(&self) {
         let (reply, _) = oneshot::channel();

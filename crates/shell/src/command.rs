@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 use turnstile_admission::{
     ActualUsage, BreakerTransition, BucketLevels, Estimate, LaneView, Limits, Millis, Outcome,
-    Profile, ProfileChangeRecord, Rejection, Snapshot,
+    Profile, ProfileChangeRecord, ProviderQuota, Rejection, Snapshot,
 };
 
 use crate::error::DriverError;
@@ -153,6 +153,18 @@ pub enum Command {
         retry_after_ms: Millis,
         /// Answered with the instant the pause ends.
         reply: oneshot::Sender<Result<Millis, DriverError>>,
+    },
+    /// What a provider answer announced of the account's quota for a provider lane (its
+    /// rate-limit headers): the lane holds its callers to it (`Registry::observe_provider_quota`).
+    /// Not answered: applied in command order, so before any later release of the same call; an
+    /// unknown workspace or provider changes nothing.
+    ProviderQuota {
+        /// The workspace.
+        workspace: Arc<str>,
+        /// The provider lane.
+        provider: String,
+        /// What the answer announced.
+        quota: ProviderQuota,
     },
     /// The aggregate state of a workspace (`None` without a profile).
     Snapshot {

@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use turnstile_admission::{BucketLevels, LaneView, Millis, Profile, ProfileChangeRecord};
+use turnstile_admission::{
+    BucketLevels, LaneView, Millis, Profile, ProfileChangeRecord, ProviderQuota,
+};
 
 use crate::command::{
     Acquire, AcquireCommand, AcquireReply, Command, LaneLimits, Standing, WorkspaceSnapshot,
@@ -208,6 +210,22 @@ impl DriverHandle {
             reply,
         })
         .await?
+    }
+
+    /// Hands the driver what a provider answer announced of the account's quota for a provider
+    /// lane ([`Command::ProviderQuota`]). Not answered: it is applied in command order, before
+    /// anything this caller sends the driver later (such as the call's release).
+    pub fn observe_provider_quota(
+        &self,
+        workspace: &Arc<str>,
+        provider: &str,
+        quota: ProviderQuota,
+    ) -> Result<(), DriverError> {
+        self.send(Command::ProviderQuota {
+            workspace: workspace.clone(),
+            provider: provider.to_owned(),
+            quota,
+        })
     }
 
     /// Aggregate state of one workspace (`None` without a profile).

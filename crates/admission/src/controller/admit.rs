@@ -13,7 +13,8 @@
 //!   real hint of a `queue-full` refusal.
 //! - **Dwell bounds**: a waiter expires at `min(deadline, enqueuedAt + min(maxQueueWaitMs))`.
 //! - **tryAdmit** for a lane head: concurrency, share caps, reservations, Retry-After,
-//!   breaker, then budgets and buckets, each deferral naming how far the blockage reaches
+//!   breaker, then budgets and buckets, then the provider's announced quota
+//!   (`provider_quota.rs`), each deferral naming how far the blockage reaches
 //!   ([`Blocked`]) and when it can change.
 //!
 //! # Invariants
@@ -63,6 +64,8 @@ pub(super) enum Attempt {
         reason: Reason,
         wake: Option<Millis>,
         blocked: Blocked,
+        /// Held by the provider's announced quota (`provider_quota.rs`), not the profile.
+        quota: bool,
     },
     Reject(Reason),
     /// A provider pause or open breaker ends at `until`, at or after the head's deadline:
@@ -365,6 +368,7 @@ impl Controller {
             reason,
             wake,
             blocked,
+            quota: false,
         };
 
         // 1. Concurrency.
@@ -468,6 +472,10 @@ impl Controller {
                     return defer(Reason::TokensPerSecond, wake, Blocked::Head);
                 }
             }
+        }
+        // 7. The provider's announced quota, on top of the profile's limits.
+        if let Some(deferral) = self.quota_deferral(provider, tokens, now) {
+            return deferral;
         }
         Attempt::Admit { probe }
     }

@@ -7,7 +7,9 @@
 //! The predicted wait of a new waiter is the larger of two terms, each a *lower* bound of the
 //! real wait so that a request that would have been served is not refused:
 //!
-//! - **Floors**, exact: a Retry-After pause or open breaker still to run, and the time the
+//! - **Floors**, exact: a Retry-After pause or open breaker still to run, the reset of a
+//!   provider's announced quota window that cannot hold this request and those surely ahead
+//!   (`provider_quota.rs`), and the time the
 //!   request buckets of the lane's three scopes need to deliver one request for every waiter
 //!   surely ahead plus this one.
 //! - **Service**, statistical: `ahead × interval`, where `interval` is the 10th percentile of
@@ -73,7 +75,8 @@ impl Controller {
         let left = deadline.saturating_sub(now);
         // Screen, O(1): with every waiter of the lane counted, can it refuse at all?
         let everyone = self.lanes.get(waiter.lane_slot).map_or(1, |lane| lane.live);
-        let (floor, service) = self.wait_bounds(waiter.lane, everyone, now);
+        let tokens = waiter.estimate().tokens.unwrap_or(0);
+        let (floor, service) = self.wait_bounds(waiter.lane, (everyone, tokens), now);
         if !refuses(floor, service, left) {
             return None;
         }
@@ -84,13 +87,18 @@ impl Controller {
             .take(WALK_LIMIT)
             .filter(|w| w.expires_at().is_none_or(|at| at >= deadline))
             .count() as u64;
-        let (floor, service) = self.wait_bounds(waiter.lane, ahead, now);
+        let (floor, service) = self.wait_bounds(waiter.lane, (ahead, tokens), now);
         refuses(floor, service, left).then(|| floor.max(service.unwrap_or(0)))
     }
 
     /// The exact floor and the statistical service term of a wait for `grants` grants on the
-    /// lane `(provider, principal)`.
-    fn wait_bounds(&self, lane: LaneKey, grants: u64, now: Millis) -> (Millis, Option<Millis>) {
+    /// lane `(provider, principal)`, the last of them for `tokens`.
+    fn wait_bounds(
+        &self,
+        lane: LaneKey,
+        (grants, tokens): (u64, u64),
+        now: Millis,
+    ) -> (Millis, Option<Millis>) {
         let (provider, principal) = lane;
         let entry = &self.scopes.providers[provider];
         let extra = &entry.extra;
@@ -102,7 +110,8 @@ impl Controller {
             .breaker
             .open_until(config, now)
             .unwrap_or(0)
-            .max(extra.paused_until);
+            .max(extra.paused_until)
+            .max(self.quota_floor(provider, grants, tokens, now).unwrap_or(0));
         let blocked = blocked_until.saturating_sub(now);
         let buckets = [
             self.scopes.principals[principal].scope(),

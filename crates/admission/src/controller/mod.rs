@@ -83,6 +83,7 @@ mod fair;
 mod lanes;
 mod levels;
 mod profile_change;
+mod provider_quota;
 mod pump;
 mod reinstate;
 mod request;

@@ -143,6 +143,7 @@ impl Controller {
         let retryable = reason.is_retryable_rejection()
             && !(reason == Reason::QueueTimeout && waiter.expires_at() == Some(waiter.enqueued_at));
         evidence.breaker_transitions = waiter.take_transitions();
+        evidence.provider_quota = waiter.provider_quota;
         Some(Rejection {
             reason,
             retryable,
@@ -219,6 +220,7 @@ impl Controller {
             }
             scope.active += 1;
         }
+        self.quota_charge(lane_key.0, tokens, now);
         let (budget_epoch, budget_opened) = self.budgets.charge(
             &waiter.budget_id,
             Self::scope_keys(lane_key),
@@ -255,6 +257,7 @@ impl Controller {
         );
         evidence.breaker_transitions = waiter.take_transitions();
         evidence.budget_opened = budget_opened;
+        evidence.provider_quota = waiter.provider_quota;
         Some(Lease {
             id: lease_id,
             evidence,
@@ -400,10 +403,12 @@ impl Controller {
                     reason,
                     wake,
                     blocked,
+                    quota,
                 } => {
                     if let Some(waiter) = self.queue.get_mut(head) {
                         waiter.last_reason = Some(reason);
                         waiter.last_wake = wake;
+                        waiter.provider_quota |= quota;
                     }
                     if let Some(at) = wake {
                         self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
@@ -503,7 +508,17 @@ impl Controller {
                         }
                         (Reason::Concurrency, None)
                     }
-                    Attempt::Defer { reason, wake, .. } => (reason, wake),
+                    Attempt::Defer {
+                        reason,
+                        wake,
+                        quota,
+                        ..
+                    } => {
+                        if let Some(waiter) = self.queue.get_mut(waiter_id) {
+                            waiter.provider_quota |= quota;
+                        }
+                        (reason, wake)
+                    }
                     Attempt::Refuse { reason, until } => (reason, Some(until)),
                     Attempt::Reject(reason) => {
                         return match self.reject_waiter(waiter_id, reason, now) {
@@ -580,6 +595,7 @@ impl Controller {
         if let Some(waiter) = waiter {
             evidence.retry_after_ms = waiter.last_wake.map(|at| at.saturating_sub(now).max(1));
             evidence.breaker_transitions = waiter.transitions();
+            evidence.provider_quota = waiter.provider_quota;
         }
         evidence
     }

@@ -67,6 +67,7 @@ fn write_evidence(out: &mut Vec<u8>, evidence: &Evidence) -> Result<(), serde_js
         predicted_wait_ms,
         breaker_transitions,
         budget_opened,
+        provider_quota,
         coordination,
     } = evidence;
     if !breaker_transitions.is_empty() {
@@ -104,6 +105,9 @@ fn write_evidence(out: &mut Vec<u8>, evidence: &Evidence) -> Result<(), serde_js
     }
     if *budget_opened {
         out.extend_from_slice(b",\"budgetOpened\":true");
+    }
+    if *provider_quota {
+        out.extend_from_slice(b",\"providerQuota\":true");
     }
     if let Some(coordination) = coordination {
         out.extend_from_slice(match coordination {
@@ -214,6 +218,7 @@ mod tests {
                 (
                     any::<bool>(),
                     proptest::option::of(any::<std::num::NonZeroU64>()),
+                    any::<bool>(),
                 ),
                 proptest::option::of(prop_oneof![
                     Just(Coordination::Shared),
@@ -229,7 +234,7 @@ mod tests {
                         breaker_state,
                         retry_after_ms,
                         transitions,
-                        (opened, predicted_wait_ms),
+                        (opened, predicted_wait_ms, quota),
                         coord,
                     ),
                 )| Evidence {
@@ -246,6 +251,7 @@ mod tests {
                     predicted_wait_ms,
                     breaker_transitions: transitions,
                     budget_opened: opened,
+                    provider_quota: quota,
                     coordination: coord,
                 },
             )

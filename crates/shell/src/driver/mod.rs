@@ -299,6 +299,18 @@ impl Driver {
                 retry_after_ms,
                 reply,
             } => self.retry_after(&workspace, provider, retry_after_ms, reply, now),
+            Command::ProviderQuota {
+                workspace,
+                provider,
+                quota,
+            } => {
+                let observed = self
+                    .registry
+                    .observe_provider_quota(&workspace, &provider, &quota, now);
+                if observed.is_ok() {
+                    self.deliver(&workspace, now);
+                }
+            }
             Command::Snapshot { workspace, reply } => {
                 let _ = reply.send(self.snapshot(&workspace));
             }
