@@ -130,6 +130,7 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<()> {
             base_url: Some(fake.openai_base()),
             base_url_env: None,
             api_key_env: None,
+            required: false,
         },
     );
     config.proxy.models.insert(

@@ -109,3 +109,69 @@ fn the_readme_session_does_not_hang_when_serve_cannot_start() {
         "serve's log says why it stopped: {stdout}"
     );
 }
+
+/// The bench binary (`TURNSTILE_BENCH_BIN`, as `.ci/run` exports it, else the debug build a
+/// workspace test run makes); missing is a failure, never a skip.
+fn bench_bin() -> String {
+    let path = std::env::var("TURNSTILE_BENCH_BIN").unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target/debug/turnstile-bench")
+            .display()
+            .to_string()
+    });
+    assert!(
+        Path::new(&path).is_file(),
+        "turnstile-bench not found at {path}: `cargo build -p turnstile-bench`"
+    );
+    path
+}
+
+/// The README's offline proxy session ("Try it offline"): the fake upstream, `serve` with
+/// `examples/proxy.toml` and only OpenAI's variables (the Anthropic upstream is disabled with
+/// a warning), one chat completion; run verbatim (binaries substituted, `cargo` dropped, from
+/// the repository root) and checked line by line.
+#[test]
+fn the_readme_offline_proxy_session_runs_verbatim() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let block = readme
+        .split("### Try it offline")
+        .nth(1)
+        .and_then(|section| section.split("```sh\n").nth(1))
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the offline proxy session");
+    let bench = bench_bin();
+    let script: String = block
+        .lines()
+        .filter(|line| !line.starts_with("cargo "))
+        .map(|line| {
+            line.replace("target/release/turnstile-bench", &bench)
+                .replace("target/release/turnstile", env!("CARGO_BIN_EXE_turnstile"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let script = format!(
+        "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n\
+         unset TURNSTILE_ANTHROPIC_API_KEY TURNSTILE_ANTHROPIC_BASE_URL RUST_LOG\n{script}\n"
+    );
+    let output = Command::new("timeout")
+        .args(["120", "bash", "-c", &script])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the session failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let printed: Vec<&str> = stdout.lines().map(str::trim_end).collect();
+    let mut at = 0;
+    for expected in block.lines().filter_map(|l| l.strip_prefix("# -> ")) {
+        match printed[at..].iter().position(|line| *line == expected) {
+            Some(offset) => at += offset + 1,
+            None => panic!("`{expected}` was not printed (in order)\nstdout:\n{stdout}"),
+        }
+    }
+}

@@ -13,6 +13,7 @@
 //! format = "openai"                           # or "anthropic"
 //! base_url_env = "TURNSTILE_OPENAI_BASE_URL"  # or base_url = "https://api.openai.com/v1"
 //! api_key_env = "TURNSTILE_OPENAI_API_KEY"
+//! required = false                            # true: refuse to start without the variables
 //!
 //! [proxy.models."gpt-5.4-mini"]
 //! upstream = "openai"
@@ -107,6 +108,11 @@ pub struct UpstreamConfig {
     /// The environment variable holding the upstream API key. Absent: no key is sent.
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// Whether the service refuses to start when `api_key_env` is not set. Default false: the
+    /// upstream is then disabled with a warning naming the variable, and so are the
+    /// deployments on it (a model left without one answers as an unknown model).
+    #[serde(default)]
+    pub required: bool,
 }
 
 /// One model clients may call: either `upstream` and `provider` (one deployment) or
@@ -352,16 +358,39 @@ impl ProxyConfig {
             }
         }
         let mut upstreams = BTreeMap::new();
+        // Upstreams whose key variable is not set (and not `required`), with that variable.
+        let mut disabled: BTreeMap<String, String> = BTreeMap::new();
         for (name, upstream) in &self.upstreams {
             let base = upstream
                 .base_url_env
                 .as_deref()
                 .and_then(&env)
                 .filter(|v| !v.trim().is_empty())
-                .or_else(|| upstream.base_url.clone())
-                .ok_or_else(|| ProxyConfigError::NoBaseUrl {
-                    upstream: name.clone(),
-                })?;
+                .or_else(|| upstream.base_url.clone());
+            let base = match (base, &upstream.base_url_env) {
+                (Some(base), _) => base,
+                // Only a variable names the base URL, and it is not set: disabled unless
+                // required (like a key, below).
+                (None, Some(variable)) if !upstream.required => {
+                    disabled.insert(name.clone(), variable.clone());
+                    // Kept (its models' deployments are checked as written), never called.
+                    upstreams.insert(
+                        name.clone(),
+                        Upstream {
+                            name: Arc::from(name.as_str()),
+                            format: upstream.format,
+                            base_url: Arc::from(""),
+                            api_key: None,
+                        },
+                    );
+                    continue;
+                }
+                (None, _) => {
+                    return Err(ProxyConfigError::NoBaseUrl {
+                        upstream: name.clone(),
+                    })
+                }
+            };
             let base = base.trim().trim_end_matches('/').to_owned();
             if !(base.starts_with("http://") || base.starts_with("https://")) {
                 return Err(ProxyConfigError::BadBaseUrl {
@@ -370,15 +399,19 @@ impl ProxyConfig {
             }
             let api_key = match &upstream.api_key_env {
                 None => None,
-                Some(variable) => Some(Arc::<str>::from(
-                    env(variable)
-                        .filter(|v| !v.is_empty())
-                        .ok_or_else(|| ProxyConfigError::MissingKey {
+                Some(variable) => match env(variable).filter(|v| !v.is_empty()) {
+                    Some(key) => Some(Arc::<str>::from(key.as_str())),
+                    None if upstream.required => {
+                        return Err(ProxyConfigError::MissingKey {
                             upstream: name.clone(),
                             variable: variable.clone(),
-                        })?
-                        .as_str(),
-                )),
+                        })
+                    }
+                    None => {
+                        disabled.insert(name.clone(), variable.clone());
+                        None
+                    }
+                },
             };
             upstreams.insert(
                 name.clone(),
@@ -392,7 +425,11 @@ impl ProxyConfig {
         }
         let mut routes = BTreeMap::new();
         for (model, entry) in &self.models {
-            let (format, deployments) = deployment_config::resolve(model, entry, &upstreams)?;
+            let (format, mut deployments) = deployment_config::resolve(model, entry, &upstreams)?;
+            deployments.retain(|d| !disabled.contains_key(&*d.upstream.name));
+            if deployments.is_empty() {
+                continue; // every upstream of the model is disabled: answered as unknown
+            }
             let price_ok = |p: f64| p.is_finite() && (0.0..=1e6).contains(&p);
             let prices = match (entry.input_usd_per_mtok, entry.output_usd_per_mtok) {
                 (None, None) => None,
@@ -424,6 +461,21 @@ impl ProxyConfig {
                 },
             );
         }
+        for (upstream, variable) in &disabled {
+            let models: Vec<&str> = self
+                .models
+                .keys()
+                .filter(|m| !routes.contains_key(*m))
+                .map(String::as_str)
+                .collect();
+            tracing::warn!(
+                target: "turnstile::proxy",
+                upstream = upstream.as_str(),
+                variable = variable.as_str(),
+                models_disabled = %models.join(","),
+                "upstream disabled: its key variable is not set"
+            );
+        }
         Ok(routes)
     }
 }
@@ -441,6 +493,7 @@ mod tests {
                 base_url: Some("http://127.0.0.1:1/v1/".into()),
                 base_url_env: Some("BASE".into()),
                 api_key_env: Some("KEY".into()),
+                required: false,
             },
         );
         config.models.insert(
@@ -456,6 +509,27 @@ mod tests {
             },
         );
         config
+    }
+
+    /// An upstream whose key variable is not set is disabled (its models are not routed),
+    /// unless it is `required`: then the service does not start.
+    #[test]
+    fn an_upstream_without_its_key_is_disabled_unless_required() {
+        let routes = config().resolve(|_| None).unwrap();
+        assert!(routes.is_empty(), "the model's only upstream is disabled");
+        // A base URL only from a variable that is not set disables it too.
+        let mut no_base = config();
+        no_base.upstreams.get_mut("openai").unwrap().base_url = None;
+        let routes = no_base
+            .resolve(|v| (v == "KEY").then(|| "k".to_owned()))
+            .unwrap();
+        assert!(routes.is_empty());
+        let mut required = config();
+        required.upstreams.get_mut("openai").unwrap().required = true;
+        assert!(matches!(
+            required.resolve(|_| None),
+            Err(ProxyConfigError::MissingKey { .. })
+        ));
     }
 
     #[test]
@@ -480,10 +554,6 @@ mod tests {
 
     #[test]
     fn a_missing_key_or_upstream_is_a_config_error() {
-        assert!(matches!(
-            config().resolve(|_| None),
-            Err(ProxyConfigError::MissingKey { .. })
-        ));
         let mut bad = config();
         bad.models.get_mut("m").unwrap().provider = Some("a\"b".into());
         assert!(matches!(

@@ -108,6 +108,7 @@ async fn rig(shared: Option<Arc<dyn SharedLimits>>) -> Rig {
             base_url: Some(fake.openai_base()),
             base_url_env: None,
             api_key_env: Some("UPSTREAM_KEY".into()),
+            required: false,
         },
     );
     config

@@ -91,6 +91,7 @@ fn rig_with(
                     base_url: Some(openai_base),
                     base_url_env: None,
                     api_key_env: Some("TS_PROXY_TEST_OPENAI_KEY".into()),
+                    required: false,
                 },
             );
             proxy.upstreams.insert(
@@ -100,6 +101,7 @@ fn rig_with(
                     base_url: Some(anthropic_base),
                     base_url_env: None,
                     api_key_env: Some("TS_PROXY_TEST_ANTHROPIC_KEY".into()),
+                    required: false,
                 },
             );
             let models = &mut proxy.models;
