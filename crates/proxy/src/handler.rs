@@ -191,7 +191,7 @@ async fn serve(
                     shared.forget_budget(&workspace, &budget_id);
                 }
             }
-            return Err(ProxyError::refused(&rejection));
+            return Ok(crate::caller_headers::refused(&rejection, format));
         }
         AcquireReply::NoProfile => {
             lane.call(CallClass::Refused);
@@ -203,6 +203,7 @@ async fn serve(
             return Err(ProxyError::shutting_down())
         }
     };
+    let caller = crate::caller_headers::CallerHeaders::at_grant(&grant.evidence);
     let heartbeat_every = grant
         .ttl_ms
         .map(|ttl| Duration::from_millis((ttl / 3).max(1)));
@@ -282,6 +283,7 @@ async fn serve(
     });
     let mut headers = head.headers;
     upstream::response_headers(&mut headers);
+    caller.write(&mut headers, format);
     if is_stream {
         let strip = endpoint.needs_include_usage() && !parsed.client_wants_usage;
         let body = TappedStream::new(

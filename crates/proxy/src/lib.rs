@@ -37,6 +37,7 @@
 #![warn(missing_docs)]
 
 mod body;
+mod caller_headers;
 mod config;
 mod error;
 mod estimate;
@@ -68,6 +69,9 @@ use body::BodyLimits;
 use request::Endpoint;
 use upstream::Routed;
 
+/// The caller's own `x-ratelimit-*` / `anthropic-ratelimit-*` headers (also written by the
+/// admission API's answers).
+pub use caller_headers::write_caller_headers;
 pub use config::{
     ModelConfig, Prices, ProxyConfig, ProxyConfigError, Route, Upstream, UpstreamConfig,
 };

@@ -66,11 +66,9 @@ fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Formats `at` as an IMF-fixdate (for the fake upstream and tests).
-pub fn format_http_date(at: SystemTime) -> String {
-    let secs = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil from days (inverse of the above).
+/// The proleptic Gregorian `(year, month, day)` of a day count since 1970-01-01: the inverse
+/// of `days_from_civil` (also used for the caller's RFC 3339 reset instants).
+pub(crate) fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
     let era = z / 146_097;
     let doe = z - era * 146_097;
@@ -79,7 +77,14 @@ pub fn format_http_date(at: SystemTime) -> String {
     let mp = (5 * doy + 2) / 153;
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
+    (yoe + era * 400 + u64::from(month <= 2), month, day)
+}
+
+/// Formats `at` as an IMF-fixdate (for the fake upstream and tests).
+pub fn format_http_date(at: SystemTime) -> String {
+    let secs = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
     let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
     let month_name = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
