@@ -38,7 +38,7 @@
 //!   holds no fraction short of full.
 //! - Never an ID, never another scope's level.
 
-use crate::bucket::TokenBucket;
+use crate::bucket::{TokenBucket, MINUTE_MS, SECOND_MS};
 use crate::time::Millis;
 
 use super::Controller;
@@ -147,6 +147,7 @@ impl CallerQuota {
 
 /// One kind read from the principal's bucket at `now`; a configured kind whose state was
 /// forgotten reads as full (a state is forgotten only when it equals a fresh one).
+#[inline]
 fn read(bucket: Option<&TokenBucket>, capacity: Option<u64>, now: Millis) -> Option<CallerLimit> {
     let capacity = capacity?;
     let Some(bucket) = bucket else {
@@ -156,15 +157,39 @@ fn read(bucket: Option<&TokenBucket>, capacity: Option<u64>, now: Millis) -> Opt
             reset_ms: 0,
         });
     };
-    let mut bucket = bucket.clone();
-    bucket.refill(now);
     let limit = bucket.capacity_units();
+    let period = bucket.period_ms();
+    let level = bucket.scaled_level_at(now);
+    let deficit = (u128::from(limit) * u128::from(period)).saturating_sub(level);
     Some(CallerLimit {
         limit,
-        remaining: bucket.level_units().min(limit),
-        // `None` only for a bucket that never refills, whose capacity is then 0: full.
-        reset_ms: bucket.wait_for(limit).unwrap_or(0),
+        remaining: divide(level, period, false).min(limit),
+        // A bucket that never refills has capacity 0: it is full (no deficit).
+        reset_ms: match bucket.rate() {
+            _ if deficit == 0 => 0,
+            0 => Millis::MAX,
+            rate => divide(deficit, rate, true),
+        },
     })
+}
+
+/// `n / d` (rounded up when `up`), saturating. The hot path: a numerator that fits a `u64` takes
+/// one hardware division, and none for the core's two periods (constant divisors); the `u128`
+/// division (a library call, several times slower) only for larger levels.
+#[inline]
+fn divide(n: u128, d: u64, up: bool) -> u64 {
+    let Ok(n) = u64::try_from(n) else {
+        let d = u128::from(d.max(1));
+        let q = if up { n.div_ceil(d) } else { n / d };
+        return u64::try_from(q).unwrap_or(u64::MAX);
+    };
+    let d = d.max(1);
+    match (d, up) {
+        (MINUTE_MS, false) => n / MINUTE_MS,
+        (SECOND_MS, false) => n / SECOND_MS,
+        (_, false) => n / d,
+        (_, true) => n.div_ceil(d),
+    }
 }
 
 impl Controller {
@@ -350,6 +375,41 @@ mod tests {
                 None
             )
         );
+    }
+
+    #[test]
+    fn the_fast_reading_equals_the_buckets_own_for_every_size() {
+        let cases = [
+            (1, 1, MINUTE_MS),
+            (60, 10, MINUTE_MS),
+            (1_000, 1_000, SECOND_MS),
+            (7, 13, 250),
+            (u64::from(u32::MAX), u64::from(u32::MAX), MINUTE_MS),
+            ((1 << 53) - 1, (1 << 53) - 1, MINUTE_MS),
+            (1, (1 << 53) - 1, SECOND_MS),
+        ];
+        for (rate, capacity, period) in cases {
+            let mut bucket = TokenBucket::full_with_capacity(rate, capacity, period, 0);
+            for (take, now) in [
+                (0, 0),
+                (1, 0),
+                (capacity / 3, 5),
+                (capacity, 17),
+                (1, 60_001),
+            ] {
+                bucket.refill(now);
+                if bucket.has(take) {
+                    bucket.take(take);
+                }
+                let read = read(Some(&bucket), Some(capacity), now).unwrap();
+                let expected = CallerLimit {
+                    limit: capacity,
+                    remaining: bucket.level_units(),
+                    reset_ms: bucket.wait_for(capacity).unwrap_or(0),
+                };
+                assert_eq!(read, expected, "rate {rate} capacity {capacity} at {now}");
+            }
+        }
     }
 
     #[test]
