@@ -167,6 +167,11 @@ impl TokenBucket {
         self.level = self.level.min(self.capacity());
     }
 
+    /// The refill period in milliseconds (the fixed-point scale of the level).
+    pub fn period_ms(&self) -> u64 {
+        self.period_ms.get()
+    }
+
     /// Units refilled per period.
     pub fn rate(&self) -> u64 {
         self.rate

@@ -9,6 +9,7 @@ use std::num::NonZeroU64;
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerTransition;
+use crate::controller::caller_quota::CallerQuota;
 use crate::reason::{BreakerState, Decision, Reason};
 use crate::time::Millis;
 
@@ -56,6 +57,11 @@ pub struct Evidence {
     /// alone on its declared share (the core never sets it; the host that coordinates does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coordination: Option<Coordination>,
+    /// The caller's own request and token limits as this decision left them (the principal's
+    /// buckets only, never the account's). Not serialized: hosts write it as the answer's
+    /// `x-ratelimit-*` headers, never into a record.
+    #[serde(skip)]
+    pub caller: CallerQuota,
 }
 
 /// How a replica coordinated a decision with the others (`docs/replicas.md`).
@@ -89,6 +95,7 @@ impl Evidence {
             budget_opened: false,
             provider_quota: false,
             coordination: None,
+            caller: CallerQuota::NONE,
         }
     }
 }

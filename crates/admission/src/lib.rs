@@ -40,6 +40,9 @@ mod time;
 pub use breaker::BreakerTransition;
 pub use bucket::{TokenBucket, MINUTE_MS, SECOND_MS};
 pub use budget::{ActualUsage, BudgetBounds, InvalidActualCost};
+/// The caller's own rate limits at a decision (`Evidence::caller`), for the
+/// `x-ratelimit-*` headers of its answers.
+pub use controller::caller_quota::{CallerLimit, CallerQuota};
 pub use controller::{
     Acquired, AdmissionRequest, BucketLevel, BucketLevels, Charge, Controller, Counts, LaneView,
     LeaseCharge, ProviderSnapshot, ReinstateError, Released, Resolution, ScopeLevels, Snapshot,

@@ -132,6 +132,14 @@ pub struct Caller<'a> {
 }
 
 /// One call's attempts across its model's deployments: the caller's deadline and the
+/// What [`Attempts::admit`] ends with.
+pub enum Admitted {
+    /// A grant on the deployment at this index of the route.
+    Granted(usize, Grant),
+    /// A refusal, answered in the route's format.
+    Answered(axum::response::Response),
+}
+
 /// deployments already tried.
 pub struct Attempts {
     wait_ms: u64,
@@ -164,13 +172,14 @@ impl Attempts {
     }
 
     /// Admits the call on a deployment of `routed` it has not tried: its index and grant, or
-    /// the refusal to answer with (counted on the lane that refused).
+    /// the refusal's answer (with the caller's own rate-limit figures; counted on the lane that
+    /// refused).
     pub async fn admit(
         &mut self,
         proxy: &Proxy,
         routed: &Routed,
         caller: &Caller<'_>,
-    ) -> Result<(usize, Grant), ProxyError> {
+    ) -> Result<Admitted, ProxyError> {
         let (at, reply, coordinated) = if routed.route.deployments.len() == 1 {
             self.tried = 1;
             let wait = Wait::For(self.wait_ms);
@@ -182,7 +191,7 @@ impl Attempts {
         };
         let lane = proxy.metrics.lane(&routed.route.deployments[at].provider);
         match reply {
-            AcquireReply::Admitted(grant) => Ok((at, grant)),
+            AcquireReply::Admitted(grant) => Ok(Admitted::Granted(at, grant)),
             AcquireReply::Rejected(rejection) => {
                 lane.call(CallClass::Refused);
                 if caller.ephemeral {
@@ -199,7 +208,10 @@ impl Attempts {
                         shared.forget_budget(caller.workspace, caller.budget_id);
                     }
                 }
-                Err(ProxyError::refused(&rejection))
+                Ok(Admitted::Answered(crate::caller_headers::refused(
+                    &rejection,
+                    routed.route.format,
+                )))
             }
             AcquireReply::NoProfile => {
                 lane.call(CallClass::Refused);

@@ -24,7 +24,8 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use turnstile_admission::Outcome;
 
-use crate::deployments::{Attempts, Caller, PROVIDER_HEADER};
+use crate::caller_headers::CallerHeaders;
+use crate::deployments::{Admitted, Attempts, Caller, PROVIDER_HEADER};
 use crate::error::{retry_headers, ProxyError};
 use crate::estimate;
 use crate::metrics::{CallClass, FailoverCause};
@@ -168,7 +169,7 @@ async fn serve(
     // On the deployment that can admit soonest; again on another after a 429 or a request
     // that never left (`deployments.rs`). A model with one deployment is admitted once.
     let mut attempts = Attempts::new(wait_ms);
-    let (at, response, mut settlement, heartbeat_every) = loop {
+    let (at, response, mut settlement, heartbeat_every, caller_headers) = loop {
         let caller = Caller {
             workspace: &workspace,
             principal: &principal,
@@ -176,8 +177,13 @@ async fn serve(
             ephemeral,
             estimate: &admission_estimate,
         };
-        let (at, grant) = attempts.admit(proxy, routed, &caller).await?;
+        let (at, grant) = match attempts.admit(proxy, routed, &caller).await? {
+            Admitted::Granted(at, grant) => (at, grant),
+            // A refusal, answered with the caller's own figures.
+            Admitted::Answered(response) => return Ok(response),
+        };
         let (lane, outbound) = (&route.deployments[at].provider, &routed.outbounds[at]);
+        let caller_headers = CallerHeaders::at_grant(&grant.evidence);
         let heartbeat_every = grant
             .ttl_ms
             .map(|ttl| Duration::from_millis((ttl / 3).max(1)));
@@ -240,7 +246,9 @@ async fn serve(
                     .lane(lane)
                     .failed_over(FailoverCause::RateLimited);
             }
-            Some(Ok(response)) => break (at, response, settlement, heartbeat_every),
+            Some(Ok(response)) => {
+                break (at, response, settlement, heartbeat_every, caller_headers)
+            }
             // Never sent: a breaker failure of this deployment, and nothing to charge.
             Some(Err(error)) if error.never_sent() && attempts.can_fail_over(routed) => {
                 settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Nothing);
@@ -290,6 +298,7 @@ async fn serve(
     if let Some(lane) = routed.rotation.lane_header(at) {
         headers.insert(PROVIDER_NAME.clone(), lane.clone());
     }
+    caller_headers.write(&mut headers, format);
     if is_stream {
         let strip = endpoint.needs_include_usage() && !parsed.client_wants_usage;
         let body = TappedStream::new(

@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 mod body;
+mod caller_headers;
 mod config;
 mod deployment_config;
 mod deployments;
@@ -75,6 +76,9 @@ use body::BodyLimits;
 use request::Endpoint;
 use upstream::Routed;
 
+/// The caller's own `x-ratelimit-*` / `anthropic-ratelimit-*` headers (also written by the
+/// admission API's answers).
+pub use caller_headers::write_caller_headers;
 pub use config::{
     ModelConfig, Prices, ProxyConfig, ProxyConfigError, Route, Upstream, UpstreamConfig,
 };

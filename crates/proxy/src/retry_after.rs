@@ -66,7 +66,8 @@ pub(crate) fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
     era * 146_097 + doe - 719_468
 }
 
-/// The (year, month, day) of `days` since 1970-01-01 (the inverse of [`days_from_civil`]).
+/// The proleptic Gregorian `(year, month, day)` of a day count since 1970-01-01: the inverse
+/// of `days_from_civil` (also used for the caller's RFC 3339 reset instants).
 pub(crate) fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
     let era = z / 146_097;

@@ -78,6 +78,7 @@
 //! - Evidence never carries a principal or workspace ID.
 
 mod admit;
+pub(crate) mod caller_quota;
 mod deadline_refusal;
 mod fair;
 mod lanes;

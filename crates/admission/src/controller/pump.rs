@@ -565,6 +565,7 @@ impl Controller {
             estimated_tokens: estimate.and_then(|e| e.tokens),
             estimated_cost_usd: estimate.and_then(|e| e.cost_usd),
             breaker_state: self.scopes.providers[provider].extra.breaker.state(),
+            caller: self.caller_quota(principal),
             ..Evidence::new(decision, reason, self.retry_pressure)
         }
     }

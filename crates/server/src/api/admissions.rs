@@ -135,7 +135,9 @@ pub async fn acquire(
 pub fn rejection_response(rejection: Rejection) -> Response {
     let status = status_for_rejection(&rejection);
     let hint = rejection.evidence.retry_after_ms;
+    let caller = rejection.evidence.caller;
     let mut response = (status, Json(rejection)).into_response();
+    lease_answer::caller_headers(&mut response, &caller);
     if carries_retry_after(status) {
         if let Ok(value) = HeaderValue::from_str(&retry_after_seconds(hint).to_string()) {
             response.headers_mut().insert(header::RETRY_AFTER, value);

@@ -11,15 +11,19 @@
 //! a `LeaseBody` (the serde type in the tests below) for every value (a property test below),
 //! so clients cannot tell the two apart.
 
+use std::time::SystemTime;
+
 use axum::response::Response;
-use turnstile_admission::{Coordination, Evidence, Millis};
+use turnstile_admission::{CallerQuota, Coordination, Evidence, Millis};
+use turnstile_proxy::{write_caller_headers, ApiFormat};
 
 use crate::http::json_answer::json_response;
 
 /// Room for a typical admission answer (about 300 bytes).
 const TYPICAL_ANSWER_BYTES: usize = 384;
 
-/// The `200` answer of a granted admission.
+/// The `200` answer of a granted admission, with the caller's own rate-limit headers
+/// (`x-ratelimit-*`, [`caller_headers`]).
 pub fn lease_response(
     lease_id: &str,
     expires_at_epoch_ms: Millis,
@@ -28,7 +32,23 @@ pub fn lease_response(
 ) -> Response {
     let mut out = Vec::with_capacity(TYPICAL_ANSWER_BYTES);
     let written = write_lease(&mut out, lease_id, expires_at_epoch_ms, ttl_ms, evidence);
-    json_response(written.map(|()| out))
+    let mut response = json_response(written.map(|()| out));
+    caller_headers(&mut response, &evidence.caller);
+    response
+}
+
+/// Writes the caller's own rate-limit headers of a decision (`Evidence::caller`, a grant's or a
+/// refusal's) in OpenAI's spelling: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`,
+/// reset as a duration (`1s`, `6m0s`). Nothing when the principal has no rate limit.
+pub fn caller_headers(response: &mut Response, caller: &CallerQuota) {
+    if !caller.is_empty() {
+        write_caller_headers(
+            response.headers_mut(),
+            caller,
+            ApiFormat::Openai,
+            SystemTime::now(),
+        );
+    }
 }
 
 /// Appends the answer's JSON to `out`.
@@ -69,6 +89,8 @@ fn write_evidence(out: &mut Vec<u8>, evidence: &Evidence) -> Result<(), serde_js
         budget_opened,
         provider_quota,
         coordination,
+        // Not in the body: written as headers (`caller_headers`).
+        caller: _,
     } = evidence;
     if !breaker_transitions.is_empty() {
         return serde_json::to_writer(out, evidence);
@@ -253,6 +275,7 @@ mod tests {
                     budget_opened: opened,
                     provider_quota: quota,
                     coordination: coord,
+                    caller: Default::default(),
                 },
             )
     }
