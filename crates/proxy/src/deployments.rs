@@ -208,10 +208,12 @@ impl Attempts {
                         shared.forget_budget(caller.workspace, caller.budget_id);
                     }
                 }
-                Ok(Admitted::Answered(crate::caller_headers::refused(
-                    &rejection,
-                    routed.route.format,
-                )))
+                let mut answer = crate::caller_headers::refused(&rejection, routed.route.format);
+                // The lane that refused, as on every answer of an upstream.
+                if let Some(lane) = routed.rotation.lane_header(at) {
+                    answer.headers_mut().insert(PROVIDER_HEADER, lane.clone());
+                }
+                Ok(Admitted::Answered(answer))
             }
             AcquireReply::NoProfile => {
                 lane.call(CallClass::Refused);

@@ -192,6 +192,11 @@ async fn a_429_fails_over_and_the_paused_deployment_gets_no_call_during_its_paus
     let single = rig.chat("single", Some(0)).await;
     assert_eq!(single.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(single.headers()[REASON_HEADER], "retry-after");
+    assert_eq!(
+        lane(&single),
+        "lane-a",
+        "a refusal names the lane that refused"
+    );
     assert_eq!(rig.a.stats().requests, 1);
 }
 
