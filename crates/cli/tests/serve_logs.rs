@@ -130,3 +130,105 @@ fn a_scripted_session_logs_its_events_as_json_lines_without_a_secret_or_tenant()
         assert!(!log.contains(secret), "{secret} in the log:\n{log}");
     }
 }
+
+/// A proxied call to an upstream that cannot be reached is logged with the upstream's name, its
+/// lane and the kind of failure, and neither the upstream's key nor the caller's appears.
+#[test]
+fn an_upstream_failure_is_logged_with_its_upstream_and_no_key() {
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("proxy.toml");
+    std::fs::write(
+        &config,
+        r#"
+[proxy.upstreams.dead]
+format = "openai"
+base_url = "http://127.0.0.1:1/v1"
+api_key_env = "TURNSTILE_TEST_UPSTREAM_KEY"
+
+[proxy.models."m"]
+upstream = "dead"
+provider = "llm-subagent"
+input_usd_per_mtok = 1.0
+output_usd_per_mtok = 1.0
+"#,
+    )
+    .unwrap();
+    let upstream_key = "sk-upstream-secret-5f3a9";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--config",
+        ])
+        .arg(&config)
+        .arg("--data")
+        .arg(data.path().join("data"))
+        .env("TURNSTILE_TEST_UPSTREAM_KEY", upstream_key)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut base, mut key) = (String::new(), String::new());
+    for line in stdout.by_ref() {
+        let line = line.unwrap();
+        let last = line
+            .split_whitespace()
+            .last()
+            .unwrap_or_default()
+            .to_owned();
+        if line.starts_with("turnstile serve: listening on ") {
+            base = last;
+        } else if line.trim_start().starts_with("demo principal key:") {
+            key = last;
+        } else if line.starts_with("Lost the admin key?") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in stdout {});
+    let answer = reqwest::blocking::Client::new()
+        .post(format!("{base}/openai/v1/chat/completions"))
+        .bearer_auth(&key)
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}))
+        .send()
+        .unwrap();
+    assert_eq!(answer.status(), 502);
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    child.wait().unwrap();
+    let failure = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|e| e["message"] == "upstream failure")
+        .unwrap_or_else(|| panic!("no upstream failure in:\n{log}"));
+    assert_eq!(
+        (&failure["upstream"], &failure["lane"], &failure["kind"]),
+        (
+            &json!("dead"),
+            &json!("llm-subagent"),
+            &json!("unreachable")
+        )
+    );
+    let started = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|e| e["message"] == "started")
+        .expect("the start-up line");
+    assert_eq!(started["models"], "m->dead");
+    for secret in [upstream_key, key.as_str(), "demo"] {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
+}

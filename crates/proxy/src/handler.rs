@@ -251,6 +251,7 @@ async fn serve(
             }
             // Never sent: a breaker failure of this deployment, and nothing to charge.
             Some(Err(error)) if error.never_sent() && attempts.can_fail_over(routed) => {
+                upstream_failure(route, at, "unreachable");
                 settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Nothing);
                 proxy
                     .metrics
@@ -261,6 +262,15 @@ async fn serve(
                 settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
                 // A request that never left (no connection): sending it again cannot bill twice.
                 let never_sent = error.never_sent();
+                upstream_failure(
+                    route,
+                    at,
+                    if never_sent {
+                        "unreachable"
+                    } else {
+                        "connection-lost"
+                    },
+                );
                 return Err(ProxyError::upstream(
                     StatusCode::BAD_GATEWAY,
                     "upstream-unreachable",
@@ -269,6 +279,7 @@ async fn serve(
                 ));
             }
             None => {
+                upstream_failure(route, at, "first-byte-timeout");
                 settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
                 return Err(ProxyError::upstream(
                     StatusCode::GATEWAY_TIMEOUT,
@@ -283,6 +294,9 @@ async fn serve(
     // The provider's announced quota, read from the head before any byte is relayed.
     settlement.provider_quota(&head.headers);
     let status = head.status;
+    if status.is_server_error() {
+        upstream_failure(route, at, "server-error");
+    }
     let is_stream = parsed.stream
         && status.is_success()
         && head
@@ -328,6 +342,7 @@ async fn serve(
     .await
     .flatten();
     let Some(bytes) = read else {
+        upstream_failure(route, at, "body-broken");
         settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
         return Err(ProxyError::upstream(
             StatusCode::BAD_GATEWAY,
@@ -376,6 +391,21 @@ fn upstream_pause(proxy: &Proxy, headers: &HeaderMap) -> u64 {
     retry_after::parse(headers, SystemTime::now(), proxy.max_retry_after_ms)
         .unwrap_or(proxy.config.fallback_retry_after_ms)
         .max(1)
+}
+
+/// One log line for an upstream failure (`turnstile::proxy`, warn): the upstream's name, the
+/// deployment's lane and the kind (`unreachable`, `connection-lost`, `first-byte-timeout`,
+/// `server-error`, `body-broken`); never a key, a tenant or the upstream's text.
+fn upstream_failure(route: &crate::config::Route, at: usize, kind: &'static str) {
+    if let Some(deployment) = route.deployments.get(at) {
+        tracing::warn!(
+            target: "turnstile::proxy",
+            upstream = &*deployment.upstream.name,
+            lane = &*deployment.provider,
+            kind,
+            "upstream failure"
+        );
+    }
 }
 
 /// The upstream request: `POST` to `path` with `headers` and `body`.
