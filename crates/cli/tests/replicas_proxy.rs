@@ -294,6 +294,62 @@ fn an_upstream_429_through_one_replica_pauses_the_provider_on_the_others() {
     assert_eq!(up.stats().requests, 2);
 }
 
+/// The provider's announced quota seen through one replica holds the lane on the others (issue
+/// 32): an answer saying "0 requests left, reset in 2 s" through replica 0 pauses the lane for
+/// every replica until the reset; a zero-wait call through replica 1 is refused without
+/// reaching the upstream, and one that waits goes upstream only after the reset.
+#[test]
+fn a_spent_quota_seen_through_one_replica_holds_the_lane_on_the_others() {
+    let _serial = one_at_a_time();
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let up = FakeUpstream::spawn_thread();
+    let replicas = replicas(&redis, &up, 2);
+
+    let answer = call(
+        &replicas[0],
+        "/openai/v1/chat/completions",
+        &chat("m"),
+        &[("x-fake-script", "quota-requests=0/2000")],
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let seen_at = Instant::now();
+    assert_eq!(up.stats().requests, 1);
+
+    // The shared pause is written in the background: replica 1 refuses within moments.
+    let deadline = Instant::now() + Duration::from_millis(1_500);
+    let refused = loop {
+        let answer = call(
+            &replicas[1],
+            "/openai/v1/chat/completions",
+            &chat("m"),
+            &[("x-turnstile-wait-ms", "0")],
+        );
+        if answer.status == 429 || Instant::now() > deadline {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.header("x-turnstile-reason"), Some("retry-after"));
+    let before = up.stats().requests;
+    assert!(before <= 2, "at most one call raced the pause: {before}");
+
+    // Prepared to wait: it goes upstream only once the announced reset has passed.
+    let answer = call(
+        &replicas[1],
+        "/openai/v1/chat/completions",
+        &chat("m"),
+        &[("x-turnstile-wait-ms", "20000")],
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let waited = seen_at.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1_500),
+        "a waiting call went upstream {waited:?} into a 2 s announced reset"
+    );
+    assert_eq!(up.stats().requests, before + 1);
+}
+
 #[test]
 fn a_shared_token_budget_is_settled_with_the_reported_usage() {
     let _serial = one_at_a_time();

@@ -77,6 +77,17 @@ pub(crate) fn observe(proxy: &Proxy, workspace: &Arc<str>, lane: &str, headers: 
         .lane(lane)
         .quota_read(read.malformed, observed);
     if observed {
+        // Replicas: a window the provider says is spent holds the lane on every replica until
+        // its reset (the shared pause); a window with some left is this replica's to apply.
+        let spent = [read.quota.requests, read.quota.tokens]
+            .into_iter()
+            .flatten()
+            .filter(|w| w.remaining == 0 && w.resets_in_ms > 0)
+            .map(|w| w.resets_in_ms)
+            .max();
+        if let (Some(shared), Some(ms)) = (&proxy.shared, spent) {
+            shared.hold(workspace, lane, ms);
+        }
         // A driver that stopped has nothing to hold; the call's own answer goes on.
         let _ = proxy
             .driver

@@ -128,6 +128,10 @@ pub trait SharedLimits: Send + Sync {
 
     /// Forgets a per-call budget's shared lines (after its last release).
     fn forget_budget(&self, workspace: &str, budget_id: &str);
+
+    /// Holds `provider` of `workspace` on every replica for `ms` (its provider announced its
+    /// quota spent until then): the shared pause, fire and forget. Default: nothing is shared.
+    fn hold(&self, _workspace: &str, _provider: &str, _ms: Millis) {}
 }
 
 /// What one pass against the shared limits concluded.

@@ -156,6 +156,15 @@ impl SharedLimits for CoordLimits {
             runtime.spawn(async move { coord.release_budget(&workspace, &budget_id).await });
         }
     }
+
+    fn hold(&self, workspace: &str, provider: &str, ms: Millis) {
+        let (coord, now) = (self.coord.clone(), self.clock.now_ms());
+        let (workspace, provider) = (workspace.to_owned(), provider.to_owned());
+        // The same shared pause as a 429's or `POST /v1/providers/{id}/retry-after`'s.
+        tokio::spawn(async move {
+            coord.pause(&workspace, &provider, ms, now).await;
+        });
+    }
 }
 
 impl SharedBooks for CoordLimits {
