@@ -1,7 +1,8 @@
 //! The driver's log events (`tracing`; the host installs the subscriber, `docs/server.md`,
 //! "Logs"): every refusal at `debug`, a summary of the refusals at `info` once per
 //! [`SUMMARY_EVERY_MS`] (counts by provider lane and reason; the driver's timer wakes for it),
-//! and every breaker transition and Retry-After pause at `info`.
+//! every breaker transition and Retry-After pause at `info`, and a lease-log write that failed
+//! at `error`.
 //!
 //! # Invariants
 //!
@@ -120,6 +121,12 @@ impl RefusalLog {
         self.rows = 0;
         self.interval_start = None;
     }
+}
+
+/// A batch of lease events the journal could not make durable (its callers are answered with an
+/// error). The journal's error text names files and causes, never a tenant or key.
+pub(crate) fn journal_failure(error: &str) {
+    tracing::error!(target: "turnstile::journal", error, "lease log write failed");
 }
 
 /// A breaker transition of a provider lane.

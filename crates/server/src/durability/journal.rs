@@ -126,6 +126,12 @@ impl StoreJournal {
         self.coord = coord;
         self
     }
+
+    /// The store thread is gone (the service is stopping): counted and logged.
+    fn store_thread_gone(&self) {
+        self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(target: "turnstile::store", "the store thread is gone: a write was lost");
+    }
 }
 
 impl Journal for StoreJournal {
@@ -152,7 +158,7 @@ impl Journal for StoreJournal {
         };
         // A store thread that is gone drops `done`: the caller hears the service is stopping.
         if !self.store.send(op) {
-            self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+            self.store_thread_gone();
         }
     }
 
@@ -171,7 +177,7 @@ impl Journal for StoreJournal {
             .collect();
         self.shared_audit.share(&records);
         if !self.store.send(StoreOp::AppendAudit(records)) {
-            self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+            self.store_thread_gone();
         }
     }
 
@@ -181,7 +187,7 @@ impl Journal for StoreJournal {
         };
         self.shared_audit.share(std::slice::from_ref(&record));
         if !self.store.send(StoreOp::AppendAudit(vec![record])) {
-            self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+            self.store_thread_gone();
         }
     }
 

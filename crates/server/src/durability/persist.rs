@@ -131,6 +131,7 @@ impl StoreHandle {
                     };
                     if failed {
                         metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(target: "turnstile::store", "store operation failed");
                     }
                 }
             })?;

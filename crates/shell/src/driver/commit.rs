@@ -87,8 +87,9 @@ impl GroupCommit {
             events,
             Box::new(move |result| {
                 let durable = result.is_ok();
-                if !durable {
+                if let Err(error) = &result {
                     metrics.journal_failures.fetch_add(1, Ordering::Relaxed);
+                    crate::log::journal_failure(error);
                 }
                 for reply in held {
                     reply(durable);
@@ -188,6 +189,20 @@ mod tests {
         done(result);
     }
 
+    /// A log writer into a shared buffer.
+    struct Capture(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Capture {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("captured").extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
     fn journal() -> OrderJournal {
         OrderJournal {
             log: Log::default(),
@@ -220,7 +235,25 @@ mod tests {
         );
 
         complete(&journal, Ok(()));
-        complete(&journal, Err("disk full".to_owned()));
+        // The failed batch is logged at `error` (captured here with a subscriber of the test's).
+        let captured = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let writer = {
+            let captured = captured.clone();
+            move || Capture(captured.clone())
+        };
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(writer)
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            complete(&journal, Err("disk full".to_owned()));
+        });
+        let logged = String::from_utf8(captured.lock().expect("captured").clone()).unwrap();
+        assert!(
+            logged.contains("ERROR") && logged.contains("lease log write failed"),
+            "{logged}"
+        );
+        assert!(logged.contains("disk full"), "{logged}");
         assert_eq!(
             *log.lock().expect("log"),
             [
