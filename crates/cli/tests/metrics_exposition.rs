@@ -69,6 +69,16 @@ const SINGLE: &[(&str, &str, &[&str])] = &[
         "counter",
         &["lane", "cause"],
     ),
+    (
+        "turnstile_proxy_quota_observations_total",
+        "counter",
+        &["lane"],
+    ),
+    (
+        "turnstile_proxy_quota_headers_malformed_total",
+        "counter",
+        &["lane"],
+    ),
 ];
 
 /// What a replica adds after [`SINGLE`].
