@@ -13,7 +13,9 @@
 //! - **Bounded.** The summary holds at most [`MAX_SUMMARY_ROWS`] (lane, reason) rows per
 //!   interval; beyond, refusals are counted in one `other` row.
 //! - **Cheap.** A refusal costs one counter increment (a hash lookup) and a `debug!` that the
-//!   subscriber's level filter drops at its call site when `debug` is off.
+//!   subscriber's level filter drops at its call site when `debug` is off; with no subscriber
+//!   logging `info` for `turnstile::admission`, nothing is counted and the driver never wakes
+//!   for a summary.
 
 use std::collections::HashMap;
 
@@ -59,6 +61,11 @@ impl RefusalLog {
             provider
         };
         tracing::debug!(target: "turnstile::admission", lane, reason = reason.as_str(), "refused");
+        // Counted only when somebody logs the summary: without a subscriber at `info` this
+        // costs nothing and never wakes the driver.
+        if !tracing::enabled!(target: "turnstile::admission", tracing::Level::INFO) {
+            return;
+        }
         self.interval_start.get_or_insert(now);
         let at = index(reason);
         let full = self.rows >= MAX_SUMMARY_ROWS;
@@ -155,7 +162,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn nothing_is_counted_without_a_subscriber() {
+        let mut log = RefusalLog::default();
+        log.refused("lane", Reason::QueueFull, 0);
+        assert_eq!((log.rows, log.due()), (0, None));
+    }
+
+    #[test]
     fn the_summary_is_bounded_and_names_no_unconfigured_provider() {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(std::io::sink)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
         let mut log = RefusalLog::default();
         log.refused("anything a caller typed", Reason::UnconfiguredProvider, 0);
         assert!(log.counts.contains_key(UNCONFIGURED));
