@@ -31,10 +31,19 @@ const PALETTE: [&str; 8] = [
     "#0b5cad", "#a4161a", "#1d6b2f", "#8a5300", "#6a1b9a", "#00695c", "#37474f", "#c2185b",
 ];
 
-/// One named series of per-second values.
+/// One named series of per-second values, in its own colour or the palette's next.
 struct Series {
     name: String,
     values: Vec<f64>,
+    colour: Option<&'static str>,
+}
+
+/// A principal class's colour, the same in every chart of the report.
+fn class_colour(class: PrincipalClass) -> &'static str {
+    match class {
+        PrincipalClass::Quiet => PALETTE[0],
+        PrincipalClass::Noisy => PALETTE[1],
+    }
 }
 
 fn escape(text: &str) -> String {
@@ -132,7 +141,7 @@ fn line_chart(title: &str, series: &[Series], seconds: usize, y_max: Option<f64>
             svg,
             r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5" data-series="{}"/>"#,
             points.trim_end(),
-            PALETTE[k % PALETTE.len()],
+            s.colour.unwrap_or(PALETTE[k % PALETTE.len()]),
             escape(&s.name)
         );
     }
@@ -143,7 +152,7 @@ fn line_chart(title: &str, series: &[Series], seconds: usize, y_max: Option<f64>
         let _ = write!(
             legend,
             r#"<li><svg width="10" height="10" aria-hidden="true"><rect width="10" height="10" fill="{}"/></svg> {}{}</li>"#,
-            PALETTE[k % PALETTE.len()],
+            s.colour.unwrap_or(PALETTE[k % PALETTE.len()]),
             escape(&s.name),
             if y_max.is_none() && series.len() > 1 {
                 format!(" (total {})", label(total))
@@ -196,10 +205,7 @@ fn principal_chart(totals: &BTreeMap<usize, PrincipalTotals>) -> String {
     let slot = w / n;
     for (rank, (ratio, class, arrived)) in ranked.iter().enumerate() {
         let bar = ratio.clamp(0.0, 1.0) * h;
-        let colour = match class {
-            PrincipalClass::Quiet => PALETTE[0],
-            PrincipalClass::Noisy => PALETTE[1],
-        };
+        let colour = class_colour(*class);
         let _ = write!(
             svg,
             r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{bar:.1}" fill="{colour}" data-ratio="{ratio:.4}"><title>{:.1} % of {} arrivals</title></rect>"#,
@@ -242,7 +248,7 @@ pub fn html_report(
     let mut arrivals = vec![0.0; seconds];
     let mut shed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     // (arrivals, admitted) per class and second, by arrival instant.
-    let mut classes: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut classes: BTreeMap<&str, (PrincipalClass, Vec<(f64, f64)>)> = BTreeMap::new();
     let mut principals: BTreeMap<usize, PrincipalTotals> = BTreeMap::new();
     for outcome in outcomes {
         let totals = principals.entry(outcome.principal_index).or_insert((
@@ -267,7 +273,8 @@ pub fn html_report(
         };
         let cell = &mut classes
             .entry(class)
-            .or_insert_with(|| vec![(0.0, 0.0); seconds])[at];
+            .or_insert_with(|| (outcome.principal_class, vec![(0.0, 0.0); seconds]))
+            .1[at];
         cell.0 += 1.0;
         if outcome.admitted {
             cell.1 += 1.0;
@@ -284,6 +291,7 @@ pub fn html_report(
         "Arrivals per second",
         &[Series {
             name: "arrivals".into(),
+            colour: None,
             values: arrivals,
         }],
         seconds,
@@ -294,10 +302,12 @@ pub fn html_report(
         &[
             Series {
                 name: "active".into(),
+                colour: None,
                 values: counts(|c| c.active),
             },
             Series {
                 name: "queued".into(),
+                colour: None,
                 values: counts(|c| c.queued),
             },
         ],
@@ -307,11 +317,16 @@ pub fn html_report(
     let shed_series: Vec<Series> = if shed.is_empty() {
         vec![Series {
             name: "none shed".into(),
+            colour: None,
             values: vec![0.0; seconds],
         }]
     } else {
         shed.into_iter()
-            .map(|(name, values)| Series { name, values })
+            .map(|(name, values)| Series {
+                name,
+                values,
+                colour: None,
+            })
             .collect()
     };
     charts.push_str(&line_chart(
@@ -322,8 +337,9 @@ pub fn html_report(
     ));
     let ratio_series: Vec<Series> = classes
         .into_iter()
-        .map(|(name, cells)| Series {
+        .map(|(name, (class, cells))| Series {
             name: name.into(),
+            colour: Some(class_colour(class)),
             values: cells
                 .into_iter()
                 .map(|(n, admitted)| if n > 0.0 { admitted / n } else { 1.0 })
@@ -433,5 +449,40 @@ mod tests {
         assert_eq!(ratios, ["0.4000", "0.7500", "1.0000"]);
         assert!(svg.contains("3 principals, lowest ratio first"));
         assert!(svg.contains(PALETTE[1]), "the noisy principal's colour");
+    }
+
+    /// A class has one colour in every chart: its line in the ratio chart is its bars' colour,
+    /// whatever order the classes' names sort in.
+    #[test]
+    fn a_class_has_the_same_colour_in_every_chart() {
+        let series: Vec<Series> = [PrincipalClass::Noisy, PrincipalClass::Quiet]
+            .into_iter()
+            .map(|class| Series {
+                name: format!("{class:?}"),
+                values: vec![1.0, 1.0],
+                colour: Some(class_colour(class)),
+            })
+            .collect();
+        let chart = line_chart("ratio", &series, 2, Some(1.0));
+        let stroke = |name: &str| {
+            chart
+                .split("<polyline")
+                .find(|p| p.contains(&format!("data-series=\"{name}\"")))
+                .and_then(|p| p.split("stroke=\"").nth(1))
+                .and_then(|rest| rest.split('"').next())
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            stroke("Noisy").as_deref(),
+            Some(class_colour(PrincipalClass::Noisy))
+        );
+        assert_eq!(
+            stroke("Quiet").as_deref(),
+            Some(class_colour(PrincipalClass::Quiet))
+        );
+        let mut totals = BTreeMap::new();
+        totals.insert(0, (PrincipalClass::Noisy, 10.0, 5.0));
+        let bars = principal_chart(&totals);
+        assert!(bars.contains(&format!("fill=\"{}\"", class_colour(PrincipalClass::Noisy))));
     }
 }
