@@ -38,6 +38,9 @@ struct Series {
     colour: Option<&'static str>,
 }
 
+/// A class and its (arrived, admitted) per second.
+type ClassCells = (PrincipalClass, Vec<(f64, f64)>);
+
 /// A principal class's colour, the same in every chart of the report.
 fn class_colour(class: PrincipalClass) -> &'static str {
     match class {
@@ -248,7 +251,7 @@ pub fn html_report(
     let mut arrivals = vec![0.0; seconds];
     let mut shed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     // (arrivals, admitted) per class and second, by arrival instant.
-    let mut classes: BTreeMap<&str, (PrincipalClass, Vec<(f64, f64)>)> = BTreeMap::new();
+    let mut classes: BTreeMap<&str, ClassCells> = BTreeMap::new();
     let mut principals: BTreeMap<usize, PrincipalTotals> = BTreeMap::new();
     for outcome in outcomes {
         let totals = principals.entry(outcome.principal_index).or_insert((
