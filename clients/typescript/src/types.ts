@@ -108,6 +108,8 @@ export interface Evidence {
   retryAfterMs?: number;
   /** On a `deadline-unreachable` refusal only: the wait the lane predicted (= `retryAfterMs`). */
   predictedWaitMs?: number;
+  /** Held by the provider's announced quota (its rate-limit headers) while it waited. */
+  providerQuota?: boolean;
   breakerTransitions?: BreakerTransition[];
   budgetOpened?: boolean;
   coordination?: Coordination;
@@ -475,6 +477,7 @@ export const SHAPES = {
     breakerState: "enum:BreakerState",
     retryAfterMs: "scalar",
     predictedWaitMs: "scalar",
+    providerQuota: "scalar",
     breakerTransitions: "BreakerTransition[]",
     budgetOpened: "scalar",
     coordination: "enum:Coordination",

@@ -126,6 +126,8 @@ class Evidence(TypedDict, total=False):
     retryAfterMs: int
     # On a `deadline-unreachable` refusal only: the wait the lane predicted (= retryAfterMs).
     predictedWaitMs: int
+    # Held by the provider's announced quota (its rate-limit headers) while it waited.
+    providerQuota: bool
     breakerTransitions: list[BreakerTransition]
     budgetOpened: bool
     coordination: Coordination
