@@ -22,6 +22,19 @@ fn session_block(readme: &str) -> String {
     block.to_owned()
 }
 
+/// Every `# -> …` line of `block` was printed, in order, in `stdout`.
+#[track_caller]
+fn assert_printed_in_order(block: &str, stdout: &str) {
+    let printed: Vec<&str> = stdout.lines().map(str::trim_end).collect();
+    let mut at = 0;
+    for expected in block.lines().filter_map(|l| l.strip_prefix("# -> ")) {
+        match printed[at..].iter().position(|line| *line == expected) {
+            Some(offset) => at += offset + 1,
+            None => panic!("`{expected}` was not printed (in order)\nstdout:\n{stdout}"),
+        }
+    }
+}
+
 /// The block as a script: `cargo` lines dropped, the test's binary for the release one.
 fn runnable(block: &str) -> String {
     block
@@ -66,14 +79,7 @@ fn the_readme_session_runs_verbatim_and_prints_what_it_says() {
         "the session failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
 
-    let printed: Vec<&str> = stdout.lines().map(str::trim_end).collect();
-    let mut at = 0;
-    for expected in block.lines().filter_map(|l| l.strip_prefix("# -> ")) {
-        match printed[at..].iter().position(|line| *line == expected) {
-            Some(offset) => at += offset + 1,
-            None => panic!("`{expected}` was not printed (in order)\nstdout:\n{stdout}"),
-        }
-    }
+    assert_printed_in_order(&block, &stdout);
     assert!(stdout.contains("First start: these keys are shown once"));
     assert!(stdout.contains("ok: "), "profile check passed: {stdout}");
     assert!(
@@ -166,12 +172,5 @@ fn the_readme_offline_proxy_session_runs_verbatim() {
         output.status.success(),
         "the session failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    let printed: Vec<&str> = stdout.lines().map(str::trim_end).collect();
-    let mut at = 0;
-    for expected in block.lines().filter_map(|l| l.strip_prefix("# -> ")) {
-        match printed[at..].iter().position(|line| *line == expected) {
-            Some(offset) => at += offset + 1,
-            None => panic!("`{expected}` was not printed (in order)\nstdout:\n{stdout}"),
-        }
-    }
+    assert_printed_in_order(block, &stdout);
 }

@@ -9,18 +9,9 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-#[test]
-fn a_scripted_session_logs_its_events_as_json_lines_without_a_secret_or_tenant() {
-    let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-        .args(["--log-level", "debug", "--data"])
-        .arg(data.path())
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+/// The first start's banner of `child` (its stdout, drained afterwards on a thread):
+/// (base URL, admin key, demo principal key).
+fn banner(child: &mut std::process::Child) -> (String, String, String) {
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     let (mut base, mut admin, mut key) = (String::new(), String::new(), String::new());
     for line in stdout.by_ref() {
@@ -40,8 +31,24 @@ fn a_scripted_session_logs_its_events_as_json_lines_without_a_secret_or_tenant()
             break;
         }
     }
-    assert!(!base.is_empty() && admin.starts_with("tsa_") && key.starts_with("tsk_"));
     std::thread::spawn(move || for _ in stdout {});
+    (base, admin, key)
+}
+
+#[test]
+fn a_scripted_session_logs_its_events_as_json_lines_without_a_secret_or_tenant() {
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .args(["--log-level", "debug", "--data"])
+        .arg(data.path())
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (base, admin, key) = banner(&mut child);
+    assert!(!base.is_empty() && admin.starts_with("tsa_") && key.starts_with("tsk_"));
     let client = reqwest::blocking::Client::new();
     let post = |path: &str, body: Value| {
         client
@@ -172,24 +179,7 @@ output_usd_per_mtok = 1.0
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (mut base, mut key) = (String::new(), String::new());
-    for line in stdout.by_ref() {
-        let line = line.unwrap();
-        let last = line
-            .split_whitespace()
-            .last()
-            .unwrap_or_default()
-            .to_owned();
-        if line.starts_with("turnstile serve: listening on ") {
-            base = last;
-        } else if line.trim_start().starts_with("demo principal key:") {
-            key = last;
-        } else if line.starts_with("Lost the admin key?") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in stdout {});
+    let (base, _, key) = banner(&mut child);
     let answer = reqwest::blocking::Client::new()
         .post(format!("{base}/openai/v1/chat/completions"))
         .bearer_auth(&key)

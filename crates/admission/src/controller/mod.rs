@@ -556,12 +556,7 @@ impl Controller {
     ) -> Result<Millis, UnknownProvider> {
         let now = self.advance(now);
         self.expire(now);
-        let provider = self
-            .scopes
-            .providers
-            .find(provider_id)
-            .filter(|&p| self.scopes.providers.limits(p).is_some())
-            .ok_or(UnknownProvider)?;
+        let provider = self.configured_provider(provider_id)?;
         let state = &mut self.scopes.providers[provider].extra;
         state.paused_until = state.paused_until.max(now.saturating_add(retry_after_ms));
         let paused_until = state.paused_until;

@@ -30,6 +30,17 @@ use super::admit::{Attempt, Blocked};
 use super::{Controller, UnknownProvider};
 
 impl Controller {
+    /// The index of a provider the profile in force configures (a provider it does not is
+    /// [`UnknownProvider`], and no state is kept for it). Shared by the host-driven lane
+    /// events: Retry-After pauses and quota observations.
+    pub(super) fn configured_provider(&self, provider_id: &str) -> Result<u32, UnknownProvider> {
+        self.scopes
+            .providers
+            .find(provider_id)
+            .filter(|&p| self.scopes.providers.limits(p).is_some())
+            .ok_or(UnknownProvider)
+    }
+
     /// Takes what a provider answer announced of the account's quota for the provider lane
     /// `provider_id` (see [`crate::ProviderQuota`]): until each announced reset, at most the
     /// announced remaining requests / estimated tokens are granted on the lane, on top of the
@@ -43,12 +54,7 @@ impl Controller {
     ) -> Result<(), UnknownProvider> {
         let now = self.advance(now);
         self.expire(now);
-        let provider = self
-            .scopes
-            .providers
-            .find(provider_id)
-            .filter(|&p| self.scopes.providers.limits(p).is_some())
-            .ok_or(UnknownProvider)?;
+        let provider = self.configured_provider(provider_id)?;
         let extra = &mut self.scopes.providers[provider].extra;
         let hold = extra.quota.get_or_insert_with(Box::default);
         hold.observe(quota, now);
