@@ -17,6 +17,7 @@
 mod breaker;
 mod bucket;
 mod budget;
+mod budget_cold;
 mod controller;
 mod deadline;
 pub mod digest;
@@ -39,7 +40,9 @@ mod time;
 
 pub use breaker::BreakerTransition;
 pub use bucket::{TokenBucket, MINUTE_MS, SECOND_MS};
-pub use budget::{ActualUsage, BudgetBounds, InvalidActualCost};
+pub use budget::{
+    is_call_budget, ActualUsage, BudgetBounds, BudgetCap, InvalidActualCost, CALL_BUDGET_PREFIX,
+};
 /// The caller's own rate limits at a decision (`Evidence::caller`), for the
 /// `x-ratelimit-*` headers of its answers.
 pub use controller::caller_quota::{CallerLimit, CallerQuota};

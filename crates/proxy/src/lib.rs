@@ -187,7 +187,11 @@ impl Proxy {
             metrics,
             shared: None,
             calls: AtomicU64::new(0),
-            budget_prefix: format!("~proxy-{:016x}-", process_nonce()),
+            budget_prefix: format!(
+                "{}proxy-{:016x}-",
+                turnstile_admission::CALL_BUDGET_PREFIX,
+                process_nonce()
+            ),
         })
     }
 

@@ -35,6 +35,7 @@
 //! [budgets]
 //! idle_ms = 3600000
 //! max_open_per_workspace = 100000
+//! max_open_per_principal = 10000   # below max_open_per_workspace; profiles: maxOpenBudgets
 //!
 //! [proxy]   # proxy mode: see turnstile_proxy::config and docs/proxy.md
 //!
@@ -203,12 +204,20 @@ impl CoordinationConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BudgetsConfig {
-    /// A budget nobody has charged or settled for this long, and that holds no lease, is
-    /// forgotten (counted in `turnstile_budgets_evicted_total`); its next attempt opens a new one.
+    /// A budget nobody has charged or settled for this long, that holds no lease and no spend
+    /// a budget limit counts, is forgotten (counted in `turnstile_budgets_evicted_total`); its
+    /// next attempt opens a new one. A budget holding such spend is kept (compactly) until
+    /// `POST /v1/budgets/{id}/release`.
     pub idle_ms: u64,
-    /// Open budgets per workspace at most; an admission that would open one more is refused
-    /// `too-many-budgets` (429, retryable).
+    /// Open budgets per workspace at most (the proxy's per-call budgets aside); an admission
+    /// that would open one more is refused `too-many-budgets` (429, retryable, evidence
+    /// `budgetCap: workspace`).
     pub max_open_per_workspace: usize,
+    /// Open budgets one principal may hold when its profile sets no `maxOpenBudgets` (on the
+    /// principal or the workspace); below `max_open_per_workspace`, so one principal at its cap
+    /// never fills the workspace. One more is refused `too-many-budgets` (evidence
+    /// `budgetCap: principal`).
+    pub max_open_per_principal: usize,
 }
 
 impl Default for BudgetsConfig {
@@ -216,6 +225,7 @@ impl Default for BudgetsConfig {
         BudgetsConfig {
             idle_ms: 3_600_000,
             max_open_per_workspace: 100_000,
+            max_open_per_principal: 10_000,
         }
     }
 }
@@ -403,7 +413,8 @@ impl Config {
     /// Refuses values that would disable a protection.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let http = &self.http;
-        let checks: [(&'static str, bool, &'static str); 18] = [
+        let budgets = &self.budgets;
+        let checks: [(&'static str, bool, &'static str); 19] = [
             ("budgets.idle_ms", self.budgets.idle_ms >= 1, "at least 1"),
             (
                 "leases.segment_bytes",
@@ -414,6 +425,12 @@ impl Config {
                 "budgets.max_open_per_workspace",
                 self.budgets.max_open_per_workspace >= 1,
                 "at least 1",
+            ),
+            (
+                "budgets.max_open_per_principal",
+                budgets.max_open_per_principal >= 1
+                    && budgets.max_open_per_principal < budgets.max_open_per_workspace,
+                "at least 1 and below budgets.max_open_per_workspace",
             ),
             (
                 "http.body_read_timeout_ms",

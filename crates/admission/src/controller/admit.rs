@@ -30,7 +30,7 @@
 //! is O(principals holding a reservation).
 
 use crate::breaker::{BreakerGate, BreakerTransition};
-use crate::budget::ScopeKey;
+use crate::budget::{BudgetCap, ScopeKey};
 use crate::deadline::block_outlasts_deadline;
 use crate::estimate::CheckedEstimate;
 use crate::lane::{LaneKey, LaneSlot};
@@ -141,6 +141,44 @@ impl Controller {
             ScopeKey::Workspace,
             ScopeKey::Provider(provider),
         ]
+    }
+
+    /// Whether a scope of `lane` has a budget limit: its spend then is never forgotten for
+    /// idleness (`budget.rs`).
+    pub(super) fn budget_limited(&self, (provider, principal): LaneKey) -> bool {
+        [
+            self.scopes.principals.limits(principal),
+            Some(&self.profile.workspace),
+            self.scopes.providers.limits(provider),
+        ]
+        .into_iter()
+        .flatten()
+        .any(Limits::has_budget)
+    }
+
+    /// The cap an attempt of `lane` on `budget_id` would break by opening a budget: the
+    /// principal's `maxOpenBudgets` (else the workspace's, else the server's default), always
+    /// below the workspace cap so one principal at its own cap never fills the workspace; then
+    /// the workspace cap.
+    pub(super) fn budget_cap_reached(
+        &self,
+        (_, principal): LaneKey,
+        budget_id: &str,
+    ) -> Option<BudgetCap> {
+        let bounds = self.budgets.bounds();
+        let configured = self
+            .scopes
+            .principals
+            .limits(principal)
+            .and_then(|l| l.max_open_budgets)
+            .or(self.profile.workspace.max_open_budgets)
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .or(bounds.max_open_per_principal);
+        let cap = match (configured, bounds.max_open) {
+            (Some(own), Some(workspace)) => Some(own.min(workspace.saturating_sub(1).max(1))),
+            (own, _) => own,
+        };
+        self.budgets.check_open(budget_id, principal, cap)
     }
 
     /// Conditions under which waiting can never help: rejected at once (permanent).
@@ -437,10 +475,10 @@ impl Controller {
         };
         // 6. Budgets and buckets: permanent conditions of every scope first, then deferrals.
         let budget_id = self.queue.get(slot).map_or("", |w| &*w.budget_id);
-        if let Some(reason) = self
-            .never_fits(lane_key, budget_id, &estimate)
-            .or_else(|| self.budgets.check_open(budget_id))
-        {
+        if let Some(reason) = self.never_fits(lane_key, budget_id, &estimate).or_else(|| {
+            self.budget_cap_reached(lane_key, budget_id)
+                .map(|_| Reason::TooManyBudgets)
+        }) {
             return Attempt::Reject(reason);
         }
         let tokens = estimate.tokens.unwrap_or(0);

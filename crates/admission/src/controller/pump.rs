@@ -160,10 +160,15 @@ impl Controller {
         until: Option<Millis>,
         now: Millis,
     ) {
-        let Some(waiter_id) = self.queue.get(slot).map(|w| w.id) else {
+        let Some(waiter) = self.queue.get(slot) else {
             return;
         };
+        let waiter_id = waiter.id;
+        let cap = (reason == Reason::TooManyBudgets)
+            .then(|| self.budget_cap_reached(waiter.lane, &waiter.budget_id))
+            .flatten();
         if let Some(mut rejection) = self.reject_waiter(slot, reason, now) {
+            rejection.evidence.budget_cap = cap;
             if let Some(at) = until {
                 rejection.evidence.retry_after_ms = Some(at.saturating_sub(now).max(1));
             }
@@ -221,10 +226,12 @@ impl Controller {
             scope.active += 1;
         }
         self.quota_charge(lane_key.0, tokens, now);
+        let limited = self.budget_limited(lane_key);
         let (budget_epoch, budget_opened) = self.budgets.charge(
             &waiter.budget_id,
             Self::scope_keys(lane_key),
             &estimate,
+            limited,
             now,
         );
         if probe {
