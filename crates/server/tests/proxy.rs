@@ -894,3 +894,39 @@ fn one_span_per_proxied_call_names_the_lane_and_never_a_tenant_or_the_prompt() {
         assert!(!text.contains(secret), "a span names {secret}");
     }
 }
+
+/// Issue 34, item 2: per-call budgets count against no cap, so a principal holding its own cap
+/// of open budgets (and the workspace nearly full) still has its proxied calls admitted, and so
+/// does everyone else; a call naming a new budget of its own is refused for the cap.
+#[test]
+fn cnc_admit_budget_cap_proxied_calls_are_admitted_while_a_principal_holds_its_cap() {
+    let rig = rig(4, |c| {
+        c.budgets.max_open_per_workspace = 3;
+        c.budgets.max_open_per_principal = 2;
+    });
+    for budget in ["held-0", "held-1"] {
+        let body = json!({"providerId": "openai", "budgetId": budget, "estimate": {"tokens": 1}});
+        let lease: Value = rig.server.acquire(&rig.bob, &body).json().unwrap();
+        rig.server
+            .assert_released(&rig.bob, lease["leaseId"].as_str().unwrap(), "success");
+    }
+    // A third is refused for bob's own cap (with the workspace's cap alone it would fill it).
+    let body = json!({"providerId": "openai", "budgetId": "held-2", "estimate": {"tokens": 1}});
+    let refused: Value = rig.server.acquire(&rig.bob, &body).json().unwrap();
+    assert_eq!(refused["evidence"]["budgetCap"], "principal", "{refused}");
+    for key in [&rig.bob, &rig.alice, &rig.bob, &rig.alice] {
+        let response = rig.openai("/chat/completions", key, &chat("gpt-test"), "usage=10/5");
+        assert_eq!(response.status(), 200, "{}", response.text().unwrap());
+    }
+    let named = rig
+        .server
+        .post("/openai/v1/chat/completions", &rig.bob)
+        .header("x-fake-script", "usage=10/5")
+        .header("x-turnstile-budget-id", "held-2")
+        .json(&chat("gpt-test"))
+        .send()
+        .unwrap();
+    assert_eq!(named.status(), 429, "{}", named.text().unwrap());
+    rig.wait_idle();
+    assert_eq!(rig.server.snapshot("ws")["openBudgets"], 2);
+}
