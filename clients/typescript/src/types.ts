@@ -50,6 +50,10 @@ export type BreakerState = (typeof BREAKER_STATES)[number];
 export const COORDINATIONS = ["shared", "degraded"] as const;
 export type Coordination = (typeof COORDINATIONS)[number];
 
+/** Which cap refused a budget (`too-many-budgets`). */
+export const BUDGET_CAPS = ["principal", "workspace"] as const;
+export type BudgetCap = (typeof BUDGET_CAPS)[number];
+
 /** What a provider lane's turns are fair in (`Limits.fairness`). */
 export const FAIRNESS_MODES = ["requests", "tokens"] as const;
 export type Fairness = (typeof FAIRNESS_MODES)[number];
@@ -112,6 +116,8 @@ export interface Evidence {
   providerQuota?: boolean;
   breakerTransitions?: BreakerTransition[];
   budgetOpened?: boolean;
+  /** On a `too-many-budgets` refusal only: which cap refused. */
+  budgetCap?: BudgetCap;
   coordination?: Coordination;
 }
 
@@ -208,6 +214,7 @@ export interface Limits {
   tokensBurst?: number;
   maxAttempts?: number;
   maxTokens?: number;
+  maxOpenBudgets?: number;
   maxBatchSize?: number;
   maxRequestBytes?: number;
   maxItems?: number;
@@ -480,6 +487,7 @@ export const SHAPES = {
     providerQuota: "scalar",
     breakerTransitions: "BreakerTransition[]",
     budgetOpened: "scalar",
+    budgetCap: "scalar",
     coordination: "enum:Coordination",
   },
   LeaseBody: { leaseId: "scalar", expiresAtEpochMs: "scalar", ttlMs: "scalar", evidence: "Evidence" },
@@ -514,6 +522,7 @@ export const SHAPES = {
     tokensBurst: "scalar",
     maxAttempts: "scalar",
     maxTokens: "scalar",
+    maxOpenBudgets: "scalar",
     maxBatchSize: "scalar",
     maxRequestBytes: "scalar",
     maxItems: "scalar",

@@ -45,6 +45,8 @@ BreakerState = Literal["closed", "open", "half-open"]
 ChangeKind = Literal["initial", "change", "rollback"]
 PauseCause = Literal["retry-after-call", "release-outcome"]
 Coordination = Literal["shared", "degraded"]
+# Which cap refused a budget (`too-many-budgets`).
+BudgetCap = Literal["principal", "workspace"]
 # What a provider lane's turns are fair in (`Limits.fairness`).
 Fairness = Literal["requests", "tokens"]
 # The band a principal's requests wait in (`Limits.priority`), highest first.
@@ -130,6 +132,8 @@ class Evidence(TypedDict, total=False):
     providerQuota: bool
     breakerTransitions: list[BreakerTransition]
     budgetOpened: bool
+    # On a `too-many-budgets` refusal only: which cap refused.
+    budgetCap: BudgetCap
     coordination: Coordination
 
 
@@ -233,6 +237,7 @@ class Limits(TypedDict, total=False):
     tokensBurst: int
     maxAttempts: int
     maxTokens: int
+    maxOpenBudgets: int
     maxBatchSize: int
     maxRequestBytes: int
     maxItems: int
