@@ -216,8 +216,18 @@ pub struct BudgetsConfig {
     /// Open budgets one principal may hold when its profile sets no `maxOpenBudgets` (on the
     /// principal or the workspace); below `max_open_per_workspace`, so one principal at its cap
     /// never fills the workspace. One more is refused `too-many-budgets` (evidence
-    /// `budgetCap: principal`).
-    pub max_open_per_principal: usize,
+    /// `budgetCap: principal`). Unset: 10,000 or half the workspace cap, whichever is smaller
+    /// ([`BudgetsConfig::principal_cap`]), so lowering the workspace cap alone stays valid.
+    pub max_open_per_principal: Option<usize>,
+}
+
+impl BudgetsConfig {
+    /// The per-principal cap in force: the configured one, else 10,000 or half the workspace
+    /// cap (at least 1), whichever is smaller.
+    pub fn principal_cap(&self) -> usize {
+        self.max_open_per_principal
+            .unwrap_or_else(|| (self.max_open_per_workspace / 2).clamp(1, 10_000))
+    }
 }
 
 impl Default for BudgetsConfig {
@@ -225,7 +235,7 @@ impl Default for BudgetsConfig {
         BudgetsConfig {
             idle_ms: 3_600_000,
             max_open_per_workspace: 100_000,
-            max_open_per_principal: 10_000,
+            max_open_per_principal: None,
         }
     }
 }
@@ -428,8 +438,9 @@ impl Config {
             ),
             (
                 "budgets.max_open_per_principal",
-                budgets.max_open_per_principal >= 1
-                    && budgets.max_open_per_principal < budgets.max_open_per_workspace,
+                budgets
+                    .max_open_per_principal
+                    .is_none_or(|cap| cap >= 1 && cap < budgets.max_open_per_workspace),
                 "at least 1 and below budgets.max_open_per_workspace",
             ),
             (

@@ -24,7 +24,7 @@ fn open(server: &TestServer, key: &str, budget: &str, cost: f64) {
 fn cnc_admit_budget_cap_one_principal_at_its_cap_leaves_the_others_admitted() {
     let server = TestServer::start_fresh(|c| {
         c.budgets.max_open_per_workspace = 5;
-        c.budgets.max_open_per_principal = 3;
+        c.budgets.max_open_per_principal = Some(3);
     });
     let put = server.put_profile(&server.admin(), "t", "v1", &test_profile());
     assert_eq!(put.status(), 201);
@@ -51,11 +51,23 @@ fn cnc_admit_budget_cap_one_principal_at_its_cap_leaves_the_others_admitted() {
 #[test]
 fn a_principal_cap_at_or_above_the_workspace_cap_is_a_typed_config_error() {
     let mut config = turnstile_server::Config::default();
-    config.budgets.max_open_per_principal = config.budgets.max_open_per_workspace;
+    config.budgets.max_open_per_principal = Some(config.budgets.max_open_per_workspace);
     let error = config.validate().unwrap_err().to_string();
     assert!(error.contains("budgets.max_open_per_principal"), "{error}");
-    config.budgets.max_open_per_principal = 0;
+    config.budgets.max_open_per_principal = Some(0);
     assert!(config.validate().is_err());
+}
+
+#[test]
+fn an_unset_principal_cap_follows_a_lowered_workspace_cap() {
+    let mut config = turnstile_server::Config::default();
+    assert_eq!(config.budgets.principal_cap(), 10_000);
+    config.budgets.max_open_per_workspace = 8;
+    config.validate().unwrap();
+    assert_eq!(config.budgets.principal_cap(), 4);
+    config.budgets.max_open_per_workspace = 1;
+    config.validate().unwrap();
+    assert_eq!(config.budgets.principal_cap(), 1);
 }
 
 /// Retries `budget` every 50 ms for `for_ms`: every answer is 422 `cost`.

@@ -126,7 +126,7 @@ pub async fn start_with_telemetry(
     registry.set_budget_bounds(BudgetBounds {
         idle_ms: Some(config.budgets.idle_ms),
         max_open: Some(config.budgets.max_open_per_workspace),
-        max_open_per_principal: Some(config.budgets.max_open_per_principal),
+        max_open_per_principal: Some(config.budgets.principal_cap()),
     });
     // The deployment mode, chosen once. Replicas: keys, registrations and the audit log are
     // the deployment's (a mirror of the shared feed): seed, adopt or catch up before anything
