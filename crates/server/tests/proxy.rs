@@ -553,6 +553,45 @@ fn an_upstream_429_pauses_the_lane_for_everyone_in_every_header_form() {
     }
 }
 
+/// Issue 34, item 6: a `Retry-After` HTTP-date in a year `SystemTime` cannot hold panicked the
+/// handler (no answer, the lane not paused). It is the cap (`admission.max_retry_after_ms`) now.
+#[test]
+fn an_upstream_429_with_a_far_future_date_pauses_the_lane_for_the_cap() {
+    for year in ["300000000000", "99999999999999999999999"] {
+        let rig = rig(4, |_| {});
+        let script = format!("status=429,retry-after-year={year}");
+        let response = rig.openai("/chat/completions", &rig.alice, &chat("gpt-test"), &script);
+        assert_eq!(response.status(), 429, "{script}");
+        let ms: u64 = header(&response, "retry-after-ms")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(ms > 3_590_000 && ms <= 3_600_000, "{script}: {ms}");
+        let refused = rig
+            .server
+            .post("/openai/v1/chat/completions", &rig.bob)
+            .header("x-turnstile-wait-ms", "0")
+            .json(&chat("gpt-test"))
+            .send()
+            .unwrap();
+        assert_eq!(refused.status(), 429, "{script}");
+        assert_eq!(
+            header(&refused, "x-turnstile-reason").as_deref(),
+            Some("retry-after")
+        );
+        let remaining: u64 = header(&refused, "retry-after-ms").unwrap().parse().unwrap();
+        assert!(
+            remaining > 3_590_000 && remaining <= ms,
+            "{remaining} vs {ms}"
+        );
+        assert_eq!(rig.fake.stats().requests, 1, "{script}");
+        assert_eq!(
+            rig.metric_line("turnstile_proxy_upstream_pauses_total{lane=\"openai\"}"),
+            1.0
+        );
+    }
+}
+
 #[test]
 fn upstream_5xx_and_timeouts_are_breaker_failures_and_never_resent() {
     let rig = rig(4, |config| config.proxy.first_byte_timeout_ms = 300);
