@@ -1,5 +1,5 @@
 //! What only the HTTP service counts for `/metrics`: connections, cuts, store errors, actual
-//! usage reported on release, ignored bucket checkpoints (families `turnstile_http_*`,
+//! usage reported on release, ignored bucket checkpoints, handler panics (families `turnstile_http_*`,
 //! `turnstile_store_errors_total`, `turnstile_actual_*_total`,
 //! `turnstile_bucket_checkpoints_ignored_total`), written by its [`Collector`].
 //!
@@ -81,6 +81,8 @@ pub struct Metrics {
     pub actual_cost_micro_usd: AtomicU64,
     /// Bucket checkpoints found at the start but not used (stale or unreadable).
     pub bucket_checkpoints_ignored: AtomicU64,
+    /// Requests whose handler panicked ([`crate::http::panics`]).
+    pub handler_panics: AtomicU64,
 }
 
 impl Metrics {
@@ -141,6 +143,12 @@ impl Collector for Metrics {
                     MetricKind::Counter,
                     "Bucket checkpoints of a clean stop found at the start but not used (stale or unreadable): the rate buckets were drained instead.",
                     get(&self.bucket_checkpoints_ignored),
+                ),
+                (
+                    "turnstile_http_handler_panics",
+                    MetricKind::Counter,
+                    "Requests whose handler panicked: answered 500 internal-error and logged (a bug to report).",
+                    get(&self.handler_panics),
                 ),
             ],
         )?;

@@ -42,6 +42,7 @@ use crate::bootstrap::{BootstrapError, BootstrapKeys};
 use crate::config::ConfigError;
 use crate::durability::checkpoint::{self, BucketCheckpoint, CheckpointError};
 use crate::http::conn::DeadlineIo;
+use crate::http::panics::CatchPanic;
 use crate::metrics::Cut;
 use turnstile_shell::DriverHandle;
 
@@ -243,11 +244,14 @@ pub(crate) async fn accept_loop(
         let _ = stream.set_nodelay(true);
         metrics.connections_total.fetch_add(1, Ordering::Relaxed);
         metrics.connections_open.fetch_add(1, Ordering::Relaxed);
-        let service = TowerToHyperService::new(if operators_only {
-            operators_app.clone()
-        } else {
-            app.clone()
-        });
+        let service = TowerToHyperService::new(CatchPanic::new(
+            if operators_only {
+                operators_app.clone()
+            } else {
+                app.clone()
+            },
+            metrics.clone(),
+        ));
         let (io, conn_state) =
             DeadlineIo::new(stream, write_timeout, idle_timeout, metrics.clone());
         let connection = http1::Builder::new()
