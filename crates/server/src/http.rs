@@ -1,5 +1,5 @@
 //! The HTTP surface, around the handlers (`api/`): the accept loop and its connection
-//! deadlines and caps (`serve.rs`, `conn.rs`, `slots.rs`), the gate before every handler
+//! deadlines and caps (`serve.rs`, `conn.rs`, `slots.rs`, `fresh.rs`), the gate before every handler
 //! (`gate.rs`) and the panic catcher around it (`panics.rs`), the route table (`routes.rs`), request bodies and typed errors (`body.rs`,
 //! `error.rs`), the statuses of admission reasons (`status.rs`), the hand-written answers of the
 //! two hot routes (`hot_routes.rs`, `json_answer.rs`, `lease_answer.rs`), and the console
@@ -13,6 +13,7 @@
 pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod error;
+pub(crate) mod fresh;
 pub(crate) mod gate;
 pub(crate) mod hot_routes;
 pub(crate) mod json_answer;

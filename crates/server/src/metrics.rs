@@ -37,10 +37,13 @@ pub enum Cut {
     PendingCap,
     /// The general connection pool was full and the request was not an operator's.
     Overloaded,
+    /// Every connection slot was taken and this connection had sent nothing for
+    /// `http.full_pool_first_byte_ms`: closed for a waiting one ([`crate::http::fresh`]).
+    FirstByteTimeout,
 }
 
 impl Cut {
-    pub const ALL: [Cut; 9] = [
+    pub const ALL: [Cut; 10] = [
         Cut::HeaderTimeout,
         Cut::IdleTimeout,
         Cut::BodyTimeout,
@@ -50,6 +53,7 @@ impl Cut {
         Cut::KeyCap,
         Cut::PendingCap,
         Cut::Overloaded,
+        Cut::FirstByteTimeout,
     ];
 
     /// The `kind` label.
@@ -64,6 +68,7 @@ impl Cut {
             Cut::KeyCap => "key-cap",
             Cut::PendingCap => "pending-cap",
             Cut::Overloaded => "overloaded",
+            Cut::FirstByteTimeout => "first-byte-timeout",
         }
     }
 }
@@ -72,7 +77,7 @@ impl Cut {
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// By [`Cut`], in [`Cut::ALL`] order.
-    pub cuts: [AtomicU64; 9],
+    pub cuts: [AtomicU64; 10],
     pub connections_open: AtomicU64,
     pub connections_total: AtomicU64,
     pub store_errors: AtomicU64,
