@@ -524,24 +524,22 @@ mod tests {
 
     #[test]
     fn zero_protections_are_refused() {
-        let mut config = Config::default();
-        config.http.header_read_timeout_ms = 0;
-        assert!(matches!(
-            config.validate(),
-            Err(ConfigError::Invalid {
-                field: "http.header_read_timeout_ms",
-                ..
-            })
-        ));
-        let mut config = Config::default();
-        config.http.full_pool_first_byte_ms = 0;
-        assert!(matches!(
-            config.validate(),
-            Err(ConfigError::Invalid {
-                field: "http.full_pool_first_byte_ms",
-                ..
-            })
-        ));
+        let zeroed: [(&str, fn(&mut Config)); 2] = [
+            ("http.header_read_timeout_ms", |c| {
+                c.http.header_read_timeout_ms = 0
+            }),
+            ("http.full_pool_first_byte_ms", |c| {
+                c.http.full_pool_first_byte_ms = 0
+            }),
+        ];
+        for (name, zero) in zeroed {
+            let mut config = Config::default();
+            zero(&mut config);
+            assert!(
+                matches!(config.validate(), Err(ConfigError::Invalid { field, .. }) if field == name),
+                "{name}"
+            );
+        }
     }
 
     #[test]
