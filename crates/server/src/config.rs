@@ -524,7 +524,8 @@ mod tests {
 
     #[test]
     fn zero_protections_are_refused() {
-        let zeroed: [(&str, fn(&mut Config)); 2] = [
+        type Zero = fn(&mut Config);
+        let zeroed: [(&str, Zero); 2] = [
             ("http.header_read_timeout_ms", |c| {
                 c.http.header_read_timeout_ms = 0
             }),

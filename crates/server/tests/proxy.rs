@@ -538,7 +538,7 @@ fn an_upstream_429_pauses_the_lane_for_everyone_in_every_header_form() {
         assert_eq!(seconds, ms.div_ceil(1000).max(1));
         let paused_at = rig.fake.now_ms();
         // Another principal, not willing to wait: refused at once with the remaining time.
-        let remaining = refused_while_paused(&rig, &script);
+        let remaining = refused_while_paused(&rig, script);
         assert!(remaining <= ms && remaining > 0, "{remaining} vs {ms}");
         // Willing to wait: admitted after the pause, and nothing reached the upstream before.
         let waited = rig.openai("/chat/completions", &rig.bob, &chat("gpt-test"), "");
