@@ -42,6 +42,7 @@ const SINGLE: &[(&str, &str, &[&str])] = &[
     ("turnstile_actual_tokens_total", "counter", &[]),
     ("turnstile_actual_cost_micro_usd_total", "counter", &[]),
     ("turnstile_bucket_checkpoints_ignored_total", "counter", &[]),
+    ("turnstile_http_handler_panics_total", "counter", &[]),
     ("turnstile_http_cuts_total", "counter", &["kind"]),
     ("turnstile_proxy_calls_total", "counter", &["lane", "class"]),
     (

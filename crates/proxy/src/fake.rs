@@ -10,7 +10,8 @@
 //! | directive | effect |
 //! |---|---|
 //! | `status=N` | answer status N with a provider-format error body (429, 500, 400, …) |
-//! | `retry-after=S` / `retry-after-ms=MS` / `retry-after-date=S` | on the error answer: `Retry-After: S`, `retry-after-ms: MS`, or `Retry-After` as the HTTP-date S seconds from now |
+//! | `retry-after=S` / `retry-after-ms=MS` / `retry-after-date=S` | on the error answer: `Retry-After: S`, `retry-after-ms: MS`, or `Retry-After` as the HTTP-date S seconds from now (saturating: any `u64`) |
+//! | `retry-after-year=Y` | on the error answer: `Retry-After` as the HTTP-date of 1 January of year Y, any number of digits (far-future dates) |
 //! | `once=ID` | the `status` applies only to the first request carrying this ID; later ones answer normally |
 //! | `first-byte-ms=MS` | wait before the response head |
 //! | `chunks=N`, `gap-ms=MS` | a stream of N content chunks, MS apart (default 3, 0) |
@@ -31,7 +32,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -224,6 +225,8 @@ struct Script {
     retry_after: Option<String>,
     retry_after_ms: Option<String>,
     retry_after_date: Option<u64>,
+    /// `retry-after-year=Y`: an HTTP-date on 1 January of year Y (any number of digits).
+    retry_after_year: Option<String>,
     once: Option<String>,
     first_byte_ms: u64,
     chunks: usize,
@@ -290,6 +293,7 @@ fn script(standing: &str, headers: &HeaderMap) -> Script {
             "retry-after" => script.retry_after = Some(value.to_owned()),
             "retry-after-ms" => script.retry_after_ms = Some(value.to_owned()),
             "retry-after-date" => script.retry_after_date = Some(number()),
+            "retry-after-year" => script.retry_after_year = Some(value.to_owned()),
             "once" => script.once = Some(value.to_owned()),
             "first-byte-ms" => script.first_byte_ms = number(),
             "chunks" => script.chunks = number() as usize,
@@ -487,8 +491,16 @@ fn error_answer(status: u16, script: &Script, anthropic: bool) -> Response {
         headers.insert("retry-after-ms", value);
     }
     if let Some(seconds) = script.retry_after_date {
-        let at = SystemTime::now() + Duration::from_secs(seconds);
-        if let Ok(value) = crate::retry_after::format_http_date(at).parse() {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let at = now.as_secs().saturating_add(seconds);
+        if let Ok(value) = crate::retry_after::format_http_date_secs(at).parse() {
+            headers.insert("retry-after", value);
+        }
+    }
+    if let Some(year) = &script.retry_after_year {
+        if let Ok(value) = format!("Mon, 01 Jan {year} 00:00:00 GMT").parse() {
             headers.insert("retry-after", value);
         }
     }

@@ -20,6 +20,7 @@
 //! keep_alive_idle_ms = 5000
 //! max_connections_per_address = 512
 //! reserved_connections = 32
+//! full_pool_first_byte_ms = 250
 //! max_requests_per_key = 256
 //!
 //! [admission]
@@ -269,6 +270,9 @@ pub struct HttpConfig {
     /// `/readyz`, `/metrics`, `/openapi.json` and admin-key calls, and answer anything else
     /// 503 `overloaded`.
     pub reserved_connections: usize,
+    /// While every connection slot (general and reserved) is taken, a connection that has sent
+    /// nothing for this long is closed, oldest first, for one waiting in the listen backlog.
+    pub full_pool_first_byte_ms: u64,
     /// Requests in flight per API key at most (429 `key-busy` above).
     pub max_requests_per_key: usize,
 }
@@ -350,6 +354,7 @@ impl Default for HttpConfig {
             keep_alive_idle_ms: 5_000,
             max_connections_per_address: 512,
             reserved_connections: 32,
+            full_pool_first_byte_ms: 250,
             max_requests_per_key: 256,
         }
     }
@@ -424,7 +429,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let http = &self.http;
         let budgets = &self.budgets;
-        let checks: [(&'static str, bool, &'static str); 19] = [
+        let checks: [(&'static str, bool, &'static str); 20] = [
             ("budgets.idle_ms", self.budgets.idle_ms >= 1, "at least 1"),
             (
                 "leases.segment_bytes",
@@ -471,6 +476,11 @@ impl Config {
             (
                 "http.reserved_connections",
                 http.reserved_connections >= 1,
+                "at least 1",
+            ),
+            (
+                "http.full_pool_first_byte_ms",
+                http.full_pool_first_byte_ms >= 1,
                 "at least 1",
             ),
             (
@@ -542,15 +552,23 @@ mod tests {
 
     #[test]
     fn zero_protections_are_refused() {
-        let mut config = Config::default();
-        config.http.header_read_timeout_ms = 0;
-        assert!(matches!(
-            config.validate(),
-            Err(ConfigError::Invalid {
-                field: "http.header_read_timeout_ms",
-                ..
-            })
-        ));
+        type Zero = fn(&mut Config);
+        let zeroed: [(&str, Zero); 2] = [
+            ("http.header_read_timeout_ms", |c| {
+                c.http.header_read_timeout_ms = 0
+            }),
+            ("http.full_pool_first_byte_ms", |c| {
+                c.http.full_pool_first_byte_ms = 0
+            }),
+        ];
+        for (name, zero) in zeroed {
+            let mut config = Config::default();
+            zero(&mut config);
+            assert!(
+                matches!(config.validate(), Err(ConfigError::Invalid { field, .. }) if field == name),
+                "{name}"
+            );
+        }
     }
 
     #[test]

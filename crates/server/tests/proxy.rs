@@ -497,6 +497,24 @@ fn stream_frames_reach_the_client_before_the_upstream_sends_the_next() {
     assert!(rest.contains("tok1") && start.elapsed() >= Duration::from_millis(800));
 }
 
+/// Another principal's call that will not wait, while the lane is paused: refused at once
+/// (429, reason `retry-after`); the remaining pause in ms.
+fn refused_while_paused(rig: &Rig, script: &str) -> u64 {
+    let refused = rig
+        .server
+        .post("/openai/v1/chat/completions", &rig.bob)
+        .header("x-turnstile-wait-ms", "0")
+        .json(&chat("gpt-test"))
+        .send()
+        .unwrap();
+    assert_eq!(refused.status(), 429, "{script}");
+    assert_eq!(
+        header(&refused, "x-turnstile-reason").as_deref(),
+        Some("retry-after")
+    );
+    header(&refused, "retry-after-ms").unwrap().parse().unwrap()
+}
+
 #[test]
 fn an_upstream_429_pauses_the_lane_for_everyone_in_every_header_form() {
     for (script, expected_ms) in [
@@ -520,19 +538,7 @@ fn an_upstream_429_pauses_the_lane_for_everyone_in_every_header_form() {
         assert_eq!(seconds, ms.div_ceil(1000).max(1));
         let paused_at = rig.fake.now_ms();
         // Another principal, not willing to wait: refused at once with the remaining time.
-        let refused = rig
-            .server
-            .post("/openai/v1/chat/completions", &rig.bob)
-            .header("x-turnstile-wait-ms", "0")
-            .json(&chat("gpt-test"))
-            .send()
-            .unwrap();
-        assert_eq!(refused.status(), 429, "{script}");
-        assert_eq!(
-            header(&refused, "x-turnstile-reason").as_deref(),
-            Some("retry-after")
-        );
-        let remaining: u64 = header(&refused, "retry-after-ms").unwrap().parse().unwrap();
+        let remaining = refused_while_paused(&rig, script);
         assert!(remaining <= ms && remaining > 0, "{remaining} vs {ms}");
         // Willing to wait: admitted after the pause, and nothing reached the upstream before.
         let waited = rig.openai("/chat/completions", &rig.bob, &chat("gpt-test"), "");
@@ -546,6 +552,33 @@ fn an_upstream_429_pauses_the_lane_for_everyone_in_every_header_form() {
             second - paused_at
         );
         assert_eq!(rig.calls("openai", "429"), 1.0);
+        assert_eq!(
+            rig.metric_line("turnstile_proxy_upstream_pauses_total{lane=\"openai\"}"),
+            1.0
+        );
+    }
+}
+
+/// Issue 34, item 6: a `Retry-After` HTTP-date in a year `SystemTime` cannot hold panicked the
+/// handler (no answer, the lane not paused). It is the cap (`admission.max_retry_after_ms`) now.
+#[test]
+fn an_upstream_429_with_a_far_future_date_pauses_the_lane_for_the_cap() {
+    for year in ["300000000000", "99999999999999999999999"] {
+        let rig = rig(4, |_| {});
+        let script = format!("status=429,retry-after-year={year}");
+        let response = rig.openai("/chat/completions", &rig.alice, &chat("gpt-test"), &script);
+        assert_eq!(response.status(), 429, "{script}");
+        let ms: u64 = header(&response, "retry-after-ms")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(ms > 3_590_000 && ms <= 3_600_000, "{script}: {ms}");
+        let remaining = refused_while_paused(&rig, &script);
+        assert!(
+            remaining > 3_590_000 && remaining <= ms,
+            "{remaining} vs {ms}"
+        );
+        assert_eq!(rig.fake.stats().requests, 1, "{script}");
         assert_eq!(
             rig.metric_line("turnstile_proxy_upstream_pauses_total{lane=\"openai\"}"),
             1.0
