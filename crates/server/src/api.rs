@@ -76,4 +76,6 @@ pub struct AppParts {
     pub identity: Arc<dyn crate::replicas::deployment::IdentityStore>,
     /// The shared side of releases, budget releases and pauses (nothing on a single process).
     pub books: Arc<dyn crate::replicas::deployment::SharedBooks>,
+    /// The lease log's state: `/readyz` says not ready while it refuses writes.
+    pub journal: Arc<turnstile_store::LeaseLogStats>,
 }

@@ -83,6 +83,11 @@ pub struct Config {
     pub proxy: turnstile_proxy::ProxyConfig,
     /// Replicas: limits shared through Redis (`docs/replicas.md`).
     pub coordination: CoordinationConfig,
+    /// Start even when the lease log does not cover its own history (a file deleted or
+    /// truncated), with every lane paused for one lease TTL; never from the file, only from
+    /// `turnstile serve --accept-lease-log-loss` (a decision for one start).
+    #[serde(skip)]
+    pub accept_lease_log_loss: bool,
 }
 
 /// Limits shared across replicas through Redis; without `redis_url`, nothing is shared.
@@ -337,6 +342,7 @@ impl Default for Config {
             budgets: BudgetsConfig::default(),
             proxy: turnstile_proxy::ProxyConfig::default(),
             coordination: CoordinationConfig::default(),
+            accept_lease_log_loss: false,
         }
     }
 }
