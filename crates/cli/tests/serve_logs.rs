@@ -138,29 +138,16 @@ fn a_scripted_session_logs_its_events_as_json_lines_without_a_secret_or_tenant()
     }
 }
 
-/// A proxied call to an upstream that cannot be reached is logged with the upstream's name, its
-/// lane and the kind of failure, and neither the upstream's key nor the caller's appears.
-#[test]
-fn an_upstream_failure_is_logged_with_its_upstream_and_no_key() {
-    let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("proxy.toml");
-    std::fs::write(
-        &config,
-        r#"
-[proxy.upstreams.dead]
-format = "openai"
-base_url = "http://127.0.0.1:1/v1"
-api_key_env = "TURNSTILE_TEST_UPSTREAM_KEY"
-
-[proxy.models."m"]
-upstream = "dead"
-provider = "llm-subagent"
-input_usd_per_mtok = 1.0
-output_usd_per_mtok = 1.0
-"#,
-    )
-    .unwrap();
-    let upstream_key = "sk-upstream-secret-5f3a9";
+/// `turnstile serve` logging JSON with the proxy configuration `toml` (in a fresh data
+/// directory under `dir`), the upstreams' key variable set to `upstream_key`: the process, its
+/// base URL and the demo principal key.
+fn serve_proxy(
+    dir: &std::path::Path,
+    toml: &str,
+    upstream_key: &str,
+) -> (std::process::Child, String, String) {
+    let config = dir.join("proxy.toml");
+    std::fs::write(&config, toml).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .args([
             "serve",
@@ -172,7 +159,7 @@ output_usd_per_mtok = 1.0
         ])
         .arg(&config)
         .arg("--data")
-        .arg(data.path().join("data"))
+        .arg(dir.join("data"))
         .env("TURNSTILE_TEST_UPSTREAM_KEY", upstream_key)
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
@@ -180,13 +167,11 @@ output_usd_per_mtok = 1.0
         .spawn()
         .unwrap();
     let (base, _, key) = banner(&mut child);
-    let answer = reqwest::blocking::Client::new()
-        .post(format!("{base}/openai/v1/chat/completions"))
-        .bearer_auth(&key)
-        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}))
-        .send()
-        .unwrap();
-    assert_eq!(answer.status(), 502);
+    (child, base, key)
+}
+
+/// Stops `child` gracefully (flushing its log) and answers its log's JSON events.
+fn stopped_log(mut child: std::process::Child) -> (String, Vec<Value>) {
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -199,9 +184,45 @@ output_usd_per_mtok = 1.0
         .read_to_string(&mut log)
         .unwrap();
     child.wait().unwrap();
-    let failure = log
+    let events = log
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .collect();
+    (log, events)
+}
+
+/// A proxied call to an upstream that cannot be reached is logged with the upstream's name, its
+/// lane and the kind of failure, and neither the upstream's key nor the caller's appears.
+#[test]
+fn an_upstream_failure_is_logged_with_its_upstream_and_no_key() {
+    let data = tempfile::tempdir().unwrap();
+    let upstream_key = "sk-upstream-secret-5f3a9";
+    let (child, base, key) = serve_proxy(
+        data.path(),
+        r#"
+[proxy.upstreams.dead]
+format = "openai"
+base_url = "http://127.0.0.1:1/v1"
+api_key_env = "TURNSTILE_TEST_UPSTREAM_KEY"
+
+[proxy.models."m"]
+upstream = "dead"
+provider = "llm-subagent"
+input_usd_per_mtok = 1.0
+output_usd_per_mtok = 1.0
+"#,
+        upstream_key,
+    );
+    let answer = reqwest::blocking::Client::new()
+        .post(format!("{base}/openai/v1/chat/completions"))
+        .bearer_auth(&key)
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}))
+        .send()
+        .unwrap();
+    assert_eq!(answer.status(), 502);
+    let (log, events) = stopped_log(child);
+    let failure = events
+        .iter()
         .find(|e| e["message"] == "upstream failure")
         .unwrap_or_else(|| panic!("no upstream failure in:\n{log}"));
     assert_eq!(
@@ -212,12 +233,85 @@ output_usd_per_mtok = 1.0
             &json!("unreachable")
         )
     );
-    let started = log
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+    let started = events
+        .iter()
         .find(|e| e["message"] == "started")
         .expect("the start-up line");
     assert_eq!(started["models"], "m->dead");
+    for secret in [upstream_key, key.as_str(), "demo"] {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
+}
+
+/// A streamed answer that breaks off midway (the fake upstream cuts the connection) and one
+/// that stalls past `proxy.idle_timeout_ms` are each logged at warn with the upstream's name,
+/// the lane and the kind, after the client's stream began; no key or tenant appears.
+#[test]
+fn a_proxied_stream_broken_midway_is_logged_with_its_upstream_and_kind() {
+    let fake = turnstile_proxy::FakeUpstream::spawn_thread();
+    let data = tempfile::tempdir().unwrap();
+    let upstream_key = "sk-upstream-secret-9c2e1";
+    let (child, base, key) = serve_proxy(
+        data.path(),
+        &format!(
+            r#"
+[proxy]
+idle_timeout_ms = 400
+
+[proxy.upstreams.flaky]
+format = "openai"
+base_url = "{}"
+api_key_env = "TURNSTILE_TEST_UPSTREAM_KEY"
+
+[proxy.models."m"]
+upstream = "flaky"
+provider = "llm-subagent"
+input_usd_per_mtok = 1.0
+output_usd_per_mtok = 1.0
+"#,
+            fake.openai_base()
+        ),
+        upstream_key,
+    );
+    for script in ["chunks=5,cut-after=2", "chunks=3,stall-ms=3000"] {
+        // A client per call: a cut connection is not one to reuse.
+        let mut answer = reqwest::blocking::Client::new()
+            .post(format!("{base}/openai/v1/chat/completions"))
+            .bearer_auth(&key)
+            .header("x-fake-script", script)
+            .json(&json!({"model": "m", "stream": true, "max_tokens": 5,
+                          "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .unwrap_or_else(|e| panic!("{script}: {e:?}"));
+        assert_eq!(answer.status(), 200, "{script}: the stream began");
+        let mut bytes = Vec::new();
+        let read = answer.read_to_end(&mut bytes);
+        let body = String::from_utf8_lossy(&bytes);
+        assert!(
+            read.is_err(),
+            "{script}: the client's stream is cut: {body}"
+        );
+        assert!(body.contains("tok0"), "{script}: {body}");
+        assert!(!body.contains("[DONE]"), "{script}: {body}");
+    }
+    let (log, events) = stopped_log(child);
+    let kinds: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["message"] == "upstream failure")
+        .inspect(|e| {
+            assert_eq!(e["level"], "WARN", "{e}");
+            assert_eq!(
+                (&e["upstream"], &e["lane"]),
+                (&json!("flaky"), &json!("llm-subagent"))
+            );
+        })
+        .map(|e| &e["kind"])
+        .collect();
+    assert_eq!(
+        kinds,
+        [&json!("stream-broken"), &json!("stream-stalled")],
+        "{log}"
+    );
     for secret in [upstream_key, key.as_str(), "demo"] {
         assert!(!log.contains(secret), "{secret} in the log:\n{log}");
     }
