@@ -46,6 +46,31 @@ export type Decision = (typeof DECISIONS)[number];
 export const BREAKER_STATES = ["closed", "open", "half-open"] as const;
 export type BreakerState = (typeof BREAKER_STATES)[number];
 
+/**
+ * Which limit holds a queued lane back (`BindingCount.binding`): a scope and a kind of limit,
+ * or the provider's pause, breaker or announced quota.
+ */
+export const BINDINGS = [
+  "principal-concurrency",
+  "workspace-concurrency",
+  "provider-concurrency",
+  "workspace-share",
+  "provider-share",
+  "workspace-reservation",
+  "provider-reservation",
+  "principal-requests",
+  "workspace-requests",
+  "provider-requests",
+  "principal-tokens",
+  "workspace-tokens",
+  "provider-tokens",
+  "provider-pause",
+  "provider-breaker",
+  "provider-quota-requests",
+  "provider-quota-tokens",
+] as const;
+export type Binding = (typeof BINDINGS)[number];
+
 /** How a replica coordinated a decision (replicas sharing limits through Redis only). */
 export const COORDINATIONS = ["shared", "degraded"] as const;
 export type Coordination = (typeof COORDINATIONS)[number];
@@ -336,6 +361,12 @@ export interface LaneBucket {
   capacity: number;
 }
 
+/** How many of a provider's queued lanes (one per principal with waiters) a limit holds. */
+export interface BindingCount {
+  binding: Binding;
+  lanes: number;
+}
+
 /** One provider lane as the console shows it (`LaneView` in the OpenAPI document). */
 export interface LaneView {
   providerId: string;
@@ -353,6 +384,8 @@ export interface LaneView {
   nextProbeAt: number | null;
   /** While paused: epoch ms the pause ends. */
   pausedUntil: number | null;
+  /** Which limits hold the queued lanes, most lanes first (empty when nothing waits). */
+  bindings: BindingCount[];
 }
 
 /** Final admission answers of one provider lane with one reason (`admitted` or a refusal). */
@@ -597,7 +630,9 @@ export const SHAPES = {
     breakerState: "enum:BreakerState",
     nextProbeAt: "scalar",
     pausedUntil: "scalar",
+    bindings: "BindingCount[]",
   },
+  BindingCount: { binding: "enum:Binding", lanes: "scalar" },
   DecisionCount: { providerId: "scalar", reason: "enum:Reason", count: "scalar" },
   PrincipalTally: { principalId: "scalar", grants: "scalar", queueDelayMs: "scalar" },
   FeedPause: {
@@ -651,6 +686,7 @@ export const ENUMS: Record<string, readonly string[]> = {
   Outcome: OUTCOMES,
   Decision: DECISIONS,
   BreakerState: BREAKER_STATES,
+  Binding: BINDINGS,
   Coordination: COORDINATIONS,
   ChangeKind: CHANGE_KINDS,
   PauseCause: PAUSE_CAUSES,
@@ -815,6 +851,7 @@ export type _ShapeChecks = [
   Assert<SameKeys<FairnessView, typeof SHAPES.FairnessView>>,
   Assert<SameKeys<LaneBucket, typeof SHAPES.LaneBucket>>,
   Assert<SameKeys<LaneView, typeof SHAPES.LaneView>>,
+  Assert<SameKeys<BindingCount, typeof SHAPES.BindingCount>>,
   Assert<SameKeys<DecisionCount, typeof SHAPES.DecisionCount>>,
   Assert<SameKeys<PrincipalTally, typeof SHAPES.PrincipalTally>>,
   Assert<SameKeys<FeedPause, typeof SHAPES.FeedPause>>,

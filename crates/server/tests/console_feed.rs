@@ -92,6 +92,79 @@ fn the_feed_streams_lanes_decisions_and_transitions() {
     assert!(!server.metrics_text().contains("alice"));
 }
 
+/// Issue 35: the lanes view says which limit binds a queued lane. Alice holds `p`'s one
+/// permit; Bob's request waits for it: the feed's lane `p` counts one lane bound by the
+/// provider's concurrency, and names no principal.
+#[test]
+fn the_feed_names_the_limit_that_binds_a_queued_lane() {
+    let server = TestServer::start_fresh(|_| {});
+    server.register_test_profile();
+    let (alice, bob) = (server.new_key("t", "alice"), server.new_key("t", "bob"));
+    let lease = server.granted_lease(
+        &alice,
+        &json!({"providerId": "p", "budgetId": "a", "estimate": {}, "deadlineMs": 0}),
+    );
+    let waiting = {
+        let (server_url, bob) = (server.url("/v1/admissions"), bob.clone());
+        std::thread::spawn(move || {
+            reqwest::blocking::Client::new()
+                .post(server_url)
+                .bearer_auth(bob)
+                .json(&json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 1500}))
+                .send()
+                .unwrap()
+                .status()
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let p = loop {
+        let text = server
+            .get("/v1/workspaces/t/events?maxEvents=1", &server.admin())
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        let lanes = updates(&text)[0]["lanes"].clone();
+        let p = lanes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["providerId"] == "p")
+            .cloned()
+            .unwrap();
+        if p["queued"] == 1 || Instant::now() > deadline {
+            break p;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        p["bindings"],
+        json!([{"binding": "provider-concurrency", "lanes": 1}]),
+        "{p}"
+    );
+    assert!(!p.to_string().contains("bob") && !p.to_string().contains("alice"));
+    server.assert_released(&alice, &lease, "success");
+    assert_eq!(
+        waiting.join().unwrap(),
+        200,
+        "bob is served once alice is done"
+    );
+    let text = server
+        .get("/v1/workspaces/t/events?maxEvents=1", &server.admin())
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let lanes = &updates(&text)[0]["lanes"];
+    let p = lanes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["providerId"] == "p")
+        .unwrap();
+    assert_eq!(p["bindings"], json!([]), "nothing waits: {p}");
+}
+
 #[test]
 fn a_principal_sees_its_own_workspace_without_other_principals() {
     let server = TestServer::start_fresh(|_| {});

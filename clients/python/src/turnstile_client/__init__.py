@@ -37,6 +37,8 @@ from ._sync import Admission, Client, Lease
 from ._types import (
     OPERATIONS,
     ActualUsage,
+    Binding,
+    BindingCount,
     BreakerTransition,
     Estimate,
     Evidence,
@@ -66,6 +68,8 @@ __all__ = [
     "AsyncLease",
     "AuthError",
     "BadRequest",
+    "Binding",
+    "BindingCount",
     "BreakerTransition",
     "Client",
     "Conflict",

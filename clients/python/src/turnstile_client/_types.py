@@ -42,6 +42,27 @@ Reason = Literal[
 Outcome = Literal["success", "failure", "retry-after", "none"]
 Decision = Literal["admit", "defer", "reject"]
 BreakerState = Literal["closed", "open", "half-open"]
+# Which limit holds a queued lane back (`BindingCount.binding`): a scope and a kind of limit,
+# or the provider's pause, breaker or announced quota.
+Binding = Literal[
+    "principal-concurrency",
+    "workspace-concurrency",
+    "provider-concurrency",
+    "workspace-share",
+    "provider-share",
+    "workspace-reservation",
+    "provider-reservation",
+    "principal-requests",
+    "workspace-requests",
+    "provider-requests",
+    "principal-tokens",
+    "workspace-tokens",
+    "provider-tokens",
+    "provider-pause",
+    "provider-breaker",
+    "provider-quota-requests",
+    "provider-quota-tokens",
+]
 ChangeKind = Literal["initial", "change", "rollback"]
 PauseCause = Literal["retry-after-call", "release-outcome"]
 Coordination = Literal["shared", "degraded"]
@@ -369,6 +390,13 @@ class LaneBucket(TypedDict, total=False):
     capacity: int
 
 
+class BindingCount(TypedDict, total=False):
+    """How many of a provider's queued lanes (one per principal with waiters) a limit holds."""
+
+    binding: Binding
+    lanes: int
+
+
 class LaneView(TypedDict, total=False):
     """One provider lane as the console shows it (`LaneView` in the OpenAPI document)."""
 
@@ -386,6 +414,8 @@ class LaneView(TypedDict, total=False):
     nextProbeAt: int | None
     # While paused: epoch ms the pause ends.
     pausedUntil: int | None
+    # Which limits hold the queued lanes, most lanes first (empty when nothing waits).
+    bindings: list[BindingCount]
 
 
 class DecisionCount(TypedDict, total=False):
