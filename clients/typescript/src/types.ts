@@ -334,6 +334,17 @@ export interface ProviderFairness {
   fairness: Fairness;
 }
 
+/** One workspace a key may see and its current revision (null: no profile yet). */
+export interface WorkspaceEntry {
+  workspaceId: string;
+  profileVersion: string | null;
+}
+
+/** `GET /v1/workspaces`: an admin key sees every workspace with a profile, a principal key its own. */
+export interface WorkspaceList {
+  workspaces: WorkspaceEntry[];
+}
+
 /**
  * `GET …/fairness`: grants and tokens served per principal over the last five minutes
  * (server-side window), with weights, bands and each lane's fairness mode.
@@ -605,6 +616,8 @@ export const SHAPES = {
   },
   MinuteGrants: { startEpochMs: "scalar", grants: "scalar", queueDelayMs: "scalar", tokens: "scalar" },
   ProviderFairness: { providerId: "scalar", fairness: "enum:Fairness" },
+  WorkspaceEntry: { workspaceId: "scalar", profileVersion: "scalar" },
+  WorkspaceList: { workspaces: "WorkspaceEntry[]" },
   FairnessView: {
     atEpochMs: "scalar",
     fromEpochMs: "scalar",
@@ -712,6 +725,11 @@ const errorsWrite = { 400: "ErrorBody", 408: "ErrorBody", 413: "ErrorBody", 415:
 
 /** Every operation of the service, keyed by `"METHOD /path"` as in the OpenAPI document. */
 export const OPERATIONS: Record<string, OperationInfo> = {
+  "GET /v1/workspaces": {
+    method: "workspaces",
+    request: null,
+    responses: { 200: "WorkspaceList", 401: "ErrorBody", 429: "ErrorBody", 503: "ErrorBody" },
+  },
   "PUT /v1/workspaces/{workspaceId}/profiles/{profileVersion}": {
     method: "registerProfile",
     request: "Profile",
@@ -849,6 +867,8 @@ export type _ShapeChecks = [
   Assert<SameKeys<MinuteGrants, typeof SHAPES.MinuteGrants>>,
   Assert<SameKeys<ProviderFairness, typeof SHAPES.ProviderFairness>>,
   Assert<SameKeys<FairnessView, typeof SHAPES.FairnessView>>,
+  Assert<SameKeys<WorkspaceEntry, typeof SHAPES.WorkspaceEntry>>,
+  Assert<SameKeys<WorkspaceList, typeof SHAPES.WorkspaceList>>,
   Assert<SameKeys<LaneBucket, typeof SHAPES.LaneBucket>>,
   Assert<SameKeys<LaneView, typeof SHAPES.LaneView>>,
   Assert<SameKeys<BindingCount, typeof SHAPES.BindingCount>>,

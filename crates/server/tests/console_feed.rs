@@ -165,6 +165,54 @@ fn the_feed_names_the_limit_that_binds_a_queued_lane() {
     assert_eq!(p["bindings"], json!([]), "nothing waits: {p}");
 }
 
+/// Issue 35: `GET /v1/workspaces` lists what a key may see: an admin key every workspace with
+/// a profile and its revision, a principal key its own workspace only.
+#[test]
+fn the_workspace_listing_shows_an_admin_every_workspace_and_a_principal_its_own() {
+    let server = TestServer::start_fresh(|_| {});
+    let admin = server.admin();
+    assert_eq!(
+        server
+            .put_profile(&admin, "t", "v1", &test_profile())
+            .status(),
+        201
+    );
+    assert_eq!(
+        server
+            .put_profile(&admin, "u", "v7", &test_profile())
+            .status(),
+        201
+    );
+    let listed = server.get_json("/v1/workspaces", &admin);
+    let workspaces = &listed["workspaces"];
+    for (id, version) in [("t", "v1"), ("u", "v7")] {
+        assert!(
+            workspaces
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| *w == json!({"workspaceId": id, "profileVersion": version})),
+            "{listed}"
+        );
+    }
+    let alice = server.new_key("t", "alice");
+    assert_eq!(
+        server.get_json("/v1/workspaces", &alice),
+        json!({"workspaces": [{"workspaceId": "t", "profileVersion": "v1"}]})
+    );
+    let newcomer = server.new_key("fresh", "carol");
+    assert_eq!(
+        server.get_json("/v1/workspaces", &newcomer),
+        json!({"workspaces": [{"workspaceId": "fresh", "profileVersion": null}]})
+    );
+    let anonymous = server
+        .client
+        .get(server.url("/v1/workspaces"))
+        .send()
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+}
+
 #[test]
 fn a_principal_sees_its_own_workspace_without_other_principals() {
     let server = TestServer::start_fresh(|_| {});

@@ -361,6 +361,20 @@ class ProviderFairness(TypedDict, total=False):
     fairness: Fairness
 
 
+class WorkspaceEntry(TypedDict, total=False):
+    """One workspace a key may see and its current revision (None: no profile yet)."""
+
+    workspaceId: str
+    profileVersion: str | None
+
+
+class WorkspaceList(TypedDict, total=False):
+    """`GET /v1/workspaces`: an admin key sees every workspace with a profile, a principal key
+    its own."""
+
+    workspaces: list[WorkspaceEntry]
+
+
 class FairnessView(TypedDict, total=False):
     """`GET …/fairness`: grants and tokens served per principal over the last five minutes
     (server-side window), with weights, bands and each lane's fairness mode."""
@@ -544,6 +558,9 @@ _ERRORS_WRITE = {
 
 # Every operation of the service, keyed by (HTTP method, OpenAPI path).
 OPERATIONS: dict[tuple[str, str], Operation] = {
+    ("GET", "/v1/workspaces"): Operation(
+        "workspaces", None, {200: WorkspaceList, 401: ErrorBody, 429: ErrorBody, 503: ErrorBody}
+    ),
     ("PUT", "/v1/workspaces/{workspaceId}/profiles/{profileVersion}"): Operation(
         "register_profile",
         Profile,
