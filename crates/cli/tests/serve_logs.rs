@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
+mod common;
+
 /// The first start's banner of `child` (its stdout, drained afterwards on a thread):
 /// (base URL, admin key, demo principal key).
 fn banner(child: &mut std::process::Child) -> (String, String, String) {
@@ -65,21 +67,7 @@ fn a_scripted_session_logs_its_events_as_json_lines_without_a_secret_or_tenant()
     );
     assert_eq!(refused.status(), 422);
     // Five failed calls open the demo lane's breaker (failureThreshold 5).
-    for i in 0..5 {
-        let granted: Value = post(
-            "/v1/admissions",
-            json!({"providerId": "llm-subagent", "budgetId": format!("b{i}"),
-                   "estimate": {"tokens": 10, "costUsd": 0.01}, "deadlineMs": 5000}),
-        )
-        .json()
-        .unwrap();
-        let lease = granted["leaseId"].as_str().expect("granted").to_owned();
-        let released = post(
-            &format!("/v1/leases/{lease}/release"),
-            json!({"outcome": "failure"}),
-        );
-        assert_eq!(released.status(), 200);
-    }
+    common::open_the_demo_breaker(&base, &key);
     // A Retry-After pause of the lane.
     let paused = post(
         "/v1/providers/llm-subagent/retry-after",
@@ -170,6 +158,17 @@ fn serve_proxy(
     (child, base, key)
 }
 
+/// A proxy configuration of one OpenAI-format upstream `name` at `base_url` (its key in
+/// `TURNSTILE_TEST_UPSTREAM_KEY`) serving model `m` on the demo lane, after `proxy` (lines of
+/// the `[proxy]` section).
+fn one_upstream(proxy: &str, name: &str, base_url: &str) -> String {
+    format!(
+        "[proxy]\n{proxy}\n\n[proxy.upstreams.{name}]\nformat = \"openai\"\nbase_url = \"{base_url}\"\n\
+         api_key_env = \"TURNSTILE_TEST_UPSTREAM_KEY\"\n\n[proxy.models.\"m\"]\nupstream = \"{name}\"\n\
+         provider = \"llm-subagent\"\ninput_usd_per_mtok = 1.0\noutput_usd_per_mtok = 1.0\n"
+    )
+}
+
 /// Stops `child` gracefully (flushing its log) and answers its log's JSON events.
 fn stopped_log(mut child: std::process::Child) -> (String, Vec<Value>) {
     Command::new("kill")
@@ -199,18 +198,7 @@ fn an_upstream_failure_is_logged_with_its_upstream_and_no_key() {
     let upstream_key = "sk-upstream-secret-5f3a9";
     let (child, base, key) = serve_proxy(
         data.path(),
-        r#"
-[proxy.upstreams.dead]
-format = "openai"
-base_url = "http://127.0.0.1:1/v1"
-api_key_env = "TURNSTILE_TEST_UPSTREAM_KEY"
-
-[proxy.models."m"]
-upstream = "dead"
-provider = "llm-subagent"
-input_usd_per_mtok = 1.0
-output_usd_per_mtok = 1.0
-"#,
+        &one_upstream("", "dead", "http://127.0.0.1:1/v1"),
         upstream_key,
     );
     let answer = reqwest::blocking::Client::new()
@@ -253,24 +241,7 @@ fn a_proxied_stream_broken_midway_is_logged_with_its_upstream_and_kind() {
     let upstream_key = "sk-upstream-secret-9c2e1";
     let (child, base, key) = serve_proxy(
         data.path(),
-        &format!(
-            r#"
-[proxy]
-idle_timeout_ms = 400
-
-[proxy.upstreams.flaky]
-format = "openai"
-base_url = "{}"
-api_key_env = "TURNSTILE_TEST_UPSTREAM_KEY"
-
-[proxy.models."m"]
-upstream = "flaky"
-provider = "llm-subagent"
-input_usd_per_mtok = 1.0
-output_usd_per_mtok = 1.0
-"#,
-            fake.openai_base()
-        ),
+        &one_upstream("idle_timeout_ms = 400", "flaky", &fake.openai_base()),
         upstream_key,
     );
     for script in ["chunks=5,cut-after=2", "chunks=3,stall-ms=3000"] {

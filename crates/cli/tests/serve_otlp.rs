@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 /// One request the receiver got: path and body.
 type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
@@ -208,36 +210,18 @@ fn every_metric_the_admission_runbook_names_is_exported_by_a_running_service() {
     let (endpoint, received) = receiver();
     let data = tempfile::tempdir().unwrap();
     let (child, base, key) = serve(&endpoint, data.path());
+    // The demo lane's breaker opens (five failures); then a refusal.
+    common::open_the_demo_breaker(&base, &key);
     let client = reqwest::blocking::Client::new();
-    let post = |path: &str, body: serde_json::Value| {
-        client
-            .post(format!("{base}{path}"))
-            .bearer_auth(&key)
-            .json(&body)
-            .send()
-            .unwrap()
-    };
-    // Five failed calls open the demo lane's breaker (failureThreshold 5); then a refusal.
-    for i in 0..5 {
-        let granted: serde_json::Value = post(
-            "/v1/admissions",
-            serde_json::json!({"providerId": "llm-subagent", "budgetId": format!("rb{i}"),
-                "estimate": {"tokens": 10, "costUsd": 0.01}, "deadlineMs": 5000}),
-        )
-        .json()
-        .unwrap();
-        let lease = granted["leaseId"].as_str().expect("granted");
-        let released = post(
-            &format!("/v1/leases/{lease}/release"),
-            serde_json::json!({"outcome": "failure"}),
-        );
-        assert_eq!(released.status(), 200);
-    }
-    let refused = post(
-        "/v1/admissions",
-        serde_json::json!({"providerId": "llm-subagent", "budgetId": "rb-open",
+    let refused = client
+        .post(format!("{base}/v1/admissions"))
+        .bearer_auth(&key)
+        .json(
+            &serde_json::json!({"providerId": "llm-subagent", "budgetId": "rb-open",
             "estimate": {"tokens": 10, "costUsd": 0.01}, "deadlineMs": 0}),
-    );
+        )
+        .send()
+        .unwrap();
     assert!(!refused.status().is_success(), "{}", refused.status());
     let scraped = client
         .get(format!("{base}/metrics"))

@@ -20,6 +20,23 @@ fn updates(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Lane `provider` of workspace `t` now: the first `update` of the admin's feed.
+fn lane_now(server: &TestServer, provider: &str) -> Value {
+    let text = server
+        .get("/v1/workspaces/t/events?maxEvents=1", &server.admin())
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    updates(&text)[0]["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["providerId"] == provider)
+        .cloned()
+        .unwrap()
+}
+
 #[test]
 fn the_feed_streams_lanes_decisions_and_transitions() {
     let server = TestServer::start_fresh(|_| {});
@@ -118,20 +135,7 @@ fn the_feed_names_the_limit_that_binds_a_queued_lane() {
     };
     let deadline = Instant::now() + Duration::from_secs(5);
     let p = loop {
-        let text = server
-            .get("/v1/workspaces/t/events?maxEvents=1", &server.admin())
-            .send()
-            .unwrap()
-            .text()
-            .unwrap();
-        let lanes = updates(&text)[0]["lanes"].clone();
-        let p = lanes
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["providerId"] == "p")
-            .cloned()
-            .unwrap();
+        let p = lane_now(&server, "p");
         if p["queued"] == 1 || Instant::now() > deadline {
             break p;
         }
@@ -149,19 +153,7 @@ fn the_feed_names_the_limit_that_binds_a_queued_lane() {
         200,
         "bob is served once alice is done"
     );
-    let text = server
-        .get("/v1/workspaces/t/events?maxEvents=1", &server.admin())
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    let lanes = &updates(&text)[0]["lanes"];
-    let p = lanes
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["providerId"] == "p")
-        .unwrap();
+    let p = lane_now(&server, "p");
     assert_eq!(p["bindings"], json!([]), "nothing waits: {p}");
 }
 
