@@ -46,6 +46,31 @@ export type Decision = (typeof DECISIONS)[number];
 export const BREAKER_STATES = ["closed", "open", "half-open"] as const;
 export type BreakerState = (typeof BREAKER_STATES)[number];
 
+/**
+ * Which limit holds a queued lane back (`BindingCount.binding`): a scope and a kind of limit,
+ * or the provider's pause, breaker or announced quota.
+ */
+export const BINDINGS = [
+  "principal-concurrency",
+  "workspace-concurrency",
+  "provider-concurrency",
+  "workspace-share",
+  "provider-share",
+  "workspace-reservation",
+  "provider-reservation",
+  "principal-requests",
+  "workspace-requests",
+  "provider-requests",
+  "principal-tokens",
+  "workspace-tokens",
+  "provider-tokens",
+  "provider-pause",
+  "provider-breaker",
+  "provider-quota-requests",
+  "provider-quota-tokens",
+] as const;
+export type Binding = (typeof BINDINGS)[number];
+
 /** How a replica coordinated a decision (replicas sharing limits through Redis only). */
 export const COORDINATIONS = ["shared", "degraded"] as const;
 export type Coordination = (typeof COORDINATIONS)[number];
@@ -316,6 +341,17 @@ export interface ProviderFairness {
   fairness: Fairness;
 }
 
+/** One workspace a key may see and its current revision (null: no profile yet). */
+export interface WorkspaceEntry {
+  workspaceId: string;
+  profileVersion: string | null;
+}
+
+/** `GET /v1/workspaces`: an admin key sees every workspace with a profile, a principal key its own. */
+export interface WorkspaceList {
+  workspaces: WorkspaceEntry[];
+}
+
 /**
  * `GET …/fairness`: grants and tokens served per principal over the last five minutes
  * (server-side window), with weights, bands and each lane's fairness mode.
@@ -343,6 +379,12 @@ export interface LaneBucket {
   capacity: number;
 }
 
+/** How many of a provider's queued lanes (one per principal with waiters) a limit holds. */
+export interface BindingCount {
+  binding: Binding;
+  lanes: number;
+}
+
 /** One provider lane as the console shows it (`LaneView` in the OpenAPI document). */
 export interface LaneView {
   providerId: string;
@@ -360,6 +402,8 @@ export interface LaneView {
   nextProbeAt: number | null;
   /** While paused: epoch ms the pause ends. */
   pausedUntil: number | null;
+  /** Which limits hold the queued lanes, most lanes first (empty when nothing waits). */
+  bindings: BindingCount[];
 }
 
 /** Final admission answers of one provider lane with one reason (`admitted` or a refusal). */
@@ -581,6 +625,8 @@ export const SHAPES = {
   },
   MinuteGrants: { startEpochMs: "scalar", grants: "scalar", queueDelayMs: "scalar", tokens: "scalar" },
   ProviderFairness: { providerId: "scalar", fairness: "enum:Fairness" },
+  WorkspaceEntry: { workspaceId: "scalar", profileVersion: "scalar" },
+  WorkspaceList: { workspaces: "WorkspaceEntry[]" },
   FairnessView: {
     atEpochMs: "scalar",
     fromEpochMs: "scalar",
@@ -606,7 +652,9 @@ export const SHAPES = {
     breakerState: "enum:BreakerState",
     nextProbeAt: "scalar",
     pausedUntil: "scalar",
+    bindings: "BindingCount[]",
   },
+  BindingCount: { binding: "enum:Binding", lanes: "scalar" },
   DecisionCount: { providerId: "scalar", reason: "enum:Reason", count: "scalar" },
   PrincipalTally: { principalId: "scalar", grants: "scalar", queueDelayMs: "scalar" },
   FeedPause: {
@@ -660,6 +708,7 @@ export const ENUMS: Record<string, readonly string[]> = {
   Outcome: OUTCOMES,
   Decision: DECISIONS,
   BreakerState: BREAKER_STATES,
+  Binding: BINDINGS,
   Coordination: COORDINATIONS,
   ChangeKind: CHANGE_KINDS,
   PauseCause: PAUSE_CAUSES,
@@ -685,6 +734,11 @@ const errorsWrite = { 400: "ErrorBody", 408: "ErrorBody", 413: "ErrorBody", 415:
 
 /** Every operation of the service, keyed by `"METHOD /path"` as in the OpenAPI document. */
 export const OPERATIONS: Record<string, OperationInfo> = {
+  "GET /v1/workspaces": {
+    method: "workspaces",
+    request: null,
+    responses: { 200: "WorkspaceList", 401: "ErrorBody", 429: "ErrorBody", 503: "ErrorBody" },
+  },
   "PUT /v1/workspaces/{workspaceId}/profiles/{profileVersion}": {
     method: "registerProfile",
     request: "Profile",
@@ -822,8 +876,11 @@ export type _ShapeChecks = [
   Assert<SameKeys<MinuteGrants, typeof SHAPES.MinuteGrants>>,
   Assert<SameKeys<ProviderFairness, typeof SHAPES.ProviderFairness>>,
   Assert<SameKeys<FairnessView, typeof SHAPES.FairnessView>>,
+  Assert<SameKeys<WorkspaceEntry, typeof SHAPES.WorkspaceEntry>>,
+  Assert<SameKeys<WorkspaceList, typeof SHAPES.WorkspaceList>>,
   Assert<SameKeys<LaneBucket, typeof SHAPES.LaneBucket>>,
   Assert<SameKeys<LaneView, typeof SHAPES.LaneView>>,
+  Assert<SameKeys<BindingCount, typeof SHAPES.BindingCount>>,
   Assert<SameKeys<DecisionCount, typeof SHAPES.DecisionCount>>,
   Assert<SameKeys<PrincipalTally, typeof SHAPES.PrincipalTally>>,
   Assert<SameKeys<FeedPause, typeof SHAPES.FeedPause>>,

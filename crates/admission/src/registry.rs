@@ -482,6 +482,17 @@ impl Registry {
         self.scheduled.get(workspace_id).copied()
     }
 
+    /// Every workspace with a registered profile and its current revision, by workspace ID.
+    pub fn workspaces(&self) -> Vec<(String, String)> {
+        let mut all: Vec<(String, String)> = self
+            .workspaces
+            .iter()
+            .map(|(id, entry)| (id.clone(), entry.revisions.current().to_owned()))
+            .collect();
+        all.sort_unstable();
+        all
+    }
+
     /// A workspace's aggregate counts ([`Controller::snapshot`]).
     pub fn snapshot(&self, workspace_id: &str) -> Option<Snapshot> {
         self.workspaces

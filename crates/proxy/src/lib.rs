@@ -47,6 +47,7 @@ mod deployment_config;
 mod deployments;
 mod error;
 mod estimate;
+mod failure_log;
 mod fake;
 mod format;
 mod handler;

@@ -11,6 +11,7 @@ pub(crate) mod ops;
 pub(crate) mod profiles;
 pub(crate) mod revisions;
 pub(crate) mod validate;
+pub(crate) mod workspaces;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

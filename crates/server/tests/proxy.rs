@@ -935,7 +935,7 @@ fn one_span_per_proxied_call_names_the_lane_and_never_a_tenant_or_the_prompt() {
 fn cnc_admit_budget_cap_proxied_calls_are_admitted_while_a_principal_holds_its_cap() {
     let rig = rig(4, |c| {
         c.budgets.max_open_per_workspace = 3;
-        c.budgets.max_open_per_principal = 2;
+        c.budgets.max_open_per_principal = Some(2);
     });
     for budget in ["held-0", "held-1"] {
         let body = json!({"providerId": "openai", "budgetId": budget, "estimate": {"tokens": 1}});

@@ -111,7 +111,7 @@ use crate::scopes::Scopes;
 pub use crate::scopes::IDLE_PRINCIPALS_KEPT;
 use crate::time::Millis;
 
-pub use lanes::{BucketLevel, LaneView};
+pub use lanes::{BindingCount, BucketLevel, LaneView};
 pub use levels::{BucketLevels, ScopeLevels};
 pub use reinstate::{Charge, LeaseCharge, ReinstateError};
 pub use request::AdmissionRequest;
