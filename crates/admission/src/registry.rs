@@ -17,8 +17,8 @@
 //!   4096 tracked revisions and 4096 tracked principal revisions per workspace (the oldest that
 //!   is not current is forgotten first).
 //! - The revisions, principals and change records of a workspace are kept by
-//!   `registry/revisions.rs`; this file keeps the controllers, the event outboxes and the
-//!   timers.
+//!   `registry/revisions.rs`, its rollout by `registry/rollouts.rs` (no registration while
+//!   one runs); this file keeps the controllers, the event outboxes and the timers.
 //! - The registry does not switch clocks: the host owns the one clock and passes `now`
 //!   (REFERENCE §6's clock-switch rule is dropped; see `docs/admission.md`).
 //!
@@ -404,6 +404,7 @@ impl Registry {
         self.with_controller(workspace_id, |e| match e.admit(request, now, true) {
             Acquired::Admitted(lease) => Ok(lease),
             Acquired::Rejected(rejection) => Err(rejection),
+            // Never: a try-now answer is `try_acquire`'s, admitted or refused.
             Acquired::Queued { .. } => {
                 Err(Rejection::refusal(crate::reason::Reason::Concurrency, 0))
             }

@@ -64,7 +64,7 @@ impl Charge {
 
     /// The estimate this charge stands for, for the budget ledger (the fields budgets do not
     /// count are left empty).
-    pub(super) fn as_estimate(&self) -> CheckedEstimate {
+    fn as_estimate(&self) -> CheckedEstimate {
         CheckedEstimate {
             attempts: self.attempts,
             tokens: self.tokens,

@@ -125,8 +125,7 @@ impl RolloutState {
 
 /// Forces the grant `lease` of `from` into `to`; returns `to`'s twin.
 fn mirror(from: &Controller, to: &mut Controller, lease: LeaseId, now: Millis) -> Option<LeaseId> {
-    let (principal, charge) = from.grant_fact(lease)?;
-    to.force_grant(principal, &charge, now)
+    to.force_grant(&from.grant_fact(lease)?, now)
 }
 
 impl WorkspaceEntry {
