@@ -620,3 +620,32 @@ fn the_history_keeps_the_last_rollouts() {
         Some(format!("c{}", ROLLOUT_HISTORY_LIMIT + 5).as_str())
     );
 }
+
+#[test]
+fn run_jev_admission_step4_a_principal_only_the_candidate_names_stays_with_the_active() {
+    let names = principals(2);
+    let mut registry = registry(limits(4), &names);
+    let mut candidate = profile(limits(4), &names);
+    candidate.principals.insert("newcomer".into(), limits(4));
+    registry
+        .start_rollout(WS, "v2", candidate, RolloutMode::Canary { share: 1.0 }, 0)
+        .unwrap();
+    // The active could not count its grant, so the candidate does not decide it.
+    let Acquired::Rejected(rejection) = registry
+        .acquire(WS, request("newcomer", "b", 1), 1)
+        .unwrap()
+    else {
+        panic!("v1 does not name the newcomer")
+    };
+    assert!(!rejection.evidence.candidate);
+    let decisions = registry.rollout(WS).unwrap().decisions;
+    assert_eq!((decisions.compared, decisions.candidate_only.admit), (1, 1));
+    // After a promote the newcomer is admitted.
+    registry.promote_rollout(WS, 2).unwrap();
+    assert!(matches!(
+        registry
+            .acquire(WS, request("newcomer", "b", 3), 3)
+            .unwrap(),
+        Acquired::Admitted(_)
+    ));
+}

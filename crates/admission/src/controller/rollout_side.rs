@@ -201,6 +201,12 @@ impl Controller {
         })
     }
 
+    /// Whether this controller's profile names both the principal and the provider (so it can
+    /// take a grant of that lane as a fact).
+    pub(crate) fn knows_lane(&self, principal_id: &str, provider_id: &str) -> bool {
+        self.lane_of(principal_id, provider_id).is_ok()
+    }
+
     /// Whether `waiter` waits in this controller's queue.
     pub(crate) fn holds_waiter(&self, waiter: crate::evidence::WaiterId) -> bool {
         self.queue.find(waiter).is_some()
