@@ -649,3 +649,53 @@ fn run_jev_admission_step4_a_principal_only_the_candidate_names_stays_with_the_a
         Acquired::Admitted(_)
     ));
 }
+
+#[test]
+fn run_jev_admission_step4_a_limit_shared_by_both_slices_is_never_exceeded() {
+    let names = principals(30);
+    let mut registry = registry(limits(4), &names);
+    registry
+        .start_rollout(
+            WS,
+            "v2",
+            profile(limits(4), &names),
+            RolloutMode::Canary { share: 0.5 },
+            0,
+        )
+        .unwrap();
+    let mut rng = Lcg(17);
+    let (mut now, mut held, mut by_candidate) = (0, Vec::new(), 0);
+    for _ in 0..5_000 {
+        now += rng.next(300);
+        let mut resolved = Vec::new();
+        for due in registry.handle_due(now) {
+            resolved.extend(std::iter::from_fn(|| registry.poll_resolution(&due)));
+        }
+        if held.len() as u64 <= rng.next(8) {
+            let name = &names[rng.next(30) as usize];
+            if let Acquired::Admitted(lease) =
+                registry.acquire(WS, request(name, "b", now), now).unwrap()
+            {
+                by_candidate += u64::from(lease.evidence.candidate);
+                held.push(lease.id);
+            }
+        } else {
+            let lease = held.swap_remove(rng.next(held.len() as u64) as usize);
+            registry.release(WS, lease, Outcome::Success, now).unwrap();
+        }
+        resolved.extend(std::iter::from_fn(|| registry.poll_resolution(WS)));
+        for resolution in resolved {
+            if let Ok(lease) = resolution.outcome {
+                by_candidate += u64::from(lease.evidence.candidate);
+                held.push(lease.id);
+            }
+        }
+        assert!(
+            held.len() <= 4,
+            "{} leases held under a shared limit of 4",
+            held.len()
+        );
+        assert_eq!(registry.totals(WS).unwrap().active, held.len() as u64);
+    }
+    assert!(by_candidate > 500, "{by_candidate}");
+}
