@@ -135,6 +135,12 @@ fn no_expectation() -> impl FnMut(&Registry, &AdmissionRequest, u64) -> Option<&
     |_: &Registry, _: &AdmissionRequest, _| None
 }
 
+fn canary(registry: &mut Registry, candidate: Profile, share: f64) {
+    registry
+        .start_rollout(WS, "v2", candidate, RolloutMode::Canary { share }, 0)
+        .expect("started");
+}
+
 fn shadow(registry: &mut Registry, candidate: Profile) {
     registry
         .start_rollout(WS, "v2", candidate, RolloutMode::Shadow, 0)
@@ -326,15 +332,7 @@ fn canary_slice(registry: &mut Registry, names: &[String], now: u64) -> BTreeSet
 fn run_jev_admission_step4_a_canary_of_half_puts_half_the_principals_under_the_candidate_stably() {
     let names = principals(1_000);
     let mut registry = registry(limits(1000), &names);
-    registry
-        .start_rollout(
-            WS,
-            "v2",
-            profile(limits(999), &names),
-            RolloutMode::Canary { share: 0.5 },
-            0,
-        )
-        .unwrap();
+    canary(&mut registry, profile(limits(999), &names), 0.5);
     let first = canary_slice(&mut registry, &names, 1);
     assert!((450..=550).contains(&first.len()), "{}", first.len());
     assert_eq!(
@@ -352,15 +350,7 @@ fn run_jev_admission_step4_a_canary_of_half_puts_half_the_principals_under_the_c
 fn run_jev_admission_step4_both_slices_count_the_load_the_other_admitted() {
     let names = principals(200);
     let mut registry = registry(limits(4), &names);
-    registry
-        .start_rollout(
-            WS,
-            "v2",
-            profile(limits(4), &names),
-            RolloutMode::Canary { share: 0.5 },
-            0,
-        )
-        .unwrap();
+    canary(&mut registry, profile(limits(4), &names), 0.5);
     let slice = canary_slice(&mut registry, &names, 0);
     let canary: Vec<&String> = names.iter().filter(|n| slice.contains(*n)).collect();
     let stable: Vec<&String> = names.iter().filter(|n| !slice.contains(*n)).collect();
@@ -511,15 +501,7 @@ fn abort_leaves_the_active_untouched() {
 fn a_finished_canary_serves_its_remaining_waiters_then_leaves() {
     let names = principals(2);
     let mut registry = registry(limits(1), &names);
-    registry
-        .start_rollout(
-            WS,
-            "v2",
-            profile(limits(1), &names),
-            RolloutMode::Canary { share: 1.0 },
-            0,
-        )
-        .unwrap();
+    canary(&mut registry, profile(limits(1), &names), 1.0);
     let Acquired::Admitted(lease) = registry.acquire(WS, request("p0", "b", 1), 1).unwrap() else {
         panic!()
     };
@@ -654,15 +636,7 @@ fn run_jev_admission_step4_a_principal_only_the_candidate_names_stays_with_the_a
 fn run_jev_admission_step4_a_limit_shared_by_both_slices_is_never_exceeded() {
     let names = principals(30);
     let mut registry = registry(limits(4), &names);
-    registry
-        .start_rollout(
-            WS,
-            "v2",
-            profile(limits(4), &names),
-            RolloutMode::Canary { share: 0.5 },
-            0,
-        )
-        .unwrap();
+    canary(&mut registry, profile(limits(4), &names), 0.5);
     let mut rng = Lcg(17);
     let (mut now, mut held, mut by_candidate) = (0, Vec::new(), 0);
     for _ in 0..5_000 {
