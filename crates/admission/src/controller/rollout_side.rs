@@ -71,7 +71,10 @@ impl Controller {
         };
         if let Some(reason) = self
             .never_fits(lane, &request.budget_id, &estimate)
-            .or_else(|| self.budgets.check_open(&request.budget_id))
+            .or_else(|| {
+                self.budget_cap_reached(lane, &request.budget_id)
+                    .map(|_| Reason::TooManyBudgets)
+            })
         {
             return RolloutDecision::Refuse(reason);
         }
@@ -179,10 +182,10 @@ impl Controller {
                 return Some(Reason::TokensPerSecond);
             }
         }
-        if let Some(super::admit::Attempt::Defer { reason, .. }) =
+        if let Some(super::admit::Attempt::Defer { binding, .. }) =
             self.quota_deferral(provider, tokens, now)
         {
-            return Some(reason);
+            return Some(binding.reason());
         }
         None
     }
@@ -236,9 +239,10 @@ impl Controller {
         let lane_slot = self.count_outside_grant(lane, &charged, true, now);
         self.quota_charge(lane.0, charged.tokens.unwrap_or(0), now);
         let budget_id = String::from(fact.budget_id);
+        let limited = self.budget_limited(lane);
         let (budget_epoch, _) =
             self.budgets
-                .charge(&budget_id, Self::scope_keys(lane), &charged, now);
+                .charge(&budget_id, Self::scope_keys(lane), &charged, limited, now);
         let service = self.order_grant(lane_slot, charged.tokens, false);
         Some(self.hold_outside_grant(LeaseRecord {
             lane,
