@@ -4,8 +4,8 @@
 //! # Protocol
 //!
 //! - `acquire` (after the local core granted): healthy, one acquire operation, sent at once as
-//!   `ts_acquire_v4` when nothing is in flight for the workspace, else in its next
-//!   `ts_batch_v4` call ([`crate::batcher`]: what arrives while a call is in flight goes in the
+//!   `ts_acquire_v5` when nothing is in flight for the workspace, else in its next
+//!   `ts_batch_v5` call ([`crate::batcher`]: what arrives while a call is in flight goes in the
 //!   next one); degraded, the declared share alone (no Redis call). A
 //!   failed or timed-out batch makes the replica degraded at once and each admission in it is
 //!   decided by the share, so no admission waits on Redis for longer than the command timeout.
@@ -134,11 +134,26 @@ struct Inner {
     pauses: HashMap<String, (WorkspaceKeys, String, Millis)>,
     /// Breaker outcomes seen while degraded (or whose release failed): breaker key → outcomes.
     outcomes: HashMap<String, (BreakerKeys, SeenOutcomes)>,
+    /// The books epoch last seen per workspace this replica holds leases in (key prefix →
+    /// epoch): one other than Redis's means Redis lost the books since.
+    epochs: HashMap<String, String>,
 }
+
+/// The library's books reconciliation window (`RECONCILE_MS` in the Lua): after Redis lost a
+/// workspace's books, nothing is granted there for this long.
+pub const BOOKS_RECONCILE_MS: Millis = 1_000;
+
+/// The longest probe interval: the replicas holding leases check the books every probe and
+/// must register them again well inside [`BOOKS_RECONCILE_MS`].
+pub const PROBE_EVERY_MAX_MS: Millis = BOOKS_RECONCILE_MS / 2;
+
+/// The longest an acquire waits, in all, for a workspace's books to be rebuilt (the library's
+/// window is 1 s; past this the admission is told to wait, as for a full scope).
+const BOOKS_WAIT_MAX_MS: Millis = 3_000;
 
 /// A replica's coordination through Redis.
 pub struct Coordinator {
-    store: RedisStore,
+    pub(crate) store: RedisStore,
     /// Acquires and releases, batched per workspace.
     batcher: Batcher,
     config: CoordConfig,
@@ -172,6 +187,10 @@ impl Coordinator {
     /// A replica's coordinator for `config` (connects lazily: a Redis down at start makes it
     /// degraded, not unable to start).
     pub fn new(config: CoordConfig) -> Result<Arc<Self>, CoordError> {
+        let probe_ms = u64::try_from(config.probe_every.as_millis()).unwrap_or(u64::MAX);
+        if probe_ms > PROBE_EVERY_MAX_MS {
+            return Err(CoordError::ProbeTooSlow(probe_ms));
+        }
         let store = RedisStore::new(&config.redis_url, config.topology, config.timeout)?;
         let lanes = LaneMemo::new(config.liveness_ms, config.turn_window_ms);
         // On a cluster each lane's own connection takes the first seed's credentials and asks
@@ -195,6 +214,12 @@ impl Coordinator {
     /// Whether it coordinates through Redis now.
     pub fn health(&self) -> Health {
         self.health.get()
+    }
+
+    /// The state to report (`/readyz`): [`health`](Self::health), but `Reconciling` while a
+    /// healthy replica knows books Redis lost are being rebuilt (grants there wait meanwhile).
+    pub fn reported_health(&self) -> Health {
+        self.health.reported()
     }
 
     /// The health cell itself (what the `/metrics` collector reads).
@@ -349,15 +374,41 @@ impl Coordinator {
         if self.health.get() != Health::Healthy {
             return self.acquire_degraded(spec, token, now, None);
         }
-        let member = self.member();
         let lane = self.lane(spec);
-        let (op, budget_key) = lane.acquire(&member, &spec.budget_id, spec.tokens, spec.micro_usd);
-        let verdict = match self.batcher.call(lane.workspace().prefix(), op).await {
-            Ok(value) => decode_acquire(value).inspect_err(|error| self.failed(error)),
-            Err(failure) => {
-                self.batch_failed(&failure);
-                Err(failure.error)
+        let mut waited: Millis = 0;
+        let (member, budget_key, verdict) = loop {
+            let member = self.member();
+            let (op, budget_key) =
+                lane.acquire(&member, &spec.budget_id, spec.tokens, spec.micro_usd);
+            let verdict = match self.batcher.call(lane.workspace().prefix(), op).await {
+                Ok(value) => decode_acquire(value).inspect_err(|error| self.failed(error)),
+                Err(failure) => {
+                    self.batch_failed(&failure);
+                    Err(failure.error)
+                }
+            };
+            // The workspace's books are being rebuilt (Redis lost them, or it is new): no
+            // grant before the replicas holding leases there registered them again. The
+            // admission waits for it (at most the library's window, whatever its deadline:
+            // the wait is bounded and short), then asks again.
+            if let Ok(Verdict::Reconciling { until, now: server }) = verdict {
+                let wait = until.saturating_sub(server).max(1);
+                self.health.books_reconcile_for(wait);
+                if waited.saturating_add(wait) > BOOKS_WAIT_MAX_MS {
+                    return Admission::Wait {
+                        reason: Reason::Concurrency,
+                        after_ms: Some(wait),
+                        mode: Mode::Shared,
+                    };
+                }
+                waited += wait;
+                tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                if self.health.get() != Health::Healthy {
+                    return self.acquire_degraded(spec, token, now, None);
+                }
+                continue;
             }
+            break (member, budget_key, verdict);
         };
         match verdict {
             Ok(Verdict::Granted { probe, .. }) => {
@@ -394,6 +445,11 @@ impl Coordinator {
                 mode: Mode::Shared,
             },
             Ok(Verdict::Reject { reason, .. }) => Admission::Rejected(reason),
+            Ok(Verdict::Reconciling { .. }) => Admission::Wait {
+                reason: Reason::Concurrency,
+                after_ms: Some(1),
+                mode: Mode::Shared,
+            },
             Err(_) => {
                 // The call may have run (or may still run, after a hang): a lease admitted now
                 // keeps its member, so Redis never counts it twice; one that is not admitted

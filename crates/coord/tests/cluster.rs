@@ -110,9 +110,9 @@ fn two_replicas_share_every_workspaces_limit_whichever_primary_owns_it() {
         let (a, b) = (replica(&cluster).await, replica(&cluster).await);
         // The library is on every primary, not only on the node the replica first reached.
         for node in cluster.nodes() {
-            let listed = node.cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_v4"]);
+            let listed = node.cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_v5"]);
             assert!(
-                listed.contains("ts_acquire_v4"),
+                listed.contains("ts_acquire_v5"),
                 "{}: {listed}",
                 node.port()
             );
@@ -218,8 +218,8 @@ fn a_stopped_or_restarted_primary_degrades_then_reconciles() {
         cluster.node_mut(2).restart_empty().unwrap();
         cluster.wait_ok(Duration::from_secs(20)).unwrap();
         let reconciled = wait_health(&coord, true, Duration::from_secs(2), "not healthy within 2 s of the cluster being ok again").await;
-        let listed = cluster.nodes()[2].cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_v4"]);
-        assert!(listed.contains("ts_acquire_v4"), "reloaded on {lost}");
+        let listed = cluster.nodes()[2].cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_v5"]);
+        assert!(listed.contains("ts_acquire_v5"), "reloaded on {lost}");
         for i in 0..WORKSPACES {
             assert_eq!(
                 provider_leases(&cluster, &workspace(i)),
