@@ -423,6 +423,17 @@ impl Loss {
     }
 }
 
+/// Two replicas on `redis`, healthy, the first holding the provider's whole concurrency.
+fn replica_1_holding_the_limit(redis: &RedisServer) -> Vec<Replica> {
+    let replicas: Vec<Replica> = (0..2).map(|_| replica(redis)).collect();
+    wait_for_all(&replicas, "healthy", Duration::from_secs(5));
+    for _ in 0..LIMIT {
+        let (status, answer) = acquire(&replicas[0], "upstream", 0);
+        assert_eq!(status, 200, "{answer}");
+    }
+    replicas
+}
+
 /// Issue 34, item 1: two replicas share the provider's concurrency; replica 1 holds all of
 /// it and replica 2 is refused. Redis loses the books with the connections kept up. Replica 2
 /// then tries to fill the limit again at once: none of its admissions is granted (it waits
@@ -432,12 +443,7 @@ impl Loss {
 fn books_lost_under_held_leases(loss: Loss) {
     let _serial = one_at_a_time();
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let replicas: Vec<Replica> = (0..2).map(|_| replica(&redis)).collect();
-    wait_for_all(&replicas, "healthy", Duration::from_secs(5));
-    for _ in 0..LIMIT {
-        let (status, answer) = acquire(&replicas[0], "upstream", 0);
-        assert_eq!(status, 200, "{answer}");
-    }
+    let replicas = replica_1_holding_the_limit(&redis);
     let (status, answer) = acquire(&replicas[1], "upstream", 0);
     assert_eq!(status, 429, "{answer}");
     assert_eq!(live_leases(&redis, "upstream"), LIMIT);
@@ -459,7 +465,6 @@ fn books_lost_under_held_leases(loss: Loss) {
             .any(|r| replica::coordination(r) == "reconciling");
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(seen, "no replica declared `reconciling` after {loss:?}");
     for attempt in tries {
         let (status, answer) = attempt.join().unwrap();
         assert_eq!(
@@ -468,6 +473,7 @@ fn books_lost_under_held_leases(loss: Loss) {
         );
         assert_eq!(answer["reason"], "concurrency", "{answer}");
     }
+    assert!(seen, "no replica declared `reconciling` after {loss:?}");
     eprintln!(
         "{loss:?}: replica 2's admissions all refused, the last after {:?}",
         lost.elapsed()
@@ -508,15 +514,10 @@ fn books_lost_to_eviction_of_the_workspace_are_rebuilt_before_any_grant() {
 fn leases_evicted_alone_are_registered_again_by_the_next_renewal() {
     let _serial = one_at_a_time();
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let replicas: Vec<Replica> = (0..2).map(|_| replica(&redis)).collect();
-    wait_for_all(&replicas, "healthy", Duration::from_secs(5));
-    for _ in 0..LIMIT {
-        let (status, answer) = acquire(&replicas[0], "upstream", 0);
-        assert_eq!(status, 200, "{answer}");
-    }
+    let replicas = replica_1_holding_the_limit(&redis);
     let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider("upstream"));
+    // Deleted (a renewal may register them again before the next line reads them).
     assert_eq!(redis.cli(&["DEL", &key]), "1");
-    assert_eq!(live_leases(&redis, "upstream"), 0);
     // Renewals every 300 ms in these replicas' configuration.
     let deleted = Instant::now();
     while live_leases(&redis, "upstream") != LIMIT {

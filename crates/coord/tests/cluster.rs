@@ -234,6 +234,71 @@ fn a_stopped_or_restarted_primary_degrades_then_reconciles() {
     });
 }
 
+/// Issue 34, item 1 on a cluster: every primary flushed (`FUNCTION FLUSH` + `FLUSHALL`) with the
+/// connections up while one replica holds a workspace's whole provider limit: the other
+/// replica's acquires grant nothing (they wait for the books' window, in which the holder
+/// registers its leases again on the workspace's primary), and the holder counts the loss.
+#[test]
+fn books_flushed_on_every_primary_are_rebuilt_before_any_grant() {
+    let rt = runtime();
+    let cluster = RedisCluster::start(3).unwrap();
+    rt.block_on(async {
+        let holder = replica(&cluster).await;
+        let other = replica(&cluster).await;
+        let clock_start = Instant::now();
+        let task = tokio::spawn(
+            holder
+                .clone()
+                .run(move || clock_start.elapsed().as_millis() as u64),
+        );
+        let lane = spec("ws-books", "alice", limits(2));
+        for token in ["h1", "h2"] {
+            assert_eq!(
+                holder.acquire(&lane, token, 0).await,
+                Admission::Granted(Mode::Shared)
+            );
+        }
+        assert!(matches!(
+            other.acquire(&lane, "o0", 0).await,
+            Admission::Wait {
+                reason: Reason::Concurrency,
+                ..
+            }
+        ));
+        for node in cluster.nodes() {
+            assert_eq!(node.cli(&["FUNCTION", "FLUSH"]), "OK");
+            assert_eq!(node.cli(&["FLUSHALL"]), "OK");
+        }
+        // (The holder may have registered its leases again already: it checks every probe.)
+        for token in ["o1", "o2"] {
+            let answer = other.acquire(&lane, token, 0).await;
+            assert!(
+                matches!(
+                    answer,
+                    Admission::Wait {
+                        reason: Reason::Concurrency,
+                        ..
+                    }
+                ),
+                "granted into the flushed books: {answer:?}"
+            );
+        }
+        assert_eq!(
+            provider_leases(&cluster, "ws-books"),
+            2,
+            "h1 and h2 registered again"
+        );
+        assert_eq!(
+            holder
+                .metrics
+                .books_lost
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        task.abort();
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_identity_feed_lives_on_the_primary_of_its_slot() {
     let cluster = RedisCluster::start(3).unwrap();

@@ -455,15 +455,19 @@ end
 -- same wait once. RECONCILE_MS must exceed the replicas' probe interval plus a call
 -- (the client refuses a probe interval over half of it).
 local RECONCILE_MS = 1000
--- Epochs already seen settled, per workspace prefix (so the common case converts no number);
--- bounded: starts over past SETTLED_MAX workspaces.
+-- Epochs already seen settled, per epoch key (so the common case converts no number), and the
+-- epoch key of a pause key (so the common case builds no string); both bounded: they start
+-- over past SETTLED_MAX workspaces.
 local SETTLED_MAX = 4096
-local settled, nsettled = {}, 0
+local settled, epoch_keys, nsettled = {}, {}, 0
 
--- The epoch of the workspace of `prefix` ('ts:{W}:'): its value (a string) and whether it had
--- to be written now (it was missing).
-local function epoch_of(prefix, now)
-  local key = prefix .. 'ep'
+-- The epoch key of the workspace of `key` (any of its keys): its prefix .. 'ep'.
+local function epoch_key(key)
+  return prefix_of(key) .. 'ep'
+end
+
+-- The epoch at `key`: its value (a string) and whether it had to be written now (missing).
+local function epoch_of(key, now)
   local ep = redis.call('GET', key)
   if ep then return ep, false end
   ep = fmt(now + RECONCILE_MS)
@@ -471,15 +475,21 @@ local function epoch_of(prefix, now)
   return ep, true
 end
 
--- Whether the workspace's books are trustworthy at `now`; if not, until when (server ms).
-local function books_settled(prefix, now)
-  local ep = epoch_of(prefix, now)
-  if settled[prefix] == ep then return true, 0 end
+-- Whether the books of the workspace of `pause_key` (an acquire's first key) are trustworthy
+-- at `now`; if not, until when (server ms).
+local function books_settled(pause_key, now)
+  local key = epoch_keys[pause_key]
+  if key == nil then
+    if nsettled >= SETTLED_MAX then settled, epoch_keys, nsettled = {}, {}, 0 end
+    key = epoch_key(pause_key)
+    epoch_keys[pause_key] = key
+    nsettled = nsettled + 1
+  end
+  local ep = epoch_of(key, now)
+  if settled[key] == ep then return true, 0 end
   local at = ep + 0
   if at > now then return false, at end
-  if nsettled >= SETTLED_MAX then settled, nsettled = {}, 0 end
-  if settled[prefix] == nil then nsettled = nsettled + 1 end
-  settled[prefix] = ep
+  settled[key] = ep
   return true, 0
 end
 
@@ -621,7 +631,7 @@ local function acquire_op(keys, args)
   -- Every check passed: the books last (a refusal needs no trusted books; a grant into books
   -- Redis lost, before the replicas holding leases registered them again, could exceed a
   -- limit).
-  local trusted, until_ = books_settled(prefix_of(keys[1]), now)
+  local trusted, until_ = books_settled(keys[1], now)
   if not trusted then return {'reconciling', 'concurrency', 0, until_, now} end
   -- Commit.
   local score = fmt(now + L.liveness)
@@ -864,7 +874,7 @@ local function renew(keys, args)
   local mode = args[2]
   local known = args[3]
   local now = now_ms()
-  local ep, created = epoch_of(prefix_of(keys[1]), now)
+  local ep, created = epoch_of(epoch_key(keys[1]), now)
   local lost = 0
   if created or (known ~= '-' and known ~= ep) or (known == '-' and ep + 0 > now) then
     lost = 1
