@@ -37,9 +37,11 @@ use tokio::sync::Notify;
 use turnstile_admission::{Millis, Reason};
 use turnstile_admission::{TokenBucket, MINUTE_MS, SECOND_MS};
 
+mod books;
 mod config;
 mod renewal;
 
+pub use books::{BOOKS_RECONCILE_MS, PROBE_EVERY_MAX_MS};
 pub use config::{CoordConfig, DEFAULT_TURN_WINDOW_MS, TURN_NEXT_POLL_MS};
 
 use crate::batcher::{Batcher, MAX_BATCH};
@@ -139,18 +141,6 @@ struct Inner {
     epochs: HashMap<String, String>,
 }
 
-/// The library's books reconciliation window (`RECONCILE_MS` in the Lua): after Redis lost a
-/// workspace's books, nothing is granted there for this long.
-pub const BOOKS_RECONCILE_MS: Millis = 1_000;
-
-/// The longest probe interval: the replicas holding leases check the books every probe and
-/// must register them again well inside [`BOOKS_RECONCILE_MS`].
-pub const PROBE_EVERY_MAX_MS: Millis = BOOKS_RECONCILE_MS / 2;
-
-/// The longest an acquire waits, in all, for a workspace's books to be rebuilt (the library's
-/// window is 1 s; past this the admission is told to wait, as for a full scope).
-const BOOKS_WAIT_MAX_MS: Millis = 3_000;
-
 /// A replica's coordination through Redis.
 pub struct Coordinator {
     pub(crate) store: RedisStore,
@@ -187,10 +177,7 @@ impl Coordinator {
     /// A replica's coordinator for `config` (connects lazily: a Redis down at start makes it
     /// degraded, not unable to start).
     pub fn new(config: CoordConfig) -> Result<Arc<Self>, CoordError> {
-        let probe_ms = u64::try_from(config.probe_every.as_millis()).unwrap_or(u64::MAX);
-        if probe_ms > PROBE_EVERY_MAX_MS {
-            return Err(CoordError::ProbeTooSlow(probe_ms));
-        }
+        books::check_probe(&config)?;
         let store = RedisStore::new(&config.redis_url, config.topology, config.timeout)?;
         let lanes = LaneMemo::new(config.liveness_ms, config.turn_window_ms);
         // On a cluster each lane's own connection takes the first seed's credentials and asks
@@ -214,12 +201,6 @@ impl Coordinator {
     /// Whether it coordinates through Redis now.
     pub fn health(&self) -> Health {
         self.health.get()
-    }
-
-    /// The state to report (`/readyz`): [`health`](Self::health), but `Reconciling` while a
-    /// healthy replica knows books Redis lost are being rebuilt (grants there wait meanwhile).
-    pub fn reported_health(&self) -> Health {
-        self.health.reported()
     }
 
     /// The health cell itself (what the `/metrics` collector reads).
@@ -387,22 +368,11 @@ impl Coordinator {
                     Err(failure.error)
                 }
             };
-            // The workspace's books are being rebuilt (Redis lost them, or it is new): no
-            // grant before the replicas holding leases there registered them again. The
-            // admission waits for it (at most the library's window, whatever its deadline:
-            // the wait is bounded and short), then asks again.
+            // The workspace's books are being rebuilt: wait for them, then ask again.
             if let Ok(Verdict::Reconciling { until, now: server }) = verdict {
-                let wait = until.saturating_sub(server).max(1);
-                self.health.books_reconcile_for(wait);
-                if waited.saturating_add(wait) > BOOKS_WAIT_MAX_MS {
-                    return Admission::Wait {
-                        reason: Reason::Concurrency,
-                        after_ms: Some(wait),
-                        mode: Mode::Shared,
-                    };
+                if let Some(answer) = self.wait_for_books(until, server, &mut waited).await {
+                    return answer;
                 }
-                waited += wait;
-                tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
                 if self.health.get() != Health::Healthy {
                     return self.acquire_degraded(spec, token, now, None);
                 }

@@ -30,8 +30,10 @@ impl Coordinator {
     /// One renewal batch per workspace this replica holds leases in, with the books epoch it
     /// knows there; `only`: the workspaces (key prefixes) to include (all: `None`). Epochs of
     /// workspaces it holds nothing in are forgotten (a later lease there learns the epoch
-    /// anew).
-    fn renew_batches(&self, only: Option<&HashSet<String>>) -> Vec<RenewBatch> {
+    /// anew). With `mode` [`RenewMode::Check`] a batch names one lease zset and no member (the
+    /// check of every probe sends no lease).
+    fn renew_batches(&self, only: Option<&HashSet<String>>, mode: RenewMode) -> Vec<RenewBatch> {
+        let check = mode == RenewMode::Check;
         let mut inner = self.lock();
         let inner = &mut *inner;
         let mut by_workspace: HashMap<&str, RenewBatch> = HashMap::new();
@@ -47,6 +49,14 @@ impl Coordinator {
                 keys: Vec::new(),
                 members: Vec::new(),
             });
+            if check {
+                if batch.keys.is_empty() {
+                    if let Some(key) = held.lease_keys().first() {
+                        batch.keys.push(key.to_string());
+                    }
+                }
+                continue;
+            }
             for key in held.lease_keys() {
                 let i = *index.entry((workspace, key)).or_insert_with(|| {
                     batch.keys.push(key.to_string());
@@ -60,7 +70,10 @@ impl Coordinator {
                 .epochs
                 .retain(|workspace, _| by_workspace.contains_key(workspace.as_str()));
         }
-        by_workspace.into_values().collect()
+        by_workspace
+            .into_values()
+            .filter(|batch| !batch.keys.is_empty())
+            .collect()
     }
 
     /// Renews (or checks, or registers) `batches` and takes in what Redis answered: the books
@@ -127,7 +140,7 @@ impl Coordinator {
         if again.is_empty() {
             return Ok(());
         }
-        let batches = self.renew_batches(Some(again));
+        let batches = self.renew_batches(Some(again), RenewMode::Register);
         self.renew_and_check(&batches, RenewMode::Register)
             .await
             .map(|_| ())
@@ -135,7 +148,7 @@ impl Coordinator {
 
     /// Registers every live lease again and merges the pauses seen while degraded.
     async fn reconcile(&self, now: Millis) -> Result<(), CoordError> {
-        let batches = self.renew_batches(None);
+        let batches = self.renew_batches(None, RenewMode::Register);
         self.renew_and_check(&batches, RenewMode::Register).await?;
         let pauses: Vec<(WorkspaceKeys, String, Millis)> =
             self.lock().pauses.drain().map(|(_, v)| v).collect();
@@ -192,13 +205,7 @@ impl Coordinator {
                     } else {
                         RenewMode::Check
                     };
-                    let mut batches = self.renew_batches(None);
-                    if mode == RenewMode::Check {
-                        for batch in &mut batches {
-                            batch.keys.truncate(1);
-                            batch.members.clear();
-                        }
-                    }
+                    let batches = self.renew_batches(None, mode);
                     let checked = match self.renew_and_check(&batches, mode).await {
                         Ok(again) => self.register_again(&again).await,
                         Err(error) => Err(error),
