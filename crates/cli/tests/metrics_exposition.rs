@@ -102,6 +102,7 @@ const REPLICA: &[(&str, &str, &[&str])] = &[
         "counter",
         &[],
     ),
+    ("turnstile_coordination_books_lost_total", "counter", &[]),
     ("turnstile_identity_events_applied_total", "counter", &[]),
     ("turnstile_identity_follow_errors_total", "counter", &[]),
     ("turnstile_identity_apply_errors_total", "counter", &[]),
