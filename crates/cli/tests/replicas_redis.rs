@@ -533,5 +533,10 @@ fn leases_evicted_alone_are_registered_again_by_the_next_renewal() {
     );
     let (status, answer) = acquire(&replicas[1], "upstream", 0);
     assert_eq!(status, 429, "{answer}");
-    assert!(metrics(&replicas[0]).contains("turnstile_coordination_books_lost_total 1"));
+    // At least once: a renewal and a probe in flight together may both find them missing.
+    let lost = metrics(&replicas[0])
+        .lines()
+        .find_map(|line| line.strip_prefix("turnstile_coordination_books_lost_total "))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(lost.is_some_and(|n| n >= 1), "books lost counted: {lost:?}");
 }
