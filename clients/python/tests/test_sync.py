@@ -26,6 +26,7 @@ from turnstile_client._types import (
     KeyListing,
     LeaseBody,
     PauseHistory,
+    ProfileChangeRecord,
     ProfileHistory,
     ProfileRevision,
     ReleaseResult,
@@ -207,6 +208,22 @@ def test_admin_keys_and_profiles(admin: Client, service: Service) -> None:
     with pytest.raises(NotFound) as unknown:
         admin.revoke_key(WORKSPACE, created["keyId"])
     assert unknown.value.error == "unknown-key"
+
+
+def test_a_revision_change_keeps_its_approval_on_record(admin: Client) -> None:
+    """Issue 33, item 4: `note` and `approved_by` travel with the change and come back in the
+    record and the history; a bad one is a typed 422 naming the field."""
+    from conftest import PROFILE
+
+    workspace = "py-approvals"
+    record = admin.register_profile(workspace, "v1", PROFILE, note="CHG-7\nfirst limits", approved_by="Dana")
+    assert unknown_keys(record, ProfileChangeRecord) == []
+    assert (record.get("note"), record.get("approvedBy")) == ("CHG-7\nfirst limits", "Dana")
+    with pytest.raises(BadRequest) as refused:
+        admin.register_profile(workspace, "v2", PROFILE, approved_by="x" * 129)
+    assert (refused.value.status, refused.value.error, refused.value.field) == (422, "invalid-request", "approvedBy")
+    history = admin.profile_history(workspace)["records"]
+    assert [(r["kind"], r["note"], r["approvedBy"]) for r in history] == [("initial", "CHG-7\nfirst limits", "Dana")]
 
 
 def test_console_reads_pauses_fairness_and_a_revision(client: Client, admin: Client) -> None:

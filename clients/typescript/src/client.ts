@@ -79,6 +79,14 @@ export interface EventsOptions {
   signal?: AbortSignal;
 }
 
+/** The approval on record of a revision change: kept with it in the audit log. */
+export interface Approval {
+  /** The operator's note (1 to 1000 characters). */
+  note?: string;
+  /** Who approved the change (1 to 128 characters, no control character). */
+  approvedBy?: string;
+}
+
 export interface ReleaseOptions {
   outcome?: Outcome;
   /** Required with outcome `retry-after`, refused otherwise. */
@@ -120,6 +128,14 @@ function checkUsage(usage: ActualUsage): ActualUsage {
     if (!Number.isFinite(usage.costUsd) || usage.costUsd < 0) throw new RangeError("costUsd must be a finite number >= 0");
     out.costUsd = usage.costUsd;
   }
+  return out;
+}
+
+/** The fields of `approval` that were given (the service checks them: 422 naming the field). */
+function withApproval(approval: Approval): Approval {
+  const out: Approval = {};
+  if (approval.note !== undefined) out.note = approval.note;
+  if (approval.approvedBy !== undefined) out.approvedBy = approval.approvedBy;
   return out;
 }
 
@@ -583,14 +599,20 @@ export class Client {
 
   // Administration (admin key).
 
-  /** Register a profile revision: the change record (201) or `{unchanged: true}` (200). */
+  /**
+   * Register a profile revision: the change record (201) or `{unchanged: true}` (200). `note`
+   * and `approvedBy` are kept with the change in the audit log (the approval on record); a
+   * rollback is registering an earlier revision again.
+   */
   async registerProfile(
     workspaceId: string,
     profileVersion: string,
     profile: Profile,
+    approval: Approval = {},
   ): Promise<ProfileChangeRecord | ProfileUnchanged> {
     const path = `/v1/workspaces/${seg(workspaceId)}/profiles/${seg(profileVersion)}`;
-    return this.#json<ProfileChangeRecord | ProfileUnchanged>({ method: "PUT", path, body: profile }, [200, 201]);
+    const body: Profile = { ...profile, ...withApproval(approval) };
+    return this.#json<ProfileChangeRecord | ProfileUnchanged>({ method: "PUT", path, body }, [200, 201]);
   }
 
   async createKey(workspaceId: string, principalId: string): Promise<CreatedKey> {

@@ -233,6 +233,10 @@ export interface Profile {
   workspace: Limits;
   providers: Record<string, Limits>;
   principals?: Record<string, Limits>;
+  /** Request only (`registerProfile`): the approval on record, not part of the revision. */
+  note?: string | null;
+  /** Request only (`registerProfile`): who approved the change. */
+  approvedBy?: string | null;
 }
 
 export interface ProfileChangeRecord {
@@ -245,6 +249,10 @@ export interface ProfileChangeRecord {
   atEpochMs: number;
   /** The keyId of the admin key that made the change (null: first start, or an older record). */
   actorKeyId: string | null;
+  /** The operator's note on the change (null: none given, or an older record). */
+  note: string | null;
+  /** Who approved the change (null: none given, or an older record). */
+  approvedBy: string | null;
 }
 
 export interface ProfileUnchanged {
@@ -530,7 +538,13 @@ export const SHAPES = {
     priority: "enum:Priority",
     minShare: "MinShare",
   },
-  Profile: { workspace: "Limits", providers: "{Limits}", principals: "{Limits}" },
+  Profile: {
+    workspace: "Limits",
+    providers: "{Limits}",
+    principals: "{Limits}",
+    note: "scalar",
+    approvedBy: "scalar",
+  },
   ProfileChangeRecord: {
     schema: "const",
     workspaceId: "scalar",
@@ -540,6 +554,8 @@ export const SHAPES = {
     digest: "scalar",
     atEpochMs: "scalar",
     actorKeyId: "scalar",
+    note: "scalar",
+    approvedBy: "scalar",
   },
   ProfileUnchanged: { unchanged: "scalar", profileVersion: "scalar" },
   ProfileHistory: { records: "ProfileChangeRecord[]" },

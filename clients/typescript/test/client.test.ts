@@ -289,6 +289,23 @@ test("admin: profiles and keys", async () => {
   await assert.rejects(admin.revokeKey(WORKSPACE, created.keyId), (e: unknown) => e instanceof NotFoundError && e.error === "unknown-key");
 });
 
+test("a revision change keeps its approval on record (issue 33, item 4)", async () => {
+  const workspace = "ts-approvals";
+  const record = await admin.registerProfile(workspace, "v1", PROFILE, { note: "CHG-8\nfirst limits", approvedBy: "Dana" });
+  assert.deepEqual(unknownKeys(record, "ProfileChangeRecord"), []);
+  assert.ok("note" in record);
+  assert.deepEqual([record.note, record.approvedBy], ["CHG-8\nfirst limits", "Dana"]);
+  await assert.rejects(
+    admin.registerProfile(workspace, "v2", PROFILE, { approvedBy: "x".repeat(129) }),
+    (e: unknown) => e instanceof BadRequestError && e.status === 422 && e.error === "invalid-request" && e.field === "approvedBy",
+  );
+  const history = (await admin.profileHistory(workspace)).records;
+  assert.deepEqual(
+    history.map((r) => [r.kind, r.note, r.approvedBy]),
+    [["initial", "CHG-8\nfirst limits", "Dana"]],
+  );
+});
+
 test("console reads: pauses with their cause, fairness by key, a revision, who changed it", async () => {
   await assert.rejects(
     client.withAdmission({ providerId: "pausable", budgetId: budget(), estimate: small, waitMs: 6000 }, () => {

@@ -2,6 +2,7 @@
 //! sends one command to the driver (or the store) and maps the answer to a status.
 
 pub(crate) mod admissions;
+pub(crate) mod approval;
 pub(crate) mod coordination;
 pub(crate) mod events;
 pub(crate) mod fairness;

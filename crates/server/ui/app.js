@@ -354,6 +354,9 @@
       // The admin key that made the change (null: the first start, or an older record).
       const by = cell(tr, r.actorKeyId || "–", "actor", "digest");
       if (!r.actorKeyId) by.title = "no key: registered at first start, or before the audit log kept actors";
+      // The approval on record (null: none given, or an older record).
+      cell(tr, r.approvedBy || "–", "approved-by");
+      cell(tr, r.note || "–", "note", "note");
       cell(tr, r.digest.slice(0, 19) + "…", "digest", "digest");
       const td = cell(tr, "");
       td.hidden = !session.admin;
@@ -418,6 +421,7 @@
     return new Promise((resolve) => {
       const d = $("confirm");
       $("confirm-text").textContent = text;
+      $("confirm-approval").hidden = true;
       d.returnValue = "";
       d.addEventListener("close", () => resolve(d.returnValue === "ok"), { once: true });
       d.showModal();
@@ -425,11 +429,35 @@
     });
   }
 
+  // A revision change (rollback, rollout start, promote, abort) asks for its approval on
+  // record: resolves with `{note?, approvedBy?}` (only what was filled in), or null on cancel.
+  function approvalDialog(text) {
+    return new Promise((resolve) => {
+      const d = $("confirm");
+      $("confirm-text").textContent = text;
+      $("confirm-approval").hidden = false;
+      $("confirm-note").value = "";
+      $("confirm-approved-by").value = "";
+      d.returnValue = "";
+      d.addEventListener("close", () => {
+        if (d.returnValue !== "ok") return resolve(null);
+        const approval = {};
+        const note = $("confirm-note").value.trim(), by = $("confirm-approved-by").value.trim();
+        if (note) approval.note = note;
+        if (by) approval.approvedBy = by;
+        resolve(approval);
+      }, { once: true });
+      d.showModal();
+      $("confirm-approved-by").focus();
+    });
+  }
+
   async function rollback(version) {
-    if (!(await confirmDialog(`Roll workspace ${session.workspace} back to revision ${version}? New admissions use its limits at once; the change is recorded in the audit log.`))) return;
+    const approval = await approvalDialog(`Roll workspace ${session.workspace} back to revision ${version}? New admissions use its limits at once; the change is recorded in the audit log.`);
+    if (!approval) return;
     try {
       const rev = await api("GET", wsPath("/profiles/" + encodeURIComponent(version)));
-      const record = await api("PUT", wsPath("/profiles/" + encodeURIComponent(version)), rev.profile);
+      const record = await api("PUT", wsPath("/profiles/" + encodeURIComponent(version)), { ...rev.profile, ...approval });
       status(`Rolled back to ${version} (${record && record.kind ? record.kind : "unchanged"}).`, true);
       await loadProfiles();
     } catch (e) { fail(e); }

@@ -9,7 +9,7 @@ from typing import Any, Mapping, cast
 import httpx
 
 from . import _core
-from ._core import Call, LeaseState, segment
+from ._core import Call, LeaseState, approval, segment
 from ._errors import LeaseLost, TurnstileError
 from ._events import EventStream, events_request
 from ._types import (
@@ -318,11 +318,20 @@ class Client:
     # Administration (admin key).
 
     def register_profile(
-        self, workspace_id: str, profile_version: str, profile: Profile | Mapping[str, Any]
+        self,
+        workspace_id: str,
+        profile_version: str,
+        profile: Profile | Mapping[str, Any],
+        *,
+        note: str | None = None,
+        approved_by: str | None = None,
     ) -> ProfileChangeRecord | ProfileUnchanged:
-        """Register a profile revision: the change record (201) or `{unchanged: true}` (200)."""
+        """Register a profile revision: the change record (201) or `{unchanged: true}` (200).
+        `note` and `approved_by` are kept with the change in the audit log (the approval on
+        record); a rollback is registering an earlier revision again."""
         path = f"/v1/workspaces/{segment(workspace_id)}/profiles/{segment(profile_version)}"
-        return cast(ProfileChangeRecord, self._json(Call("PUT", path, dict(profile), True), ok=(200, 201)))
+        body = approval(dict(profile), note, approved_by)
+        return cast(ProfileChangeRecord, self._json(Call("PUT", path, body, True), ok=(200, 201)))
 
     def create_key(self, workspace_id: str, principal_id: str) -> CreatedKey:
         body: CreateKeyRequest = {"principalId": principal_id}

@@ -261,6 +261,10 @@ class _ProfileRequired(TypedDict):
 
 class Profile(_ProfileRequired, total=False):
     principals: dict[str, Limits]
+    # Request only (`register_profile`): the approval on record of the change, not part of the
+    # revision (never answered inside a profile).
+    note: str | None
+    approvedBy: str | None
 
 
 class ProfileChangeRecord(TypedDict, total=False):
@@ -273,6 +277,9 @@ class ProfileChangeRecord(TypedDict, total=False):
     atEpochMs: int
     # The keyId of the admin key that made the change (None: first start, or an older record).
     actorKeyId: str | None
+    # The approval on record: the operator's note and who approved (None when not given).
+    note: str | None
+    approvedBy: str | None
 
 
 class ProfileUnchanged(TypedDict, total=False):

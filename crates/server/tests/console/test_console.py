@@ -285,6 +285,10 @@ def test_diff_and_rollback_from_the_console_are_audited(browser: webdriver.Chrom
     assert history["records"][-1]["profileVersion"] == "v2"
 
     browser.find_element(By.CSS_SELECTOR, 'button[data-rollback="v1"]').click()
+    # The approval on record (issue 33, item 4): who approved and why, asked in the dialog.
+    wait_for(lambda: browser.find_element(By.ID, "confirm-approved-by").is_displayed())
+    browser.find_element(By.ID, "confirm-approved-by").send_keys("Dana (SRE on call)")
+    browser.find_element(By.ID, "confirm-note").send_keys("INC-42: v2 queues too much")
     confirm(browser)
     wait_for(lambda: browser.find_element(By.ID, "current-revision").text == "v1")
     _, history = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/profiles", service.admin)
@@ -292,12 +296,15 @@ def test_diff_and_rollback_from_the_console_are_audited(browser: webdriver.Chrom
     assert (last["kind"], last["profileVersion"], last["previousProfileVersion"]) == ("rollback", "v1", "v2")
     # Who did it: the admin key's ID, in the audit log and in the console's history.
     assert last["actorKeyId"] == key_id(service.admin)
-    actor = wait_for(
+    assert (last["approvedBy"], last["note"]) == ("Dana (SRE on call)", "INC-42: v2 queues too much")
+    shown = wait_for(
         lambda: browser.execute_script(
-            "const r = document.querySelector('#history tbody tr'); return r && r.dataset.revision === 'v1' && r.querySelector('td[data-field=\"actor\"]').textContent"
+            "const r = document.querySelector('#history tbody tr'); if (!r || r.dataset.revision !== 'v1') return null;"
+            "const f = (n) => r.querySelector(`td[data-field=\"${n}\"]`).textContent;"
+            "return [f('actor'), f('approved-by'), f('note')]"
         )
     )
-    assert actor == key_id(service.admin)
+    assert shown == [key_id(service.admin), "Dana (SRE on call)", "INC-42: v2 queues too much"]
     # And forward again, through the API, so later tests see the profile they expect.
     from conftest import PROFILE_V2
 
