@@ -117,6 +117,22 @@ impl Breaker {
         (self.state == BreakerState::Open && now < reopens_at).then_some(reopens_at)
     }
 
+    /// Whether [`Breaker::gate`] would let a call through at `now`, read without the open →
+    /// half-open move (a rollout's candidate asks without changing anything).
+    pub fn would_pass(&self, config: Option<&CircuitBreakerConfig>, now: Millis) -> bool {
+        let Some(config) = config else {
+            return true;
+        };
+        match self.state {
+            BreakerState::Open if self.open_until(Some(config), now).is_some() => false,
+            BreakerState::Open => config.half_open_max_calls_or_default() > 0,
+            BreakerState::HalfOpen => {
+                self.probes_in_flight < config.half_open_max_calls_or_default()
+            }
+            BreakerState::Closed => true,
+        }
+    }
+
     /// After a restart: the breaker is open again since `opened_at` with `failures` counted,
     /// as the last journaled transition left it (no transition is reported: the journal
     /// already holds it). Probes in flight are not counted (none are, after a restart).

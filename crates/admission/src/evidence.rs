@@ -62,6 +62,11 @@ pub struct Evidence {
     /// `x-ratelimit-*` headers, never into a record.
     #[serde(skip)]
     pub caller: CallerQuota,
+    /// Decided by a canary rollout's candidate revision rather than the current one
+    /// (`crate::rollout`). Not serialized (a flag keeps a refusal small): hosts name the
+    /// revision that decided with [`crate::Registry::revision_of`].
+    #[serde(skip)]
+    pub candidate: bool,
 }
 
 /// How a replica coordinated a decision with the others (`docs/replicas.md`).
@@ -96,6 +101,7 @@ impl Evidence {
             provider_quota: false,
             coordination: None,
             caller: CallerQuota::NONE,
+            candidate: false,
         }
     }
 }

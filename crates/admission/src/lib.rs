@@ -32,6 +32,7 @@ mod queue;
 mod reason;
 mod registry;
 mod ring;
+mod rollout;
 mod scope;
 mod scopes;
 mod service_rate;
@@ -69,5 +70,11 @@ pub use registry::{
     ProfileChangeKind, ProfileChangeRecord, Registry, RegistryError, EVICTED_BUDGETS_OUTBOX_LIMIT,
     PROFILE_CHANGE_SCHEMA, PROFILE_HISTORY_LIMIT, TRACKED_PRINCIPALS_LIMIT,
     TRACKED_REVISIONS_LIMIT,
+};
+/// Rollouts (issue 33): a candidate revision tried in shadow or on a canary slice before it
+/// binds; started, read, promoted and aborted through [`Registry`].
+pub use rollout::{
+    CandidateOnly, Comparison, FinishedRollout, RolloutDecision, RolloutError, RolloutMode,
+    RolloutOutcome, RolloutView, ROLLOUT_HISTORY_LIMIT,
 };
 pub use time::Millis;

@@ -58,12 +58,14 @@ use crate::provider_quota::ProviderQuota;
 use crate::time::Millis;
 
 mod revisions;
+mod rollouts;
 
 use revisions::{Digests, ProfileRevisions};
 pub use revisions::{
     ProfileChangeKind, ProfileChangeRecord, PROFILE_CHANGE_SCHEMA, PROFILE_HISTORY_LIMIT,
     TRACKED_PRINCIPALS_LIMIT, TRACKED_REVISIONS_LIMIT,
 };
+use rollouts::{Resolved, RolloutHistory, RolloutState};
 
 /// A registration that cannot be accepted; maps to `invalid-definition`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -93,11 +95,20 @@ pub enum RegistryError {
     /// paused and no state was kept for it.
     #[error("unconfigured-provider: the workspace profile does not configure this provider")]
     UnconfiguredProvider,
+    /// A rollout runs in the workspace: no revision is registered until it is promoted or
+    /// aborted (`crate::rollout`).
+    #[error("rollout-running: a rollout runs in this workspace; promote or abort it first")]
+    RolloutRunning,
 }
 
 struct WorkspaceEntry {
     controller: Controller,
     revisions: ProfileRevisions,
+    /// The running rollout (or a finished canary's candidate still serving its slice).
+    rollout: Option<Box<RolloutState>>,
+    finished: RolloutHistory,
+    rollouts_started: u64,
+    resolved: Resolved,
 }
 
 /// Controllers by workspace, with their profile history and the tagged event outbox.
@@ -186,7 +197,11 @@ impl Registry {
     ) -> Result<Option<ProfileChangeRecord>, RegistryError> {
         profile.validate()?;
         let digests = Digests::of(&profile)?;
-        let existing = self.workspaces.get(workspace_id).map(|e| &e.revisions);
+        let existing = self.workspaces.get(workspace_id);
+        if existing.is_some_and(WorkspaceEntry::rollout_live) {
+            return Err(RegistryError::RolloutRunning);
+        }
+        let existing = existing.map(|e| &e.revisions);
         if let Some(revisions) = existing {
             revisions.check(profile_version, &digests)?;
         }
@@ -210,6 +225,10 @@ impl Registry {
                     WorkspaceEntry {
                         controller,
                         revisions: ProfileRevisions::default(),
+                        rollout: None,
+                        finished: RolloutHistory::new(),
+                        rollouts_started: 0,
+                        resolved: Resolved::new(),
                     },
                 );
             }
@@ -238,7 +257,7 @@ impl Registry {
         let next = self
             .workspaces
             .get(workspace_id)
-            .and_then(|e| e.controller.poll_timeout());
+            .and_then(WorkspaceEntry::poll_timeout);
         let previous = match next {
             Some(at) => self.scheduled.insert(workspace_id.to_owned(), at),
             None => self.scheduled.remove(workspace_id),
@@ -263,7 +282,8 @@ impl Registry {
                 break;
             }
             if let Some(entry) = self.workspaces.get_mut(&workspace_id) {
-                entry.controller.handle_timeout(now);
+                entry.on_both(|c| c.handle_timeout(now));
+                entry.tidy();
             }
             self.collect_evicted(&workspace_id);
             self.collect_transitions(&workspace_id);
@@ -345,17 +365,19 @@ impl Registry {
         }
     }
 
-    /// Runs `operation` on a workspace's controller, then collects its breaker transitions.
+    /// Runs `operation` on a workspace (its controller, and a rollout's candidate, see
+    /// `registry/rollouts.rs`), then collects its breaker transitions.
     fn with_controller<T>(
         &mut self,
         workspace_id: &str,
-        operation: impl FnOnce(&mut Controller) -> T,
+        operation: impl FnOnce(&mut WorkspaceEntry) -> T,
     ) -> Result<T, RegistryError> {
         let entry = self
             .workspaces
             .get_mut(workspace_id)
             .ok_or(RegistryError::UnknownWorkspace)?;
-        let result = operation(&mut entry.controller);
+        let result = operation(entry);
+        entry.tidy();
         self.collect_evicted(workspace_id);
         self.collect_transitions(workspace_id);
         self.reschedule(workspace_id);
@@ -369,7 +391,7 @@ impl Registry {
         request: AdmissionRequest,
         now: Millis,
     ) -> Result<Acquired, RegistryError> {
-        self.with_controller(workspace_id, |c| c.acquire(request, now))
+        self.with_controller(workspace_id, |e| e.admit(request, now, false))
     }
 
     /// Admit now or refuse at once ([`Controller::try_acquire`]); never queues.
@@ -379,7 +401,13 @@ impl Registry {
         request: AdmissionRequest,
         now: Millis,
     ) -> Result<Result<Lease, Rejection>, RegistryError> {
-        self.with_controller(workspace_id, |c| c.try_acquire(request, now))
+        self.with_controller(workspace_id, |e| match e.admit(request, now, true) {
+            Acquired::Admitted(lease) => Ok(lease),
+            Acquired::Rejected(rejection) => Err(rejection),
+            Acquired::Queued { .. } => {
+                Err(Rejection::refusal(crate::reason::Reason::Concurrency, 0))
+            }
+        })
     }
 
     /// Cancels a queued request ([`Controller::cancel`]); `None` when it was already resolved.
@@ -389,7 +417,7 @@ impl Registry {
         waiter: WaiterId,
         now: Millis,
     ) -> Result<Option<Rejection>, RegistryError> {
-        self.with_controller(workspace_id, |c| c.cancel(waiter, now))
+        self.with_controller(workspace_id, |e| e.cancel(waiter, now))
     }
 
     /// Releases a lease with its outcome ([`Controller::release`]).
@@ -400,7 +428,9 @@ impl Registry {
         outcome: Outcome,
         now: Millis,
     ) -> Result<Option<Released>, RegistryError> {
-        self.with_controller(workspace_id, |c| c.release(lease, outcome, now))
+        self.with_controller(workspace_id, |e| {
+            e.release(lease, outcome, ActualUsage::none(), now)
+        })
     }
 
     /// [`Registry::release`] with what the call actually used (corrects the invocation's
@@ -413,9 +443,7 @@ impl Registry {
         usage: ActualUsage,
         now: Millis,
     ) -> Result<Option<Released>, RegistryError> {
-        self.with_controller(workspace_id, |c| {
-            c.release_with_usage(lease, outcome, usage, now)
-        })
+        self.with_controller(workspace_id, |e| e.release(lease, outcome, usage, now))
     }
 
     /// Pauses a provider lane of a workspace; returns the instant the pause ends. An unknown
@@ -427,8 +455,8 @@ impl Registry {
         retry_after_ms: Millis,
         now: Millis,
     ) -> Result<Millis, RegistryError> {
-        self.with_controller(workspace_id, |c| {
-            c.coordinate_retry_after(provider_id, retry_after_ms, now)
+        self.with_controller(workspace_id, |e| {
+            e.on_both(|c| c.coordinate_retry_after(provider_id, retry_after_ms, now))
         })?
         .map_err(|_| RegistryError::UnconfiguredProvider)
     }
@@ -443,8 +471,8 @@ impl Registry {
         quota: &ProviderQuota,
         now: Millis,
     ) -> Result<(), RegistryError> {
-        self.with_controller(workspace_id, |c| {
-            c.observe_provider_quota(provider_id, quota, now)
+        self.with_controller(workspace_id, |e| {
+            e.on_both(|c| c.observe_provider_quota(provider_id, quota, now))
         })?
         .map_err(|_| RegistryError::UnconfiguredProvider)
     }
@@ -457,19 +485,21 @@ impl Registry {
         budget_id: &str,
         now: Millis,
     ) -> Result<bool, RegistryError> {
-        self.with_controller(workspace_id, |c| c.release_budget(budget_id, now))
+        self.with_controller(workspace_id, |e| {
+            e.on_both(|c| c.release_budget(budget_id, now))
+        })
     }
 
     /// Processes everything due at `now` in one workspace ([`Controller::handle_timeout`]).
     pub fn handle_timeout(&mut self, workspace_id: &str, now: Millis) -> Result<(), RegistryError> {
-        self.with_controller(workspace_id, |c| c.handle_timeout(now))
+        self.with_controller(workspace_id, |e| e.on_both(|c| c.handle_timeout(now)))
     }
 
     /// The next resolved waiter of a workspace, if any.
     pub fn poll_resolution(&mut self, workspace_id: &str) -> Option<Resolution> {
         self.workspaces
             .get_mut(workspace_id)
-            .and_then(|e| e.controller.poll_resolution())
+            .and_then(WorkspaceEntry::poll_resolution)
     }
 
     /// The earliest `poll_timeout` of any workspace, in O(1).

@@ -179,6 +179,8 @@ impl SharedLimits {
 pub(crate) struct ScopeTable<X> {
     entries: Vec<ScopeEntry<X>>,
     index: FxHashMap<String, u32>,
+    /// Each entry's ID, by index (the reverse of `index`).
+    ids: Vec<Box<str>>,
     /// Entries whose state went idle, oldest first (stale once busy again or evicted).
     idle: VecDeque<u32>,
     /// The oldest listed state is not pristine before this instant: no eviction pass before.
@@ -194,6 +196,7 @@ impl<X> Default for ScopeTable<X> {
         ScopeTable {
             entries: Vec::new(),
             index: FxHashMap::default(),
+            ids: Vec::new(),
             idle: VecDeque::new(),
             next_eviction_at: 0,
             evicted: 0,
@@ -237,7 +240,14 @@ impl<X: ScopeExtra> ScopeTable<X> {
             extra: X::new(id),
         });
         self.index.insert(id.to_owned(), index);
+        self.ids.push(id.into());
         index
+    }
+
+    /// The ID of an interned index.
+    #[inline]
+    pub(crate) fn id_of(&self, index: u32) -> Option<&str> {
+        self.ids.get(index as usize).map(|id| &**id)
     }
 
     /// Puts every known scope under the limits `configured` gives its ID (or none), then

@@ -316,7 +316,7 @@ impl Controller {
 
     /// Whether a reservation rule keeps `principal` out of a pool of `capacity` with `active`
     /// permits taken.
-    fn reservation_blocks(
+    pub(super) fn reservation_blocks(
         &self,
         principal: u32,
         capacity: u32,

@@ -89,6 +89,7 @@ mod pump;
 mod reinstate;
 mod request;
 mod restore;
+mod rollout_side;
 mod snapshot;
 
 use std::collections::VecDeque;

@@ -37,7 +37,7 @@
 use crate::budget::ActualUsage;
 use crate::estimate::CheckedEstimate;
 use crate::evidence::LeaseId;
-use crate::lane::LaneKey;
+use crate::lane::{LaneKey, LaneSlot};
 use crate::time::Millis;
 
 use super::{Controller, LeaseRecord};
@@ -64,7 +64,7 @@ impl Charge {
 
     /// The estimate this charge stands for, for the budget ledger (the fields budgets do not
     /// count are left empty).
-    fn as_estimate(&self) -> CheckedEstimate {
+    pub(super) fn as_estimate(&self) -> CheckedEstimate {
         CheckedEstimate {
             attempts: self.attempts,
             tokens: self.tokens,
@@ -116,7 +116,11 @@ impl Controller {
         })
     }
 
-    fn lane_of(&self, principal_id: &str, provider_id: &str) -> Result<LaneKey, ReinstateError> {
+    pub(super) fn lane_of(
+        &self,
+        principal_id: &str,
+        provider_id: &str,
+    ) -> Result<LaneKey, ReinstateError> {
         let provider = self
             .scopes
             .providers
@@ -171,21 +175,7 @@ impl Controller {
         let lane = self.lane_of(principal_id, &lease.provider_id)?;
         let now = self.advance(now);
         let charged = lease.charge.as_estimate();
-        let tokens = charged.tokens.unwrap_or(0);
-        let lane_slot = self.lane_for(lane);
-        if let Some(lane) = self.lanes.get_mut(lane_slot) {
-            lane.active += 1;
-        }
-        let debit = !self.levels_hold_leases;
-        for scope in self.scopes.of_lane_mut(lane, now) {
-            if let Some(bucket) = scope.requests.as_mut().filter(|_| debit) {
-                bucket.take(1);
-            }
-            if let Some(bucket) = scope.tokens.as_mut().filter(|_| debit) {
-                bucket.take(tokens);
-            }
-            scope.active += 1;
-        }
+        let lane_slot = self.count_outside_grant(lane, &charged, !self.levels_hold_leases, now);
         // Epoch 0 is never an invocation's (epochs start at 1): a lease whose budget was
         // released corrects nothing.
         let (budget_id, budget_epoch) = match &lease.budget_id {
@@ -202,23 +192,53 @@ impl Controller {
             }
             None => (String::new(), 0),
         };
+        Ok(self.hold_outside_grant(LeaseRecord {
+            lane,
+            lane_slot,
+            probe: false,
+            admitted_at: lease.admitted_at,
+            budget_id,
+            budget_epoch,
+            charged,
+            // Reinstated grants were charged to the order of the process that granted them.
+            service: 0,
+        }))
+    }
+
+    /// Counts a lease granted outside this controller's pump (reinstated, or forced by a
+    /// rollout) in its lane's and scopes' concurrency and, when `debit`, in their buckets (a
+    /// bucket taken below empty stays at zero); returns the lane's slot.
+    pub(super) fn count_outside_grant(
+        &mut self,
+        lane: LaneKey,
+        charged: &CheckedEstimate,
+        debit: bool,
+        now: Millis,
+    ) -> LaneSlot {
+        let tokens = charged.tokens.unwrap_or(0);
+        let lane_slot = self.lane_for(lane);
+        if let Some(lane) = self.lanes.get_mut(lane_slot) {
+            lane.active += 1;
+        }
+        for scope in self.scopes.of_lane_mut(lane, now) {
+            if let Some(bucket) = scope.requests.as_mut().filter(|_| debit) {
+                bucket.take(1);
+            }
+            if let Some(bucket) = scope.tokens.as_mut().filter(|_| debit) {
+                bucket.take(tokens);
+            }
+            scope.active += 1;
+        }
+        lane_slot
+    }
+
+    /// Holds the lease of an outside grant counted with
+    /// [`Controller::count_outside_grant`]; returns its new ID.
+    pub(super) fn hold_outside_grant(&mut self, record: LeaseRecord) -> LeaseId {
         let id = LeaseId(self.next_id());
-        self.leases.insert(
-            id,
-            LeaseRecord {
-                lane,
-                lane_slot,
-                probe: false,
-                admitted_at: lease.admitted_at,
-                budget_id,
-                budget_epoch,
-                charged,
-                // Reinstated grants were charged to the order of the process that granted them.
-                service: 0,
-            },
-        );
+        self.leases.insert(id, record);
         self.note_peaks();
-        Ok(id)
+        id
     }
 }
 

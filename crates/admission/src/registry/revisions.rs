@@ -14,7 +14,7 @@
 //!   current one is never forgotten) and [`TRACKED_PRINCIPALS_LIMIT`] principal revisions; the
 //!   oldest goes first.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
@@ -108,6 +108,9 @@ pub(super) struct ProfileRevisions {
     principal_order: VecDeque<(String, String)>,
     principals: BTreeMap<String, Limits>,
     history: VecDeque<ProfileChangeRecord>,
+    /// Revisions kept (a rollout's candidate) that were never current: becoming current is a
+    /// `change`, not a `rollback`.
+    never_current: BTreeSet<String>,
 }
 
 impl ProfileRevisions {
@@ -159,7 +162,9 @@ impl ProfileRevisions {
             (Some(ProfileChangeKind::Initial), None)
         } else if self.current == profile_version {
             (None, None)
-        } else if self.revisions.contains_key(profile_version) {
+        } else if self.revisions.contains_key(profile_version)
+            && !self.never_current.contains(profile_version)
+        {
             (
                 Some(ProfileChangeKind::Rollback),
                 Some(self.current.clone()),
@@ -168,28 +173,9 @@ impl ProfileRevisions {
             (Some(ProfileChangeKind::Change), Some(self.current.clone()))
         };
         self.current = profile_version.to_owned();
+        self.never_current.remove(profile_version);
         self.principals = principals;
-        if !self.revisions.contains_key(profile_version) {
-            self.revisions.insert(
-                profile_version.to_owned(),
-                Revision {
-                    digest: digests.profile.clone(),
-                    workspace: profile.workspace,
-                    providers: profile.providers,
-                },
-            );
-            self.revision_order.push_back(profile_version.to_owned());
-            while self.revision_order.len() > TRACKED_REVISIONS_LIMIT {
-                let Some(oldest) = self.revision_order.pop_front() else {
-                    break;
-                };
-                if oldest == self.current {
-                    self.revision_order.push_back(oldest);
-                } else {
-                    self.revisions.remove(&oldest);
-                }
-            }
-        }
+        self.keep(profile_version, &profile, &digests);
         for (id, principal_digest) in digests.principals {
             let key = (id, profile_version.to_owned());
             if self
@@ -222,6 +208,47 @@ impl ProfileRevisions {
             self.history.push_back(record.clone());
         }
         record
+    }
+
+    /// Keeps a revision's limits and digest (once: a kept revision is immutable).
+    fn keep(&mut self, profile_version: &str, profile: &Profile, digests: &Digests) {
+        if self.revisions.contains_key(profile_version) {
+            return;
+        }
+        self.revisions.insert(
+            profile_version.to_owned(),
+            Revision {
+                digest: digests.profile.clone(),
+                workspace: profile.workspace.clone(),
+                providers: profile.providers.clone(),
+            },
+        );
+        self.revision_order.push_back(profile_version.to_owned());
+        while self.revision_order.len() > TRACKED_REVISIONS_LIMIT {
+            let Some(oldest) = self.revision_order.pop_front() else {
+                break;
+            };
+            if oldest == self.current {
+                self.revision_order.push_back(oldest);
+            } else {
+                self.revisions.remove(&oldest);
+                self.never_current.remove(&oldest);
+            }
+        }
+    }
+
+    /// Keeps a rollout's candidate revision without making it current (checked first with
+    /// [`ProfileRevisions::check`]); no record is emitted.
+    pub(super) fn stage(&mut self, profile_version: &str, profile: &Profile, digests: &Digests) {
+        if !self.revisions.contains_key(profile_version) {
+            self.never_current.insert(profile_version.to_owned());
+        }
+        self.keep(profile_version, profile, digests);
+    }
+
+    /// The `{providers, workspace}` digest of a registration's profile.
+    pub(super) fn profile_digest(digests: &Digests) -> &str {
+        &digests.profile
     }
 
     /// The current revision.

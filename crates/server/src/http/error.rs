@@ -200,9 +200,9 @@ impl From<RegistryError> for ApiError {
     /// A refused registration or an operation on a workspace without a profile.
     fn from(error: RegistryError) -> Self {
         match error {
-            RegistryError::Conflict { .. } | RegistryError::PrincipalConflict { .. } => {
-                ApiError::Conflict(error.to_string())
-            }
+            RegistryError::Conflict { .. }
+            | RegistryError::PrincipalConflict { .. }
+            | RegistryError::RolloutRunning => ApiError::Conflict(error.to_string()),
             RegistryError::InvalidProfile(profile_error) => ApiError::InvalidDefinition {
                 field: profile_error.field().to_owned(),
                 message: format!("invalid-definition: {profile_error}"),

@@ -91,6 +91,8 @@ fn write_evidence(out: &mut Vec<u8>, evidence: &Evidence) -> Result<(), serde_js
         coordination,
         // Not in the body: written as headers (`caller_headers`).
         caller: _,
+        // Not serialized: the answer names the revision that decided (`Registry::revision_of`).
+        candidate: _,
     } = evidence;
     if !breaker_transitions.is_empty() {
         return serde_json::to_writer(out, evidence);
@@ -276,6 +278,7 @@ mod tests {
                     provider_quota: quota,
                     coordination: coord,
                     caller: Default::default(),
+                    candidate: false,
                 },
             )
     }
