@@ -195,8 +195,10 @@ impl AdmissionDriver {
 fn admission_error(error: DriverError) -> AdmissionError {
     match error {
         DriverError::Registry(error) => AdmissionError::Registry(error),
-        DriverError::UnknownLease | DriverError::Journal(_) | DriverError::ShuttingDown => {
-            AdmissionError::Unavailable
-        }
+        // The evaluator sends no rollout command.
+        DriverError::UnknownLease
+        | DriverError::Journal(_)
+        | DriverError::ShuttingDown
+        | DriverError::Rollout(_) => AdmissionError::Unavailable,
     }
 }

@@ -229,6 +229,8 @@ pub enum Command {
         /// Answered with the levels once draining.
         reply: oneshot::Sender<Option<BTreeMap<String, BucketLevels>>>,
     },
+    /// Start, read, promote or abort a rollout, or list past ones (`rollout.rs`).
+    Rollout(Box<crate::rollout::RolloutCommand>),
     /// Ends the driver task.
     Stop,
 }

@@ -36,6 +36,7 @@ mod lease_metrics;
 mod lease_table;
 mod log;
 mod pause;
+mod rollout;
 mod shared;
 pub mod telemetry;
 
@@ -59,6 +60,8 @@ pub use journal::{Approval, Done, HeldLease, Journal, LeaseEvent, NoJournal, Reg
 pub use lease_metrics::LeaseMetrics;
 pub use lease_table::{LeaseToken, RandomError};
 pub use pause::{PauseCause, JOURNAL_EXTENSION_MS, PAUSE_RECORD_SCHEMA};
+/// Rollouts through the driver: the commands and what a promote answers.
+pub use rollout::{Promoted, RolloutCommand};
 pub use shared::{
     Admitting, SharedFuture, SharedHook, SharedLimits, SharedTry, SharedVerdict, SHARED_POLL_MS,
 };

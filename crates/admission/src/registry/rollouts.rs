@@ -474,6 +474,10 @@ impl Registry {
             entry.finished.pop_front();
         }
         entry.finished.push_back(finished.clone());
+        // A promote's new limits may have let the active admit: the candidate counts it.
+        if let Some(state) = entry.rollout.as_deref_mut() {
+            state.settle(&mut entry.controller, &mut entry.resolved);
+        }
         entry.tidy();
         self.reschedule(workspace_id);
         Ok(finished)

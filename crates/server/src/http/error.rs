@@ -8,7 +8,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
-use turnstile_admission::RegistryError;
+use turnstile_admission::{RegistryError, RolloutError};
 use turnstile_shell::DriverError;
 
 /// One failure of an API call.
@@ -220,11 +220,37 @@ impl From<RegistryError> for ApiError {
     }
 }
 
+impl From<RolloutError> for ApiError {
+    /// A refused rollout operation (issue 33): one at a time (409), none running (404).
+    fn from(error: RolloutError) -> Self {
+        match error {
+            RolloutError::UnknownWorkspace => ApiError::no_profile(),
+            RolloutError::AlreadyRunning | RolloutError::Draining => {
+                ApiError::Conflict(error.to_string())
+            }
+            RolloutError::NoRollout => ApiError::NotFound {
+                code: "no-rollout",
+                message: error.to_string(),
+            },
+            RolloutError::CandidateIsCurrent { .. } => ApiError::InvalidDefinition {
+                field: "revision".into(),
+                message: error.to_string(),
+            },
+            RolloutError::InvalidShare => ApiError::InvalidDefinition {
+                field: "canaryShare".into(),
+                message: error.to_string(),
+            },
+            RolloutError::Registry(error) => ApiError::from(error),
+        }
+    }
+}
+
 impl From<DriverError> for ApiError {
     fn from(error: DriverError) -> Self {
         match error {
             DriverError::UnknownLease => ApiError::unknown_lease(),
             DriverError::Registry(error) => ApiError::from(error),
+            DriverError::Rollout(error) => ApiError::from(error),
             DriverError::Journal(_) => ApiError::Storage,
             DriverError::ShuttingDown => ApiError::ShuttingDown,
         }

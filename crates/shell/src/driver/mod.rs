@@ -70,6 +70,7 @@ mod commit;
 mod leases;
 mod observe;
 mod pauses;
+mod rollouts;
 
 use std::sync::Arc;
 
@@ -129,6 +130,8 @@ pub struct Driver {
     observer: Observer,
     /// The last journaled pause end of each lane (`pauses.rs`).
     journaled_pauses: JournaledPauses,
+    /// The profile text of each running rollout's candidate, by workspace (`rollouts.rs`).
+    candidates: std::collections::HashMap<String, String>,
 }
 
 impl Driver {
@@ -161,6 +164,7 @@ impl Driver {
             stopped: false,
             observer: Observer::default(),
             journaled_pauses: JournaledPauses::default(),
+            candidates: std::collections::HashMap::new(),
         };
         (driver, handle)
     }
@@ -345,6 +349,7 @@ impl Driver {
             Command::BucketLevels { reply } => {
                 let _ = reply.send(self.draining.then(|| self.registry.bucket_levels(now)));
             }
+            Command::Rollout(rollout) => self.rollout_command(*rollout, now),
             Command::Stop => self.stopped = true,
         }
         self.journal_transitions();
@@ -374,14 +379,24 @@ impl Driver {
                     at: now,
                     approval,
                 };
-                self.journal.profile_registered(
-                    registration,
-                    Box::new(move |result| {
-                        let _ = reply.send(result.map(|()| answer).map_err(DriverError::Journal));
-                    }),
-                );
+                self.journal_registration(registration, answer, reply);
                 self.deliver(&workspace, now);
             }
         }
+    }
+
+    /// Journals a registration; `reply` gets `answer` once it is durable.
+    fn journal_registration<T: Send + 'static>(
+        &mut self,
+        registration: Registration,
+        answer: T,
+        reply: oneshot::Sender<Result<T, DriverError>>,
+    ) {
+        self.journal.profile_registered(
+            registration,
+            Box::new(move |result| {
+                let _ = reply.send(result.map(|()| answer).map_err(DriverError::Journal));
+            }),
+        );
     }
 }
