@@ -13,6 +13,7 @@ from turnstile_client import (
     AuthError,
     BadRequest,
     Client,
+    Conflict,
     Forbidden,
     LeaseLost,
     NotFound,
@@ -30,6 +31,8 @@ from turnstile_client._types import (
     ProfileHistory,
     ProfileRevision,
     ReleaseResult,
+    Rollout,
+    RolloutRecord,
     Snapshot,
 )
 
@@ -224,6 +227,34 @@ def test_a_revision_change_keeps_its_approval_on_record(admin: Client) -> None:
     assert (refused.value.status, refused.value.error, refused.value.field) == (422, "invalid-request", "approvedBy")
     history = admin.profile_history(workspace)["records"]
     assert [(r["kind"], r["note"], r["approvedBy"]) for r in history] == [("initial", "CHG-7\nfirst limits", "Dana")]
+
+
+def test_a_rollout_is_started_read_promoted_and_listed(admin: Client) -> None:
+    """Issue 33: the rollout calls against the real service, typed answers and errors."""
+    from conftest import PROFILE
+
+    workspace = "py-rollouts"
+    admin.register_profile(workspace, "v1", PROFILE)
+    tighter = {**PROFILE, "workspace": {**PROFILE["workspace"], "concurrency": 8}}
+    started = admin.start_rollout(workspace, "v2", tighter, "shadow", note="try 8", approved_by="Dana")
+    assert unknown_keys(started, Rollout) == []
+    assert (started["revision"], started["mode"], started["canaryShare"]) == ("v2", "shadow", None)
+    assert admin.current_rollout(workspace)["decisions"]["compared"] == 0
+    with pytest.raises(Conflict) as running:
+        admin.start_rollout(workspace, "v3", tighter, "canary", canary_share=0.5)
+    assert running.value.error == "rollout-running"
+    with pytest.raises(BadRequest) as bad:
+        admin.abort_rollout(workspace, approved_by="")
+    assert bad.value.field == "approvedBy"
+    promoted = admin.promote_rollout(workspace, note="clean", approved_by="CAB-1")
+    assert unknown_keys(promoted, RolloutRecord) == []
+    assert (promoted["event"], promoted["approvedBy"]) == ("promoted", "CAB-1")
+    with pytest.raises(NotFound) as none:
+        admin.current_rollout(workspace)
+    assert none.value.error == "no-rollout"
+    records = admin.rollout_history(workspace)["records"]
+    assert [(r["event"], r["note"]) for r in records] == [("started", "try 8"), ("promoted", "clean")]
+    assert admin.profile_history(workspace)["records"][-1]["profileVersion"] == "v2"
 
 
 def test_console_reads_pauses_fairness_and_a_revision(client: Client, admin: Client) -> None:

@@ -37,6 +37,12 @@ import type {
   ReleaseRequest,
   ReleaseResult,
   RetryAfterRequest,
+  Rollout,
+  RolloutEndRequest,
+  RolloutHistory,
+  RolloutMode,
+  RolloutRecord,
+  RolloutStartRequest,
   Snapshot,
 } from "./types.js";
 import { OUTCOMES } from "./types.js";
@@ -613,6 +619,45 @@ export class Client {
     const path = `/v1/workspaces/${seg(workspaceId)}/profiles/${seg(profileVersion)}`;
     const body: Profile = { ...profile, ...withApproval(approval) };
     return this.#json<ProfileChangeRecord | ProfileUnchanged>({ method: "PUT", path, body }, [200, 201]);
+  }
+
+  // Rollouts (issue 33): a candidate revision in shadow or on a canary slice before it binds.
+
+  /**
+   * Start a rollout (admin): `revision` is registered (not current) and tried in `mode`
+   * (`canaryShare` of the principals with `canary`); 409 `ConflictError` while one runs.
+   */
+  async startRollout(
+    workspaceId: string,
+    revision: string,
+    profile: Profile,
+    options: { mode?: RolloutMode; canaryShare?: number } & Approval = {},
+  ): Promise<Rollout> {
+    const body: RolloutStartRequest = { revision, profile, mode: options.mode ?? "shadow", ...withApproval(options) };
+    if (options.canaryShare !== undefined) body.canaryShare = options.canaryShare;
+    return this.#json<Rollout>({ method: "POST", path: `/v1/workspaces/${seg(workspaceId)}/rollouts`, body }, [201]);
+  }
+
+  /** The running rollout and its decision comparison (404 `NotFoundError` `no-rollout`). */
+  async currentRollout(workspaceId: string): Promise<Rollout> {
+    return this.#json<Rollout>({ method: "GET", path: `/v1/workspaces/${seg(workspaceId)}/rollouts/current` });
+  }
+
+  /** Promote the running rollout's candidate (admin): it becomes the current revision. */
+  async promoteRollout(workspaceId: string, approval: Approval = {}): Promise<RolloutRecord> {
+    const body: RolloutEndRequest = withApproval(approval);
+    return this.#json<RolloutRecord>({ method: "POST", path: `/v1/workspaces/${seg(workspaceId)}/rollouts/current/promote`, body });
+  }
+
+  /** Abort the running rollout (admin): the current revision stays. */
+  async abortRollout(workspaceId: string, approval: Approval = {}): Promise<RolloutRecord> {
+    const body: RolloutEndRequest = withApproval(approval);
+    return this.#json<RolloutRecord>({ method: "POST", path: `/v1/workspaces/${seg(workspaceId)}/rollouts/current/abort`, body });
+  }
+
+  /** Rollout records (started, promoted, aborted) with their approval, oldest first. */
+  async rolloutHistory(workspaceId: string): Promise<RolloutHistory> {
+    return this.#json<RolloutHistory>({ method: "GET", path: `/v1/workspaces/${seg(workspaceId)}/rollouts` });
   }
 
   async createKey(workspaceId: string, principalId: string): Promise<CreatedKey> {

@@ -11,6 +11,8 @@ pub(crate) mod leases;
 pub(crate) mod ops;
 pub(crate) mod profiles;
 pub(crate) mod revisions;
+pub(crate) mod rollout_record;
+pub(crate) mod rollouts;
 pub(crate) mod validate;
 
 use std::sync::atomic::AtomicBool;
@@ -77,4 +79,6 @@ pub struct AppParts {
     pub identity: Arc<dyn crate::replicas::deployment::IdentityStore>,
     /// The shared side of releases, budget releases and pauses (nothing on a single process).
     pub books: Arc<dyn crate::replicas::deployment::SharedBooks>,
+    /// The candidate revision of each workspace's latest rollout (canary answers name it).
+    pub candidates: Arc<rollouts::CandidateRevisions>,
 }

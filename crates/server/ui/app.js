@@ -383,6 +383,7 @@
       sel.replaceChildren(...versions.map((v) => new Option(v, v)));
       sel.value = versions.includes(old) ? old : versions[Math.min(pick, versions.length - 1)] || "";
     }
+    await rollout.load(current);
   }
 
   function flatten(value, prefix, out) {
@@ -398,12 +399,16 @@
 
   async function showDiff(a, b) {
     const [ra, rb] = await Promise.all([a, b].map((v) => api("GET", wsPath("/profiles/" + encodeURIComponent(v)))));
-    const fa = flatten(ra.profile, "", new Map()), fb = flatten(rb.profile, "", new Map());
+    renderDiff($("diff"), { label: a, digest: ra.digest, profile: ra.profile }, { label: b, digest: rb.digest, profile: rb.profile });
+  }
+
+  // The limits of two profiles, flattened to dotted paths, line by line into `pre`.
+  function renderDiff(pre, a, b) {
+    const fa = flatten(a.profile, "", new Map()), fb = flatten(b.profile, "", new Map());
     const keys = [...new Set([...fa.keys(), ...fb.keys()])].sort();
-    const pre = $("diff");
     const lines = [];
     const line = (cls, text) => { const s = document.createElement("span"); s.className = cls; s.textContent = text + "\n"; lines.push(s); };
-    line("", `--- ${a}  ${ra.digest}\n+++ ${b}  ${rb.digest}`);
+    line("", `--- ${a.label}  ${a.digest}\n+++ ${b.label}  ${b.digest}`);
     let changes = 0;
     for (const k of keys) {
       const va = fa.get(k), vb = fb.get(k);
@@ -558,8 +563,15 @@
     } catch (e) { fail(e); }
   }
 
+  // ---- rollouts (crates/server/ui/rollout.js) -------------------------------------------
+  const rollout = window.TurnstileRollout({
+    $, api, wsPath, approvalDialog, cell, labelCells, fail, status, renderDiff, session,
+    reloadProfiles: () => loadProfiles(),
+  });
+
   // ---- wiring -------------------------------------------------------------------------
   function init() {
+    rollout.wire(() => current);
     $("signin-form").addEventListener("submit", (e) => {
       e.preventDefault();
       status("");

@@ -43,6 +43,8 @@ Outcome = Literal["success", "failure", "retry-after", "none"]
 Decision = Literal["admit", "defer", "reject"]
 BreakerState = Literal["closed", "open", "half-open"]
 ChangeKind = Literal["initial", "change", "rollback"]
+RolloutMode = Literal["shadow", "canary"]
+RolloutEvent = Literal["started", "promoted", "aborted"]
 PauseCause = Literal["retry-after-call", "release-outcome"]
 Coordination = Literal["shared", "degraded"]
 # What a provider lane's turns are fair in (`Limits.fairness`).
@@ -131,6 +133,8 @@ class Evidence(TypedDict, total=False):
     breakerTransitions: list[BreakerTransition]
     budgetOpened: bool
     coordination: Coordination
+    # Only on an answer a canary rollout's candidate decided: the candidate's revision.
+    profileRevision: str
 
 
 class LeaseBody(TypedDict, total=False):
@@ -293,6 +297,74 @@ class ProfileHistory(TypedDict, total=False):
 
 class BreakerHistory(TypedDict, total=False):
     records: list[BreakerTransition]
+
+
+class CandidateOnly(TypedDict, total=False):
+    admit: int
+    queue: int
+    refuse: int
+
+
+class RolloutDecisions(TypedDict, total=False):
+    """A rollout's decision comparison: counts only, never a principal or workspace."""
+
+    compared: int
+    agree: int
+    differ: int
+    # Differing arrivals by the candidate's reason (`admitted` for an admit).
+    byReason: dict[str, int]
+    candidateOnly: CandidateOnly
+
+
+class Rollout(TypedDict, total=False):
+    """The running rollout (`start_rollout`, `current_rollout`)."""
+
+    workspaceId: str
+    revision: str
+    digest: str
+    mode: RolloutMode
+    canaryShare: float | None
+    startedAtEpochMs: int
+    decisions: RolloutDecisions
+
+
+class RolloutRecord(TypedDict, total=False):
+    """A rollout's audit record (`turnstile-rollout/v1`): started, promoted or aborted."""
+
+    schema: str
+    event: RolloutEvent
+    revision: str
+    digest: str
+    mode: RolloutMode
+    canaryShare: float | None
+    startedAtEpochMs: int
+    endedAtEpochMs: int | None
+    decisions: RolloutDecisions | None
+    atEpochMs: int
+    actorKeyId: str | None
+    note: str | None
+    approvedBy: str | None
+
+
+class RolloutHistory(TypedDict, total=False):
+    records: list[RolloutRecord]
+
+
+class _RolloutStartRequired(TypedDict):
+    revision: str
+    profile: Profile
+    mode: RolloutMode
+
+
+class RolloutStartRequest(_RolloutStartRequired, total=False):
+    canaryShare: float
+    note: str | None
+    approvedBy: str | None
+
+
+class RolloutEndRequest(TypedDict, total=False):
+    note: str | None
+    approvedBy: str | None
 
 
 class ProfileRevision(TypedDict, total=False):
@@ -525,6 +597,23 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "register_profile",
         Profile,
         {201: ProfileChangeRecord, 200: ProfileUnchanged, 409: ErrorBody, **_ERRORS_WRITE},
+    ),
+    ("POST", "/v1/workspaces/{workspaceId}/rollouts"): Operation(
+        "start_rollout",
+        RolloutStartRequest,
+        {201: Rollout, 404: ErrorBody, 409: ErrorBody, **_ERRORS_WRITE},
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/rollouts"): Operation(
+        "rollout_history", None, {200: RolloutHistory, **_ERRORS_READ}
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/rollouts/current"): Operation(
+        "current_rollout", None, {200: Rollout, 404: ErrorBody, **_ERRORS_READ}
+    ),
+    ("POST", "/v1/workspaces/{workspaceId}/rollouts/current/promote"): Operation(
+        "promote_rollout", RolloutEndRequest, {200: RolloutRecord, 404: ErrorBody, **_ERRORS_WRITE}
+    ),
+    ("POST", "/v1/workspaces/{workspaceId}/rollouts/current/abort"): Operation(
+        "abort_rollout", RolloutEndRequest, {200: RolloutRecord, 404: ErrorBody, **_ERRORS_WRITE}
     ),
     ("GET", "/v1/workspaces/{workspaceId}/profiles"): Operation(
         "profile_history", None, {200: ProfileHistory, **_ERRORS_READ}

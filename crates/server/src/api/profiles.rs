@@ -111,7 +111,7 @@ pub async fn put_profile(
 /// misspelt `principals` would silently register no principal limits; here any key other than
 /// `workspace`, `providers` and `principals` is refused, naming it (`note` and `approvedBy`
 /// were taken out before: `crate::api::approval`).
-fn parse_profile(value: serde_json::Value) -> Result<Profile, ApiError> {
+pub(crate) fn parse_profile(value: serde_json::Value) -> Result<Profile, ApiError> {
     let as_definition = |error: ApiError| match error {
         ApiError::InvalidRequest { field, message } => ApiError::InvalidDefinition {
             field,
