@@ -65,7 +65,7 @@ pub async fn put_profile(
         Some(object) => approval::take(&acting, object)?,
         None => approval::approval(&acting, None, None)?,
     };
-    let profile = parse_profile(document)?;
+    let profile = parse_profile(document, true)?;
     for principal in profile.principals.keys() {
         validate::id("principals", principal)?;
     }
@@ -110,8 +110,12 @@ pub async fn put_profile(
 /// The profile document, strictly: `Profile` itself ignores unknown top-level keys, so a
 /// misspelt `principals` would silently register no principal limits; here any key other than
 /// `workspace`, `providers` and `principals` is refused, naming it (`note` and `approvedBy`
-/// were taken out before: `crate::api::approval`).
-pub(crate) fn parse_profile(value: serde_json::Value) -> Result<Profile, ApiError> {
+/// were taken out before: `crate::api::approval`; `with_approval` says whether the request
+/// allows them beside the profile, for the message).
+pub(crate) fn parse_profile(
+    value: serde_json::Value,
+    with_approval: bool,
+) -> Result<Profile, ApiError> {
     let as_definition = |error: ApiError| match error {
         ApiError::InvalidRequest { field, message } => ApiError::InvalidDefinition {
             field,
@@ -127,7 +131,8 @@ pub(crate) fn parse_profile(value: serde_json::Value) -> Result<Profile, ApiErro
             return Err(ApiError::InvalidDefinition {
                 field: unknown.clone(),
                 message: format!(
-                    "invalid-definition: unknown field `{unknown}`, expected one of `workspace`, `providers`, `principals`, `note`, `approvedBy`"
+                    "invalid-definition: unknown field `{unknown}`, expected one of `workspace`, `providers`, `principals`{}",
+                    if with_approval { ", `note`, `approvedBy`" } else { "" }
                 ),
             });
         }
@@ -195,7 +200,9 @@ fn limits_are_objects(value: &serde_json::Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-async fn history(
+/// The last [`HISTORY_LIMIT`] audit records of one kind, oldest first; a revision change's
+/// (profile change, rollout) with its approval on record.
+pub(crate) async fn history(
     state: &AppState,
     caller: &Caller,
     workspace_id: &str,
@@ -215,7 +222,9 @@ async fn history(
         .filter_map(|r| {
             let record = serde_json::from_str(&r.record_json).ok()?;
             Some(match kind {
-                AuditKind::ProfileChange => approval::on_record(record, &approval::of_stored(&r)),
+                AuditKind::ProfileChange | AuditKind::Rollout => {
+                    approval::on_record(record, &approval::of_stored(&r))
+                }
                 _ => record,
             })
         })

@@ -30,7 +30,7 @@ use turnstile_admission::{Comparison, RolloutMode, RolloutView};
 use turnstile_store::AuditKind;
 
 use crate::api::approval;
-use crate::api::profiles::{parse_profile, HISTORY_LIMIT};
+use crate::api::profiles::{history, parse_profile, Records};
 use crate::api::rollout_record::{mode_of, ModeName, RolloutRecord};
 use crate::api::{validate, AppState};
 use crate::http::body;
@@ -143,7 +143,7 @@ pub async fn start_rollout(
     let body: StartBody = fields(value)?;
     validate::id("revision", &body.revision)?;
     let mode = mode(&body)?;
-    let profile = parse_profile(body.profile)?;
+    let profile = parse_profile(body.profile, false)?;
     for principal in profile.principals.keys() {
         validate::id("profile.principals", principal)?;
     }
@@ -245,26 +245,8 @@ pub async fn rollout_history(
     State(state): State<AppState>,
     caller: Caller,
     Path(workspace_id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    authorize(
-        &state,
-        &caller,
-        Operation::ReadProfiles,
-        Some(&workspace_id),
-    )
-    .await?;
-    validate::id("workspaceId", &workspace_id)?;
-    let records: Vec<serde_json::Value> = state
-        .store
-        .audit(&workspace_id, AuditKind::Rollout, HISTORY_LIMIT)
-        .await?
-        .into_iter()
-        .filter_map(|row| {
-            let record = serde_json::from_str(&row.record_json).ok()?;
-            Some(approval::on_record(record, &approval::of_stored(&row)))
-        })
-        .collect();
-    Ok(Json(serde_json::json!({ "records": records })))
+) -> Result<Json<Records>, ApiError> {
+    history(&state, &caller, &workspace_id, AuditKind::Rollout).await
 }
 
 /// Appends a rollout's audit row, durable before the answer.

@@ -324,27 +324,27 @@ def test_a_rollout_starts_from_a_diff_is_watched_live_and_aborted_with_its_appro
     wait_for(lambda: browser.execute_script("return document.getElementById('rollout').dataset.state") == "none")
     current = wait_for(lambda: browser.find_element(By.ID, "rollout-profile").get_attribute("value"))
     candidate = json.loads(current)
-    assert candidate["providers"]["anthropic"]["concurrency"] == 8, "pre-filled with the current revision"
-    candidate["providers"]["anthropic"]["concurrency"] = 1
+    assert candidate["providers"]["trial"]["concurrency"] == 8, "pre-filled with the current revision"
+    candidate["providers"]["trial"]["concurrency"] = 1
     browser.execute_script("document.getElementById('rollout-profile').value = arguments[0];", json.dumps(candidate, indent=2))
     browser.find_element(By.ID, "rollout-candidate").send_keys("v3-tight")
     browser.find_element(By.ID, "rollout-preview").click()
     diff = wait_for(lambda: "→" in browser.find_element(By.ID, "rollout-diff").text and browser.find_element(By.ID, "rollout-diff").text)
-    assert "providers.anthropic.concurrency: 8 → 1" in diff
+    assert "providers.trial.concurrency: 8 → 1" in diff
     browser.find_element(By.ID, "rollout-start").click()
     wait_for(lambda: browser.find_element(By.ID, "confirm-approved-by").is_displayed())
     browser.find_element(By.ID, "confirm-approved-by").send_keys("Dana")
-    browser.find_element(By.ID, "confirm-note").send_keys("CHG-9: anthropic down to 1")
+    browser.find_element(By.ID, "confirm-note").send_keys("CHG-9: trial down to 1")
     confirm(browser)
     wait_for(lambda: browser.execute_script("return document.getElementById('rollout').dataset.state") == "running")
     assert browser.find_element(By.ID, "rollout-revision").text == "v3-tight"
 
-    # Three held admissions on anthropic: the current revision admits them all, the candidate
+    # Three held admissions on `trial`: the current revision admits them all, the candidate
     # (concurrency 1) would have queued two; the panel shows it without a reload.
     held = []
     for _ in range(3):
         status, body = service.api.call(
-            "POST", "/v1/admissions", service.alice, {"providerId": "anthropic", "budgetId": "rollout", "estimate": {}, "deadlineMs": 1000}
+            "POST", "/v1/admissions", service.alice, {"providerId": "trial", "budgetId": "rollout", "estimate": {}, "deadlineMs": 1000}
         )
         assert status == 200, body
         held.append(body["leaseId"])
@@ -367,13 +367,13 @@ def test_a_rollout_starts_from_a_diff_is_watched_live_and_aborted_with_its_appro
     wait_for(lambda: browser.execute_script("return document.getElementById('rollout').dataset.state") == "none")
     _, records = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/rollouts", service.admin)
     events = [(r["event"], r["revision"], r["approvedBy"], r["note"]) for r in records["records"]]
-    assert events[-2:] == [("started", "v3-tight", "Dana", "CHG-9: anthropic down to 1"), ("aborted", "v3-tight", None, "seen enough")]
+    assert events[-2:] == [("started", "v3-tight", "Dana", "CHG-9: trial down to 1"), ("aborted", "v3-tight", None, "seen enough")]
     shown = wait_for(
         lambda: browser.execute_script(
             "return [...document.querySelectorAll('#rollout-history tbody tr')].slice(0, 2).map(r => r.dataset.event + ' ' + r.querySelector('td[data-field=\"note\"]').textContent)"
         )
     )
-    assert shown == ["aborted seen enough", "started CHG-9: anthropic down to 1"]
+    assert shown == ["aborted seen enough", "started CHG-9: trial down to 1"]
     # The current revision never changed.
     wait_for(lambda: browser.find_element(By.ID, "current-revision").text == "v2")
     assert script_errors(browser) == []
