@@ -440,6 +440,20 @@ fn a_profile_registered_on_one_replica_is_enforced_on_all_with_the_same_history(
         (&json!("v2 is too tight"), &json!("Dana")),
         "the approval travels on the feed to every replica"
     );
+    // A rollout runs on one process only: a replica refuses to start one, typed (issue 33).
+    let (status, answer) = http(
+        a.addr(),
+        "POST",
+        &format!("/v1/workspaces/{WORKSPACE}/rollouts"),
+        &admin,
+        Some(&json!({"revision": "v9", "profile": profile(Some(2)), "mode": "shadow"})),
+    )
+    .unwrap();
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("rollouts-unsupported")),
+        "{answer}"
+    );
     let revisions: Vec<Value> = [a, b, c]
         .iter()
         .map(|r| {
