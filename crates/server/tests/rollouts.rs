@@ -291,6 +291,20 @@ fn bad_rollout_requests_are_refused_typed_and_change_nothing() {
             "{body}"
         );
     }
+    // A bad candidate profile: named from the body.
+    let mut odd = wide(2);
+    odd["zz"] = json!(1);
+    let (status, error) = post(
+        &server,
+        &admin,
+        ROLLOUTS,
+        &json!({"revision": "v2", "profile": odd, "mode": "shadow"}),
+    );
+    assert_eq!(
+        (status, error["field"].as_str()),
+        (422, Some("profile.zz")),
+        "{error}"
+    );
     let alice = server.new_key("t", "alice");
     let (status, _) = post(
         &server,

@@ -117,6 +117,25 @@ fn fields<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T,
     })
 }
 
+/// A profile error of the start body, its field named from the body (`profile.…`).
+fn in_profile(error: ApiError) -> ApiError {
+    let named = |field: String| match field.as_str() {
+        "body" => "profile".to_owned(),
+        _ => format!("profile.{field}"),
+    };
+    match error {
+        ApiError::InvalidDefinition { field, message } => ApiError::InvalidDefinition {
+            field: named(field),
+            message,
+        },
+        ApiError::InvalidRequest { field, message } => ApiError::InvalidRequest {
+            field: named(field),
+            message,
+        },
+        other => other,
+    }
+}
+
 /// The body as a JSON object and its approval.
 fn object_and_approval(
     acting: &ActingKey,
@@ -143,7 +162,7 @@ pub async fn start_rollout(
     let body: StartBody = fields(value)?;
     validate::id("revision", &body.revision)?;
     let mode = mode(&body)?;
-    let profile = parse_profile(body.profile, false)?;
+    let profile = parse_profile(body.profile, false).map_err(in_profile)?;
     for principal in profile.principals.keys() {
         validate::id("profile.principals", principal)?;
     }
