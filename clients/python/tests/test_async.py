@@ -190,6 +190,8 @@ def test_async_admin_reads_a_revision(service: Service) -> None:
         revision = await admin.profile_revision(WORKSPACE, "v1")
         assert revision["workspaceId"] == WORKSPACE and revision["digest"].startswith("sha256:")
         assert (await admin.fairness(WORKSPACE))["bucketMs"] == 60000
+        listed = (await admin.workspaces())["workspaces"]
+        assert {"workspaceId": WORKSPACE, "profileVersion": "v1"} in listed
 
     run(service, body, key=service.admin_key)
 

@@ -34,6 +34,7 @@ from turnstile_client._types import (
     Rollout,
     RolloutRecord,
     Snapshot,
+    WorkspaceList,
 )
 
 
@@ -293,6 +294,12 @@ def test_console_reads_pauses_fairness_and_a_revision(client: Client, admin: Cli
     with pytest.raises(NotFound) as missing:
         admin.fairness("no-such-workspace")
     assert missing.value.error == "no-profile"
+
+    # The workspaces a key may see: the admin every one with a profile, a principal its own.
+    listed = admin.workspaces()
+    assert unknown_keys(listed, WorkspaceList) == []
+    assert {"workspaceId": WORKSPACE, "profileVersion": "v1"} in listed["workspaces"]
+    assert client.workspaces() == {"workspaces": [{"workspaceId": WORKSPACE, "profileVersion": "v1"}]}
 
     # A revision's limits (admin), and who registered each change.
     revision = admin.profile_revision(WORKSPACE, "v1")

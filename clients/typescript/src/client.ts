@@ -44,6 +44,7 @@ import type {
   RolloutRecord,
   RolloutStartRequest,
   Snapshot,
+  WorkspaceList,
 } from "./types.js";
 import { OUTCOMES } from "./types.js";
 
@@ -590,6 +591,11 @@ export class Client {
   /** Retry-After pauses of the workspace's provider lanes with their cause (last 64). */
   async pauseHistory(workspaceId: string): Promise<PauseHistory> {
     return this.#json<PauseHistory>({ method: "GET", path: `/v1/workspaces/${seg(workspaceId)}/pauses` });
+  }
+
+  /** The workspaces this key may see (admin: every one with a profile; a principal key: its own), each with its current revision. */
+  async workspaces(): Promise<WorkspaceList> {
+    return this.#json<WorkspaceList>({ method: "GET", path: "/v1/workspaces" });
   }
 
   /** Grants, share and mean queue delay per principal over the last five minutes (a principal key gets its own row only). */

@@ -46,9 +46,38 @@ export type Decision = (typeof DECISIONS)[number];
 export const BREAKER_STATES = ["closed", "open", "half-open"] as const;
 export type BreakerState = (typeof BREAKER_STATES)[number];
 
+/**
+ * Which limit holds a queued lane back (`BindingCount.binding`): a scope and a kind of limit,
+ * or the provider's pause, breaker or announced quota.
+ */
+export const BINDINGS = [
+  "principal-concurrency",
+  "workspace-concurrency",
+  "provider-concurrency",
+  "workspace-share",
+  "provider-share",
+  "workspace-reservation",
+  "provider-reservation",
+  "principal-requests",
+  "workspace-requests",
+  "provider-requests",
+  "principal-tokens",
+  "workspace-tokens",
+  "provider-tokens",
+  "provider-pause",
+  "provider-breaker",
+  "provider-quota-requests",
+  "provider-quota-tokens",
+] as const;
+export type Binding = (typeof BINDINGS)[number];
+
 /** How a replica coordinated a decision (replicas sharing limits through Redis only). */
 export const COORDINATIONS = ["shared", "degraded"] as const;
 export type Coordination = (typeof COORDINATIONS)[number];
+
+/** Which cap refused a budget (`too-many-budgets`). */
+export const BUDGET_CAPS = ["principal", "workspace"] as const;
+export type BudgetCap = (typeof BUDGET_CAPS)[number];
 
 /** What a provider lane's turns are fair in (`Limits.fairness`). */
 export const FAIRNESS_MODES = ["requests", "tokens"] as const;
@@ -116,6 +145,8 @@ export interface Evidence {
   providerQuota?: boolean;
   breakerTransitions?: BreakerTransition[];
   budgetOpened?: boolean;
+  /** On a `too-many-budgets` refusal only: which cap refused. */
+  budgetCap?: BudgetCap;
   coordination?: Coordination;
   /** Only on an answer a canary rollout's candidate decided: the candidate's revision. */
   profileRevision?: string;
@@ -214,6 +245,7 @@ export interface Limits {
   tokensBurst?: number;
   maxAttempts?: number;
   maxTokens?: number;
+  maxOpenBudgets?: number;
   maxBatchSize?: number;
   maxRequestBytes?: number;
   maxItems?: number;
@@ -323,6 +355,17 @@ export interface ProviderFairness {
   fairness: Fairness;
 }
 
+/** One workspace a key may see and its current revision (null: no profile yet). */
+export interface WorkspaceEntry {
+  workspaceId: string;
+  profileVersion: string | null;
+}
+
+/** `GET /v1/workspaces`: an admin key sees every workspace with a profile, a principal key its own. */
+export interface WorkspaceList {
+  workspaces: WorkspaceEntry[];
+}
+
 /**
  * `GET …/fairness`: grants and tokens served per principal over the last five minutes
  * (server-side window), with weights, bands and each lane's fairness mode.
@@ -350,6 +393,12 @@ export interface LaneBucket {
   capacity: number;
 }
 
+/** How many of a provider's queued lanes (one per principal with waiters) a limit holds. */
+export interface BindingCount {
+  binding: Binding;
+  lanes: number;
+}
+
 /** One provider lane as the console shows it (`LaneView` in the OpenAPI document). */
 export interface LaneView {
   providerId: string;
@@ -367,6 +416,8 @@ export interface LaneView {
   nextProbeAt: number | null;
   /** While paused: epoch ms the pause ends. */
   pausedUntil: number | null;
+  /** Which limits hold the queued lanes, most lanes first (empty when nothing waits). */
+  bindings: BindingCount[];
 }
 
 /** Final admission answers of one provider lane with one reason (`admitted` or a refusal). */
@@ -556,6 +607,7 @@ export const SHAPES = {
     providerQuota: "scalar",
     breakerTransitions: "BreakerTransition[]",
     budgetOpened: "scalar",
+    budgetCap: "scalar",
     coordination: "enum:Coordination",
     profileRevision: "scalar",
   },
@@ -591,6 +643,7 @@ export const SHAPES = {
     tokensBurst: "scalar",
     maxAttempts: "scalar",
     maxTokens: "scalar",
+    maxOpenBudgets: "scalar",
     maxBatchSize: "scalar",
     maxRequestBytes: "scalar",
     maxItems: "scalar",
@@ -657,6 +710,8 @@ export const SHAPES = {
   },
   MinuteGrants: { startEpochMs: "scalar", grants: "scalar", queueDelayMs: "scalar", tokens: "scalar" },
   ProviderFairness: { providerId: "scalar", fairness: "enum:Fairness" },
+  WorkspaceEntry: { workspaceId: "scalar", profileVersion: "scalar" },
+  WorkspaceList: { workspaces: "WorkspaceEntry[]" },
   FairnessView: {
     atEpochMs: "scalar",
     fromEpochMs: "scalar",
@@ -682,7 +737,9 @@ export const SHAPES = {
     breakerState: "enum:BreakerState",
     nextProbeAt: "scalar",
     pausedUntil: "scalar",
+    bindings: "BindingCount[]",
   },
+  BindingCount: { binding: "enum:Binding", lanes: "scalar" },
   DecisionCount: { providerId: "scalar", reason: "enum:Reason", count: "scalar" },
   PrincipalTally: { principalId: "scalar", grants: "scalar", queueDelayMs: "scalar" },
   FeedPause: {
@@ -780,6 +837,7 @@ export const ENUMS: Record<string, readonly string[]> = {
   Outcome: OUTCOMES,
   Decision: DECISIONS,
   BreakerState: BREAKER_STATES,
+  Binding: BINDINGS,
   Coordination: COORDINATIONS,
   ChangeKind: CHANGE_KINDS,
   RolloutMode: ROLLOUT_MODES,
@@ -807,6 +865,11 @@ const errorsWrite = { 400: "ErrorBody", 408: "ErrorBody", 413: "ErrorBody", 415:
 
 /** Every operation of the service, keyed by `"METHOD /path"` as in the OpenAPI document. */
 export const OPERATIONS: Record<string, OperationInfo> = {
+  "GET /v1/workspaces": {
+    method: "workspaces",
+    request: null,
+    responses: { 200: "WorkspaceList", 401: "ErrorBody", 429: "ErrorBody", 503: "ErrorBody" },
+  },
   "PUT /v1/workspaces/{workspaceId}/profiles/{profileVersion}": {
     method: "registerProfile",
     request: "Profile",
@@ -976,8 +1039,11 @@ export type _ShapeChecks = [
   Assert<SameKeys<MinuteGrants, typeof SHAPES.MinuteGrants>>,
   Assert<SameKeys<ProviderFairness, typeof SHAPES.ProviderFairness>>,
   Assert<SameKeys<FairnessView, typeof SHAPES.FairnessView>>,
+  Assert<SameKeys<WorkspaceEntry, typeof SHAPES.WorkspaceEntry>>,
+  Assert<SameKeys<WorkspaceList, typeof SHAPES.WorkspaceList>>,
   Assert<SameKeys<LaneBucket, typeof SHAPES.LaneBucket>>,
   Assert<SameKeys<LaneView, typeof SHAPES.LaneView>>,
+  Assert<SameKeys<BindingCount, typeof SHAPES.BindingCount>>,
   Assert<SameKeys<DecisionCount, typeof SHAPES.DecisionCount>>,
   Assert<SameKeys<PrincipalTally, typeof SHAPES.PrincipalTally>>,
   Assert<SameKeys<FeedPause, typeof SHAPES.FeedPause>>,

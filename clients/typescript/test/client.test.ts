@@ -369,6 +369,12 @@ test("console reads: pauses with their cause, fairness by key, a revision, who c
   assert.deepEqual([modes.fair, modes.steady], ["tokens", "requests"]);
   await assert.rejects(admin.fairness("no-such-workspace"), (e: unknown) => e instanceof NotFoundError && e.error === "no-profile");
 
+  // The workspaces a key may see: the admin every one with a profile, a principal its own.
+  const listed = await admin.workspaces();
+  assert.deepEqual(unknownKeys(listed, "WorkspaceList"), []);
+  assert.ok(listed.workspaces.some((w) => w.workspaceId === WORKSPACE && w.profileVersion === "v1"));
+  assert.deepEqual(await client.workspaces(), { workspaces: [{ workspaceId: WORKSPACE, profileVersion: "v1" }] });
+
   const revision = await admin.profileRevision(WORKSPACE, "v1");
   assert.deepEqual(unknownKeys(revision, "ProfileRevision"), []);
   assert.equal(revision.profileVersion, "v1");

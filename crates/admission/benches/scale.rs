@@ -95,6 +95,7 @@ impl Scale {
         controller.set_budget_bounds(BudgetBounds {
             idle_ms: Some(10_000),
             max_open: None,
+            max_open_per_principal: None,
         });
         let after_controller = rss_bytes();
         let mut scale = Scale {

@@ -16,16 +16,35 @@
 //! `releaseBudget` and a re-opening changes nothing).
 //!
 //! **Bounded state** ([`BudgetBounds`]): `budgetId`s come from clients, so the ledger never grows
-//! without a bound. An invocation nobody has touched (charged or settled) for `idle_ms`, and that
-//! holds no lease, is forgotten as if the host had released it, and its ID handed to the host
-//! ([`BudgetLedger::take_evicted`], which counts them); its next attempt opens a new invocation (the admit evidence
-//! says `budgetOpened`). Past `max_open` open invocations, an attempt that would open one more is
-//! refused (`too-many-budgets`); an attempt on an open invocation is never refused for the cap.
+//! without a bound, and never by forgetting spend a limit counts (issue 34):
+//!
+//! - An invocation charged under a budget limit (`maxAttempts`, `maxCostUsd` or `maxTokens` in
+//!   any scope it was charged to) is **never forgotten for idleness**: only the host's
+//!   `releaseBudget` forgets it. Once idle (untouched for `idle_ms`, no lease) it is kept in a
+//!   fixed-size compact record (`budget_cold.rs`); its next attempt brings it back, spend and
+//!   all (not a new budget: no `budgetOpened`).
+//! - An invocation charged under no budget limit holds nothing a decision reads: idle for
+//!   `idle_ms`, it is forgotten as if released, and its ID handed to the host
+//!   ([`BudgetLedger::take_evicted`], which counts them); its next attempt opens a new
+//!   invocation (the admit evidence says `budgetOpened`). So is a call budget
+//!   ([`CALL_BUDGET_PREFIX`]), whatever it holds.
+//! - **Caps**: an attempt that would open one more invocation is refused (`too-many-budgets`,
+//!   with the [`BudgetCap`] that refused) when its principal holds its own cap of open
+//!   invocations (`maxOpenBudgets`, else [`BudgetBounds::max_open_per_principal`]), or the
+//!   workspace holds [`BudgetBounds::max_open`]. An invocation counts against the principal that
+//!   opened it until it is released or forgotten; an attempt on an open invocation is never
+//!   refused for a cap, and call budgets count against neither cap. A principal cap below the
+//!   workspace cap (the registry checks it) means one principal at its cap cannot fill the
+//!   workspace.
+//!
 //! Invocations are kept in touch order (a linked hash map), so eviction looks only at the
 //! oldest ones: O(1) per touch, amortised O(1) per eviction.
 
 use hashlink::LinkedHashMap;
 use rustc_hash::{FxBuildHasher, FxHashMap};
+use serde::{Deserialize, Serialize};
+
+use crate::budget_cold::{ColdBudget, ColdBudgets, ColdLines};
 
 use crate::time::Millis;
 
@@ -144,15 +163,55 @@ struct Invocation {
     touched_at: Millis,
     /// Leases charged to it and not yet settled: an invocation holding one is never idle.
     open_leases: u32,
+    /// The principal that opened it, whose cap it counts against; `None` for a call budget.
+    owner: Option<u32>,
+    /// Charged under a budget limit: its spend is never forgotten for idleness.
+    limited: bool,
 }
 
 /// Bounds on the ledger's state (see the module docs). `None` means unbounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BudgetBounds {
-    /// An untouched invocation without leases is forgotten after this long.
+    /// An untouched invocation without leases and without limited spend is forgotten after
+    /// this long.
     pub idle_ms: Option<Millis>,
-    /// At most this many open invocations; one more is refused.
+    /// At most this many open invocations in the workspace (call budgets aside); one more is
+    /// refused.
     pub max_open: Option<usize>,
+    /// At most this many open invocations opened by one principal, unless the profile says
+    /// otherwise (`maxOpenBudgets` of the principal, else of the workspace).
+    pub max_open_per_principal: Option<usize>,
+}
+
+/// Which cap refused a budget (`too-many-budgets`): the principal's own or the workspace's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BudgetCap {
+    /// The principal holds as many open budgets as its `maxOpenBudgets` allows.
+    Principal,
+    /// The workspace holds `budgets.max_open_per_workspace` open budgets.
+    Workspace,
+}
+
+impl BudgetCap {
+    /// The cap's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetCap::Principal => "principal",
+            BudgetCap::Workspace => "workspace",
+        }
+    }
+}
+
+/// Budget IDs starting with this are **call budgets**: a host's own, one per call and
+/// forgotten by the host when the call ends (the proxy's per-call budgets). They count against
+/// no cap, and idleness forgets them whatever they hold (a host that crashed mid-call never
+/// forgets them otherwise). The admission API cannot name them (`~` is outside its alphabet).
+pub const CALL_BUDGET_PREFIX: &str = "~";
+
+/// Whether `budget_id` names a call budget ([`CALL_BUDGET_PREFIX`]).
+pub fn is_call_budget(budget_id: &str) -> bool {
+    budget_id.starts_with(CALL_BUDGET_PREFIX)
 }
 
 /// How many of the oldest invocations one eviction pass looks at, at most (an old invocation
@@ -162,13 +221,19 @@ const EVICTION_SCAN_LIMIT: usize = 64;
 /// Usage of every open invocation.
 #[derive(Debug, Default)]
 pub struct BudgetLedger {
-    /// Open invocations, least recently touched first.
+    /// Open invocations in full form, least recently touched first.
     invocations: LinkedHashMap<String, Invocation, FxBuildHasher>,
+    /// Open invocations that went idle holding limited spend, in compact form.
+    cold: ColdBudgets,
     next_epoch: u64,
     bounds: BudgetBounds,
     /// IDs forgotten for idleness since the last [`BudgetLedger::take_evicted`] (at most
     /// [`EVICTION_SCAN_LIMIT`] per operation; the host drains them after each one).
     evicted: Vec<String>,
+    /// Open invocations counted against the caps (call budgets aside), by opening principal.
+    open_by_principal: FxHashMap<u32, u32>,
+    /// Their sum.
+    counted: usize,
 }
 
 impl BudgetLedger {
@@ -177,45 +242,86 @@ impl BudgetLedger {
         self.bounds = bounds;
     }
 
+    /// The bounds in force.
+    pub fn bounds(&self) -> BudgetBounds {
+        self.bounds
+    }
+
     pub fn usage(&self, budget_id: &str, scope: ScopeKey) -> Spent {
-        self.invocations
-            .get(budget_id)
-            .and_then(|invocation| invocation.lines.get(&scope))
-            .copied()
-            .unwrap_or_default()
+        match self.invocations.get(budget_id) {
+            Some(invocation) => invocation.lines.get(&scope).copied().unwrap_or_default(),
+            None => self
+                .cold
+                .get(budget_id)
+                .map(|cold| cold.lines.usage(scope))
+                .unwrap_or_default(),
+        }
     }
 
     /// Whether `budget_id` is open (an attempt on it would not open a new invocation).
     pub fn is_open(&self, budget_id: &str) -> bool {
-        self.invocations.contains_key(budget_id)
+        self.invocations.contains_key(budget_id) || self.cold.get(budget_id).is_some()
     }
 
-    /// `too-many-budgets` when an attempt on `budget_id` would open an invocation past the cap.
-    pub fn check_open(&self, budget_id: &str) -> Option<Reason> {
-        let max = self.bounds.max_open?;
-        (self.invocations.len() >= max && !self.is_open(budget_id))
-            .then_some(Reason::TooManyBudgets)
+    /// The cap an attempt of `principal` on `budget_id` would break by opening an invocation:
+    /// the principal's own (`principal_cap`, its effective `maxOpenBudgets`) first, then the
+    /// workspace's. An open invocation and a call budget are never refused for a cap.
+    pub fn check_open(
+        &self,
+        budget_id: &str,
+        principal: u32,
+        principal_cap: Option<usize>,
+    ) -> Option<BudgetCap> {
+        let own = self.open_by_principal.get(&principal).copied().unwrap_or(0);
+        let principal_full = principal_cap.is_some_and(|max| own as usize >= max);
+        let workspace_full = self.bounds.max_open.is_some_and(|max| self.counted >= max);
+        if !(principal_full || workspace_full) || is_call_budget(budget_id) {
+            return None;
+        }
+        if self.is_open(budget_id) {
+            return None;
+        }
+        Some(if principal_full {
+            BudgetCap::Principal
+        } else {
+            BudgetCap::Workspace
+        })
     }
 
-    /// Adds one admitted attempt to every scope it was checked against. Returns the epoch of
-    /// the invocation charged (for [`BudgetLedger::settle`]) and whether this attempt opened it.
+    /// Adds one admitted attempt to every scope it was checked against; `limited` says whether
+    /// one of them has a budget limit (its spend is then never forgotten for idleness). Returns
+    /// the epoch of the invocation charged (for [`BudgetLedger::settle`]) and whether this
+    /// attempt opened it.
     pub fn charge(
         &mut self,
         budget_id: &str,
         scopes: [ScopeKey; 3],
         estimate: &CheckedEstimate,
+        limited: bool,
         now: Millis,
     ) -> (u64, bool) {
         let opened = !self.invocations.contains_key(budget_id);
+        let mut reopened = false;
         if opened {
             self.next_epoch += 1;
-            self.invocations.insert(
-                budget_id.to_owned(),
-                Invocation {
-                    epoch: self.next_epoch,
-                    ..Invocation::default()
-                },
-            );
+            let mut invocation = Invocation {
+                epoch: self.next_epoch,
+                ..Invocation::default()
+            };
+            if let Some(cold) = self.cold.remove(budget_id) {
+                // Settled, never forgotten: back in full form, still counted for its owner.
+                invocation.owner = Some(cold.owner);
+                invocation.limited = true;
+                invocation.lines = cold.lines.lines().into_iter().collect();
+                reopened = true;
+            } else if let (false, ScopeKey::Principal(owner)) =
+                (is_call_budget(budget_id), scopes[0])
+            {
+                invocation.owner = Some(owner);
+                *self.open_by_principal.entry(owner).or_default() += 1;
+                self.counted += 1;
+            }
+            self.invocations.insert(budget_id.to_owned(), invocation);
         } else {
             self.invocations.to_back(budget_id);
         }
@@ -225,9 +331,10 @@ impl BudgetLedger {
         for scope in scopes {
             invocation.lines.entry(scope).or_default().add(estimate);
         }
+        invocation.limited |= limited;
         invocation.touched_at = now;
         invocation.open_leases = invocation.open_leases.saturating_add(1);
-        (invocation.epoch, opened)
+        (invocation.epoch, opened && !reopened)
     }
 
     /// Settles one lease charged to the invocation of `epoch`: replaces its charged estimate by
@@ -262,10 +369,32 @@ impl BudgetLedger {
 
     /// Forgets one invocation. Returns whether it was known.
     pub fn release(&mut self, budget_id: &str) -> bool {
-        self.invocations.remove(budget_id).is_some()
+        let owner = match self.invocations.remove(budget_id) {
+            Some(invocation) => invocation.owner,
+            None => match self.cold.remove(budget_id) {
+                Some(cold) => Some(cold.owner),
+                None => return false,
+            },
+        };
+        self.uncount(owner);
+        true
     }
 
-    /// Forgets the invocations idle at `now` (see the module docs). Returns how many.
+    fn uncount(&mut self, owner: Option<u32>) {
+        let Some(owner) = owner else {
+            return;
+        };
+        if let Some(open) = self.open_by_principal.get_mut(&owner) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                self.open_by_principal.remove(&owner);
+            }
+        }
+        self.counted = self.counted.saturating_sub(1);
+    }
+
+    /// Forgets the invocations idle at `now` (see the module docs), and moves those holding
+    /// limited spend to their compact form. Returns how many were forgotten.
     pub fn evict_idle(&mut self, now: Millis) -> u64 {
         let Some(idle_ms) = self.bounds.idle_ms else {
             return 0;
@@ -278,17 +407,26 @@ impl BudgetLedger {
             if now < oldest.touched_at.saturating_add(idle_ms) {
                 break;
             }
-            if oldest.open_leases > 0 {
+            let Some((id, invocation)) = self.invocations.pop_front() else {
+                break;
+            };
+            if invocation.open_leases > 0 {
                 // Held by a lease: not idle. Its settlement touches it again.
-                if let Some((id, invocation)) = self.invocations.pop_front() {
-                    self.invocations.insert(id, invocation);
-                }
+                self.invocations.insert(id, invocation);
                 continue;
             }
-            if let Some((id, _)) = self.invocations.pop_front() {
-                self.evicted.push(id);
+            match (invocation.limited, invocation.owner) {
+                (true, Some(owner)) => {
+                    // Holds spend a limit counts: kept, compactly, until released.
+                    let lines = ColdLines::from_lines(invocation.lines.into_iter());
+                    self.cold.insert(&id, ColdBudget { owner, lines });
+                }
+                (_, owner) => {
+                    self.uncount(owner);
+                    self.evicted.push(id);
+                    evicted += 1;
+                }
             }
-            evicted += 1;
         }
         evicted
     }
@@ -309,7 +447,12 @@ impl BudgetLedger {
 
     /// Open invocations, for snapshots and leak checks.
     pub fn open_invocations(&self) -> usize {
-        self.invocations.len()
+        self.invocations.len() + self.cold.len()
+    }
+
+    /// Open invocations kept in compact form.
+    pub fn settled_invocations(&self) -> usize {
+        self.cold.len()
     }
 }
 
@@ -337,7 +480,7 @@ mod tests {
             ledger.usage("inv", scopes[0]).check(&limits, &estimate),
             None
         );
-        ledger.charge("inv", scopes, &estimate, 0);
+        ledger.charge("inv", scopes, &estimate, false, 0);
         assert_eq!(
             ledger.usage("inv", scopes[0]).check(&limits, &estimate),
             Some(Reason::Cost)
@@ -363,7 +506,7 @@ mod tests {
             ScopeKey::Provider(0),
         ];
         let mut ledger = BudgetLedger::default();
-        let (epoch, opened) = ledger.charge("inv", scopes, &estimate, 0);
+        let (epoch, opened) = ledger.charge("inv", scopes, &estimate, false, 0);
         assert!(opened);
         // Overrun: 950 tokens used; the next 100-token attempt no longer fits.
         let overrun = ActualUsage::none().tokens(950);
@@ -382,7 +525,7 @@ mod tests {
         assert!((ledger.usage("inv", scopes[1]).cost_usd - 0.1).abs() < 1e-12);
         // Released and re-opened: a late correction for the old epoch changes nothing.
         assert!(ledger.release("inv"));
-        let (reopened, opened) = ledger.charge("inv", scopes, &estimate, 0);
+        let (reopened, opened) = ledger.charge("inv", scopes, &estimate, false, 0);
         assert!(opened);
         assert_ne!(reopened, epoch);
         ledger.settle(
@@ -435,10 +578,11 @@ mod tests {
         ledger.set_bounds(BudgetBounds {
             idle_ms: Some(1_000),
             max_open: None,
+            max_open_per_principal: None,
         });
         let estimate = one_attempt();
-        let (held_epoch, _) = ledger.charge("held", SCOPES, &estimate, 0);
-        let (left_epoch, _) = ledger.charge("left", SCOPES, &estimate, 0);
+        let (held_epoch, _) = ledger.charge("held", SCOPES, &estimate, false, 0);
+        let (left_epoch, _) = ledger.charge("left", SCOPES, &estimate, false, 0);
         ledger.settle(
             "left",
             left_epoch,
@@ -465,7 +609,7 @@ mod tests {
         assert_eq!(ledger.open_invocations(), 0);
         assert_eq!(ledger.take_evicted(), ["left", "held"]);
         // The next attempt opens a new invocation with fresh usage.
-        let (_, opened) = ledger.charge("left", SCOPES, &estimate, 52_000);
+        let (_, opened) = ledger.charge("left", SCOPES, &estimate, false, 52_000);
         assert!(opened);
         assert_eq!(ledger.usage("left", SCOPES[0]).attempts, 1);
     }
@@ -476,16 +620,17 @@ mod tests {
         ledger.set_bounds(BudgetBounds {
             idle_ms: None,
             max_open: Some(2),
+            max_open_per_principal: None,
         });
         let estimate = one_attempt();
         for id in ["a", "b"] {
-            assert_eq!(ledger.check_open(id), None);
-            ledger.charge(id, SCOPES, &estimate, 0);
+            assert_eq!(ledger.check_open(id, 0, None), None);
+            ledger.charge(id, SCOPES, &estimate, false, 0);
         }
-        assert_eq!(ledger.check_open("c"), Some(Reason::TooManyBudgets));
-        assert_eq!(ledger.check_open("a"), None);
+        assert_eq!(ledger.check_open("c", 0, None), Some(BudgetCap::Workspace));
+        assert_eq!(ledger.check_open("a", 0, None), None);
         assert!(ledger.release("a"));
-        assert_eq!(ledger.check_open("c"), None);
+        assert_eq!(ledger.check_open("c", 0, None), None);
         // Without an idle bound nothing is ever evicted.
         assert_eq!(ledger.evict_idle(u64::MAX), 0);
     }
@@ -496,6 +641,7 @@ mod tests {
         ledger.set_bounds(BudgetBounds {
             idle_ms: Some(1_000),
             max_open: Some(10_000),
+            max_open_per_principal: None,
         });
         let estimate = one_attempt();
         let (mut peak, mut evicted) = (0, 0);
@@ -504,8 +650,8 @@ mod tests {
             ledger.evict_idle(now);
             evicted += ledger.take_evicted().len();
             let id = format!("budget-{i}");
-            assert_eq!(ledger.check_open(&id), None, "at {i}");
-            let (epoch, opened) = ledger.charge(&id, SCOPES, &estimate, now);
+            assert_eq!(ledger.check_open(&id, 0, None), None, "at {i}");
+            let (epoch, opened) = ledger.charge(&id, SCOPES, &estimate, false, now);
             assert!(opened);
             ledger.settle(&id, epoch, SCOPES, &estimate, &ActualUsage::none(), now);
             peak = peak.max(ledger.open_invocations());

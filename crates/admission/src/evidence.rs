@@ -9,6 +9,7 @@ use std::num::NonZeroU64;
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerTransition;
+use crate::budget::BudgetCap;
 use crate::controller::caller_quota::CallerQuota;
 use crate::reason::{BreakerState, Decision, Reason};
 use crate::time::Millis;
@@ -49,6 +50,10 @@ pub struct Evidence {
     /// `budgetId` or the first after it was released or forgotten for idleness. Absent otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub budget_opened: bool,
+    /// On a `too-many-budgets` refusal: which cap refused, the principal's own
+    /// (`maxOpenBudgets`) or the workspace's. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_cap: Option<BudgetCap>,
     /// The provider's announced quota (its rate-limit headers) held this request back at some
     /// point. Absent otherwise; never the account's figures.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -98,6 +103,7 @@ impl Evidence {
             predicted_wait_ms: None,
             breaker_transitions: Vec::new(),
             budget_opened: false,
+            budget_cap: None,
             provider_quota: false,
             coordination: None,
             caller: CallerQuota::NONE,

@@ -14,9 +14,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod binding;
 mod breaker;
 mod bucket;
 mod budget;
+mod budget_cold;
 mod controller;
 mod deadline;
 pub mod digest;
@@ -38,17 +40,21 @@ mod scopes;
 mod service_rate;
 mod time;
 
+/// Which limit holds a queued lane back (`LaneView::bindings`).
+pub use binding::Binding;
 pub use breaker::BreakerTransition;
 pub use bucket::{TokenBucket, MINUTE_MS, SECOND_MS};
-pub use budget::{ActualUsage, BudgetBounds, InvalidActualCost};
+pub use budget::{
+    is_call_budget, ActualUsage, BudgetBounds, BudgetCap, InvalidActualCost, CALL_BUDGET_PREFIX,
+};
 /// The caller's own rate limits at a decision (`Evidence::caller`), for the
 /// `x-ratelimit-*` headers of its answers.
 pub use controller::caller_quota::{CallerLimit, CallerQuota};
 pub use controller::{
-    Acquired, AdmissionRequest, BucketLevel, BucketLevels, Charge, Controller, Counts, LaneView,
-    LeaseCharge, ProviderSnapshot, ReinstateError, Released, Resolution, ScopeLevels, Snapshot,
-    UnknownProvider, BREAKER_HISTORY_LIMIT, IDLE_LANES_KEPT, IDLE_PRINCIPALS_KEPT,
-    TRANSITION_OUTBOX_LIMIT,
+    Acquired, AdmissionRequest, BindingCount, BucketLevel, BucketLevels, Charge, Controller,
+    Counts, LaneView, LeaseCharge, ProviderSnapshot, ReinstateError, Released, Resolution,
+    ScopeLevels, Snapshot, UnknownProvider, BREAKER_HISTORY_LIMIT, IDLE_LANES_KEPT,
+    IDLE_PRINCIPALS_KEPT, TRANSITION_OUTBOX_LIMIT,
 };
 pub use deadline::block_outlasts_deadline;
 pub use estimate::{CheckedEstimate, Estimate, InvalidEstimate};

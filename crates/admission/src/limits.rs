@@ -97,6 +97,13 @@ pub struct Limits {
     /// usage on release) charged to one budget ID in this scope.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// Principal or workspace scope: how many budgets (`budgetId`s) one principal may hold
+    /// open at once (≥ 1). On a principal it is that principal's cap; on the workspace, the
+    /// cap of every principal that sets none; absent on both, the server's
+    /// `budgets.max_open_per_principal`. Opening one more is refused `too-many-budgets`
+    /// (evidence `budgetCap: principal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_open_budgets: Option<u64>,
     /// Largest `batchSize` estimate one request may carry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_batch_size: Option<u64>,
@@ -313,6 +320,12 @@ pub enum LimitsError {
         /// The band whose share breaks the rule.
         band: &'static str,
     },
+    /// A count that must be at least 1 (`maxOpenBudgets`).
+    #[error("{field} must be at least 1")]
+    Zero {
+        /// The offending field.
+        field: &'static str,
+    },
     /// A bucket capacity of 0, or one without a refilling bucket to size.
     #[error("{field} needs {rate} >= 1 and must itself be at least 1")]
     Burst {
@@ -327,7 +340,7 @@ impl LimitsError {
     /// The camelCase name of the offending field.
     pub fn field(&self) -> &'static str {
         match self {
-            LimitsError::TooLarge { field } => field,
+            LimitsError::TooLarge { field } | LimitsError::Zero { field } => field,
             LimitsError::InvalidCost => "maxCostUsd",
             LimitsError::ReservationOutsideConcurrency { .. }
             | LimitsError::ReservationOutsidePrincipal { .. } => "reservedConcurrency",
@@ -354,13 +367,14 @@ impl Limits {
 
     /// Checks the rules serde cannot express, for limits used in `scope`.
     pub fn validate(&self, scope: ScopeKind) -> Result<(), LimitsError> {
-        let counts: [(&'static str, Option<u64>); 12] = [
+        let counts: [(&'static str, Option<u64>); 13] = [
             ("requestsPerMinute", self.requests_per_minute),
             ("requestsBurst", self.requests_burst),
             ("tokensPerSecond", self.tokens_per_second),
             ("tokensBurst", self.tokens_burst),
             ("maxAttempts", self.max_attempts),
             ("maxTokens", self.max_tokens),
+            ("maxOpenBudgets", self.max_open_budgets),
             ("maxBatchSize", self.max_batch_size),
             ("maxRequestBytes", self.max_request_bytes),
             ("maxItems", self.max_items),
@@ -394,6 +408,18 @@ impl Limits {
                     rate: rate_field,
                 });
             }
+        }
+        if self.max_open_budgets == Some(0) {
+            return Err(LimitsError::Zero {
+                field: "maxOpenBudgets",
+            });
+        }
+        if self.max_open_budgets.is_some() && scope == ScopeKind::Provider {
+            return Err(LimitsError::WrongScope {
+                field: "maxOpenBudgets",
+                allowed: "principal or workspace",
+                scope: scope.as_str(),
+            });
         }
         if let Some(cost) = self.max_cost_usd {
             if !cost.is_finite() || cost < 0.0 {

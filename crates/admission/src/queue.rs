@@ -35,6 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use slab::Slab;
 
+use crate::binding::Binding;
 use crate::breaker::BreakerTransition;
 use crate::estimate::{CheckedEstimate, PackedEstimate};
 use crate::evidence::WaiterId;
@@ -62,8 +63,8 @@ pub(crate) struct Waiter {
     pub(crate) enqueued_at: Millis,
     /// Set by the queue only (it files the instant in its ordered set).
     expires_at: Option<Millis>,
-    /// What the waiter last waited for when the pump looked at it; `None` before that.
-    pub(crate) last_reason: Option<Reason>,
+    /// The limit the waiter last waited for when the pump looked at it; `None` before that.
+    pub(crate) last_binding: Option<Binding>,
     /// When that blocking condition can change, if known.
     pub(crate) last_wake: Option<Millis>,
     /// Whether the provider's announced quota held it back at some point (evidence says so).
@@ -96,11 +97,17 @@ impl Waiter {
             deadline,
             enqueued_at,
             expires_at,
-            last_reason: None,
+            last_binding: None,
             last_wake: None,
             provider_quota: false,
             transitions: None,
         }
+    }
+
+    /// The reason the waiter last waited for (its binding's), `None` before the pump looked.
+    #[inline]
+    pub(crate) fn last_reason(&self) -> Option<Reason> {
+        self.last_binding.map(Binding::reason)
     }
 
     /// The checked estimate the waiter was queued with.

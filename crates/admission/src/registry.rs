@@ -17,8 +17,8 @@
 //!   4096 tracked revisions and 4096 tracked principal revisions per workspace (the oldest that
 //!   is not current is forgotten first).
 //! - The revisions, principals and change records of a workspace are kept by
-//!   `registry/revisions.rs`; this file keeps the controllers, the event outboxes and the
-//!   timers.
+//!   `registry/revisions.rs`, its rollout by `registry/rollouts.rs` (no registration while
+//!   one runs); this file keeps the controllers, the event outboxes and the timers.
 //! - The registry does not switch clocks: the host owns the one clock and passes `now`
 //!   (REFERENCE §6's clock-switch rule is dropped; see `docs/admission.md`).
 //!
@@ -48,8 +48,8 @@ use foldhash::HashMap;
 use crate::breaker::BreakerTransition;
 use crate::budget::{ActualUsage, BudgetBounds};
 use crate::controller::{
-    Acquired, AdmissionRequest, BucketLevels, Charge, Controller, Counts, LaneView, LeaseCharge,
-    ReinstateError, Released, Resolution, Snapshot, TRANSITION_OUTBOX_LIMIT,
+    Acquired, AdmissionRequest, Controller, Counts, LaneView, LeaseCharge, Released, Resolution,
+    Snapshot, TRANSITION_OUTBOX_LIMIT,
 };
 use crate::evidence::{Lease, LeaseId, Outcome, Rejection, WaiterId};
 use crate::limits::Limits;
@@ -57,6 +57,7 @@ use crate::profile::{Profile, ProfileError};
 use crate::provider_quota::ProviderQuota;
 use crate::time::Millis;
 
+mod restart;
 mod revisions;
 mod rollouts;
 
@@ -404,6 +405,7 @@ impl Registry {
         self.with_controller(workspace_id, |e| match e.admit(request, now, true) {
             Acquired::Admitted(lease) => Ok(lease),
             Acquired::Rejected(rejection) => Err(rejection),
+            // Never: a try-now answer is `try_acquire`'s, admitted or refused.
             Acquired::Queued { .. } => {
                 Err(Rejection::refusal(crate::reason::Reason::Concurrency, 0))
             }
@@ -512,6 +514,17 @@ impl Registry {
         self.scheduled.get(workspace_id).copied()
     }
 
+    /// Every workspace with a registered profile and its current revision, by workspace ID.
+    pub fn workspaces(&self) -> Vec<(String, String)> {
+        let mut all: Vec<(String, String)> = self
+            .workspaces
+            .iter()
+            .map(|(id, entry)| (id.clone(), entry.revisions.current().to_owned()))
+            .collect();
+        all.sort_unstable();
+        all
+    }
+
     /// A workspace's aggregate counts ([`Controller::snapshot`]).
     pub fn snapshot(&self, workspace_id: &str) -> Option<Snapshot> {
         self.workspaces
@@ -575,117 +588,6 @@ impl Registry {
             .get(workspace_id)?
             .controller
             .lease_charge(lease)
-    }
-
-    /// Puts back an invocation's spend on one lane after a restart
-    /// ([`Controller::restore_spend`]).
-    pub fn restore_spend(
-        &mut self,
-        workspace_id: &str,
-        budget_id: &str,
-        principal_id: &str,
-        provider_id: &str,
-        spent: Charge,
-        now: Millis,
-    ) -> Result<(), ReinstateError> {
-        self.workspaces
-            .get_mut(workspace_id)
-            .ok_or(ReinstateError::UnknownWorkspace)?
-            .controller
-            .restore_spend(budget_id, principal_id, provider_id, spent, now)
-    }
-
-    /// Puts back a lease a previous process granted ([`Controller::reinstate`]); returns its
-    /// new ID in the workspace's controller.
-    pub fn reinstate(
-        &mut self,
-        workspace_id: &str,
-        principal_id: &str,
-        lease: &LeaseCharge,
-        now: Millis,
-    ) -> Result<LeaseId, ReinstateError> {
-        self.workspaces
-            .get_mut(workspace_id)
-            .ok_or(ReinstateError::UnknownWorkspace)?
-            .controller
-            .reinstate(principal_id, lease, now)
-    }
-
-    /// Pauses a provider lane of a workspace again until `until` after a restart
-    /// ([`Controller::restore_pause`]); returns whether the pause is in force at `now`.
-    pub fn restore_pause(
-        &mut self,
-        workspace_id: &str,
-        provider_id: &str,
-        until: Millis,
-        now: Millis,
-    ) -> Result<bool, ReinstateError> {
-        let entry = self
-            .workspaces
-            .get_mut(workspace_id)
-            .ok_or(ReinstateError::UnknownWorkspace)?;
-        let restored = entry.controller.restore_pause(provider_id, until, now)?;
-        self.reschedule(workspace_id);
-        Ok(restored)
-    }
-
-    /// Opens a provider's breaker again as its last journaled transition left it
-    /// ([`Controller::restore_breaker`]); returns whether it is open now.
-    pub fn restore_breaker(
-        &mut self,
-        workspace_id: &str,
-        last: &BreakerTransition,
-        now: Millis,
-    ) -> Result<bool, ReinstateError> {
-        let entry = self
-            .workspaces
-            .get_mut(workspace_id)
-            .ok_or(ReinstateError::UnknownWorkspace)?;
-        let restored = entry.controller.restore_breaker(last, now)?;
-        self.reschedule(workspace_id);
-        Ok(restored)
-    }
-
-    /// Drains every rate bucket of every workspace as if empty at `since`, the last grant a
-    /// previous process journaled ([`Controller::drain_buckets_since`]); returns how many
-    /// buckets it lowered.
-    pub fn drain_buckets_since(&mut self, since: Millis, now: Millis) -> usize {
-        let mut lowered = 0;
-        let ids: Vec<String> = self.workspaces.keys().cloned().collect();
-        for id in ids {
-            if let Some(entry) = self.workspaces.get_mut(&id) {
-                lowered += entry.controller.drain_buckets_since(since, now);
-            }
-            self.reschedule(&id);
-        }
-        lowered
-    }
-
-    /// The level of every bucket of every workspace, read at `now`
-    /// ([`Controller::bucket_levels`]), by workspace ID; changes nothing.
-    pub fn bucket_levels(&self, now: Millis) -> BTreeMap<String, BucketLevels> {
-        self.workspaces
-            .iter()
-            .map(|(id, entry)| (id.clone(), entry.controller.bucket_levels(now)))
-            .collect()
-    }
-
-    /// Restores the bucket levels a clean stop read ([`Controller::restore_bucket_levels`]);
-    /// a workspace the levels do not name starts with full buckets, one this registry does
-    /// not know is skipped. Returns how many buckets were set.
-    pub fn restore_bucket_levels(
-        &mut self,
-        levels: &BTreeMap<String, BucketLevels>,
-        now: Millis,
-    ) -> usize {
-        let mut restored = 0;
-        for (id, workspace) in levels {
-            if let Some(entry) = self.workspaces.get_mut(id) {
-                restored += entry.controller.restore_bucket_levels(workspace, now);
-                self.reschedule(id);
-            }
-        }
-        restored
     }
 
     /// Workspace IDs with a registered profile.

@@ -36,6 +36,8 @@
 //!   quota charged as the active charged them); every real release (with its outcome and actual
 //!   usage), Retry-After pause, announced quota and budget release is applied to it too.
 //!   Heartbeats do not reach the core (the host keeps lease expiry), so nothing follows them.
+//! - A grant on a provider the candidate does not configure is not counted by the candidate
+//!   (it has no lane for it, so its workspace scope misses it too).
 //! - The candidate holds no waiter in shadow, so its queue-length and queue-share checks see no
 //!   queue of its own, and it never refuses `deadline-unreachable` (such a request counts as
 //!   `queue`). Everything else is the controller's own check, in its order.
@@ -47,7 +49,8 @@
 //!
 //! A stable hash of the principal ID ([`canary_hash`], seeded with the candidate's digest, so
 //! every replica and every restart puts a principal in the same slice; never exposed) puts a
-//! `share` of principals under the candidate. Both controllers are then real: the candidate
+//! `share` of principals under the candidate (a request whose principal or provider only the
+//! candidate names stays with the active, which could not count its grant). Both controllers are then real: the candidate
 //! decides (and queues) its slice's requests, the active the rest. **Neither forgets load the
 //! other admitted**: each grant of one side is forced into the other's books (and its release
 //! follows it), so one provider limit shared by both slices is counted whole on both sides.

@@ -31,6 +31,7 @@ fn an_idle_budget_is_forgotten_counted_and_its_next_attempt_opens_a_new_one() {
     let mut registry = registry(BudgetBounds {
         idle_ms: Some(60_000),
         max_open: None,
+        max_open_per_principal: None,
     });
     let Acquired::Admitted(first) = registry.acquire(WORKSPACE, request("inv"), 0).unwrap() else {
         panic!("admitted")
@@ -74,6 +75,7 @@ fn past_the_cap_an_attempt_that_would_open_a_budget_is_refused_retryable() {
     let mut registry = registry(BudgetBounds {
         idle_ms: None,
         max_open: Some(1),
+        max_open_per_principal: None,
     });
     let Acquired::Admitted(lease) = registry.acquire(WORKSPACE, request("a"), 0).unwrap() else {
         panic!("admitted")
@@ -107,6 +109,7 @@ fn a_queued_waiter_whose_budget_would_now_open_past_the_cap_is_refused_when_trie
     registry.set_budget_bounds(BudgetBounds {
         idle_ms: None,
         max_open: Some(1),
+        max_open_per_principal: None,
     });
     registry.register(WORKSPACE, "v1", profile, 0).unwrap();
     let Acquired::Admitted(held) = registry.acquire(WORKSPACE, request("a"), 0).unwrap() else {
@@ -171,6 +174,7 @@ fn memory_stays_flat_while_100000_distinct_budgets_are_opened_and_left() {
     let mut registry = registry(BudgetBounds {
         idle_ms: Some(1_000),
         max_open: Some(100_000),
+        max_open_per_principal: None,
     });
     open_and_leave(&mut registry, 0, 10_000);
     let warm = rss_bytes();

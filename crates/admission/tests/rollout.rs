@@ -135,6 +135,12 @@ fn no_expectation() -> impl FnMut(&Registry, &AdmissionRequest, u64) -> Option<&
     |_: &Registry, _: &AdmissionRequest, _| None
 }
 
+fn canary(registry: &mut Registry, candidate: Profile, share: f64) {
+    registry
+        .start_rollout(WS, "v2", candidate, RolloutMode::Canary { share }, 0)
+        .expect("started");
+}
+
 fn shadow(registry: &mut Registry, candidate: Profile) {
     registry
         .start_rollout(WS, "v2", candidate, RolloutMode::Shadow, 0)
@@ -326,15 +332,7 @@ fn canary_slice(registry: &mut Registry, names: &[String], now: u64) -> BTreeSet
 fn run_jev_admission_step4_a_canary_of_half_puts_half_the_principals_under_the_candidate_stably() {
     let names = principals(1_000);
     let mut registry = registry(limits(1000), &names);
-    registry
-        .start_rollout(
-            WS,
-            "v2",
-            profile(limits(999), &names),
-            RolloutMode::Canary { share: 0.5 },
-            0,
-        )
-        .unwrap();
+    canary(&mut registry, profile(limits(999), &names), 0.5);
     let first = canary_slice(&mut registry, &names, 1);
     assert!((450..=550).contains(&first.len()), "{}", first.len());
     assert_eq!(
@@ -352,15 +350,7 @@ fn run_jev_admission_step4_a_canary_of_half_puts_half_the_principals_under_the_c
 fn run_jev_admission_step4_both_slices_count_the_load_the_other_admitted() {
     let names = principals(200);
     let mut registry = registry(limits(4), &names);
-    registry
-        .start_rollout(
-            WS,
-            "v2",
-            profile(limits(4), &names),
-            RolloutMode::Canary { share: 0.5 },
-            0,
-        )
-        .unwrap();
+    canary(&mut registry, profile(limits(4), &names), 0.5);
     let slice = canary_slice(&mut registry, &names, 0);
     let canary: Vec<&String> = names.iter().filter(|n| slice.contains(*n)).collect();
     let stable: Vec<&String> = names.iter().filter(|n| !slice.contains(*n)).collect();
@@ -511,15 +501,7 @@ fn abort_leaves_the_active_untouched() {
 fn a_finished_canary_serves_its_remaining_waiters_then_leaves() {
     let names = principals(2);
     let mut registry = registry(limits(1), &names);
-    registry
-        .start_rollout(
-            WS,
-            "v2",
-            profile(limits(1), &names),
-            RolloutMode::Canary { share: 1.0 },
-            0,
-        )
-        .unwrap();
+    canary(&mut registry, profile(limits(1), &names), 1.0);
     let Acquired::Admitted(lease) = registry.acquire(WS, request("p0", "b", 1), 1).unwrap() else {
         panic!()
     };
@@ -619,4 +601,75 @@ fn the_history_keeps_the_last_rollouts() {
         history.last().map(|r| r.revision.as_str()),
         Some(format!("c{}", ROLLOUT_HISTORY_LIMIT + 5).as_str())
     );
+}
+
+#[test]
+fn run_jev_admission_step4_a_principal_only_the_candidate_names_stays_with_the_active() {
+    let names = principals(2);
+    let mut registry = registry(limits(4), &names);
+    let mut candidate = profile(limits(4), &names);
+    candidate.principals.insert("newcomer".into(), limits(4));
+    registry
+        .start_rollout(WS, "v2", candidate, RolloutMode::Canary { share: 1.0 }, 0)
+        .unwrap();
+    // The active could not count its grant, so the candidate does not decide it.
+    let Acquired::Rejected(rejection) = registry
+        .acquire(WS, request("newcomer", "b", 1), 1)
+        .unwrap()
+    else {
+        panic!("v1 does not name the newcomer")
+    };
+    assert!(!rejection.evidence.candidate);
+    let decisions = registry.rollout(WS).unwrap().decisions;
+    assert_eq!((decisions.compared, decisions.candidate_only.admit), (1, 1));
+    // After a promote the newcomer is admitted.
+    registry.promote_rollout(WS, 2).unwrap();
+    assert!(matches!(
+        registry
+            .acquire(WS, request("newcomer", "b", 3), 3)
+            .unwrap(),
+        Acquired::Admitted(_)
+    ));
+}
+
+#[test]
+fn run_jev_admission_step4_a_limit_shared_by_both_slices_is_never_exceeded() {
+    let names = principals(30);
+    let mut registry = registry(limits(4), &names);
+    canary(&mut registry, profile(limits(4), &names), 0.5);
+    let mut rng = Lcg(17);
+    let (mut now, mut held, mut by_candidate) = (0, Vec::new(), 0);
+    for _ in 0..5_000 {
+        now += rng.next(300);
+        let mut resolved = Vec::new();
+        for due in registry.handle_due(now) {
+            resolved.extend(std::iter::from_fn(|| registry.poll_resolution(&due)));
+        }
+        if held.len() as u64 <= rng.next(8) {
+            let name = &names[rng.next(30) as usize];
+            if let Acquired::Admitted(lease) =
+                registry.acquire(WS, request(name, "b", now), now).unwrap()
+            {
+                by_candidate += u64::from(lease.evidence.candidate);
+                held.push(lease.id);
+            }
+        } else {
+            let lease = held.swap_remove(rng.next(held.len() as u64) as usize);
+            registry.release(WS, lease, Outcome::Success, now).unwrap();
+        }
+        resolved.extend(std::iter::from_fn(|| registry.poll_resolution(WS)));
+        for resolution in resolved {
+            if let Ok(lease) = resolution.outcome {
+                by_candidate += u64::from(lease.evidence.candidate);
+                held.push(lease.id);
+            }
+        }
+        assert!(
+            held.len() <= 4,
+            "{} leases held under a shared limit of 4",
+            held.len()
+        );
+        assert_eq!(registry.totals(WS).unwrap().active, held.len() as u64);
+    }
+    assert!(by_candidate > 500, "{by_candidate}");
 }

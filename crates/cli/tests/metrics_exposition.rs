@@ -42,6 +42,7 @@ const SINGLE: &[(&str, &str, &[&str])] = &[
     ("turnstile_actual_tokens_total", "counter", &[]),
     ("turnstile_actual_cost_micro_usd_total", "counter", &[]),
     ("turnstile_bucket_checkpoints_ignored_total", "counter", &[]),
+    ("turnstile_http_handler_panics_total", "counter", &[]),
     ("turnstile_http_cuts_total", "counter", &["kind"]),
     ("turnstile_proxy_calls_total", "counter", &["lane", "class"]),
     (
@@ -101,6 +102,7 @@ const REPLICA: &[(&str, &str, &[&str])] = &[
         "counter",
         &[],
     ),
+    ("turnstile_coordination_books_lost_total", "counter", &[]),
     ("turnstile_identity_events_applied_total", "counter", &[]),
     ("turnstile_identity_follow_errors_total", "counter", &[]),
     ("turnstile_identity_apply_errors_total", "counter", &[]),

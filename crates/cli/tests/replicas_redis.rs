@@ -13,6 +13,9 @@
 //!   money budgets closed, and is healthy again within 2 s with its live leases registered.
 //! - A Redis Cluster node (none of its slots served, then all of them): the replica refuses to
 //!   start and names the reason.
+//! - Redis loses the books under held leases (`FLUSHALL`, `FUNCTION FLUSH` + `FLUSHALL`, the
+//!   workspace's keys evicted, a lease set evicted alone) with the connections kept up: the
+//!   holders register their leases again before anyone is granted (issue 34, item 1).
 #![cfg(unix)]
 
 use std::process::{Command, Stdio};
@@ -21,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use turnstile_coord::{ScopeName, WorkspaceKeys};
 use turnstile_testkit::{replica, RedisServer};
 
 mod common;
@@ -385,4 +389,149 @@ fn a_redis_cluster_node_is_refused_at_start_with_its_reason() {
     }
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// How a test makes Redis lose the books while every connection stays up.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// `FLUSHALL`.
+    FlushAll,
+    /// `FUNCTION FLUSH` then `FLUSHALL` (the libraries gone too).
+    FunctionFlushAndFlushAll,
+    /// Every key of the workspace deleted (what an `allkeys-*` policy evicting them does).
+    EvictWorkspace,
+}
+
+impl Loss {
+    fn inflict(self, redis: &RedisServer) {
+        match self {
+            Loss::FlushAll => assert_eq!(redis.cli(&["FLUSHALL"]), "OK"),
+            Loss::FunctionFlushAndFlushAll => {
+                assert_eq!(redis.cli(&["FUNCTION", "FLUSH"]), "OK");
+                assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+            }
+            Loss::EvictWorkspace => {
+                let pattern = format!("{}*", WorkspaceKeys::new(WORKSPACE).prefix());
+                let keys = redis.cli(&["--scan", "--pattern", &pattern]);
+                let keys: Vec<&str> = keys.lines().collect();
+                assert!(!keys.is_empty(), "the workspace has keys");
+                let mut del = vec!["DEL"];
+                del.extend(keys);
+                redis.cli(&del);
+            }
+        }
+    }
+}
+
+/// Two replicas on `redis`, healthy, the first holding the provider's whole concurrency.
+fn replica_1_holding_the_limit(redis: &RedisServer) -> Vec<Replica> {
+    let replicas: Vec<Replica> = (0..2).map(|_| replica(redis)).collect();
+    wait_for_all(&replicas, "healthy", Duration::from_secs(5));
+    for _ in 0..LIMIT {
+        let (status, answer) = acquire(&replicas[0], "upstream", 0);
+        assert_eq!(status, 200, "{answer}");
+    }
+    replicas
+}
+
+/// Issue 34, item 1: two replicas share the provider's concurrency; replica 1 holds all of
+/// it and replica 2 is refused. Redis loses the books with the connections kept up. Replica 2
+/// then tries to fill the limit again at once: none of its admissions is granted (it waits
+/// for the books' reconciliation window, during which replica 1 registers its leases again),
+/// both replicas declare `reconciling` meanwhile, and afterwards Redis holds replica 1's
+/// leases and replica 2 is still refused. On main replica 2 admitted the whole limit again.
+fn books_lost_under_held_leases(loss: Loss) {
+    let _serial = one_at_a_time();
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let replicas = replica_1_holding_the_limit(&redis);
+    let (status, answer) = acquire(&replicas[1], "upstream", 0);
+    assert_eq!(status, 429, "{answer}");
+    assert_eq!(live_leases(&redis, "upstream"), LIMIT);
+
+    loss.inflict(&redis);
+    let lost = Instant::now();
+    let replicas = Arc::new(replicas);
+    let tries: Vec<_> = (0..LIMIT)
+        .map(|_| {
+            let replicas = Arc::clone(&replicas);
+            std::thread::spawn(move || acquire(&replicas[1], "upstream", 0))
+        })
+        .collect();
+    // While the books are rebuilt, the replicas say so.
+    let mut seen = false;
+    while !seen && lost.elapsed() < Duration::from_millis(900) {
+        seen = replicas
+            .iter()
+            .any(|r| replica::coordination(r) == "reconciling");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for attempt in tries {
+        let (status, answer) = attempt.join().unwrap();
+        assert_eq!(
+            status, 429,
+            "{loss:?}: replica 2 admitted into the emptied books: {answer}"
+        );
+        assert_eq!(answer["reason"], "concurrency", "{answer}");
+    }
+    assert!(seen, "no replica declared `reconciling` after {loss:?}");
+    eprintln!(
+        "{loss:?}: replica 2's admissions all refused, the last after {:?}",
+        lost.elapsed()
+    );
+    assert_eq!(live_leases(&redis, "upstream"), LIMIT, "{loss:?}");
+    assert!(
+        metrics(&replicas[0]).contains("turnstile_coordination_books_lost_total 1"),
+        "the holder counted the loss once: {}",
+        metrics(&replicas[0])
+    );
+    // Later (past renewals and the liveness of anything stale) the limit still holds.
+    std::thread::sleep(Duration::from_millis(2_000));
+    wait_for_all(&replicas, "healthy", Duration::from_secs(2));
+    let (status, answer) = acquire(&replicas[1], "upstream", 0);
+    assert_eq!(status, 429, "{loss:?}: {answer}");
+    assert_eq!(live_leases(&redis, "upstream"), LIMIT, "{loss:?}");
+}
+
+#[test]
+fn books_lost_to_flushall_are_rebuilt_before_any_grant() {
+    books_lost_under_held_leases(Loss::FlushAll);
+}
+
+#[test]
+fn books_lost_to_function_flush_and_flushall_are_rebuilt_before_any_grant() {
+    books_lost_under_held_leases(Loss::FunctionFlushAndFlushAll);
+}
+
+#[test]
+fn books_lost_to_eviction_of_the_workspace_are_rebuilt_before_any_grant() {
+    books_lost_under_held_leases(Loss::EvictWorkspace);
+}
+
+/// A lease set evicted alone (the books epoch kept: what `volatile-*` never and `allkeys-*`
+/// sometimes does): the holder's next renewal finds its leases missing and registers them
+/// again (on main a renewal, `ZADD XX`, let them go for good).
+#[test]
+fn leases_evicted_alone_are_registered_again_by_the_next_renewal() {
+    let _serial = one_at_a_time();
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let replicas = replica_1_holding_the_limit(&redis);
+    let key = WorkspaceKeys::new(WORKSPACE).leases(&ScopeName::provider("upstream"));
+    // Deleted (a renewal may register them again before the next line reads them).
+    assert_eq!(redis.cli(&["DEL", &key]), "1");
+    // Renewals every 300 ms in these replicas' configuration.
+    let deleted = Instant::now();
+    while live_leases(&redis, "upstream") != LIMIT {
+        assert!(
+            deleted.elapsed() < Duration::from_millis(1_500),
+            "the evicted leases were not registered again"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "evicted leases registered again after {:?}",
+        deleted.elapsed()
+    );
+    let (status, answer) = acquire(&replicas[1], "upstream", 0);
+    assert_eq!(status, 429, "{answer}");
+    assert!(metrics(&replicas[0]).contains("turnstile_coordination_books_lost_total 1"));
 }

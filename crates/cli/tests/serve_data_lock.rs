@@ -1,6 +1,6 @@
 //! `turnstile serve` holds its data directory: a second process on the same directory exits
-//! non-zero naming the holder's PID, and after the holder is SIGKILLed (its lock file left
-//! behind) a new process starts.
+//! non-zero naming the holder's PID, also after the lock file was deleted (issue 34, item 5),
+//! and after the holder is SIGKILLed (its lock file left behind) a new process starts.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -53,6 +53,56 @@ fn a_second_serve_on_the_same_data_directory_exits_non_zero_naming_the_holder() 
     let mut third = running(data.path());
     third.kill().unwrap();
     third.wait().unwrap();
+}
+
+/// A cleanup job that deletes `<data>/turnstile.lock` does not lift the lock: the directory
+/// itself is locked, so a second process still refuses to start (and never compacts the first
+/// one's lease log), and the first keeps serving.
+#[test]
+fn a_second_serve_is_refused_after_the_lock_file_was_deleted() {
+    let data = tempfile::tempdir().unwrap();
+    let mut first = running(data.path());
+    std::fs::remove_file(data.path().join("turnstile.lock")).unwrap();
+    let segments_before = lease_files(data.path());
+    // Before the fix the second one started and served: do not wait for it forever.
+    let mut second = serve(data.path()).spawn().unwrap();
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while second.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > give_up {
+            second.kill().unwrap();
+            first.kill().unwrap();
+            panic!("the second process started on the held directory");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let second = second.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !second.status.success(),
+        "the second process must not start: {stderr}"
+    );
+    assert!(
+        stderr.lines().next().unwrap_or_default().contains("in use"),
+        "the first line says the directory is in use: {stderr}"
+    );
+    assert_eq!(
+        lease_files(data.path()),
+        segments_before,
+        "the first process's lease log is untouched"
+    );
+    assert!(first.try_wait().unwrap().is_none(), "the first still runs");
+    first.kill().unwrap();
+    first.wait().unwrap();
+}
+
+/// The lease log's file names.
+fn lease_files(data: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(data.join("leases"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 /// A first start whose address is taken fails before it initialises the data directory: the

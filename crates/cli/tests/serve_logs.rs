@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
+mod common;
+
 /// The first start's banner of `child` (its stdout, drained afterwards on a thread):
 /// (base URL, admin key, demo principal key).
 fn banner(child: &mut std::process::Child) -> (String, String, String) {
@@ -65,21 +67,7 @@ fn a_scripted_session_logs_its_events_as_json_lines_without_a_secret_or_tenant()
     );
     assert_eq!(refused.status(), 422);
     // Five failed calls open the demo lane's breaker (failureThreshold 5).
-    for i in 0..5 {
-        let granted: Value = post(
-            "/v1/admissions",
-            json!({"providerId": "llm-subagent", "budgetId": format!("b{i}"),
-                   "estimate": {"tokens": 10, "costUsd": 0.01}, "deadlineMs": 5000}),
-        )
-        .json()
-        .unwrap();
-        let lease = granted["leaseId"].as_str().expect("granted").to_owned();
-        let released = post(
-            &format!("/v1/leases/{lease}/release"),
-            json!({"outcome": "failure"}),
-        );
-        assert_eq!(released.status(), 200);
-    }
+    common::open_the_demo_breaker(&base, &key);
     // A Retry-After pause of the lane.
     let paused = post(
         "/v1/providers/llm-subagent/retry-after",
@@ -138,29 +126,16 @@ fn a_scripted_session_logs_its_events_as_json_lines_without_a_secret_or_tenant()
     }
 }
 
-/// A proxied call to an upstream that cannot be reached is logged with the upstream's name, its
-/// lane and the kind of failure, and neither the upstream's key nor the caller's appears.
-#[test]
-fn an_upstream_failure_is_logged_with_its_upstream_and_no_key() {
-    let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("proxy.toml");
-    std::fs::write(
-        &config,
-        r#"
-[proxy.upstreams.dead]
-format = "openai"
-base_url = "http://127.0.0.1:1/v1"
-api_key_env = "TURNSTILE_TEST_UPSTREAM_KEY"
-
-[proxy.models."m"]
-upstream = "dead"
-provider = "llm-subagent"
-input_usd_per_mtok = 1.0
-output_usd_per_mtok = 1.0
-"#,
-    )
-    .unwrap();
-    let upstream_key = "sk-upstream-secret-5f3a9";
+/// `turnstile serve` logging JSON with the proxy configuration `toml` (in a fresh data
+/// directory under `dir`), the upstreams' key variable set to `upstream_key`: the process, its
+/// base URL and the demo principal key.
+fn serve_proxy(
+    dir: &std::path::Path,
+    toml: &str,
+    upstream_key: &str,
+) -> (std::process::Child, String, String) {
+    let config = dir.join("proxy.toml");
+    std::fs::write(&config, toml).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .args([
             "serve",
@@ -172,7 +147,7 @@ output_usd_per_mtok = 1.0
         ])
         .arg(&config)
         .arg("--data")
-        .arg(data.path().join("data"))
+        .arg(dir.join("data"))
         .env("TURNSTILE_TEST_UPSTREAM_KEY", upstream_key)
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
@@ -180,13 +155,22 @@ output_usd_per_mtok = 1.0
         .spawn()
         .unwrap();
     let (base, _, key) = banner(&mut child);
-    let answer = reqwest::blocking::Client::new()
-        .post(format!("{base}/openai/v1/chat/completions"))
-        .bearer_auth(&key)
-        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}))
-        .send()
-        .unwrap();
-    assert_eq!(answer.status(), 502);
+    (child, base, key)
+}
+
+/// A proxy configuration of one OpenAI-format upstream `name` at `base_url` (its key in
+/// `TURNSTILE_TEST_UPSTREAM_KEY`) serving model `m` on the demo lane, after `proxy` (lines of
+/// the `[proxy]` section).
+fn one_upstream(proxy: &str, name: &str, base_url: &str) -> String {
+    format!(
+        "[proxy]\n{proxy}\n\n[proxy.upstreams.{name}]\nformat = \"openai\"\nbase_url = \"{base_url}\"\n\
+         api_key_env = \"TURNSTILE_TEST_UPSTREAM_KEY\"\n\n[proxy.models.\"m\"]\nupstream = \"{name}\"\n\
+         provider = \"llm-subagent\"\ninput_usd_per_mtok = 1.0\noutput_usd_per_mtok = 1.0\n"
+    )
+}
+
+/// Stops `child` gracefully (flushing its log) and answers its log's JSON events.
+fn stopped_log(mut child: std::process::Child) -> (String, Vec<Value>) {
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -199,9 +183,34 @@ output_usd_per_mtok = 1.0
         .read_to_string(&mut log)
         .unwrap();
     child.wait().unwrap();
-    let failure = log
+    let events = log
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .collect();
+    (log, events)
+}
+
+/// A proxied call to an upstream that cannot be reached is logged with the upstream's name, its
+/// lane and the kind of failure, and neither the upstream's key nor the caller's appears.
+#[test]
+fn an_upstream_failure_is_logged_with_its_upstream_and_no_key() {
+    let data = tempfile::tempdir().unwrap();
+    let upstream_key = "sk-upstream-secret-5f3a9";
+    let (child, base, key) = serve_proxy(
+        data.path(),
+        &one_upstream("", "dead", "http://127.0.0.1:1/v1"),
+        upstream_key,
+    );
+    let answer = reqwest::blocking::Client::new()
+        .post(format!("{base}/openai/v1/chat/completions"))
+        .bearer_auth(&key)
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}))
+        .send()
+        .unwrap();
+    assert_eq!(answer.status(), 502);
+    let (log, events) = stopped_log(child);
+    let failure = events
+        .iter()
         .find(|e| e["message"] == "upstream failure")
         .unwrap_or_else(|| panic!("no upstream failure in:\n{log}"));
     assert_eq!(
@@ -212,12 +221,68 @@ output_usd_per_mtok = 1.0
             &json!("unreachable")
         )
     );
-    let started = log
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+    let started = events
+        .iter()
         .find(|e| e["message"] == "started")
         .expect("the start-up line");
     assert_eq!(started["models"], "m->dead");
+    for secret in [upstream_key, key.as_str(), "demo"] {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
+}
+
+/// A streamed answer that breaks off midway (the fake upstream cuts the connection) and one
+/// that stalls past `proxy.idle_timeout_ms` are each logged at warn with the upstream's name,
+/// the lane and the kind, after the client's stream began; no key or tenant appears.
+#[test]
+fn a_proxied_stream_broken_midway_is_logged_with_its_upstream_and_kind() {
+    let fake = turnstile_proxy::FakeUpstream::spawn_thread();
+    let data = tempfile::tempdir().unwrap();
+    let upstream_key = "sk-upstream-secret-9c2e1";
+    let (child, base, key) = serve_proxy(
+        data.path(),
+        &one_upstream("idle_timeout_ms = 400", "flaky", &fake.openai_base()),
+        upstream_key,
+    );
+    for script in ["chunks=5,cut-after=2", "chunks=3,stall-ms=3000"] {
+        // A client per call: a cut connection is not one to reuse.
+        let mut answer = reqwest::blocking::Client::new()
+            .post(format!("{base}/openai/v1/chat/completions"))
+            .bearer_auth(&key)
+            .header("x-fake-script", script)
+            .json(&json!({"model": "m", "stream": true, "max_tokens": 5,
+                          "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .unwrap_or_else(|e| panic!("{script}: {e:?}"));
+        assert_eq!(answer.status(), 200, "{script}: the stream began");
+        let mut bytes = Vec::new();
+        let read = answer.read_to_end(&mut bytes);
+        let body = String::from_utf8_lossy(&bytes);
+        assert!(
+            read.is_err(),
+            "{script}: the client's stream is cut: {body}"
+        );
+        assert!(body.contains("tok0"), "{script}: {body}");
+        assert!(!body.contains("[DONE]"), "{script}: {body}");
+    }
+    let (log, events) = stopped_log(child);
+    let kinds: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["message"] == "upstream failure")
+        .inspect(|e| {
+            assert_eq!(e["level"], "WARN", "{e}");
+            assert_eq!(
+                (&e["upstream"], &e["lane"]),
+                (&json!("flaky"), &json!("llm-subagent"))
+            );
+        })
+        .map(|e| &e["kind"])
+        .collect();
+    assert_eq!(
+        kinds,
+        [&json!("stream-broken"), &json!("stream-stalled")],
+        "{log}"
+    );
     for secret in [upstream_key, key.as_str(), "demo"] {
         assert!(!log.contains(secret), "{secret} in the log:\n{log}");
     }

@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 /// One request the receiver got: path and body.
 type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
@@ -69,14 +71,13 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-#[test]
-fn serve_exports_admission_spans_over_otlp_and_flushes_them_on_stop() {
-    let (endpoint, received) = receiver();
-    let data = tempfile::tempdir().unwrap();
+/// `turnstile serve` on a fresh data directory exporting to `endpoint`: the process, its base
+/// URL and the demo principal key.
+fn serve(endpoint: &str, data: &std::path::Path) -> (std::process::Child, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data.path())
-        .args(["--otlp-endpoint", &endpoint])
+        .arg(data)
+        .args(["--otlp-endpoint", endpoint])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -93,7 +94,41 @@ fn serve_exports_admission_spans_over_otlp_and_flushes_them_on_stop() {
             demo_key = line.split_whitespace().last().map(str::to_owned);
         }
     }
-    let (base, key) = (base.unwrap(), demo_key.unwrap());
+    std::thread::spawn(move || for _ in lines {});
+    (child, base.unwrap(), demo_key.unwrap())
+}
+
+/// Stops `child` gracefully (the exporters flush) and answers the bodies the receiver got on
+/// `path` (waiting up to 10 s for the first).
+fn stop_and_collect(mut child: std::process::Child, received: &Received, path: &str) -> Vec<u8> {
+    let stopped = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let bodies: Vec<Vec<u8>> = received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _)| p == path)
+            .map(|(_, body)| body.clone())
+            .collect();
+        if !bodies.is_empty() || std::time::Instant::now() > deadline {
+            return bodies.concat();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn serve_exports_admission_spans_over_otlp_and_flushes_them_on_stop() {
+    let (endpoint, received) = receiver();
+    let data = tempfile::tempdir().unwrap();
+    let (child, base, key) = serve(&endpoint, data.path());
     let client = reqwest::blocking::Client::new();
     let lease: serde_json::Value = client
         .post(format!("{base}/v1/admissions"))
@@ -116,30 +151,8 @@ fn serve_exports_admission_spans_over_otlp_and_flushes_them_on_stop() {
     assert_eq!(released.status(), 200);
 
     // A graceful stop flushes the batch exporter.
-    let stopped = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{status:?}");
-
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let traces = loop {
-        let traces: Vec<Vec<u8>> = received
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(path, _)| path == "/v1/traces")
-            .map(|(_, body)| body.clone())
-            .collect();
-        if !traces.is_empty() || std::time::Instant::now() > deadline {
-            break traces;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(!traces.is_empty(), "no OTLP trace export arrived");
-    let all: Vec<u8> = traces.concat();
+    let all = stop_and_collect(child, &received, "/v1/traces");
+    assert!(!all.is_empty(), "no OTLP trace export arrived");
     assert!(
         contains(&all, b"decision.admit"),
         "the admit span was exported"
@@ -147,5 +160,95 @@ fn serve_exports_admission_spans_over_otlp_and_flushes_them_on_stop() {
     assert!(contains(&all, b"llm-subagent"), "with its provider lane");
     for secret in [&b"demo"[..], b"inv-otlp"] {
         assert!(!contains(&all, secret), "a tenant ID reached the collector");
+    }
+}
+
+/// The metric names of the admission runbook (`docs/operations/admission.md`): each backticked
+/// `decision.*` or `turnstile_*` name (a Prometheus selector's name without its labels).
+fn runbook_metric_names() -> Vec<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/operations/admission.md"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut names: Vec<String> = text
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|quoted| {
+            quoted
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'))
+                .collect::<String>()
+        })
+        .filter(|name| name.starts_with("decision.") || name.starts_with("turnstile_"))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Issue 33 (item 6): every metric the runbook names is exported by a running service: the
+/// `turnstile_*` series at `/metrics`, the specification's `decision.*` instruments (with
+/// their `breaker_status` dimension) over OTLP to a real receiver, after an admission, a
+/// refusal and a breaker that opened.
+#[test]
+fn every_metric_the_admission_runbook_names_is_exported_by_a_running_service() {
+    let names = runbook_metric_names();
+    for expected in [
+        "decision.admission",
+        "decision.throttles",
+        "decision.breaker_transitions",
+        "turnstile_admission_decisions_total",
+        "turnstile_breaker_transitions_total",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} in {names:?}"
+        );
+    }
+    let (endpoint, received) = receiver();
+    let data = tempfile::tempdir().unwrap();
+    let (child, base, key) = serve(&endpoint, data.path());
+    // The demo lane's breaker opens (five failures); then a refusal.
+    common::open_the_demo_breaker(&base, &key);
+    let client = reqwest::blocking::Client::new();
+    let refused = client
+        .post(format!("{base}/v1/admissions"))
+        .bearer_auth(&key)
+        .json(
+            &serde_json::json!({"providerId": "llm-subagent", "budgetId": "rb-open",
+            "estimate": {"tokens": 10, "costUsd": 0.01}, "deadlineMs": 0}),
+        )
+        .send()
+        .unwrap();
+    assert!(!refused.status().is_success(), "{}", refused.status());
+    let scraped = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let metrics = stop_and_collect(child, &received, "/v1/metrics");
+    for name in &names {
+        let exported = if name.starts_with("turnstile_") {
+            scraped.lines().any(|line| {
+                line.strip_prefix(name.as_str())
+                    .is_some_and(|rest| rest.starts_with(['{', ' ']))
+            })
+        } else {
+            contains(&metrics, name.as_bytes())
+        };
+        assert!(exported, "the runbook names {name}, which is not exported");
+    }
+    assert!(
+        contains(&metrics, b"breaker_status"),
+        "the breaker-state dimension"
+    );
+    for secret in [&b"demo"[..], b"rb-open"] {
+        assert!(
+            !contains(&metrics, secret),
+            "a tenant ID reached the collector"
+        );
     }
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Redis time per acquire + release pair of the turnstile function library on a known workload,
-# with no turnstile process at all: loads crates/coord/src/lua/turnstile_v4.lua into a fresh
-# redis-server, sends N pairs of FCALL ts_acquire_v4 / ts_release_v4 (unique members, exactly
+# with no turnstile process at all: loads crates/coord/src/lua/turnstile_v5.lua into a fresh
+# redis-server, sends N pairs of FCALL ts_acquire_v5 / ts_release_v5 (unique members, exactly
 # the keys and arguments crates/coord/src/protocol/ sends; its unit tests pin the `conc` lane)
 # through redis-cli, and prints INFO commandstats: usec per FCALL and per pair, and the
 # redis.call()s per pair by command.
@@ -18,12 +18,12 @@
 # its clients' leases: a zset's ZADD and ZREM cost grows with its members, so compare single
 # calls and batches at the same holding; `held` is HOLD=3 on a provider of concurrency 4).
 #
-# BATCH=B (a v4 library) sends the same operations as FCALL ts_batch_v4, B operations per call
+# BATCH=B (a v4 or v5 library) sends the same operations as FCALL ts_batch_v5, B operations per call
 # (what a replica's batcher sends at load: B/2 acquires of new members, then the releases of
 # the previous call's acquires, as at saturation, where each batch carries about as many of
 # each); BATCH=1 (the default) sends the single functions, one call per operation (what a
 # replica sends for an operation that finds nothing in flight, since session 10);
-# ONE_OP_BATCHES=1 with BATCH=1 sends each operation as a ts_batch_v4 of one instead (what
+# ONE_OP_BATCHES=1 with BATCH=1 sends each operation as a ts_batch_v5 of one instead (what
 # session 9's replicas sent at low load: about a fifth more instructions per pair).
 #
 # CALLGRIND=/tmp/out.cg runs redis-server under valgrind's callgrind and prints the
@@ -46,7 +46,7 @@ set -euo pipefail
 pairs="${1:-20000}"
 workload="${2:-conc}"
 here="$(cd "$(dirname "$0")" && pwd)"
-lib="${LIB:-$here/../src/lua/turnstile_v4.lua}"
+lib="${LIB:-$here/../src/lua/turnstile_v5.lua}"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 # CALLGRIND=file runs redis-server under valgrind's callgrind (instruction counts do not
 # depend on the host's load; see the end of this script for the per-FCALL figure).
@@ -62,12 +62,16 @@ trap 'kill $redis_pid 2>/dev/null || true; wait $redis_pid 2>/dev/null || true' 
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
 loaded="$(redis-cli -p "$port" -x FUNCTION LOAD REPLACE < "$lib")"
 case "$loaded" in turnstile_v*) ;; *) echo "FUNCTION LOAD failed: $loaded" >&2; exit 1 ;; esac
-proto=v4
+proto=v5
+if grep -q '^#!lua name=turnstile_v4' "$lib"; then proto=v4; fi
 if grep -q '^#!lua name=turnstile_v3' "$lib"; then proto=v3; fi
 if grep -q '^#!lua name=turnstile_v1' "$lib"; then proto=v1; fi
 if grep -q '^#!lua name=turnstile_v2' "$lib"; then proto=v2; fi
+# The bench workspace's books trusted from the start (v5: a new workspace's first grant waits
+# for the books' window, docs/replicas.md "Redis loses the books"); older libraries ignore it.
+redis-cli -p "$port" SET 'ts:{0123456789abcdef}:ep' 0 >/dev/null
 batch_ops="${BATCH:-1}"
-if [ "$batch_ops" != 1 ] && [ "$proto" != v4 ]; then echo "BATCH needs a turnstile_v4 library" >&2; exit 1; fi
+if [ "$batch_ops" != 1 ] && [ "$proto" != v4 ] && [ "$proto" != v5 ]; then echo "BATCH needs a turnstile_v4 or v5 library" >&2; exit 1; fi
 hold="${HOLD:-0}"
 if [ "$workload" = held ]; then hold=3; fi
 python3 - "$pairs" "$workload" "$proto" "${TURNS:-1}" "$batch_ops" "$hold" > /tmp/lua-cost-$$.txt <<'PY'
@@ -138,9 +142,10 @@ acquire, release = {
     "v2": (acquire_v2, release_v2),
     "v3": (lambda m: acquire_v2(m, True), lambda m: release_v2(m, True)),
     "v4": (lambda m: acquire_v2(m, True), lambda m: release_v2(m, True)),
+    "v5": (lambda m: acquire_v2(m, True), lambda m: release_v2(m, True)),
 }[proto]
 def batch(calls):
-    """ts_batch_v4 of single calls ['FCALL', fn, nkeys, keys..., args...]."""
+    """ts_batch_v5 of single calls ['FCALL', fn, nkeys, keys..., args...]."""
     keys, ops = [], []
     for c in calls:
         nk = int(c[2])
@@ -148,7 +153,7 @@ def batch(calls):
         k, a = c[3:3 + nk], c[3 + nk:]
         keys += k
         ops += [kind, str(nk), str(len(a))] + a
-    return ["FCALL", "ts_batch_v4", str(len(keys))] + keys + ops
+    return ["FCALL", "ts_batch_" + proto, str(len(keys))] + keys + ops
 out = sys.stdout
 if hold:
     for i in range(hold):

@@ -62,7 +62,7 @@ done
 sleep 1
 redis-cli -p "$port" CONFIG RESETSTAT >/dev/null
 # Shared admissions of all replicas (/metrics): one per pair; FCALLs per pair are 2 one by one
-# (turnstile_v3) and fewer with batches (turnstile_v4), so pairs are counted here, not by FCALL.
+# (turnstile_v3) and fewer with batches (turnstile_v4 and later), so pairs are counted here, not by FCALL.
 admissions() {
   local n=0 url
   for url in "${urls[@]}"; do

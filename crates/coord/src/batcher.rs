@@ -1,7 +1,7 @@
 //! Natural batching of a replica's acquires and releases: per workspace, while one call to
 //! Redis is in flight, the operations that arrive queue; when it returns, everything queued
-//! (up to [`MAX_BATCH`]) goes to Redis as one `FCALL ts_batch_v4` (a lone operation as its
-//! single call, `ts_acquire_v4` / `ts_release_v4`: cheaper for Redis). Nothing in flight and
+//! (up to [`MAX_BATCH`]) goes to Redis as one `FCALL ts_batch_v5` (a lone operation as its
+//! single call, `ts_acquire_v5` / `ts_release_v5`: cheaper for Redis). Nothing in flight and
 //! nothing queued: the caller sends its operation itself, alone, in its own task (no task hop
 //! at low load: docs/performance.md, session 10). No timer, no added latency at low load.
 //!
@@ -55,7 +55,7 @@ use crate::protocol::{is_missing_function_reply, ops_answers};
 use crate::protocol::{write_ops, Op};
 use crate::store::RedisStore;
 
-/// The most operations one `ts_batch_v4` call carries.
+/// The most operations one `ts_batch_v5` call carries.
 pub const MAX_BATCH: usize = 64;
 
 /// The most workspace tasks with a connection of their own ([`Direct`]); the tasks of further

@@ -4,8 +4,8 @@
 //! # Protocol
 //!
 //! - `acquire` (after the local core granted): healthy, one acquire operation, sent at once as
-//!   `ts_acquire_v4` when nothing is in flight for the workspace, else in its next
-//!   `ts_batch_v4` call ([`crate::batcher`]: what arrives while a call is in flight goes in the
+//!   `ts_acquire_v5` when nothing is in flight for the workspace, else in its next
+//!   `ts_batch_v5` call ([`crate::batcher`]: what arrives while a call is in flight goes in the
 //!   next one); degraded, the declared share alone (no Redis call). A
 //!   failed or timed-out batch makes the replica degraded at once and each admission in it is
 //!   decided by the share, so no admission waits on Redis for longer than the command timeout.
@@ -37,9 +37,11 @@ use tokio::sync::Notify;
 use turnstile_admission::{Millis, Reason};
 use turnstile_admission::{TokenBucket, MINUTE_MS, SECOND_MS};
 
+mod books;
 mod config;
 mod renewal;
 
+pub use books::{BOOKS_RECONCILE_MS, PROBE_EVERY_MAX_MS};
 pub use config::{CoordConfig, DEFAULT_TURN_WINDOW_MS, TURN_NEXT_POLL_MS};
 
 use crate::batcher::{Batcher, MAX_BATCH};
@@ -134,11 +136,14 @@ struct Inner {
     pauses: HashMap<String, (WorkspaceKeys, String, Millis)>,
     /// Breaker outcomes seen while degraded (or whose release failed): breaker key → outcomes.
     outcomes: HashMap<String, (BreakerKeys, SeenOutcomes)>,
+    /// The books epoch last seen per workspace this replica holds leases in (key prefix →
+    /// epoch): one other than Redis's means Redis lost the books since.
+    epochs: HashMap<String, String>,
 }
 
 /// A replica's coordination through Redis.
 pub struct Coordinator {
-    store: RedisStore,
+    pub(crate) store: RedisStore,
     /// Acquires and releases, batched per workspace.
     batcher: Batcher,
     config: CoordConfig,
@@ -172,6 +177,7 @@ impl Coordinator {
     /// A replica's coordinator for `config` (connects lazily: a Redis down at start makes it
     /// degraded, not unable to start).
     pub fn new(config: CoordConfig) -> Result<Arc<Self>, CoordError> {
+        books::check_probe(&config)?;
         let store = RedisStore::new(&config.redis_url, config.topology, config.timeout)?;
         let lanes = LaneMemo::new(config.liveness_ms, config.turn_window_ms);
         // On a cluster each lane's own connection takes the first seed's credentials and asks
@@ -349,15 +355,30 @@ impl Coordinator {
         if self.health.get() != Health::Healthy {
             return self.acquire_degraded(spec, token, now, None);
         }
-        let member = self.member();
         let lane = self.lane(spec);
-        let (op, budget_key) = lane.acquire(&member, &spec.budget_id, spec.tokens, spec.micro_usd);
-        let verdict = match self.batcher.call(lane.workspace().prefix(), op).await {
-            Ok(value) => decode_acquire(value).inspect_err(|error| self.failed(error)),
-            Err(failure) => {
-                self.batch_failed(&failure);
-                Err(failure.error)
+        let mut waited: Millis = 0;
+        let (member, budget_key, verdict) = loop {
+            let member = self.member();
+            let (op, budget_key) =
+                lane.acquire(&member, &spec.budget_id, spec.tokens, spec.micro_usd);
+            let verdict = match self.batcher.call(lane.workspace().prefix(), op).await {
+                Ok(value) => decode_acquire(value).inspect_err(|error| self.failed(error)),
+                Err(failure) => {
+                    self.batch_failed(&failure);
+                    Err(failure.error)
+                }
+            };
+            // The workspace's books are being rebuilt: wait for them, then ask again.
+            if let Ok(Verdict::Reconciling { until, now: server }) = verdict {
+                if let Some(answer) = self.wait_for_books(until, server, &mut waited).await {
+                    return answer;
+                }
+                if self.health.get() != Health::Healthy {
+                    return self.acquire_degraded(spec, token, now, None);
+                }
+                continue;
             }
+            break (member, budget_key, verdict);
         };
         match verdict {
             Ok(Verdict::Granted { probe, .. }) => {
@@ -394,6 +415,11 @@ impl Coordinator {
                 mode: Mode::Shared,
             },
             Ok(Verdict::Reject { reason, .. }) => Admission::Rejected(reason),
+            Ok(Verdict::Reconciling { .. }) => Admission::Wait {
+                reason: Reason::Concurrency,
+                after_ms: Some(1),
+                mode: Mode::Shared,
+            },
             Err(_) => {
                 // The call may have run (or may still run, after a hang): a lease admitted now
                 // keeps its member, so Redis never counts it twice; one that is not admitted

@@ -19,6 +19,10 @@ pub enum CoordError {
     /// period above 2^53).
     #[error("a bucket limit is too large to be shared exactly (capacity x period above 2^53)")]
     Inexact,
+    /// The probe interval is too long for the books' reconciliation window: a replica holding
+    /// leases would not see a loss of Redis's books before grants resume there.
+    #[error("coordination.probe_every_ms is {0} ms: at most {max} ms (half the books' reconciliation window)", max = crate::coordinator::PROBE_EVERY_MAX_MS)]
+    ProbeTooSlow(u64),
     /// Coordination is degraded: the call was not tried.
     #[error("coordination is degraded")]
     Degraded,
@@ -34,6 +38,7 @@ impl CoordError {
             CoordError::Redis(_) => "redis",
             CoordError::Protocol(_) => "protocol",
             CoordError::Inexact => "inexact",
+            CoordError::ProbeTooSlow(_) => "probe-too-slow",
             CoordError::Degraded => "degraded",
         }
     }

@@ -91,6 +91,12 @@ impl WorkspaceKeys {
         &self.prefix
     }
 
+    /// The workspace's books epoch (`ts:{W}:ep`, written by the library: the server ms from
+    /// which the workspace's books are trusted; `docs/replicas.md`, "Redis loses the books").
+    pub fn books_epoch(&self) -> String {
+        format!("{}ep", self.prefix)
+    }
+
     /// A scope's lease zset.
     pub fn leases(&self, scope: &ScopeName) -> String {
         format!("{}lease:{}", self.prefix, scope.0)

@@ -50,7 +50,7 @@ pub struct LaneKeys {
     breaker_spec: Option<BreakerSpec>,
     /// The workspace's keys (its prefix is the batcher's slot).
     workspace: WorkspaceKeys,
-    /// `ts_acquire_v4`'s keys; with `budget_at`, the budget key there is the building spec's
+    /// `ts_acquire_v5`'s keys; with `budget_at`, the budget key there is the building spec's
     /// and each acquire puts its own invocation's key in its place.
     acquire_keys: Arc<[Word]>,
     budget_at: Option<usize>,

@@ -41,6 +41,7 @@ mod breaker;
 mod coordinator;
 mod direct;
 mod error;
+mod eviction;
 mod health;
 pub mod identity;
 mod keys;
@@ -59,8 +60,8 @@ mod verdict;
 
 pub use breaker::Outcome;
 pub use coordinator::{
-    Admission, CoordConfig, Coordinator, HeldShared, Mode, DEFAULT_TURN_WINDOW_MS,
-    TURN_NEXT_POLL_MS,
+    Admission, CoordConfig, Coordinator, HeldShared, Mode, BOOKS_RECONCILE_MS,
+    DEFAULT_TURN_WINDOW_MS, PROBE_EVERY_MAX_MS, TURN_NEXT_POLL_MS,
 };
 pub use error::CoordError;
 pub use health::Health;

@@ -33,6 +33,9 @@ pub struct CoordMetrics {
     pub shared_admissions: AtomicU64,
     /// Shared acquires refused because another principal's turn came first.
     pub turns: AtomicU64,
+    /// Times this replica found a workspace's books lost by Redis (a missing or new books
+    /// epoch, or leases of its own missing) and registered its leases there again.
+    pub books_lost: AtomicU64,
 }
 
 /// A coordinator's collector (what [`Coordinator::collector`] gives): the state and the
@@ -61,7 +64,7 @@ impl Collector for CoordCollector {
             None,
             MetricType::Gauge,
         )?;
-        let current = self.health.get();
+        let current = self.health.reported();
         for health in Health::ALL {
             let labels = [("state", health.as_str())];
             ConstGauge::new(u64::from(health == current)).encode(state.encode_family(&labels)?)?;
@@ -92,6 +95,11 @@ impl Collector for CoordCollector {
                 "turnstile_coordination_reconciliations",
                 "Recoveries: live leases registered again and pauses merged.",
                 &metrics.reconciliations,
+            ),
+            (
+                "turnstile_coordination_books_lost",
+                "Times this replica found books Redis had lost (flushed, restarted empty, evicted) and registered its leases there again.",
+                &metrics.books_lost,
             ),
         ];
         for (name, help, counter) in counters {

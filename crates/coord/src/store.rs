@@ -31,7 +31,9 @@ use crate::protocol::decode::{decode_breaker, decode_pause, decode_time};
 use crate::protocol::encode::{
     breaker_command, load_library_command, pause_command, renew_pipeline, time_command,
 };
-use crate::protocol::{is_missing_function, ops_answers, ops_command, Op, RenewBatch, RenewMode};
+use crate::protocol::{
+    decode_renew, is_missing_function, ops_answers, ops_command, Op, RenewBatch, RenewMode, Renewed,
+};
 use crate::stats::FcallStats;
 
 /// The Redis side of coordination: a client of one Redis or one Redis Cluster, every call
@@ -179,7 +181,7 @@ impl RedisStore {
         ops_answers(value, count)
     }
 
-    /// `ts_breaker_v4`: merges the outcomes a degraded replica saw into the shared breaker (a
+    /// `ts_breaker_v5`: merges the outcomes a degraded replica saw into the shared breaker (a
     /// success first if one was seen, then the failures after the last success). Answers the
     /// state after the merge.
     pub(crate) async fn merge_breaker(
@@ -191,7 +193,7 @@ impl RedisStore {
         decode_breaker(value)
     }
 
-    /// `ts_pause_v4`: answers the pause's end (server ms) and the server's now.
+    /// `ts_pause_v5`: answers the pause's end (server ms) and the server's now.
     pub(crate) async fn pause(
         &self,
         workspace: &str,
@@ -202,7 +204,7 @@ impl RedisStore {
         self.pause_key(&keys, &keys.pause(provider), pause_ms).await
     }
 
-    /// `ts_pause_v4` on a pause key of `keys`' workspace.
+    /// `ts_pause_v5` on a pause key of `keys`' workspace.
     pub(crate) async fn pause_key(
         &self,
         _keys: &WorkspaceKeys,
@@ -213,16 +215,17 @@ impl RedisStore {
         decode_pause(value)
     }
 
-    /// `ts_renew_v4` for every batch, in one pipeline (one round trip); on a cluster, one
-    /// pipeline per batch (a pipeline may not cross slots), all sent at once.
+    /// `ts_renew_v5` for every batch, in one pipeline (one round trip); on a cluster, one
+    /// pipeline per batch (a pipeline may not cross slots), all sent at once. Answers each
+    /// batch's [`Renewed`], in order.
     pub(crate) async fn renew(
         &self,
         batches: &[RenewBatch],
         liveness_ms: Millis,
         mode: RenewMode,
-    ) -> Result<(), CoordError> {
+    ) -> Result<Vec<Renewed>, CoordError> {
         if batches.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let pipes: Vec<redis::Pipeline> = match self.link.topology() {
             Topology::Standalone => vec![renew_pipeline(batches, liveness_ms, mode)],
@@ -236,7 +239,18 @@ impl RedisStore {
             .bounded(futures_util::future::try_join_all(calls))
             .await;
         match answer {
-            Ok(_) => Ok(()),
+            Ok(answers) => answers
+                .into_iter()
+                .flatten()
+                .map(decode_renew)
+                .collect::<Result<Vec<_>, _>>()
+                .and_then(|renewed| {
+                    if renewed.len() == batches.len() {
+                        Ok(renewed)
+                    } else {
+                        Err(CoordError::Protocol("renew answers".into()))
+                    }
+                }),
             Err(error) if is_missing_function(&error) => {
                 self.load_library().await?;
                 Err(CoordError::Redis("the function library was missing".into()))
@@ -289,6 +303,47 @@ impl RedisStore {
             total.usec += stats.usec;
         }
         Ok(total)
+    }
+
+    /// `CONFIG GET maxmemory-policy maxmemory` on every primary: per primary its eviction
+    /// policy and memory limit (bytes, 0: none). An error when Redis refuses `CONFIG` (managed
+    /// Redis often does) or does not answer.
+    pub(crate) async fn memory_policies(&self) -> Result<Vec<(String, u64)>, CoordError> {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg("maxmemory-policy").arg("maxmemory");
+        let answers = self
+            .bounded(self.link.each_primary(&cmd))
+            .await
+            .map_err(|e| self.classify(&e))?;
+        answers
+            .into_iter()
+            .map(|value| {
+                let pairs: Vec<(String, String)> = match value {
+                    Value::Map(pairs) => pairs
+                        .iter()
+                        .map(|(k, v)| Ok((crate::protocol::text(k)?, crate::protocol::text(v)?)))
+                        .collect::<Result<_, CoordError>>()?,
+                    Value::Array(items) => items
+                        .chunks(2)
+                        .map(|pair| match pair {
+                            [k, v] => Ok((crate::protocol::text(k)?, crate::protocol::text(v)?)),
+                            _ => Err(CoordError::Protocol("CONFIG GET answer".into())),
+                        })
+                        .collect::<Result<_, CoordError>>()?,
+                    other => return Err(CoordError::Protocol(format!("{other:?}"))),
+                };
+                let get = |name: &str| {
+                    pairs
+                        .iter()
+                        .find(|(k, _)| k == name)
+                        .map(|(_, v)| v.clone())
+                };
+                let policy = get("maxmemory-policy")
+                    .ok_or_else(|| CoordError::Protocol("no maxmemory-policy".into()))?;
+                let limit = get("maxmemory").and_then(|v| v.parse().ok()).unwrap_or(0);
+                Ok((policy, limit))
+            })
+            .collect()
     }
 
     /// Deletes an invocation's budget lines (`POST /v1/budgets/{id}/release`).

@@ -28,10 +28,14 @@ pub(crate) enum Verdict {
     Open { until: Millis, now: Millis },
     /// A shared budget (or a bucket's capacity) can never fit it: waiting cannot help.
     Reject { reason: Reason, now: Millis },
+    /// The workspace's books are being rebuilt (Redis lost them, or the workspace is new):
+    /// nothing is granted before `until` (server ms), when every replica holding leases in it
+    /// has registered them again.
+    Reconciling { until: Millis, now: Millis },
 }
 
 impl Verdict {
-    /// Decodes `{verdict, reason, scope, instant, now}` from `ts_acquire_v4` (a negative scope
+    /// Decodes `{verdict, reason, scope, instant, now}` from `ts_acquire_v5` (a negative scope
     /// index on a deferral: the next turn is this principal's).
     pub fn decode(
         verdict: &str,
@@ -70,6 +74,10 @@ impl Verdict {
                 turn_next: scope < 0,
             }),
             "paused" => Ok(Verdict::Paused {
+                until: instant,
+                now,
+            }),
+            "reconciling" => Ok(Verdict::Reconciling {
                 until: instant,
                 now,
             }),

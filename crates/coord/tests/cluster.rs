@@ -110,9 +110,9 @@ fn two_replicas_share_every_workspaces_limit_whichever_primary_owns_it() {
         let (a, b) = (replica(&cluster).await, replica(&cluster).await);
         // The library is on every primary, not only on the node the replica first reached.
         for node in cluster.nodes() {
-            let listed = node.cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_v4"]);
+            let listed = node.cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_v5"]);
             assert!(
-                listed.contains("ts_acquire_v4"),
+                listed.contains("ts_acquire_v5"),
                 "{}: {listed}",
                 node.port()
             );
@@ -218,8 +218,8 @@ fn a_stopped_or_restarted_primary_degrades_then_reconciles() {
         cluster.node_mut(2).restart_empty().unwrap();
         cluster.wait_ok(Duration::from_secs(20)).unwrap();
         let reconciled = wait_health(&coord, true, Duration::from_secs(2), "not healthy within 2 s of the cluster being ok again").await;
-        let listed = cluster.nodes()[2].cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_v4"]);
-        assert!(listed.contains("ts_acquire_v4"), "reloaded on {lost}");
+        let listed = cluster.nodes()[2].cli(&["FUNCTION", "LIST", "LIBRARYNAME", "turnstile_v5"]);
+        assert!(listed.contains("ts_acquire_v5"), "reloaded on {lost}");
         for i in 0..WORKSPACES {
             assert_eq!(
                 provider_leases(&cluster, &workspace(i)),
@@ -229,6 +229,79 @@ fn a_stopped_or_restarted_primary_degrades_then_reconciles() {
         }
         eprintln!(
             "a primary's SIGSTOP noticed after {noticed:?}; cluster ok to healthy after {reconciled:?}"
+        );
+        task.abort();
+    });
+}
+
+/// Issue 34, item 1 on a cluster: every primary flushed (`FUNCTION FLUSH` + `FLUSHALL`) with the
+/// connections up while one replica holds a workspace's whole provider limit: the other
+/// replica's acquires grant nothing (they wait for the books' window, in which the holder
+/// registers its leases again on the workspace's primary), and the holder counts the loss.
+#[test]
+fn books_flushed_on_every_primary_are_rebuilt_before_any_grant() {
+    let rt = runtime();
+    let cluster = RedisCluster::start(3).unwrap();
+    rt.block_on(async {
+        // No failure is tested here: a timeout long enough that a loaded host's scheduling is
+        // not taken for a hung primary (a degraded holder would not be what is tested).
+        let patient = || {
+            let mut config = config(&cluster);
+            config.timeout = Duration::from_secs(2);
+            Coordinator::new(config).unwrap()
+        };
+        let (holder, other) = (patient(), patient());
+        until_healthy(&holder, 40, Duration::from_millis(25)).await;
+        until_healthy(&other, 40, Duration::from_millis(25)).await;
+        let clock_start = Instant::now();
+        let task = tokio::spawn(
+            holder
+                .clone()
+                .run(move || clock_start.elapsed().as_millis() as u64),
+        );
+        let lane = spec("ws-books", "alice", limits(2));
+        for token in ["h1", "h2"] {
+            assert_eq!(
+                holder.acquire(&lane, token, 0).await,
+                Admission::Granted(Mode::Shared)
+            );
+        }
+        assert!(matches!(
+            other.acquire(&lane, "o0", 0).await,
+            Admission::Wait {
+                reason: Reason::Concurrency,
+                ..
+            }
+        ));
+        for node in cluster.nodes() {
+            assert_eq!(node.cli(&["FUNCTION", "FLUSH"]), "OK");
+            assert_eq!(node.cli(&["FLUSHALL"]), "OK");
+        }
+        // (The holder may have registered its leases again already: it checks every probe.)
+        for token in ["o1", "o2"] {
+            let answer = other.acquire(&lane, token, 0).await;
+            assert!(
+                matches!(
+                    answer,
+                    Admission::Wait {
+                        reason: Reason::Concurrency,
+                        ..
+                    }
+                ),
+                "granted into the flushed books: {answer:?}"
+            );
+        }
+        assert_eq!(
+            provider_leases(&cluster, "ws-books"),
+            2,
+            "h1 and h2 registered again"
+        );
+        assert_eq!(
+            holder
+                .metrics
+                .books_lost
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
         );
         task.abort();
     });

@@ -458,3 +458,43 @@ fn buckets_share_one_hash_and_expiries_are_refreshed_only_when_needed() {
         assert_eq!(server.cli(&["HGET", &bud, &line]), "150");
     });
 }
+
+/// At start a replica reads Redis's eviction policy: an evicting one is warned about (an
+/// evicted lease set lets replicas admit past a limit until its holders renew), `noeviction`
+/// is not, and a Redis that refuses `CONFIG` (as managed Redis often does) gets no warning.
+#[test]
+fn an_evicting_maxmemory_policy_is_warned_about_and_a_refused_config_is_silent() {
+    let rt = runtime();
+    let server = RedisServer::start().unwrap();
+    rt.block_on(async {
+        let coord = replica(&server, DegradedShare::Closed).await;
+        assert!(!coord.warn_if_evicting().await, "noeviction is the default");
+        assert_eq!(
+            server.cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),
+            "OK"
+        );
+        assert!(coord.warn_if_evicting().await, "allkeys-lru evicts");
+        // A managed Redis: `CONFIG` refused to the replica's user.
+        assert_eq!(server.cli(&["ACL", "SETUSER", "default", "-config"]), "OK");
+        assert!(
+            !coord.warn_if_evicting().await,
+            "a refused CONFIG GET says nothing"
+        );
+        assert_eq!(coord.health(), Health::Healthy, "and is no failure");
+    });
+}
+
+/// The holders check the books every probe, so a probe interval that would let the books'
+/// window end before they did is refused, naming the setting.
+#[test]
+fn a_probe_interval_longer_than_half_the_books_window_is_refused() {
+    let mut config = CoordConfig::new("redis://127.0.0.1:1", DegradedShare::Closed);
+    config.probe_every = Duration::from_millis(turnstile_coord::PROBE_EVERY_MAX_MS + 1);
+    let Err(error) = Coordinator::new(config) else {
+        panic!("accepted");
+    };
+    assert!(
+        error.to_string().contains("coordination.probe_every_ms"),
+        "{error}"
+    );
+}

@@ -216,7 +216,24 @@ async fn cnc_admit_telemetry_001_admit_spans_breaker_events_and_metrics() {
         string_attr(attributes, "decision") == "reject"
             && string_attr(attributes, "reason") == "queue-timeout"
     }));
-    // The only dimensions are decision, reason and the breaker state entered.
+    // The specification's instruments (TELEMETRY-001): 3 final decisions, 2 of them throttles
+    // (queue-timeout with the breaker open), 1 transition (into open).
+    let (admission, _) = counter(&metrics, "decision.admission");
+    let (throttles, throttle_points) = counter(&metrics, "decision.throttles");
+    let (spec_transitions, transition_points) = counter(&metrics, "decision.breaker_transitions");
+    assert_eq!((admission, throttles, spec_transitions), (3, 2, 1));
+    assert!(throttle_points.iter().any(|attributes| {
+        string_attr(attributes, "reason") == "queue-timeout"
+            && string_attr(attributes, "breaker_status") == "open"
+            && string_attr(attributes, "decision") == "reject"
+    }));
+    assert!(transition_points
+        .iter()
+        .all(
+            |attributes| string_attr(attributes, "breaker_status") == "open"
+                && attributes.len() == 1
+        ));
+    // The only dimensions are decision, reason, the breaker status and the state entered.
     for resource in &metrics {
         for scope in resource.scope_metrics() {
             for metric in scope.metrics() {
@@ -224,7 +241,8 @@ async fn cnc_admit_telemetry_001_admit_spans_breaker_events_and_metrics() {
                     for point in sum.data_points() {
                         for kv in point.attributes() {
                             assert!(
-                                ["decision", "reason", "state"].contains(&kv.key.as_str()),
+                                ["decision", "reason", "state", "breaker_status"]
+                                    .contains(&kv.key.as_str()),
                                 "{}",
                                 kv.key
                             );

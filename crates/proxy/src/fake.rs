@@ -10,11 +10,13 @@
 //! | directive | effect |
 //! |---|---|
 //! | `status=N` | answer status N with a provider-format error body (429, 500, 400, …) |
-//! | `retry-after=S` / `retry-after-ms=MS` / `retry-after-date=S` | on the error answer: `Retry-After: S`, `retry-after-ms: MS`, or `Retry-After` as the HTTP-date S seconds from now |
+//! | `retry-after=S` / `retry-after-ms=MS` / `retry-after-date=S` | on the error answer: `Retry-After: S`, `retry-after-ms: MS`, or `Retry-After` as the HTTP-date S seconds from now (saturating: any `u64`) |
+//! | `retry-after-year=Y` | on the error answer: `Retry-After` as the HTTP-date of 1 January of year Y, any number of digits (far-future dates) |
 //! | `once=ID` | the `status` applies only to the first request carrying this ID; later ones answer normally |
 //! | `first-byte-ms=MS` | wait before the response head |
 //! | `chunks=N`, `gap-ms=MS` | a stream of N content chunks, MS apart (default 3, 0) |
 //! | `stall-ms=MS` | after the first chunk, stall MS before the rest |
+//! | `cut-after=N` | a stream broken off after N content chunks: the body ends in an error, so the connection is cut without the stream's end |
 //! | `usage=IN/OUT` | the usage reported (default 10/20) |
 //! | `no-usage` | report no usage at all |
 //! | (`POST /_script`, body: directives) | a standing script of this fake, read before each request's own `x-fake-script` (which wins), until the next `/_script` or `/_reset`: two fakes behind one proxy answer differently |
@@ -26,12 +28,11 @@
 //! turnstile key (`tsk_`/`tsa_`). `POST /_reset` clears it (and the standing script).
 
 use std::collections::HashSet;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -224,11 +225,15 @@ struct Script {
     retry_after: Option<String>,
     retry_after_ms: Option<String>,
     retry_after_date: Option<u64>,
+    /// `retry-after-year=Y`: an HTTP-date on 1 January of year Y (any number of digits).
+    retry_after_year: Option<String>,
     once: Option<String>,
     first_byte_ms: u64,
     chunks: usize,
     gap_ms: u64,
     stall_ms: u64,
+    /// `cut-after`: content chunks sent before the stream is broken off.
+    cut_after: Option<usize>,
     usage: Option<(u64, u64)>,
     /// `quota-requests` / `quota-tokens`: (remaining, reset in ms).
     quota: [Option<(u64, u64)>; 2],
@@ -290,11 +295,13 @@ fn script(standing: &str, headers: &HeaderMap) -> Script {
             "retry-after" => script.retry_after = Some(value.to_owned()),
             "retry-after-ms" => script.retry_after_ms = Some(value.to_owned()),
             "retry-after-date" => script.retry_after_date = Some(number()),
+            "retry-after-year" => script.retry_after_year = Some(value.to_owned()),
             "once" => script.once = Some(value.to_owned()),
             "first-byte-ms" => script.first_byte_ms = number(),
             "chunks" => script.chunks = number() as usize,
             "gap-ms" => script.gap_ms = number(),
             "stall-ms" => script.stall_ms = number(),
+            "cut-after" => script.cut_after = value.parse().ok(),
             "no-usage" => script.usage = None,
             "quota-requests" | "quota-tokens" => {
                 let slot = usize::from(key == "quota-tokens");
@@ -487,31 +494,44 @@ fn error_answer(status: u16, script: &Script, anthropic: bool) -> Response {
         headers.insert("retry-after-ms", value);
     }
     if let Some(seconds) = script.retry_after_date {
-        let at = SystemTime::now() + Duration::from_secs(seconds);
-        if let Ok(value) = crate::retry_after::format_http_date(at).parse() {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let at = now.as_secs().saturating_add(seconds);
+        if let Ok(value) = crate::retry_after::format_http_date_secs(at).parse() {
+            headers.insert("retry-after", value);
+        }
+    }
+    if let Some(year) = &script.retry_after_year {
+        if let Ok(value) = format!("Mon, 01 Jan {year} 00:00:00 GMT").parse() {
             headers.insert("retry-after", value);
         }
     }
     response
 }
 
+/// The scripted end of a stream broken off midway (`cut-after`).
+#[derive(Debug, thiserror::Error)]
+#[error("the fake upstream broke the stream off (cut-after)")]
+struct ScriptedCut;
+
 /// A body fed by a channel; it holds the request's in-flight guard, so a body dropped before
-/// its end (the reader left) counts as an abort.
-struct ChannelBody(mpsc::Receiver<Bytes>, InFlight);
+/// its end (the reader left) counts as an abort. A [`ScriptedCut`] ends it in an error.
+struct ChannelBody(mpsc::Receiver<Result<Bytes, ScriptedCut>>, InFlight);
 
 impl http_body::Body for ChannelBody {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = ScriptedCut;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, ScriptedCut>>> {
         let polled = self.0.poll_recv(cx);
-        if let Poll::Ready(None) = polled {
+        if let Poll::Ready(None | Some(Err(_))) = polled {
             self.1.finished = true;
         }
-        polled.map(|b| b.map(|b| Ok(Frame::data(b))))
+        polled.map(|b| b.map(|b| b.map(Frame::data)))
     }
 }
 
@@ -531,7 +551,7 @@ fn stream_answer(
 ) -> Response {
     let mut quota = HeaderMap::new();
     script.quota_headers(path == "/v1/messages", &mut quota);
-    let (tx, rx) = mpsc::channel::<Bytes>(4);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, ScriptedCut>>(4);
     let path = path.to_owned();
     let model = model.to_owned();
     tokio::spawn(async move {
@@ -603,6 +623,13 @@ fn stream_answer(
             if i > first_content && script.gap_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(script.gap_ms)).await;
             }
+            if script.cut_after.is_some_and(|n| i == first_content + n) {
+                // What was sent leaves first (a connection cut with bytes still in the
+                // server's write buffer would lose them).
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let _ = tx.send(Err(ScriptedCut)).await;
+                return;
+            }
             if i == first_content + 1 && script.stall_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(script.stall_ms)).await;
             }
@@ -614,7 +641,7 @@ fn stream_answer(
                 tail.next()
             };
             let Some(event) = event else { break };
-            if tx.send(event).await.is_err() {
+            if tx.send(Ok(event)).await.is_err() {
                 return; // The reader is gone: the body's guard counts the abort.
             }
         }

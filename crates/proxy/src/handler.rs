@@ -28,6 +28,7 @@ use crate::caller_headers::CallerHeaders;
 use crate::deployments::{Admitted, Attempts, Caller, PROVIDER_HEADER};
 use crate::error::{retry_headers, ProxyError};
 use crate::estimate;
+use crate::failure_log::{FailureKind, FailureSite};
 use crate::metrics::{CallClass, FailoverCause};
 use crate::pool::PooledBody;
 use crate::request::{self, Endpoint};
@@ -251,7 +252,7 @@ async fn serve(
             }
             // Never sent: a breaker failure of this deployment, and nothing to charge.
             Some(Err(error)) if error.never_sent() && attempts.can_fail_over(routed) => {
-                upstream_failure(route, at, "unreachable");
+                upstream_failure(route, at, FailureKind::Unreachable);
                 settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Nothing);
                 proxy
                     .metrics
@@ -266,9 +267,9 @@ async fn serve(
                     route,
                     at,
                     if never_sent {
-                        "unreachable"
+                        FailureKind::Unreachable
                     } else {
-                        "connection-lost"
+                        FailureKind::ConnectionLost
                     },
                 );
                 return Err(ProxyError::upstream(
@@ -279,7 +280,7 @@ async fn serve(
                 ));
             }
             None => {
-                upstream_failure(route, at, "first-byte-timeout");
+                upstream_failure(route, at, FailureKind::FirstByteTimeout);
                 settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
                 return Err(ProxyError::upstream(
                     StatusCode::GATEWAY_TIMEOUT,
@@ -295,7 +296,7 @@ async fn serve(
     settlement.provider_quota(&head.headers);
     let status = head.status;
     if status.is_server_error() {
-        upstream_failure(route, at, "server-error");
+        upstream_failure(route, at, FailureKind::ServerError);
     }
     let is_stream = parsed.stream
         && status.is_success()
@@ -321,6 +322,7 @@ async fn serve(
             settlement,
             Duration::from_millis(proxy.config.idle_timeout_ms),
             heartbeat_every,
+            route.deployments.get(at).map(FailureSite::of),
         );
         let mut response = Response::new(Body::new(body));
         *response.status_mut() = status;
@@ -342,7 +344,7 @@ async fn serve(
     .await
     .flatten();
     let Some(bytes) = read else {
-        upstream_failure(route, at, "body-broken");
+        upstream_failure(route, at, FailureKind::BodyBroken);
         settlement.settle(CallClass::UpstreamError, Outcome::Failure, Charge::Estimate);
         return Err(ProxyError::upstream(
             StatusCode::BAD_GATEWAY,
@@ -393,18 +395,11 @@ fn upstream_pause(proxy: &Proxy, headers: &HeaderMap) -> u64 {
         .max(1)
 }
 
-/// One log line for an upstream failure (`turnstile::proxy`, warn): the upstream's name, the
-/// deployment's lane and the kind (`unreachable`, `connection-lost`, `first-byte-timeout`,
-/// `server-error`, `body-broken`); never a key, a tenant or the upstream's text.
-fn upstream_failure(route: &crate::config::Route, at: usize, kind: &'static str) {
+/// One log line for an upstream failure of the call sent to deployment `at` of `route`
+/// (`failure_log.rs`).
+fn upstream_failure(route: &crate::config::Route, at: usize, kind: FailureKind) {
     if let Some(deployment) = route.deployments.get(at) {
-        tracing::warn!(
-            target: "turnstile::proxy",
-            upstream = &*deployment.upstream.name,
-            lane = &*deployment.provider,
-            kind,
-            "upstream failure"
-        );
+        FailureSite::of(deployment).failed(kind);
     }
 }
 

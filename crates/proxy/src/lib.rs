@@ -47,6 +47,7 @@ mod deployment_config;
 mod deployments;
 mod error;
 mod estimate;
+mod failure_log;
 mod fake;
 mod format;
 mod handler;
@@ -187,7 +188,11 @@ impl Proxy {
             metrics,
             shared: None,
             calls: AtomicU64::new(0),
-            budget_prefix: format!("~proxy-{:016x}-", process_nonce()),
+            budget_prefix: format!(
+                "{}proxy-{:016x}-",
+                turnstile_admission::CALL_BUDGET_PREFIX,
+                process_nonce()
+            ),
         })
     }
 

@@ -4,6 +4,11 @@
 //! delay-seconds (fractions allowed), `retry-after` as an HTTP-date (relative to `now`). A
 //! value that is absent, unparsable, negative or in the past gives `None`, and the caller
 //! applies its fallback. Results are capped at `max_ms`.
+//!
+//! Invariant: no header value can panic here, and every result is at most `max_ms`. A date
+//! too far ahead for `SystemTime` (a year around 3·10^11 and beyond, or one that does not fit
+//! in 64 bits at all) saturates to the cap like a huge number of seconds does: date arithmetic
+//! is done on saturating integers, never on `SystemTime` (issue 34).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,13 +32,21 @@ pub fn parse(headers: &HeaderMap, now: SystemTime, max_ms: u64) -> Option<u64> {
         return (seconds.is_finite() && seconds >= 0.0)
             .then(|| ((seconds * 1000.0).ceil() as u64).min(max_ms));
     }
-    let at = parse_http_date(value)?;
-    let wait = at.duration_since(now).ok()?;
+    let at = Duration::from_secs(http_date_secs(value)?);
+    let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let wait = at.checked_sub(now)?;
     Some((wait.as_millis().min(u128::from(max_ms))) as u64)
 }
 
-/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form RFC 9110 requires senders to use.
+/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form RFC 9110 requires senders to use;
+/// `None` also for a date `SystemTime` cannot hold.
 pub fn parse_http_date(text: &str) -> Option<SystemTime> {
+    UNIX_EPOCH.checked_add(Duration::from_secs(http_date_secs(text)?))
+}
+
+/// An IMF-fixdate as seconds since the epoch, saturating at `u64::MAX` for a date beyond it
+/// (a year of any number of digits is read, saturating too).
+fn http_date_secs(text: &str) -> Option<u64> {
     let parts: Vec<&str> = text.split_whitespace().collect();
     let [_, day, month, year, time, "GMT"] = parts.as_slice() else {
         return None;
@@ -45,25 +58,38 @@ pub fn parse_http_date(text: &str) -> Option<SystemTime> {
     .iter()
     .position(|m| m == month)? as u64
         + 1;
-    let year: u64 = year.parse().ok()?;
+    if year.is_empty() || !year.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let year: u64 = year.parse().unwrap_or(u64::MAX);
     let mut hms = time.split(':').map(|p| p.parse::<u64>().ok());
     let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
     if !(1..=31).contains(&day) || year < 1970 || h > 23 || m > 59 || s > 60 {
         return None;
     }
     let days = days_from_civil(year, month, day);
-    Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3600 + m * 60 + s))
+    Some(
+        days.saturating_mul(86_400)
+            .saturating_add(h * 3600 + m * 60 + s),
+    )
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+/// Days since 1970-01-01 of a proleptic Gregorian date on or after it (Howard Hinnant's
+/// algorithm), saturating at `u64::MAX` for a year too large to count in days.
 pub(crate) fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
-    let y = if month <= 2 { year - 1 } else { year };
+    let (year, month, day) = (u128::from(year), u128::from(month), u128::from(day));
+    let y = if month <= 2 {
+        year.saturating_sub(1)
+    } else {
+        year
+    };
     let era = y / 400;
     let yoe = y - era * 400;
     let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doy = (153 * mp + 2) / 5 + day.saturating_sub(1);
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let days = (era * 146_097 + doe).saturating_sub(719_468);
+    u64::try_from(days).unwrap_or(u64::MAX)
 }
 
 /// The proleptic Gregorian `(year, month, day)` of a day count since 1970-01-01: the inverse
@@ -80,9 +106,15 @@ pub(crate) fn civil_from_days(days: u64) -> (u64, u64, u64) {
     (yoe + era * 400 + u64::from(month <= 2), month, day)
 }
 
-/// Formats `at` as an IMF-fixdate (for the fake upstream and tests).
+/// Formats `at` as an IMF-fixdate (for tests).
+#[cfg(test)]
 pub fn format_http_date(at: SystemTime) -> String {
-    let secs = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    format_http_date_secs(at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs())
+}
+
+/// Formats `secs` since the epoch as an IMF-fixdate, also past what `SystemTime` can hold
+/// (the fake upstream's far-future dates).
+pub(crate) fn format_http_date_secs(secs: u64) -> String {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (year, month, day) = civil_from_days(days);
     let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
@@ -100,6 +132,8 @@ pub fn format_http_date(at: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
+    use proptest::prelude::*;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
@@ -155,5 +189,69 @@ mod tests {
         assert_eq!(format_http_date(at), "Sun, 06 Nov 1994 08:49:37 GMT");
         let now = UNIX_EPOCH + Duration::from_secs(1_780_000_000);
         assert_eq!(parse_http_date(&format_http_date(now)), Some(now));
+    }
+
+    /// Issue 34: a year `SystemTime` cannot hold (about 3·10^11 and beyond, up to years that
+    /// do not fit in 64 bits) panicked; every such date is the cap now.
+    #[test]
+    fn a_far_future_http_date_saturates_to_the_cap() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+        for year in [
+            "300000000000",
+            "584554049253",
+            "18446744073709551615",
+            "99999999999999999999999999999999",
+        ] {
+            let date = format!("Sun, 06 Nov {year} 08:49:37 GMT");
+            assert_eq!(
+                parse(&headers(&[("retry-after", &date)]), now, 3_600_000),
+                Some(3_600_000),
+                "{date}"
+            );
+            assert_eq!(parse_http_date(&date), None, "{date}");
+        }
+        let max = format_http_date_secs(u64::MAX);
+        assert_eq!(http_date_secs(&max), Some(u64::MAX), "{max}");
+    }
+
+    /// Any value of either header, and any date-shaped value: never a panic, never above the
+    /// cap.
+    fn header_value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[ -~]{0,40}",
+            "-?[0-9]{0,30}(\\.[0-9]{0,20})?(e[+-]?[0-9]{1,4})?",
+            "(Mon|Sun|X), [0-9]{1,3} (Jan|Feb|Dec|Foo) [0-9]{1,40} [0-9]{1,3}:[0-9]{1,3}:[0-9]{1,3} GMT",
+            (any::<u64>(), 1u64..=12, 1u64..=31).prop_map(|(year, month, day)| {
+                let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep",
+                    "Oct", "Nov", "Dec"][(month - 1) as usize];
+                format!("Tue, {day:02} {month} {year} 23:59:60 GMT")
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+        #[test]
+        fn any_retry_after_is_within_the_cap_and_never_panics(
+            retry_after in proptest::option::of(header_value()),
+            retry_after_ms in proptest::option::of(header_value()),
+            now_secs in any::<u64>(),
+            max_ms in any::<u64>(),
+        ) {
+            let mut map = HeaderMap::new();
+            for (name, value) in [("retry-after", retry_after), ("retry-after-ms", retry_after_ms)] {
+                if let Some(value) = value.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                    map.insert(name, value);
+                }
+            }
+            let now = UNIX_EPOCH
+                .checked_add(Duration::from_secs(now_secs))
+                .unwrap_or(UNIX_EPOCH);
+            if let Some(ms) = parse(&map, now, max_ms) {
+                prop_assert!(ms <= max_ms);
+            }
+        }
     }
 }

@@ -7,8 +7,9 @@
 //! - End of the upstream body: the lease is released with outcome `success` and the reported
 //!   usage (or the estimate, counted, when the stream carried none).
 //! - An upstream error or a stall longer than `proxy.idle_timeout_ms`: released as `failure`
-//!   with the usage seen; the client's stream ends with an error (its connection is cut, so it
-//!   can tell the answer is incomplete).
+//!   with the usage seen and logged (`failure_log.rs`: the upstream, the lane and
+//!   `stream-broken` / `stream-stalled`); the client's stream ends with an error (its
+//!   connection is cut, so it can tell the answer is incomplete).
 //! - The client goes away: hyper drops this body, which drops the upstream body (closing that
 //!   upstream connection at once) and the settlement (released as `none` with the usage seen).
 //! - While the stream lives the lease is heartbeated every third of its TTL.
@@ -26,6 +27,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 use turnstile_admission::Outcome;
 
+use crate::failure_log::{FailureKind, FailureSite};
 use crate::metrics::CallClass;
 use crate::pool::PooledBody;
 use crate::settle::{Charge, Settlement};
@@ -54,6 +56,8 @@ pub struct TappedStream {
     /// Bytes to send after the upstream ended (an unfinished last event), then the end.
     tail: Option<Bytes>,
     done: bool,
+    /// Where the call was sent, for the log line of a stream that breaks off.
+    site: Option<FailureSite>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +71,7 @@ impl TappedStream {
         settlement: Settlement,
         idle: Duration,
         heartbeat_every: Option<Duration>,
+        site: Option<FailureSite>,
     ) -> Self {
         let now = Instant::now();
         let idle_deadline = now + idle;
@@ -84,6 +89,7 @@ impl TappedStream {
             ))),
             tail: None,
             done: false,
+            site,
         }
     }
 
@@ -107,8 +113,15 @@ impl TappedStream {
         false
     }
 
-    fn fail(&mut self, why: &'static str) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn fail(
+        &mut self,
+        kind: FailureKind,
+        why: &'static str,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.done = true;
+        if let Some(site) = &self.site {
+            site.failed(kind);
+        }
         self.settlement.seen = self.tap.usage;
         let charge = Charge::seen(self.tap.usage);
         self.settlement
@@ -137,7 +150,10 @@ impl Body for TappedStream {
                 Poll::Pending => {
                     // A timer re-armed after a frame must be polled to wake this task.
                     if idle_passed || (rearmed && this.on_timer(cx)) {
-                        return this.fail("the upstream stream stalled (proxy.idle_timeout_ms)");
+                        return this.fail(
+                            FailureKind::StreamStalled,
+                            "the upstream stream stalled (proxy.idle_timeout_ms)",
+                        );
                     }
                     return Poll::Pending;
                 }
@@ -163,7 +179,7 @@ impl Body for TappedStream {
                     }
                 }
                 Poll::Ready(Some(Err(_))) => {
-                    return this.fail("the upstream stream broke");
+                    return this.fail(FailureKind::StreamBroken, "the upstream stream broke");
                 }
                 Poll::Ready(None) => {
                     this.done = true;

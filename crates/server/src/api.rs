@@ -14,6 +14,7 @@ pub(crate) mod revisions;
 pub(crate) mod rollout_record;
 pub(crate) mod rollouts;
 pub(crate) mod validate;
+pub(crate) mod workspaces;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -81,4 +82,6 @@ pub struct AppParts {
     pub books: Arc<dyn crate::replicas::deployment::SharedBooks>,
     /// The candidate revision of each workspace's latest rollout (canary answers name it).
     pub candidates: Arc<rollouts::CandidateRevisions>,
+    /// The lease log's state: `/readyz` says not ready while it refuses writes.
+    pub journal: Arc<turnstile_store::LeaseLogStats>,
 }

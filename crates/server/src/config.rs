@@ -20,6 +20,7 @@
 //! keep_alive_idle_ms = 5000
 //! max_connections_per_address = 512
 //! reserved_connections = 32
+//! full_pool_first_byte_ms = 250
 //! max_requests_per_key = 256
 //!
 //! [admission]
@@ -35,6 +36,7 @@
 //! [budgets]
 //! idle_ms = 3600000
 //! max_open_per_workspace = 100000
+//! max_open_per_principal = 10000   # below max_open_per_workspace; profiles: maxOpenBudgets
 //!
 //! [proxy]   # proxy mode: see turnstile_proxy::config and docs/proxy.md
 //!
@@ -81,6 +83,11 @@ pub struct Config {
     pub proxy: turnstile_proxy::ProxyConfig,
     /// Replicas: limits shared through Redis (`docs/replicas.md`).
     pub coordination: CoordinationConfig,
+    /// Start even when the lease log does not cover its own history (a file deleted or
+    /// truncated), with every lane paused for one lease TTL; never from the file, only from
+    /// `turnstile serve --accept-lease-log-loss` (a decision for one start).
+    #[serde(skip)]
+    pub accept_lease_log_loss: bool,
 }
 
 /// Limits shared across replicas through Redis; without `redis_url`, nothing is shared.
@@ -203,12 +210,30 @@ impl CoordinationConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BudgetsConfig {
-    /// A budget nobody has charged or settled for this long, and that holds no lease, is
-    /// forgotten (counted in `turnstile_budgets_evicted_total`); its next attempt opens a new one.
+    /// A budget nobody has charged or settled for this long, that holds no lease and no spend
+    /// a budget limit counts, is forgotten (counted in `turnstile_budgets_evicted_total`); its
+    /// next attempt opens a new one. A budget holding such spend is kept (compactly) until
+    /// `POST /v1/budgets/{id}/release`.
     pub idle_ms: u64,
-    /// Open budgets per workspace at most; an admission that would open one more is refused
-    /// `too-many-budgets` (429, retryable).
+    /// Open budgets per workspace at most (the proxy's per-call budgets aside); an admission
+    /// that would open one more is refused `too-many-budgets` (429, retryable, evidence
+    /// `budgetCap: workspace`).
     pub max_open_per_workspace: usize,
+    /// Open budgets one principal may hold when its profile sets no `maxOpenBudgets` (on the
+    /// principal or the workspace); below `max_open_per_workspace`, so one principal at its cap
+    /// never fills the workspace. One more is refused `too-many-budgets` (evidence
+    /// `budgetCap: principal`). Unset: 10,000 or half the workspace cap, whichever is smaller
+    /// ([`BudgetsConfig::principal_cap`]), so lowering the workspace cap alone stays valid.
+    pub max_open_per_principal: Option<usize>,
+}
+
+impl BudgetsConfig {
+    /// The per-principal cap in force: the configured one, else 10,000 or half the workspace
+    /// cap (at least 1), whichever is smaller.
+    pub fn principal_cap(&self) -> usize {
+        self.max_open_per_principal
+            .unwrap_or_else(|| (self.max_open_per_workspace / 2).clamp(1, 10_000))
+    }
 }
 
 impl Default for BudgetsConfig {
@@ -216,6 +241,7 @@ impl Default for BudgetsConfig {
         BudgetsConfig {
             idle_ms: 3_600_000,
             max_open_per_workspace: 100_000,
+            max_open_per_principal: None,
         }
     }
 }
@@ -249,6 +275,9 @@ pub struct HttpConfig {
     /// `/readyz`, `/metrics`, `/openapi.json` and admin-key calls, and answer anything else
     /// 503 `overloaded`.
     pub reserved_connections: usize,
+    /// While every connection slot (general and reserved) is taken, a connection that has sent
+    /// nothing for this long is closed, oldest first, for one waiting in the listen backlog.
+    pub full_pool_first_byte_ms: u64,
     /// Requests in flight per API key at most (429 `key-busy` above).
     pub max_requests_per_key: usize,
 }
@@ -313,6 +342,7 @@ impl Default for Config {
             budgets: BudgetsConfig::default(),
             proxy: turnstile_proxy::ProxyConfig::default(),
             coordination: CoordinationConfig::default(),
+            accept_lease_log_loss: false,
         }
     }
 }
@@ -330,6 +360,7 @@ impl Default for HttpConfig {
             keep_alive_idle_ms: 5_000,
             max_connections_per_address: 512,
             reserved_connections: 32,
+            full_pool_first_byte_ms: 250,
             max_requests_per_key: 256,
         }
     }
@@ -403,7 +434,8 @@ impl Config {
     /// Refuses values that would disable a protection.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let http = &self.http;
-        let checks: [(&'static str, bool, &'static str); 18] = [
+        let budgets = &self.budgets;
+        let checks: [(&'static str, bool, &'static str); 20] = [
             ("budgets.idle_ms", self.budgets.idle_ms >= 1, "at least 1"),
             (
                 "leases.segment_bytes",
@@ -414,6 +446,13 @@ impl Config {
                 "budgets.max_open_per_workspace",
                 self.budgets.max_open_per_workspace >= 1,
                 "at least 1",
+            ),
+            (
+                "budgets.max_open_per_principal",
+                budgets
+                    .max_open_per_principal
+                    .is_none_or(|cap| cap >= 1 && cap < budgets.max_open_per_workspace),
+                "at least 1 and below budgets.max_open_per_workspace",
             ),
             (
                 "http.body_read_timeout_ms",
@@ -443,6 +482,11 @@ impl Config {
             (
                 "http.reserved_connections",
                 http.reserved_connections >= 1,
+                "at least 1",
+            ),
+            (
+                "http.full_pool_first_byte_ms",
+                http.full_pool_first_byte_ms >= 1,
                 "at least 1",
             ),
             (
@@ -514,15 +558,23 @@ mod tests {
 
     #[test]
     fn zero_protections_are_refused() {
-        let mut config = Config::default();
-        config.http.header_read_timeout_ms = 0;
-        assert!(matches!(
-            config.validate(),
-            Err(ConfigError::Invalid {
-                field: "http.header_read_timeout_ms",
-                ..
-            })
-        ));
+        type Zero = fn(&mut Config);
+        let zeroed: [(&str, Zero); 2] = [
+            ("http.header_read_timeout_ms", |c| {
+                c.http.header_read_timeout_ms = 0
+            }),
+            ("http.full_pool_first_byte_ms", |c| {
+                c.http.full_pool_first_byte_ms = 0
+            }),
+        ];
+        for (name, zero) in zeroed {
+            let mut config = Config::default();
+            zero(&mut config);
+            assert!(
+                matches!(config.validate(), Err(ConfigError::Invalid { field, .. }) if field == name),
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -9,5 +9,6 @@
 pub(crate) mod checkpoint;
 pub(crate) mod data_lock;
 pub(crate) mod journal;
+pub(crate) mod log_loss;
 pub(crate) mod persist;
 pub(crate) mod recover;

@@ -1,5 +1,5 @@
 //! What only the HTTP service counts for `/metrics`: connections, cuts, store errors, actual
-//! usage reported on release, ignored bucket checkpoints (families `turnstile_http_*`,
+//! usage reported on release, ignored bucket checkpoints, handler panics (families `turnstile_http_*`,
 //! `turnstile_store_errors_total`, `turnstile_actual_*_total`,
 //! `turnstile_bucket_checkpoints_ignored_total`), written by its [`Collector`].
 //!
@@ -37,10 +37,13 @@ pub enum Cut {
     PendingCap,
     /// The general connection pool was full and the request was not an operator's.
     Overloaded,
+    /// Every connection slot was taken and this connection had sent nothing for
+    /// `http.full_pool_first_byte_ms`: closed for a waiting one ([`crate::http::fresh`]).
+    FirstByteTimeout,
 }
 
 impl Cut {
-    pub const ALL: [Cut; 9] = [
+    pub const ALL: [Cut; 10] = [
         Cut::HeaderTimeout,
         Cut::IdleTimeout,
         Cut::BodyTimeout,
@@ -50,6 +53,7 @@ impl Cut {
         Cut::KeyCap,
         Cut::PendingCap,
         Cut::Overloaded,
+        Cut::FirstByteTimeout,
     ];
 
     /// The `kind` label.
@@ -64,6 +68,7 @@ impl Cut {
             Cut::KeyCap => "key-cap",
             Cut::PendingCap => "pending-cap",
             Cut::Overloaded => "overloaded",
+            Cut::FirstByteTimeout => "first-byte-timeout",
         }
     }
 }
@@ -72,7 +77,7 @@ impl Cut {
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// By [`Cut`], in [`Cut::ALL`] order.
-    pub cuts: [AtomicU64; 9],
+    pub cuts: [AtomicU64; 10],
     pub connections_open: AtomicU64,
     pub connections_total: AtomicU64,
     pub store_errors: AtomicU64,
@@ -81,6 +86,8 @@ pub struct Metrics {
     pub actual_cost_micro_usd: AtomicU64,
     /// Bucket checkpoints found at the start but not used (stale or unreadable).
     pub bucket_checkpoints_ignored: AtomicU64,
+    /// Requests whose handler panicked ([`crate::http::panics`]).
+    pub handler_panics: AtomicU64,
 }
 
 impl Metrics {
@@ -141,6 +148,12 @@ impl Collector for Metrics {
                     MetricKind::Counter,
                     "Bucket checkpoints of a clean stop found at the start but not used (stale or unreadable): the rate buckets were drained instead.",
                     get(&self.bucket_checkpoints_ignored),
+                ),
+                (
+                    "turnstile_http_handler_panics",
+                    MetricKind::Counter,
+                    "Requests whose handler panicked: answered 500 internal-error and logged (a bug to report).",
+                    get(&self.handler_panics),
                 ),
             ],
         )?;

@@ -106,7 +106,11 @@ fn an_evicted_budget_opens_anew_and_the_evidence_says_so() {
 
 #[test]
 fn past_the_cap_an_admission_that_would_open_a_budget_is_refused_429_retryable() {
-    let server = TestServer::start_fresh(|c| c.budgets.max_open_per_workspace = 2);
+    // The principal's own cap (below the workspace's: issue 34) is the one reached here.
+    let server = TestServer::start_fresh(|c| {
+        c.budgets.max_open_per_workspace = 3;
+        c.budgets.max_open_per_principal = Some(2);
+    });
     let key = setup(&server);
     for budget in ["a", "b"] {
         let body = json!({"providerId": "wide", "budgetId": budget, "estimate": {"tokens": 1}});

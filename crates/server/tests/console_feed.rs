@@ -20,6 +20,23 @@ fn updates(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Lane `provider` of workspace `t` now: the first `update` of the admin's feed.
+fn lane_now(server: &TestServer, provider: &str) -> Value {
+    let text = server
+        .get("/v1/workspaces/t/events?maxEvents=1", &server.admin())
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    updates(&text)[0]["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["providerId"] == provider)
+        .cloned()
+        .unwrap()
+}
+
 #[test]
 fn the_feed_streams_lanes_decisions_and_transitions() {
     let server = TestServer::start_fresh(|_| {});
@@ -90,6 +107,102 @@ fn the_feed_streams_lanes_decisions_and_transitions() {
         .any(|t| t["providerId"] == "p" && t["to"] == "open")));
     // The service's metrics never name the principal.
     assert!(!server.metrics_text().contains("alice"));
+}
+
+/// Issue 35: the lanes view says which limit binds a queued lane. Alice holds `p`'s one
+/// permit; Bob's request waits for it: the feed's lane `p` counts one lane bound by the
+/// provider's concurrency, and names no principal.
+#[test]
+fn the_feed_names_the_limit_that_binds_a_queued_lane() {
+    let server = TestServer::start_fresh(|_| {});
+    server.register_test_profile();
+    let (alice, bob) = (server.new_key("t", "alice"), server.new_key("t", "bob"));
+    let lease = server.granted_lease(
+        &alice,
+        &json!({"providerId": "p", "budgetId": "a", "estimate": {}, "deadlineMs": 0}),
+    );
+    let waiting = {
+        let (server_url, bob) = (server.url("/v1/admissions"), bob.clone());
+        std::thread::spawn(move || {
+            reqwest::blocking::Client::new()
+                .post(server_url)
+                .bearer_auth(bob)
+                .json(&json!({"providerId": "p", "budgetId": "b", "estimate": {}, "deadlineMs": 1500}))
+                .send()
+                .unwrap()
+                .status()
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let p = loop {
+        let p = lane_now(&server, "p");
+        if p["queued"] == 1 || Instant::now() > deadline {
+            break p;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        p["bindings"],
+        json!([{"binding": "provider-concurrency", "lanes": 1}]),
+        "{p}"
+    );
+    assert!(!p.to_string().contains("bob") && !p.to_string().contains("alice"));
+    server.assert_released(&alice, &lease, "success");
+    assert_eq!(
+        waiting.join().unwrap(),
+        200,
+        "bob is served once alice is done"
+    );
+    let p = lane_now(&server, "p");
+    assert_eq!(p["bindings"], json!([]), "nothing waits: {p}");
+}
+
+/// Issue 35: `GET /v1/workspaces` lists what a key may see: an admin key every workspace with
+/// a profile and its revision, a principal key its own workspace only.
+#[test]
+fn the_workspace_listing_shows_an_admin_every_workspace_and_a_principal_its_own() {
+    let server = TestServer::start_fresh(|_| {});
+    let admin = server.admin();
+    assert_eq!(
+        server
+            .put_profile(&admin, "t", "v1", &test_profile())
+            .status(),
+        201
+    );
+    assert_eq!(
+        server
+            .put_profile(&admin, "u", "v7", &test_profile())
+            .status(),
+        201
+    );
+    let listed = server.get_json("/v1/workspaces", &admin);
+    let workspaces = &listed["workspaces"];
+    for (id, version) in [("t", "v1"), ("u", "v7")] {
+        assert!(
+            workspaces
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| *w == json!({"workspaceId": id, "profileVersion": version})),
+            "{listed}"
+        );
+    }
+    let alice = server.new_key("t", "alice");
+    assert_eq!(
+        server.get_json("/v1/workspaces", &alice),
+        json!({"workspaces": [{"workspaceId": "t", "profileVersion": "v1"}]})
+    );
+    let newcomer = server.new_key("fresh", "carol");
+    assert_eq!(
+        server.get_json("/v1/workspaces", &newcomer),
+        json!({"workspaces": [{"workspaceId": "fresh", "profileVersion": null}]})
+    );
+    let anonymous = server
+        .client
+        .get(server.url("/v1/workspaces"))
+        .send()
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
 }
 
 #[test]

@@ -37,6 +37,7 @@ fn call(server: &TestServer, key: &str, operation: Operation) -> RequestBuilder 
         // One event, so the stream ends and the body can be read.
         Operation::WatchEvents => c.get(url("/v1/workspaces/t/events?maxEvents=1")),
         Operation::ReadFairness => c.get(url("/v1/workspaces/t/fairness")),
+        Operation::ListWorkspaces => c.get(url("/v1/workspaces")),
     };
     builder.bearer_auth(key)
 }

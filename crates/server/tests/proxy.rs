@@ -497,6 +497,24 @@ fn stream_frames_reach_the_client_before_the_upstream_sends_the_next() {
     assert!(rest.contains("tok1") && start.elapsed() >= Duration::from_millis(800));
 }
 
+/// Another principal's call that will not wait, while the lane is paused: refused at once
+/// (429, reason `retry-after`); the remaining pause in ms.
+fn refused_while_paused(rig: &Rig, script: &str) -> u64 {
+    let refused = rig
+        .server
+        .post("/openai/v1/chat/completions", &rig.bob)
+        .header("x-turnstile-wait-ms", "0")
+        .json(&chat("gpt-test"))
+        .send()
+        .unwrap();
+    assert_eq!(refused.status(), 429, "{script}");
+    assert_eq!(
+        header(&refused, "x-turnstile-reason").as_deref(),
+        Some("retry-after")
+    );
+    header(&refused, "retry-after-ms").unwrap().parse().unwrap()
+}
+
 #[test]
 fn an_upstream_429_pauses_the_lane_for_everyone_in_every_header_form() {
     for (script, expected_ms) in [
@@ -520,19 +538,7 @@ fn an_upstream_429_pauses_the_lane_for_everyone_in_every_header_form() {
         assert_eq!(seconds, ms.div_ceil(1000).max(1));
         let paused_at = rig.fake.now_ms();
         // Another principal, not willing to wait: refused at once with the remaining time.
-        let refused = rig
-            .server
-            .post("/openai/v1/chat/completions", &rig.bob)
-            .header("x-turnstile-wait-ms", "0")
-            .json(&chat("gpt-test"))
-            .send()
-            .unwrap();
-        assert_eq!(refused.status(), 429, "{script}");
-        assert_eq!(
-            header(&refused, "x-turnstile-reason").as_deref(),
-            Some("retry-after")
-        );
-        let remaining: u64 = header(&refused, "retry-after-ms").unwrap().parse().unwrap();
+        let remaining = refused_while_paused(&rig, script);
         assert!(remaining <= ms && remaining > 0, "{remaining} vs {ms}");
         // Willing to wait: admitted after the pause, and nothing reached the upstream before.
         let waited = rig.openai("/chat/completions", &rig.bob, &chat("gpt-test"), "");
@@ -546,6 +552,33 @@ fn an_upstream_429_pauses_the_lane_for_everyone_in_every_header_form() {
             second - paused_at
         );
         assert_eq!(rig.calls("openai", "429"), 1.0);
+        assert_eq!(
+            rig.metric_line("turnstile_proxy_upstream_pauses_total{lane=\"openai\"}"),
+            1.0
+        );
+    }
+}
+
+/// Issue 34, item 6: a `Retry-After` HTTP-date in a year `SystemTime` cannot hold panicked the
+/// handler (no answer, the lane not paused). It is the cap (`admission.max_retry_after_ms`) now.
+#[test]
+fn an_upstream_429_with_a_far_future_date_pauses_the_lane_for_the_cap() {
+    for year in ["300000000000", "99999999999999999999999"] {
+        let rig = rig(4, |_| {});
+        let script = format!("status=429,retry-after-year={year}");
+        let response = rig.openai("/chat/completions", &rig.alice, &chat("gpt-test"), &script);
+        assert_eq!(response.status(), 429, "{script}");
+        let ms: u64 = header(&response, "retry-after-ms")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(ms > 3_590_000 && ms <= 3_600_000, "{script}: {ms}");
+        let remaining = refused_while_paused(&rig, &script);
+        assert!(
+            remaining > 3_590_000 && remaining <= ms,
+            "{remaining} vs {ms}"
+        );
+        assert_eq!(rig.fake.stats().requests, 1, "{script}");
         assert_eq!(
             rig.metric_line("turnstile_proxy_upstream_pauses_total{lane=\"openai\"}"),
             1.0
@@ -893,4 +926,40 @@ fn one_span_per_proxied_call_names_the_lane_and_never_a_tenant_or_the_prompt() {
     ] {
         assert!(!text.contains(secret), "a span names {secret}");
     }
+}
+
+/// Issue 34, item 2: per-call budgets count against no cap, so a principal holding its own cap
+/// of open budgets (and the workspace nearly full) still has its proxied calls admitted, and so
+/// does everyone else; a call naming a new budget of its own is refused for the cap.
+#[test]
+fn cnc_admit_budget_cap_proxied_calls_are_admitted_while_a_principal_holds_its_cap() {
+    let rig = rig(4, |c| {
+        c.budgets.max_open_per_workspace = 3;
+        c.budgets.max_open_per_principal = Some(2);
+    });
+    for budget in ["held-0", "held-1"] {
+        let body = json!({"providerId": "openai", "budgetId": budget, "estimate": {"tokens": 1}});
+        let lease: Value = rig.server.acquire(&rig.bob, &body).json().unwrap();
+        rig.server
+            .assert_released(&rig.bob, lease["leaseId"].as_str().unwrap(), "success");
+    }
+    // A third is refused for bob's own cap (with the workspace's cap alone it would fill it).
+    let body = json!({"providerId": "openai", "budgetId": "held-2", "estimate": {"tokens": 1}});
+    let refused: Value = rig.server.acquire(&rig.bob, &body).json().unwrap();
+    assert_eq!(refused["evidence"]["budgetCap"], "principal", "{refused}");
+    for key in [&rig.bob, &rig.alice, &rig.bob, &rig.alice] {
+        let response = rig.openai("/chat/completions", key, &chat("gpt-test"), "usage=10/5");
+        assert_eq!(response.status(), 200, "{}", response.text().unwrap());
+    }
+    let named = rig
+        .server
+        .post("/openai/v1/chat/completions", &rig.bob)
+        .header("x-fake-script", "usage=10/5")
+        .header("x-turnstile-budget-id", "held-2")
+        .json(&chat("gpt-test"))
+        .send()
+        .unwrap();
+    assert_eq!(named.status(), 429, "{}", named.text().unwrap());
+    rig.wait_idle();
+    assert_eq!(rig.server.snapshot("ws")["openBudgets"], 2);
 }

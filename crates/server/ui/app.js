@@ -16,6 +16,7 @@
   const pauses = []; // pauses seen by this session
   const liveTransitions = [];
   let current = null; // current profile revision
+  let limitsRevision = null; // the revision the principals' limits table shows
 
   // ---- API ----------------------------------------------------------------------------
   async function api(method, path, body) {
@@ -42,6 +43,40 @@
   }
 
   // ---- sign-in ------------------------------------------------------------------------
+  // The workspaces a typed key may see (`GET /v1/workspaces`), suggested by the workspace
+  // field (its datalist, and buttons that fill it). A refused key suggests nothing: signing in
+  // says why.
+  async function suggestWorkspaces(key) {
+    const options = $("workspace-options");
+    const shown = $("workspace-suggestions");
+    options.replaceChildren();
+    shown.replaceChildren();
+    shown.hidden = true;
+    if (!key) return;
+    let listed;
+    try {
+      const res = await fetch("/v1/workspaces", { headers: { Authorization: "Bearer " + key }, cache: "no-store" });
+      if (!res.ok) return;
+      listed = (await res.json()).workspaces || [];
+    } catch (_) { return; }
+    if ($("key").value.trim() !== key || !listed.length) return;
+    shown.append(listed.length === 1 ? "Your workspace: " : "Workspaces this key may see: ");
+    for (const w of listed) {
+      const option = document.createElement("option");
+      option.value = w.workspaceId;
+      option.label = w.profileVersion ? `profile ${w.profileVersion}` : "no profile yet";
+      options.appendChild(option);
+      const pick = document.createElement("button");
+      pick.type = "button";
+      pick.className = "secondary";
+      pick.dataset.workspace = w.workspaceId;
+      pick.textContent = w.workspaceId;
+      pick.addEventListener("click", () => { $("workspace").value = w.workspaceId; $("workspace").focus(); });
+      shown.appendChild(pick);
+    }
+    shown.hidden = false;
+  }
+
   async function signIn(key, workspace) {
     session.key = key;
     session.workspace = workspace;
@@ -69,6 +104,7 @@
     document.querySelectorAll("[data-admin]").forEach((n) => { n.hidden = !session.admin; });
     document.body.dataset.role = session.admin ? "admin" : "principal";
     status("");
+    limitsRevision = null;
     select("lanes");
     startFeed();
   }
@@ -99,6 +135,7 @@
     if (name === "breakers") loadBreakers().catch(fail);
     if (name === "keys") loadKeys().catch(fail);
     if (name === "fairness") loadFairness().catch(fail);
+    if (name === "lanes" && session.admin) loadPrincipalLimits().catch(fail);
   }
 
   function fail(e) {
@@ -168,6 +205,7 @@
     if (liveTransitions.length > 200) liveTransitions.splice(0, liveTransitions.length - 200);
     if (((update.transitions || []).length || (update.pauses || []).length) && document.body.dataset.view === "breakers") loadBreakers().catch(fail);
     if (update.profileChange && document.body.dataset.view === "profiles") loadProfiles().catch(fail);
+    if (update.profileChange && session.admin) loadPrincipalLimits().catch(fail);
     renderLanes();
     renderCharts();
     if (document.body.dataset.view === "fairness" && Date.now() - fairnessAt >= 1000) loadFairness().catch(fail);
@@ -245,6 +283,18 @@
       if (probe != null) br.appendChild(document.createTextNode(` · probe in ${ms(probe)}`));
       const pause = remaining(l.pausedUntil);
       cell(tr, pause ? `${ms(pause)} left` : "–", "pause", "num");
+      const held = cell(tr, "", "binding");
+      const bindings = l.bindings || [];
+      held.dataset.value = bindings.map((b) => b.binding).join(" ");
+      for (const b of bindings) {
+        const tag = document.createElement("span");
+        tag.className = "binding";
+        tag.dataset.binding = b.binding;
+        tag.textContent = `${BINDINGS[b.binding] || b.binding}${b.lanes > 1 ? ` ×${b.lanes}` : ""}`;
+        tag.title = `${b.lanes} queued lane${b.lanes === 1 ? "" : "s"} (one per principal)`;
+        held.appendChild(tag);
+      }
+      if (!bindings.length) held.textContent = l.queued ? "…" : "–";
       rows.push(tr);
     }
     body.replaceChildren(...rows);
@@ -260,6 +310,58 @@
       span.appendChild(strong);
       totals.appendChild(span);
     }
+  }
+
+  // Which limit holds a queued lane (`LaneView.bindings`, docs/console.md), in words.
+  const BINDINGS = {
+    "principal-concurrency": "principal concurrency",
+    "workspace-concurrency": "workspace concurrency",
+    "provider-concurrency": "provider concurrency",
+    "workspace-share": "principal's share of the workspace",
+    "provider-share": "principal's share of the provider",
+    "workspace-reservation": "workspace permits reserved for others",
+    "provider-reservation": "provider permits reserved for others",
+    "principal-requests": "principal requests / min",
+    "workspace-requests": "workspace requests / min",
+    "provider-requests": "provider requests / min",
+    "principal-tokens": "principal tokens / s",
+    "workspace-tokens": "workspace tokens / s",
+    "provider-tokens": "provider tokens / s",
+    "provider-pause": "provider pause (Retry-After)",
+    "provider-breaker": "provider breaker open",
+    "provider-quota-requests": "provider's request quota",
+    "provider-quota-tokens": "provider's token quota",
+  };
+
+  // The principals' limits in the profile in force (admin: `GET …/profiles`, then the current
+  // revision's limits), read again when the feed announces a profile change.
+  async function loadPrincipalLimits() {
+    const { records } = await api("GET", wsPath("/profiles"));
+    const latest = records.length ? records[records.length - 1].profileVersion : null;
+    if (!latest || latest === limitsRevision) return;
+    const revision = await api("GET", wsPath(`/profiles/${encodeURIComponent(latest)}`));
+    limitsRevision = latest;
+    $("limits-revision").textContent = latest;
+    const principals = Object.entries(revision.profile.principals || {}).sort(([a], [b]) => a.localeCompare(b));
+    const num = (v) => (v == null ? "–" : Number(v).toLocaleString("en-US"));
+    $("principal-limits").tBodies[0].replaceChildren(...principals.map(([id, l]) => {
+      const tr = document.createElement("tr");
+      tr.dataset.principal = id;
+      const th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = id;
+      tr.appendChild(th);
+      cell(tr, num(l.concurrency), "concurrency", "num");
+      cell(tr, l.requestsPerMinute == null ? "unlimited" : num(l.requestsPerMinute), "requests", "num");
+      cell(tr, l.tokensPerSecond == null ? "unlimited" : num(l.tokensPerSecond), "tokens", "num");
+      cell(tr, `${num(l.maxQueueLength)} · ${l.maxQueueWaitMs == null ? "–" : ms(l.maxQueueWaitMs)}`, "queue", "num");
+      const budget = [l.maxCostUsd == null ? null : `$${l.maxCostUsd}`, l.maxTokens == null ? null : `${num(l.maxTokens)} tokens`, l.maxAttempts == null ? null : `${l.maxAttempts} attempts`].filter(Boolean);
+      cell(tr, budget.join(" · ") || "–", "budget");
+      cell(tr, `${l.priority || "standard"} · ${l.weight == null ? 1 : l.weight}`, "band");
+      return tr;
+    }));
+    labelCells($("principal-limits"));
+    $("principal-limits-card").hidden = false;
   }
 
   function windowSeconds() {
@@ -578,6 +680,7 @@
       signIn($("key").value.trim(), $("workspace").value.trim()).catch((err) => status(err.message));
     });
     $("signout").addEventListener("click", () => signOut("Signed out."));
+    $("key").addEventListener("change", () => suggestWorkspaces($("key").value.trim()));
     const tabs = VIEWS.map((v) => $("tab-" + v));
     tabs.forEach((t, i) => {
       t.addEventListener("click", () => select(VIEWS[i]));

@@ -205,6 +205,11 @@ pub enum Command {
         /// Where the lanes go.
         reply: oneshot::Sender<Option<(Millis, Vec<LaneView>)>>,
     },
+    /// Every workspace with a registered profile and its current revision, by workspace ID.
+    Workspaces {
+        /// Where the list goes.
+        reply: oneshot::Sender<Vec<(String, String)>>,
+    },
     /// The workspace's fairness window (grants and queue delay per principal over the last
     /// minutes, `crate::fairness`); `None` without a profile.
     Fairness {

@@ -284,6 +284,11 @@ impl DriverHandle {
         .await
     }
 
+    /// Every workspace with a registered profile and its current revision, by workspace ID.
+    pub async fn workspaces(&self) -> Result<Vec<(String, String)>, DriverError> {
+        self.ask(|reply| Command::Workspaces { reply }).await
+    }
+
     /// The driver's clock reading and the instant its one timer is armed for.
     pub async fn timer(&self) -> Result<(Millis, Option<Millis>), DriverError> {
         self.ask(|reply| Command::Timer { reply }).await

@@ -12,7 +12,7 @@
 
 use tokio::sync::oneshot;
 use turnstile_admission::{
-    FinishedRollout, Profile, ProfileChangeRecord, RolloutMode, RolloutView,
+    Evidence, FinishedRollout, Profile, ProfileChangeRecord, RolloutMode, RolloutView,
 };
 
 use crate::command::Command;
@@ -64,6 +64,16 @@ pub enum RolloutCommand {
         workspace: String,
         /// Answered with the finished rollout.
         reply: oneshot::Sender<Result<FinishedRollout, DriverError>>,
+    },
+    /// The revision that made a decision, from its evidence (see the core's
+    /// `Registry::revision_of`): a canary candidate's, or the current revision.
+    RevisionOf {
+        /// The workspace.
+        workspace: String,
+        /// The decision's `Evidence::candidate`.
+        candidate: bool,
+        /// Answered with the revision (none without a profile).
+        reply: oneshot::Sender<Option<String>>,
     },
     /// The finished rollouts kept.
     History {
@@ -132,6 +142,25 @@ impl DriverHandle {
             }))
         })
         .await?
+    }
+
+    /// The revision that decided an answer of `workspace` whose evidence is `evidence`: the
+    /// canary candidate's when it decided (`profileRevision` of the answer), else the current
+    /// revision. Hosts ask only for a candidate's decision; the current revision they know.
+    pub async fn revision_of(
+        &self,
+        workspace: &str,
+        evidence: &Evidence,
+    ) -> Result<Option<String>, DriverError> {
+        let candidate = evidence.candidate;
+        self.ask(|reply| {
+            Command::Rollout(Box::new(RolloutCommand::RevisionOf {
+                workspace: workspace.to_owned(),
+                candidate,
+                reply,
+            }))
+        })
+        .await
     }
 
     /// The finished rollouts of `workspace`, oldest first.

@@ -1,6 +1,7 @@
 //! Admission telemetry with OpenTelemetry: one `decision.admit` span per admission request, a
-//! `breaker.transition` event per breaker transition, one metrics family (two counters) fed to
-//! both OpenTelemetry and a Prometheus text exposition, and structured log records.
+//! `breaker.transition` event per breaker transition, one metrics family (two counters, and
+//! the specification's three OpenTelemetry instruments) fed to both OpenTelemetry and a
+//! Prometheus text exposition, and structured log records.
 //!
 //! # What is recorded
 //!
@@ -10,7 +11,9 @@
 //!   and queued counts, estimates, retry pressure, breaker status, adapter id).
 //! - **Event `breaker.transition`** on the span of the attempt that caused it
 //!   (`turnstile.breaker.from`, `turnstile.breaker.to`, `turnstile.breaker.failures`).
-//! - **Counters**: one family (`metrics.rs`): `turnstile.admission.decisions` (every decision,
+//! - **Counters**: one family (`metrics.rs`; with the specification's `decision.admission`,
+//!   `decision.throttles` and `decision.breaker_transitions`, OpenTelemetry only):
+//!   `turnstile.admission.decisions` (every decision,
 //!   by decision and reason) and `turnstile.breaker.transitions` (every transition, by the state
 //!   entered), counted once into both OpenTelemetry and `/metrics`
 //!   (`turnstile_admission_decisions_total`, `turnstile_breaker_transitions_total`).

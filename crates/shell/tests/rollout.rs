@@ -186,6 +186,14 @@ async fn a_canary_waiter_is_delivered_by_the_driver_and_an_abort_journals_nothin
         .unwrap();
     let second = waiting.await.unwrap();
     assert!(second.evidence().candidate);
+    assert_eq!(
+        driver
+            .revision_of("ws", second.evidence())
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("v2")
+    );
     let aborted = driver.abort_rollout("ws").await.unwrap();
     assert_eq!(aborted.outcome, RolloutOutcome::Aborted);
     assert_eq!(aborted.decisions.compared, 2);
@@ -196,4 +204,12 @@ async fn a_canary_waiter_is_delivered_by_the_driver_and_an_abort_journals_nothin
         .unwrap();
     let after = grant(&driver, Wait::NoWait).await;
     assert!(!after.evidence().candidate, "v1 decides again");
+    assert_eq!(
+        driver
+            .revision_of("ws", after.evidence())
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("v1")
+    );
 }

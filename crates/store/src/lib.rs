@@ -31,9 +31,9 @@ pub use roster::{
     StoredEvidence, ROSTER_DB_FILE,
 };
 pub use service::{
-    AuditKind, AuditRecord, KeyRole, LeaseChange, LeaseChangeRef, LeaseDurability, LeaseLog,
-    LeaseLogDone, LeaseLogError, LeaseLogStats, LeaseState, MemoryServiceStore, Recovered,
-    ServiceStore, ServiceStoreError, SqliteServiceStore, StoredBreaker, StoredKey, StoredLease,
-    StoredLeaseRef, StoredPause, StoredProfile, StoredSpend, BREAKER_CLOSED, DEFAULT_SEGMENT_BYTES,
-    LEASE_LOG_DIR, PAUSE_KEPT_AFTER_END_MS, SERVICE_DB_FILE,
+    AuditKind, AuditRecord, Damage, DamageKind, KeyRole, LeaseChange, LeaseChangeRef,
+    LeaseDurability, LeaseLog, LeaseLogDone, LeaseLogError, LeaseLogStats, LeaseState,
+    MemoryServiceStore, OnDamage, Recovered, ServiceStore, ServiceStoreError, SqliteServiceStore,
+    StoredBreaker, StoredKey, StoredLease, StoredLeaseRef, StoredPause, StoredProfile, StoredSpend,
+    BREAKER_CLOSED, DEFAULT_SEGMENT_BYTES, LEASE_LOG_DIR, PAUSE_KEPT_AFTER_END_MS, SERVICE_DB_FILE,
 };

@@ -34,8 +34,8 @@ mod types;
 
 pub use change_ref::{LeaseChangeRef, StoredLeaseRef};
 pub use lease_log::{
-    Done as LeaseLogDone, LeaseLog, LeaseLogError, LeaseLogStats, LeaseState, Recovered,
-    DEFAULT_SEGMENT_BYTES, LEASE_LOG_DIR,
+    Damage, DamageKind, Done as LeaseLogDone, LeaseLog, LeaseLogError, LeaseLogStats, LeaseState,
+    OnDamage, Recovered, DEFAULT_SEGMENT_BYTES, LEASE_LOG_DIR,
 };
 pub use leases::{
     LeaseChange, LeaseDurability, StoredBreaker, StoredLease, StoredPause, StoredSpend,

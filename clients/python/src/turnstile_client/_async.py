@@ -40,6 +40,7 @@ from ._types import (
     RolloutRecord,
     RolloutStartRequest,
     Snapshot,
+    WorkspaceList,
 )
 
 
@@ -299,6 +300,11 @@ class AsyncClient:
         """Retry-After pauses of the workspace's provider lanes with their cause (last 64)."""
         call = Call("GET", f"/v1/workspaces/{segment(workspace_id)}/pauses")
         return cast(PauseHistory, await self._json(call))
+
+    async def workspaces(self) -> WorkspaceList:
+        """The workspaces this key may see (admin: every one with a profile; a principal key:
+        its own), each with its current revision."""
+        return cast(WorkspaceList, await self._json(Call("GET", "/v1/workspaces")))
 
     async def fairness(self, workspace_id: str) -> FairnessView:
         """Grants, share and mean queue delay per principal over the last five minutes (a

@@ -39,6 +39,7 @@ from ._types import (
     RolloutRecord,
     RolloutStartRequest,
     Snapshot,
+    WorkspaceList,
 )
 
 
@@ -308,6 +309,11 @@ class Client:
         """Retry-After pauses of the workspace's provider lanes with their cause (last 64)."""
         call = Call("GET", f"/v1/workspaces/{segment(workspace_id)}/pauses")
         return cast(PauseHistory, self._json(call))
+
+    def workspaces(self) -> WorkspaceList:
+        """The workspaces this key may see (admin: every one with a profile; a principal key:
+        its own), each with its current revision."""
+        return cast(WorkspaceList, self._json(Call("GET", "/v1/workspaces")))
 
     def fairness(self, workspace_id: str) -> FairnessView:
         """Grants, share and mean queue delay per principal over the last five minutes (a

@@ -42,11 +42,34 @@ Reason = Literal[
 Outcome = Literal["success", "failure", "retry-after", "none"]
 Decision = Literal["admit", "defer", "reject"]
 BreakerState = Literal["closed", "open", "half-open"]
+# Which limit holds a queued lane back (`BindingCount.binding`): a scope and a kind of limit,
+# or the provider's pause, breaker or announced quota.
+Binding = Literal[
+    "principal-concurrency",
+    "workspace-concurrency",
+    "provider-concurrency",
+    "workspace-share",
+    "provider-share",
+    "workspace-reservation",
+    "provider-reservation",
+    "principal-requests",
+    "workspace-requests",
+    "provider-requests",
+    "principal-tokens",
+    "workspace-tokens",
+    "provider-tokens",
+    "provider-pause",
+    "provider-breaker",
+    "provider-quota-requests",
+    "provider-quota-tokens",
+]
 ChangeKind = Literal["initial", "change", "rollback"]
 RolloutMode = Literal["shadow", "canary"]
 RolloutEvent = Literal["started", "promoted", "aborted"]
 PauseCause = Literal["retry-after-call", "release-outcome"]
 Coordination = Literal["shared", "degraded"]
+# Which cap refused a budget (`too-many-budgets`).
+BudgetCap = Literal["principal", "workspace"]
 # What a provider lane's turns are fair in (`Limits.fairness`).
 Fairness = Literal["requests", "tokens"]
 # The band a principal's requests wait in (`Limits.priority`), highest first.
@@ -132,6 +155,8 @@ class Evidence(TypedDict, total=False):
     providerQuota: bool
     breakerTransitions: list[BreakerTransition]
     budgetOpened: bool
+    # On a `too-many-budgets` refusal only: which cap refused.
+    budgetCap: BudgetCap
     coordination: Coordination
     # Only on an answer a canary rollout's candidate decided: the candidate's revision.
     profileRevision: str
@@ -237,6 +262,7 @@ class Limits(TypedDict, total=False):
     tokensBurst: int
     maxAttempts: int
     maxTokens: int
+    maxOpenBudgets: int
     maxBatchSize: int
     maxRequestBytes: int
     maxItems: int
@@ -419,6 +445,20 @@ class ProviderFairness(TypedDict, total=False):
     fairness: Fairness
 
 
+class WorkspaceEntry(TypedDict, total=False):
+    """One workspace a key may see and its current revision (None: no profile yet)."""
+
+    workspaceId: str
+    profileVersion: str | None
+
+
+class WorkspaceList(TypedDict, total=False):
+    """`GET /v1/workspaces`: an admin key sees every workspace with a profile, a principal key
+    its own."""
+
+    workspaces: list[WorkspaceEntry]
+
+
 class FairnessView(TypedDict, total=False):
     """`GET …/fairness`: grants and tokens served per principal over the last five minutes
     (server-side window), with weights, bands and each lane's fairness mode."""
@@ -448,6 +488,13 @@ class LaneBucket(TypedDict, total=False):
     capacity: int
 
 
+class BindingCount(TypedDict, total=False):
+    """How many of a provider's queued lanes (one per principal with waiters) a limit holds."""
+
+    binding: Binding
+    lanes: int
+
+
 class LaneView(TypedDict, total=False):
     """One provider lane as the console shows it (`LaneView` in the OpenAPI document)."""
 
@@ -465,6 +512,8 @@ class LaneView(TypedDict, total=False):
     nextProbeAt: int | None
     # While paused: epoch ms the pause ends.
     pausedUntil: int | None
+    # Which limits hold the queued lanes, most lanes first (empty when nothing waits).
+    bindings: list[BindingCount]
 
 
 class DecisionCount(TypedDict, total=False):
@@ -593,6 +642,9 @@ _ERRORS_WRITE = {
 
 # Every operation of the service, keyed by (HTTP method, OpenAPI path).
 OPERATIONS: dict[tuple[str, str], Operation] = {
+    ("GET", "/v1/workspaces"): Operation(
+        "workspaces", None, {200: WorkspaceList, 401: ErrorBody, 429: ErrorBody, 503: ErrorBody}
+    ),
     ("PUT", "/v1/workspaces/{workspaceId}/profiles/{profileVersion}"): Operation(
         "register_profile",
         Profile,

@@ -29,8 +29,9 @@
 //! Every check is O(1) in the number of lanes and waiters, except the reservation rule, which
 //! is O(principals holding a reservation).
 
+use crate::binding::Binding;
 use crate::breaker::{BreakerGate, BreakerTransition};
-use crate::budget::ScopeKey;
+use crate::budget::{BudgetCap, ScopeKey};
 use crate::deadline::block_outlasts_deadline;
 use crate::estimate::CheckedEstimate;
 use crate::lane::{LaneKey, LaneSlot};
@@ -55,17 +56,41 @@ pub(super) enum Blocked {
     Head,
 }
 
+impl Blocked {
+    /// How far the limit `binding` reaches: every lane its scope covers, except a head's own
+    /// share, reservation or token need, which holds that head only.
+    pub(super) const fn of(binding: Binding) -> Blocked {
+        match binding {
+            Binding::WorkspaceConcurrency | Binding::WorkspaceRequests => Blocked::Workspace,
+            Binding::ProviderConcurrency
+            | Binding::ProviderRequests
+            | Binding::ProviderPause
+            | Binding::ProviderBreaker
+            | Binding::ProviderQuotaRequests => Blocked::Provider,
+            Binding::PrincipalConcurrency
+            | Binding::WorkspaceShare
+            | Binding::WorkspaceReservation
+            | Binding::PrincipalRequests => Blocked::Principal,
+            Binding::ProviderShare
+            | Binding::ProviderReservation
+            | Binding::PrincipalTokens
+            | Binding::WorkspaceTokens
+            | Binding::ProviderTokens
+            | Binding::ProviderQuotaTokens => Blocked::Head,
+        }
+    }
+}
+
 /// The verdict of tryAdmit for one head.
 pub(super) enum Attempt {
     Admit {
         probe: bool,
     },
     Defer {
-        reason: Reason,
+        /// The limit that holds the head (its reason is the deferral's, its reach
+        /// [`Blocked::of`]).
+        binding: Binding,
         wake: Option<Millis>,
-        blocked: Blocked,
-        /// Held by the provider's announced quota (`provider_quota.rs`), not the profile.
-        quota: bool,
     },
     Reject(Reason),
     /// A provider pause or open breaker ends at `until`, at or after the head's deadline:
@@ -141,6 +166,44 @@ impl Controller {
             ScopeKey::Workspace,
             ScopeKey::Provider(provider),
         ]
+    }
+
+    /// Whether a scope of `lane` has a budget limit: its spend then is never forgotten for
+    /// idleness (`budget.rs`).
+    pub(super) fn budget_limited(&self, (provider, principal): LaneKey) -> bool {
+        [
+            self.scopes.principals.limits(principal),
+            Some(&self.profile.workspace),
+            self.scopes.providers.limits(provider),
+        ]
+        .into_iter()
+        .flatten()
+        .any(Limits::has_budget)
+    }
+
+    /// The cap an attempt of `lane` on `budget_id` would break by opening a budget: the
+    /// principal's `maxOpenBudgets` (else the workspace's, else the server's default), always
+    /// below the workspace cap so one principal at its own cap never fills the workspace; then
+    /// the workspace cap.
+    pub(super) fn budget_cap_reached(
+        &self,
+        (_, principal): LaneKey,
+        budget_id: &str,
+    ) -> Option<BudgetCap> {
+        let bounds = self.budgets.bounds();
+        let configured = self
+            .scopes
+            .principals
+            .limits(principal)
+            .and_then(|l| l.max_open_budgets)
+            .or(self.profile.workspace.max_open_budgets)
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .or(bounds.max_open_per_principal);
+        let cap = match (configured, bounds.max_open) {
+            (Some(own), Some(workspace)) => Some(own.min(workspace.saturating_sub(1).max(1))),
+            (own, _) => own,
+        };
+        self.budgets.check_open(budget_id, principal, cap)
     }
 
     /// Conditions under which waiting can never help: rejected at once (permanent).
@@ -273,9 +336,9 @@ impl Controller {
             .map(|until| (Reason::CircuitOpen, until))
     }
 
-    /// What `waiter` waits for behind the head of its lane: the head's last deferral
-    /// (`concurrency` if the pump has not looked at it yet) and when it can end. `None` when
-    /// `waiter` is the head.
+    /// What `waiter` waits for behind the head of its lane: the reason of the head's last
+    /// deferral (`concurrency` if the pump has not looked at it yet) and when it can end.
+    /// `None` when `waiter` is the head.
     pub(super) fn wait_behind(
         &self,
         lane: LaneSlot,
@@ -286,7 +349,7 @@ impl Controller {
         let head = self.queue.get(head_slot)?;
         (head_slot != waiter).then(|| {
             (
-                head.last_reason.unwrap_or(Reason::Concurrency),
+                head.last_reason().unwrap_or(Reason::Concurrency),
                 head.last_wake,
             )
         })
@@ -364,35 +427,30 @@ impl Controller {
         let principal_active = self.scopes.principals[principal].scope().active;
         let provider_active = self.scopes.providers[provider].scope().active;
         let lane_active = self.lanes.get(lane_slot).map_or(0, |l| l.active);
-        let defer = |reason, wake, blocked| Attempt::Defer {
-            reason,
-            wake,
-            blocked,
-            quota: false,
-        };
+        let defer = |binding, wake| Attempt::Defer { binding, wake };
 
         // 1. Concurrency.
         if principal_active >= principal_limits.concurrency {
-            return defer(Reason::Concurrency, None, Blocked::Principal);
+            return defer(Binding::PrincipalConcurrency, None);
         }
         if workspace_active >= workspace_limits.concurrency {
-            return defer(Reason::Concurrency, None, Blocked::Workspace);
+            return defer(Binding::WorkspaceConcurrency, None);
         }
         if provider_active >= provider_limits.concurrency {
-            return defer(Reason::Concurrency, None, Blocked::Provider);
+            return defer(Binding::ProviderConcurrency, None);
         }
         // 2. Share caps.
         if workspace_limits
             .active_share_cap()
             .is_some_and(|cap| u64::from(principal_active) >= cap)
         {
-            return defer(Reason::Concurrency, None, Blocked::Principal);
+            return defer(Binding::WorkspaceShare, None);
         }
         if provider_limits
             .active_share_cap()
             .is_some_and(|cap| u64::from(lane_active) >= cap)
         {
-            return defer(Reason::Concurrency, None, Blocked::Head);
+            return defer(Binding::ProviderShare, None);
         }
         // 3. Reservations: workspace pool, then provider pool.
         if self.reservation_blocks(
@@ -402,7 +460,7 @@ impl Controller {
             principal_active,
             |other| self.scopes.principals[other].scope().active,
         ) {
-            return defer(Reason::Concurrency, None, Blocked::Principal);
+            return defer(Binding::WorkspaceReservation, None);
         }
         if self.reservation_blocks(
             principal,
@@ -411,16 +469,12 @@ impl Controller {
             lane_active,
             |other| self.lanes.by_key((provider, other)).map_or(0, |l| l.active),
         ) {
-            return defer(Reason::Concurrency, None, Blocked::Head);
+            return defer(Binding::ProviderReservation, None);
         }
         // 4. Retry-After.
         let provider_state = &mut self.scopes.providers[provider].extra;
         if provider_state.paused_until > now {
-            return defer(
-                Reason::RetryAfter,
-                Some(provider_state.paused_until),
-                Blocked::Provider,
-            );
+            return defer(Binding::ProviderPause, Some(provider_state.paused_until));
         }
         // 5. Breaker.
         let probe = match provider_state.breaker.gate(
@@ -430,32 +484,39 @@ impl Controller {
             transitions,
         ) {
             BreakerGate::Pass { probe } => probe,
-            BreakerGate::OpenUntil(at) => {
-                return defer(Reason::CircuitOpen, Some(at), Blocked::Provider)
-            }
-            BreakerGate::ProbesBusy => return defer(Reason::CircuitOpen, None, Blocked::Provider),
+            BreakerGate::OpenUntil(at) => return defer(Binding::ProviderBreaker, Some(at)),
+            BreakerGate::ProbesBusy => return defer(Binding::ProviderBreaker, None),
         };
         // 6. Budgets and buckets: permanent conditions of every scope first, then deferrals.
         let budget_id = self.queue.get(slot).map_or("", |w| &*w.budget_id);
-        if let Some(reason) = self
-            .never_fits(lane_key, budget_id, &estimate)
-            .or_else(|| self.budgets.check_open(budget_id))
-        {
+        if let Some(reason) = self.never_fits(lane_key, budget_id, &estimate).or_else(|| {
+            self.budget_cap_reached(lane_key, budget_id)
+                .map(|_| Reason::TooManyBudgets)
+        }) {
             return Attempt::Reject(reason);
         }
         let tokens = estimate.tokens.unwrap_or(0);
         let [principal_scope, workspace_scope, provider_scope] =
             self.scopes.of_lane_mut(lane_key, now);
-        for (scope, blocked) in [
-            (principal_scope, Blocked::Principal),
-            (workspace_scope, Blocked::Workspace),
-            (provider_scope, Blocked::Provider),
+        for (scope, [by_requests, by_tokens]) in [
+            (
+                principal_scope,
+                [Binding::PrincipalRequests, Binding::PrincipalTokens],
+            ),
+            (
+                workspace_scope,
+                [Binding::WorkspaceRequests, Binding::WorkspaceTokens],
+            ),
+            (
+                provider_scope,
+                [Binding::ProviderRequests, Binding::ProviderTokens],
+            ),
         ] {
             scope.refill(now);
             if let Some(bucket) = &scope.requests {
                 if !bucket.has(1) {
                     let wake = bucket.wait_for(1).map(|ms| now.saturating_add(ms));
-                    return defer(Reason::RequestsPerMinute, wake, blocked);
+                    return defer(by_requests, wake);
                 }
             }
             if let Some(bucket) = &scope.tokens {
@@ -469,7 +530,7 @@ impl Controller {
                             tokens,
                         });
                     }
-                    return defer(Reason::TokensPerSecond, wake, Blocked::Head);
+                    return defer(by_tokens, wake);
                 }
             }
         }

@@ -3,7 +3,8 @@
 //!
 //! # Invariants
 //!
-//! - Views never name a principal or workspace (provider IDs are lane names).
+//! - Views never name a principal or workspace (provider IDs are lane names; a binding names a
+//!   scope and a kind of limit, and counts lanes).
 //! - Reading a view changes nothing: bucket levels are computed on a copy refilled to `now`,
 //!   and the breaker's probe instant is read, not advanced (the move to half-open happens only
 //!   in admission).
@@ -12,15 +13,20 @@
 //!
 //! O(providers + lanes with waiters): the oldest wait of a provider is the earliest
 //! `enqueued_at` among the heads of its lanes' FIFOs (each lane is FIFO, so its head is its
-//! oldest live waiter).
+//! oldest live waiter), and its bindings count those heads by the limit that holds them
+//! ([`Binding`]): the workspace's concurrency while it holds its ceiling, else the limit that
+//! blocked the head's principal or provider (the pump skips the other heads of a blocked
+//! scope), else what tryAdmit last found for the head; a head never tried is not counted.
 
 use serde::{Deserialize, Serialize};
 
+use crate::binding::Binding;
 use crate::bucket::TokenBucket;
 use crate::queue::WaiterQueue;
 use crate::reason::BreakerState;
 use crate::time::Millis;
 
+use super::admit::Blocked;
 use super::Controller;
 
 /// A token bucket's level, in whole units, and its capacity.
@@ -31,6 +37,16 @@ pub struct BucketLevel {
     pub available: u64,
     /// The most units it holds (the burst).
     pub capacity: u64,
+}
+
+/// How many of a provider's queued lanes (one per principal with waiters) a limit holds back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingCount {
+    /// The limit.
+    pub binding: Binding,
+    /// Queued lanes whose head it held at the last try.
+    pub lanes: u64,
 }
 
 /// One provider lane as an operator sees it.
@@ -57,6 +73,9 @@ pub struct LaneView {
     pub next_probe_at: Option<Millis>,
     /// While a Retry-After pause lasts: the instant it ends.
     pub paused_until: Option<Millis>,
+    /// Which limits hold this provider's queued lanes, most lanes first (empty when nothing
+    /// waits, or before the pump tried a head).
+    pub bindings: Vec<BindingCount>,
 }
 
 fn level(bucket: Option<&TokenBucket>, now: Millis) -> Option<BucketLevel> {
@@ -70,29 +89,84 @@ fn level(bucket: Option<&TokenBucket>, now: Millis) -> Option<BucketLevel> {
     })
 }
 
+/// The non-zero counts of `bound` (indexed like [`Binding::ALL`]), most lanes first.
+fn binding_counts(bound: &[u64; Binding::ALL.len()]) -> Vec<BindingCount> {
+    let mut counts: Vec<BindingCount> = Binding::ALL
+        .iter()
+        .zip(bound)
+        .filter(|(_, &lanes)| lanes > 0)
+        .map(|(&binding, &lanes)| BindingCount { binding, lanes })
+        .collect();
+    counts.sort_by_key(|c| std::cmp::Reverse(c.lanes));
+    counts
+}
+
 impl Controller {
     /// Every provider lane the controller knows, in provider-interning order, read at `now`
     /// (never earlier than the controller's own clock).
     pub fn lane_views(&self, now: Millis) -> Vec<LaneView> {
         let now = now.max(self.now);
-        let mut oldest: Vec<Option<Millis>> = vec![None; self.scopes.providers.len()];
-        for lane in self.lanes.iter() {
-            if lane.live == 0 {
-                continue;
-            }
-            let (provider, _) = lane.key;
-            let front = WaiterQueue::head(&lane.fifo)
-                .and_then(|slot| self.queue.get(slot))
-                .map(|w| w.enqueued_at);
-            if let (Some(at), Some(slot)) = (front, oldest.get_mut(provider as usize)) {
+        let providers = self.scopes.providers.len();
+        let mut oldest: Vec<Option<Millis>> = vec![None; providers];
+        // A provider or principal found blocked holds all its lanes: the pump skips their
+        // heads for the rest of the pass (`pump.rs`), so a skipped head's binding is its
+        // scope's.
+        let mut provider_bound: Vec<Option<Binding>> = vec![None; providers];
+        let mut principal_bound: Vec<Option<Binding>> = vec![None; self.scopes.principals.len()];
+        let heads = || {
+            self.lanes
+                .iter()
+                .filter(|lane| lane.live > 0)
+                .filter_map(|lane| {
+                    let head =
+                        WaiterQueue::head(&lane.fifo).and_then(|slot| self.queue.get(slot))?;
+                    Some((lane.key, head))
+                })
+        };
+        for ((provider, principal), head) in heads() {
+            if let Some(slot) = oldest.get_mut(provider as usize) {
+                let at = head.enqueued_at;
                 *slot = Some(slot.map_or(at, |known: Millis| known.min(at)));
+            }
+            let Some(binding) = head.last_binding else {
+                continue;
+            };
+            let scope = match Blocked::of(binding) {
+                Blocked::Provider => provider_bound.get_mut(provider as usize),
+                Blocked::Principal => principal_bound.get_mut(principal as usize),
+                Blocked::Workspace | Blocked::Head => None,
+            };
+            if let Some(slot) = scope {
+                slot.get_or_insert(binding);
+            }
+        }
+        // The pump looks at no head while the workspace holds its ceiling: that binds every
+        // queued lane, whatever a head last waited for.
+        let workspace_full = self.scopes.workspace.active >= self.profile.workspace.concurrency;
+        let mut bound = vec![[0u64; Binding::ALL.len()]; providers];
+        for ((provider, principal), head) in heads() {
+            let binding = if workspace_full {
+                Some(Binding::WorkspaceConcurrency)
+            } else {
+                let (provider, principal) = (provider as usize, principal as usize);
+                // tryAdmit checks a principal's limits before the provider's.
+                principal_bound
+                    .get(principal)
+                    .copied()
+                    .flatten()
+                    .or_else(|| provider_bound.get(provider).copied().flatten())
+                    .or(head.last_binding)
+            };
+            if let (Some(binding), Some(counts)) = (binding, bound.get_mut(provider as usize)) {
+                counts[binding.index()] += 1;
             }
         }
         self.scopes
             .providers
             .iter()
             .zip(oldest)
-            .map(|(entry, oldest)| {
+            .zip(bound)
+            .map(|((entry, oldest), bound)| {
                 let limits = entry.limits.as_deref();
                 let breaker = limits.and_then(|l| l.circuit_breaker.as_ref());
                 LaneView {
@@ -107,6 +181,7 @@ impl Controller {
                     next_probe_at: entry.extra.breaker.open_until(breaker, now),
                     paused_until: (entry.extra.paused_until > now)
                         .then_some(entry.extra.paused_until),
+                    bindings: binding_counts(&bound),
                 }
             })
             .collect()
@@ -166,6 +241,14 @@ mod tests {
         assert!(requests.available < 60);
         assert_eq!(view.tokens, None);
         assert_eq!(view.breaker_state, BreakerState::Closed);
+        // b's head waits for the provider lane's concurrency (1, held by a).
+        assert_eq!(
+            view.bindings,
+            [BindingCount {
+                binding: Binding::ProviderConcurrency,
+                lanes: 1
+            }]
+        );
 
         // A failure opens the breaker (threshold 1): the next probe is 10 s later.
         controller.release(lease.id, Outcome::Failure, 2_000);

@@ -58,6 +58,8 @@
 //!   reservations and tryAdmit.
 //! - `pump.rs`: the state changes: the pump, commits, rejections, expiries and evidence.
 //! - `profile_change.rs`: replacing the profile and revalidating queued work against it.
+//! - `budgets.rs`: the host's budget operations (release, bounds, evicted IDs) and the
+//!   `too-many-budgets` refusal.
 //! - `snapshot.rs`: the read-only views: snapshot, counts and their peaks.
 //! - `reinstate.rs`: putting back, after a restart of the host, the leases and budget spend a
 //!   previous process granted (what a journal needs to record, and how it is replayed).
@@ -78,6 +80,7 @@
 //! - Evidence never carries a principal or workspace ID.
 
 mod admit;
+mod budgets;
 pub(crate) mod caller_quota;
 mod deadline_refusal;
 mod fair;
@@ -97,7 +100,7 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap;
 
 use crate::breaker::BreakerTransition;
-use crate::budget::{ActualUsage, BudgetBounds, BudgetLedger};
+use crate::budget::{ActualUsage, BudgetLedger};
 use crate::estimate::CheckedEstimate;
 use crate::evidence::{Evidence, Lease, LeaseId, Outcome, Rejection, WaiterId};
 use crate::lane::{LaneKey, LaneSlot, LaneTable};
@@ -109,7 +112,7 @@ use crate::scopes::Scopes;
 pub use crate::scopes::IDLE_PRINCIPALS_KEPT;
 use crate::time::Millis;
 
-pub use lanes::{BucketLevel, LaneView};
+pub use lanes::{BindingCount, BucketLevel, LaneView};
 pub use levels::{BucketLevels, ScopeLevels};
 pub use reinstate::{Charge, LeaseCharge, ReinstateError};
 pub use request::AdmissionRequest;
@@ -371,9 +374,9 @@ impl Controller {
         if let Some(reason) = self.never_fits(lane_key, &request.budget_id, &estimate) {
             return refuse(self, reason, None, false);
         }
-        if let Some(reason) = self.budgets.check_open(&request.budget_id) {
-            let hint = self.budgets.next_eviction_at();
-            return refuse(self, reason, hint, true);
+        if let Some(cap) = self.budget_cap_reached(lane_key, &request.budget_id) {
+            let refused = refuse(self, Reason::TooManyBudgets, None, true);
+            return self.refuse_budget_cap(refused, cap, now);
         }
         // A try-now request joins its lane like any other, so the pump serves it in turn (it
         // never jumps waiters ahead of it), and leaves before this call returns; it never
@@ -568,17 +571,6 @@ impl Controller {
         Ok(paused_until)
     }
 
-    /// Forgets the attempt, cost and token counters of one invocation. Returns whether the
-    /// invocation had spent anything.
-    pub fn release_budget(&mut self, budget_id: &str, now: Millis) -> bool {
-        let now = self.advance(now);
-        self.expire(now);
-        let known = self.budgets.release(budget_id);
-        self.pump(now);
-        self.note_peaks();
-        known
-    }
-
     /// Processes everything due at `now`: expiries, then the pump.
     pub fn handle_timeout(&mut self, now: Millis) {
         let now = self.advance(now);
@@ -617,16 +609,6 @@ impl Controller {
     #[doc(hidden)]
     pub fn set_idle_principals_kept(&mut self, kept: usize) {
         self.idle_principals_kept = kept;
-    }
-
-    /// Bounds the budget ledger (idle eviction, cap on open budgets); see [`BudgetBounds`].
-    pub fn set_budget_bounds(&mut self, bounds: BudgetBounds) {
-        self.budgets.set_bounds(bounds);
-    }
-
-    /// The budget IDs forgotten for idleness since the last call.
-    pub fn take_evicted_budgets(&mut self) -> Vec<String> {
-        self.budgets.take_evicted()
     }
 
     /// Transitions dropped unpolled because the outbox was full ([`TRANSITION_OUTBOX_LIMIT`]).

@@ -23,11 +23,11 @@
 //! - A provider the profile does not configure is refused (`UnknownProvider`); nothing is kept.
 
 use crate::provider_quota::{ProviderQuota, QuotaHold};
-use crate::reason::Reason;
 use crate::time::Millis;
 
-use super::admit::{Attempt, Blocked};
+use super::admit::Attempt;
 use super::{Controller, UnknownProvider};
+use crate::binding::Binding;
 
 impl Controller {
     /// The index of a provider the profile in force configures (a provider it does not is
@@ -78,18 +78,14 @@ impl Controller {
         let hold = self.scopes.providers[provider].extra.quota.as_deref()?;
         if let Some(until) = hold.requests_blocked(now) {
             return Some(Attempt::Defer {
-                reason: Reason::RequestsPerMinute,
+                binding: Binding::ProviderQuotaRequests,
                 wake: Some(until),
-                blocked: Blocked::Provider,
-                quota: true,
             });
         }
         hold.tokens_blocked(tokens, now)
             .map(|until| Attempt::Defer {
-                reason: Reason::TokensPerSecond,
+                binding: Binding::ProviderQuotaTokens,
                 wake: Some(until),
-                blocked: Blocked::Head,
-                quota: true,
             })
     }
 

@@ -160,10 +160,15 @@ impl Controller {
         until: Option<Millis>,
         now: Millis,
     ) {
-        let Some(waiter_id) = self.queue.get(slot).map(|w| w.id) else {
+        let Some(waiter) = self.queue.get(slot) else {
             return;
         };
+        let waiter_id = waiter.id;
+        let cap = (reason == Reason::TooManyBudgets)
+            .then(|| self.budget_cap_reached(waiter.lane, &waiter.budget_id))
+            .flatten();
         if let Some(mut rejection) = self.reject_waiter(slot, reason, now) {
+            rejection.evidence.budget_cap = cap;
             if let Some(at) = until {
                 rejection.evidence.retry_after_ms = Some(at.saturating_sub(now).max(1));
             }
@@ -221,10 +226,12 @@ impl Controller {
             scope.active += 1;
         }
         self.quota_charge(lane_key.0, tokens, now);
+        let limited = self.budget_limited(lane_key);
         let (budget_epoch, budget_opened) = self.budgets.charge(
             &waiter.budget_id,
             Self::scope_keys(lane_key),
             &estimate,
+            limited,
             now,
         );
         if probe {
@@ -399,23 +406,18 @@ impl Controller {
                         self.ring.push_front(entry);
                     }
                 }
-                Attempt::Defer {
-                    reason,
-                    wake,
-                    blocked,
-                    quota,
-                } => {
+                Attempt::Defer { binding, wake } => {
                     if let Some(waiter) = self.queue.get_mut(head) {
-                        waiter.last_reason = Some(reason);
+                        waiter.last_binding = Some(binding);
                         waiter.last_wake = wake;
-                        waiter.provider_quota |= quota;
+                        waiter.provider_quota |= binding.is_provider_quota();
                     }
                     if let Some(at) = wake {
                         self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
                     }
                     self.ring.push_back(entry);
                     since_admission += 1;
-                    match blocked {
+                    match Blocked::of(binding) {
                         Blocked::Workspace => break,
                         Blocked::Provider => {
                             self.scopes.providers.mark_blocked(provider, pass);
@@ -484,7 +486,7 @@ impl Controller {
         let Some(waiter) = self.queue.get(waiter_id) else {
             return Acquired::Rejected(Rejection::refusal(Reason::Cancelled, self.retry_pressure));
         };
-        let seen = match waiter.last_reason {
+        let seen = match waiter.last_reason() {
             Some(reason) => Some((reason, waiter.last_wake)),
             None => self.wait_behind(waiter.lane_slot, waiter_id),
         };
@@ -508,16 +510,11 @@ impl Controller {
                         }
                         (Reason::Concurrency, None)
                     }
-                    Attempt::Defer {
-                        reason,
-                        wake,
-                        quota,
-                        ..
-                    } => {
+                    Attempt::Defer { binding, wake, .. } => {
                         if let Some(waiter) = self.queue.get_mut(waiter_id) {
-                            waiter.provider_quota |= quota;
+                            waiter.provider_quota |= binding.is_provider_quota();
                         }
-                        (reason, wake)
+                        (binding.reason(), wake)
                     }
                     Attempt::Refuse { reason, until } => (reason, Some(until)),
                     Attempt::Reject(reason) => {
@@ -587,7 +584,7 @@ impl Controller {
             lane_live,
             Decision::Defer,
             waiter
-                .and_then(|w| w.last_reason)
+                .and_then(Waiter::last_reason)
                 .unwrap_or(Reason::Concurrency),
             0,
             waiter.map(Waiter::estimate).as_ref(),

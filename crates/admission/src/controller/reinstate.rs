@@ -64,7 +64,7 @@ impl Charge {
 
     /// The estimate this charge stands for, for the budget ledger (the fields budgets do not
     /// count are left empty).
-    pub(super) fn as_estimate(&self) -> CheckedEstimate {
+    fn as_estimate(&self) -> CheckedEstimate {
         CheckedEstimate {
             attempts: self.attempts,
             tokens: self.tokens,
@@ -147,11 +147,12 @@ impl Controller {
         let lane = self.lane_of(principal_id, provider_id)?;
         let now = self.advance(now);
         let scopes = Self::scope_keys(lane);
+        let limited = self.budget_limited(lane);
         // Charged, then settled with no usage: the spend stays, the hold a charge takes ends
         // (the reinstated leases take their own), so an idle invocation can still be evicted.
         let (epoch, _) = self
             .budgets
-            .charge(budget_id, scopes, &spent.as_estimate(), now);
+            .charge(budget_id, scopes, &spent.as_estimate(), limited, now);
         self.budgets.settle(
             budget_id,
             epoch,
@@ -186,6 +187,7 @@ impl Controller {
                     id,
                     Self::scope_keys(lane),
                     &CheckedEstimate::default(),
+                    false,
                     now,
                 );
                 (id.clone(), epoch)

@@ -31,8 +31,16 @@ use crate::reason::Reason;
 use crate::rollout::RolloutDecision;
 use crate::time::Millis;
 
-use super::reinstate::LeaseCharge;
 use super::{deadline_bound, AdmissionRequest, Controller, LeaseRecord};
+
+/// A lease one controller granted, as another takes it ([`Controller::force_grant`]).
+pub(crate) struct GrantFact<'a> {
+    principal_id: &'a str,
+    provider_id: &'a str,
+    budget_id: &'a str,
+    charged: CheckedEstimate,
+    admitted_at: Millis,
+}
 
 impl Controller {
     /// What this controller would decide for `request` at `now` (`try_now`: as
@@ -63,7 +71,10 @@ impl Controller {
         };
         if let Some(reason) = self
             .never_fits(lane, &request.budget_id, &estimate)
-            .or_else(|| self.budgets.check_open(&request.budget_id))
+            .or_else(|| {
+                self.budget_cap_reached(lane, &request.budget_id)
+                    .map(|_| Reason::TooManyBudgets)
+            })
         {
             return RolloutDecision::Refuse(reason);
         }
@@ -171,19 +182,32 @@ impl Controller {
                 return Some(Reason::TokensPerSecond);
             }
         }
-        if let Some(super::admit::Attempt::Defer { reason, .. }) =
+        if let Some(super::admit::Attempt::Defer { binding, .. }) =
             self.quota_deferral(provider, tokens, now)
         {
-            return Some(reason);
+            return Some(binding.reason());
         }
         None
     }
 
-    /// The principal and the charge of a held lease, to force it into another controller.
-    pub(crate) fn grant_fact(&self, lease: LeaseId) -> Option<(&str, LeaseCharge)> {
+    /// A held lease as a fact for another controller ([`Controller::force_grant`]); borrows,
+    /// so following a grant allocates nothing here.
+    pub(crate) fn grant_fact(&self, lease: LeaseId) -> Option<GrantFact<'_>> {
         let record = self.leases.get(&lease)?;
-        let principal = self.scopes.principals.id_of(record.lane.1)?;
-        Some((principal, self.lease_charge(lease)?))
+        let (provider, principal) = record.lane;
+        Some(GrantFact {
+            principal_id: self.scopes.principals.id_of(principal)?,
+            provider_id: &self.scopes.providers[provider].extra.id,
+            budget_id: &record.budget_id,
+            charged: record.charged,
+            admitted_at: record.admitted_at,
+        })
+    }
+
+    /// Whether this controller's profile names both the principal and the provider (so it can
+    /// take a grant of that lane as a fact).
+    pub(crate) fn knows_lane(&self, principal_id: &str, provider_id: &str) -> bool {
+        self.lane_of(principal_id, provider_id).is_ok()
     }
 
     /// Whether `waiter` waits in this controller's queue.
@@ -202,33 +226,29 @@ impl Controller {
         self.next_id = self.next_id.max(base);
     }
 
-    /// Counts a lease granted elsewhere to `principal_id` as granted here (see the module
-    /// docs); `None` when this controller does not know its lane.
-    pub(crate) fn force_grant(
-        &mut self,
-        principal_id: &str,
-        lease: &LeaseCharge,
-        now: Millis,
-    ) -> Option<LeaseId> {
-        let lane = self.lane_of(principal_id, &lease.provider_id).ok()?;
+    /// Counts a lease granted elsewhere as granted here (see the module docs); `None` when
+    /// this controller does not know its lane.
+    pub(crate) fn force_grant(&mut self, fact: &GrantFact<'_>, now: Millis) -> Option<LeaseId> {
+        let lane = self.lane_of(fact.principal_id, fact.provider_id).ok()?;
         let now = self.advance(now);
-        let charged = lease.charge.as_estimate();
+        let charged = fact.charged;
         // Refilled first, as tryAdmit refills a scope before its commit takes from it.
         for scope in self.scopes.of_lane_mut(lane, now) {
             scope.refill(now);
         }
         let lane_slot = self.count_outside_grant(lane, &charged, true, now);
         self.quota_charge(lane.0, charged.tokens.unwrap_or(0), now);
-        let budget_id = lease.budget_id.clone().unwrap_or_default();
+        let budget_id = String::from(fact.budget_id);
+        let limited = self.budget_limited(lane);
         let (budget_epoch, _) =
             self.budgets
-                .charge(&budget_id, Self::scope_keys(lane), &charged, now);
+                .charge(&budget_id, Self::scope_keys(lane), &charged, limited, now);
         let service = self.order_grant(lane_slot, charged.tokens, false);
         Some(self.hold_outside_grant(LeaseRecord {
             lane,
             lane_slot,
             probe: false,
-            admitted_at: lease.admitted_at,
+            admitted_at: fact.admitted_at,
             budget_id,
             budget_epoch,
             charged,
@@ -244,8 +264,8 @@ impl Controller {
         held.sort_unstable();
         let mut pairs = Vec::with_capacity(held.len());
         for lease in held {
-            if let Some((principal, charge)) = active.grant_fact(lease) {
-                if let Some(mine) = self.force_grant(principal, &charge, now) {
+            if let Some(fact) = active.grant_fact(lease) {
+                if let Some(mine) = self.force_grant(&fact, now) {
                     pairs.push((lease, mine));
                 }
             }

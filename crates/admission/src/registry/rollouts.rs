@@ -79,11 +79,14 @@ impl RolloutState {
         }
     }
 
-    /// Whether a live canary puts `principal_id` under the candidate.
-    fn decides(&self, principal_id: &str) -> bool {
+    /// Whether a live canary puts the request under the candidate: its principal is in the
+    /// slice, and the active controller knows its lane (so it can count the grant; a principal
+    /// or provider only the candidate names stays with the active until a promote).
+    fn decides(&self, active: &Controller, request: &AdmissionRequest) -> bool {
         self.live
             && matches!(self.mode, RolloutMode::Canary { .. })
-            && u128::from(canary_hash(self.seed, principal_id)) < self.threshold
+            && u128::from(canary_hash(self.seed, &request.principal_id)) < self.threshold
+            && active.knows_lane(&request.principal_id, &request.provider_id)
     }
 
     /// Whether the candidate still holds real work (canary leases or waiters).
@@ -125,8 +128,7 @@ impl RolloutState {
 
 /// Forces the grant `lease` of `from` into `to`; returns `to`'s twin.
 fn mirror(from: &Controller, to: &mut Controller, lease: LeaseId, now: Millis) -> Option<LeaseId> {
-    let (principal, charge) = from.grant_fact(lease)?;
-    to.force_grant(principal, &charge, now)
+    to.force_grant(&from.grant_fact(lease)?, now)
 }
 
 impl WorkspaceEntry {
@@ -160,7 +162,7 @@ impl WorkspaceEntry {
             state.settle(&mut self.controller, &mut self.resolved);
             return acquired;
         }
-        if state.decides(&request.principal_id) {
+        if state.decides(&self.controller, &request) {
             let active = self.controller.would_decide(&request, now, try_now);
             let mut acquired = decide(&mut state.candidate, request, now);
             state

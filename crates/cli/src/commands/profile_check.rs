@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 use turnstile_admission::{Limits, LimitsError, Profile, ProfileError, ScopeKind};
 
 /// Every key of a limits object.
-pub const LIMITS_FIELDS: [&str; 22] = [
+pub const LIMITS_FIELDS: [&str; 23] = [
     "concurrency",
     "requestsPerMinute",
     "requestsBurst",
@@ -33,6 +33,7 @@ pub const LIMITS_FIELDS: [&str; 22] = [
     "maxAttempts",
     "maxCostUsd",
     "allowUnknownCost",
+    "maxOpenBudgets",
     "maxTokens",
     "maxBatchSize",
     "maxRequestBytes",
@@ -340,6 +341,7 @@ mod tests {
             max_cost_usd: Some(1.0),
             allow_unknown_cost: Some(true),
             max_tokens: Some(1),
+            max_open_budgets: Some(1),
             max_batch_size: Some(1),
             max_request_bytes: Some(1),
             max_items: Some(1),

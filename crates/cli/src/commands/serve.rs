@@ -50,6 +50,12 @@ pub struct ServeArgs {
     /// set, takes precedence (with per-target directives such as `turnstile::admission=debug`).
     #[arg(long, default_value = "info")]
     pub log_level: tracing::Level,
+    /// Start even when the lease log does not cover its own history (a file of
+    /// `<data>/leases/` deleted or truncated): what it lost is lost, and every lane waits one
+    /// lease TTL before it grants, so leases that may still run end first (see docs/server.md,
+    /// "Durability").
+    #[arg(long)]
+    pub accept_lease_log_loss: bool,
 }
 
 /// `--log-format`.
@@ -101,6 +107,7 @@ pub fn config(args: &ServeArgs) -> anyhow::Result<Config> {
     if args.redis_cluster {
         config.coordination.redis_cluster = true;
     }
+    config.accept_lease_log_loss = args.accept_lease_log_loss;
     Ok(config)
 }
 
@@ -124,6 +131,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let served = runtime.block_on(async move {
+        catch_file_size_signal();
         let data_dir = config.data_dir.clone();
         let listen = config.listen;
         // Proxy routes by model and upstream name (never a key).
@@ -260,6 +268,43 @@ fn banner(keys: &turnstile_server::BootstrapKeys, data_dir: &std::path::Path) ->
         data_dir.display()
     ));
     out
+}
+
+/// `SIGXFSZ` on Linux (every architecture but MIPS).
+#[cfg(all(
+    target_os = "linux",
+    not(any(target_arch = "mips", target_arch = "mips64"))
+))]
+const SIGXFSZ: i32 = 25;
+
+/// A write past the file size limit (`ulimit -f`) fails with `EFBIG` instead of killing the
+/// process: the lease log then refuses grants, `/readyz` says so, and it repairs itself once
+/// the limit allows writes again (docs/server.md, "Durability"). Logged at warn.
+fn catch_file_size_signal() {
+    #[cfg(all(
+        target_os = "linux",
+        not(any(target_arch = "mips", target_arch = "mips64"))
+    ))]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::from_raw(SIGXFSZ)) {
+            Ok(mut caught) => {
+                tokio::spawn(async move {
+                    while caught.recv().await.is_some() {
+                        tracing::warn!(
+                            target: "turnstile::store",
+                            "a write exceeded the file size limit (SIGXFSZ): it failed"
+                        );
+                    }
+                });
+            }
+            Err(error) => tracing::warn!(
+                target: "turnstile::store",
+                %error,
+                "cannot catch SIGXFSZ: a write past the file size limit ends the process"
+            ),
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -19,3 +19,30 @@ pub fn start(data: &Path, config: &Path, first: bool) -> ServeProcess {
 pub fn start_with(data: &Path, config: &Path, first: bool, extra: &[&str]) -> ServeProcess {
     TURNSTILE.serve_with(data, config, first, extra)
 }
+
+/// Five admissions on the demo lane `llm-subagent` of the service at `base`, each released as a
+/// failure with the demo principal `key`: the lane's breaker (failureThreshold 5) opens.
+pub fn open_the_demo_breaker(base: &str, key: &str) {
+    let client = reqwest::blocking::Client::new();
+    for i in 0..5 {
+        let granted: serde_json::Value = client
+            .post(format!("{base}/v1/admissions"))
+            .bearer_auth(key)
+            .json(
+                &serde_json::json!({"providerId": "llm-subagent", "budgetId": format!("fail-{i}"),
+                "estimate": {"tokens": 10, "costUsd": 0.01}, "deadlineMs": 5000}),
+            )
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let lease = granted["leaseId"].as_str().expect("granted");
+        let released = client
+            .post(format!("{base}/v1/leases/{lease}/release"))
+            .bearer_auth(key)
+            .json(&serde_json::json!({"outcome": "failure"}))
+            .send()
+            .unwrap();
+        assert_eq!(released.status(), 200);
+    }
+}

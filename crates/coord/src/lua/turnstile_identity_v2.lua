@@ -2,7 +2,7 @@
 -- turnstile's shared identity (crates/coord/src/identity.rs, docs/replicas.md): the API keys
 -- (hashes only), their revocations, the profile registrations and the audit records of a
 -- deployment, as one ordered change feed every replica follows into its local SQLite mirror.
--- A second library beside turnstile_v4 (the limits): it is loaded and versioned on its own.
+-- A second library beside turnstile_v5 (the limits): it is loaded and versioned on its own.
 --
 -- v2 (after turnstile_identity_v1): every write carries a DEADLINE in Redis server time (ms)
 -- and is refused ({'late', now}) when TIME is past it, so a write whose caller gave up (its

@@ -149,6 +149,42 @@ pub(crate) fn decode_release(value: Value) -> Result<Released, CoordError> {
     })
 }
 
+/// A renewal's answer for one workspace (`ts_renew_v5`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Renewed {
+    /// The server clock (ms).
+    pub(crate) now: Millis,
+    /// The workspace's books epoch now (the server ms from which its books are trusted).
+    pub(crate) epoch: String,
+    /// The epoch was missing or not the one the replica knew: Redis lost the books, and every
+    /// lease of the batch was registered again.
+    pub(crate) lost: bool,
+    /// Members an `xx` renewal did not find (evicted or deleted, or released meanwhile).
+    pub(crate) missing: Vec<String>,
+}
+
+/// A renewal's answer: `{now, written, epoch, lost, {missing members}}`.
+pub(crate) fn decode_renew(value: Value) -> Result<Renewed, CoordError> {
+    server_error(&value)?;
+    let items = array(value)?;
+    let [now, _written, epoch, lost, missing] = items.as_slice() else {
+        return Err(CoordError::Protocol("renew answer".into()));
+    };
+    let missing = match missing {
+        Value::Array(members) => members.iter().map(text).collect::<Result<_, _>>()?,
+        other => return Err(CoordError::Protocol(format!("{other:?}"))),
+    };
+    Ok(Renewed {
+        now: instant(now)?,
+        epoch: match epoch {
+            Value::Int(i) => i.to_string(),
+            other => text(other)?,
+        },
+        lost: int(lost)? == 1,
+        missing,
+    })
+}
+
 /// The clock's answer (server ms).
 pub(crate) fn decode_time(value: &Value) -> Result<Millis, CoordError> {
     u64::try_from(int(value)?).map_err(|_| CoordError::Protocol("time".into()))

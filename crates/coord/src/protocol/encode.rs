@@ -282,10 +282,13 @@ pub(crate) fn renew_pipeline(
         for key in &batch.keys {
             cmd.arg(key);
         }
-        cmd.arg(liveness_ms).arg(match mode {
-            RenewMode::Existing => "xx",
-            RenewMode::Register => "add",
-        });
+        cmd.arg(liveness_ms)
+            .arg(match mode {
+                RenewMode::Existing => "xx",
+                RenewMode::Register => "add",
+                RenewMode::Check => "check",
+            })
+            .arg(batch.known.as_deref().unwrap_or("-"));
         for (index, member) in &batch.members {
             cmd.arg(index + 1).arg(member);
         }

@@ -1,4 +1,4 @@
-//! The contract between a replica and its Redis: the function library (`lua/turnstile_v4.lua`),
+//! The contract between a replica and its Redis: the function library (`lua/turnstile_v5.lua`),
 //! the name of every function, which keys and arguments each call sends and what each answers.
 //! The transport that carries the calls is `crate::store` (and a lane's own connection,
 //! `crate::direct`); nothing here does I/O.
@@ -39,7 +39,7 @@
 /// compile time with `concat!`).
 macro_rules! version {
     () => {
-        "4"
+        "5"
     };
 }
 
@@ -57,8 +57,8 @@ pub(crate) mod ops;
 pub(crate) mod reference;
 
 pub(crate) use decode::{
-    array, decode_acquire, decode_release, int, is_missing_function, is_missing_function_reply,
-    ops_answers, text,
+    array, decode_acquire, decode_release, decode_renew, int, is_missing_function,
+    is_missing_function_reply, ops_answers, text, Renewed,
 };
 pub(crate) use encode::{lane_shape, ops_command, signed, write_ops, Packed};
 pub(crate) use ops::{Op, OpKind, RenewBatch, RenewMode, ScopeFlags, Word};
@@ -132,7 +132,7 @@ mod tests {
     /// [`Function`], by the names the client calls.
     #[test]
     fn the_library_registers_every_function_under_the_versioned_name() {
-        assert_eq!(version!(), "4");
+        assert_eq!(version!(), "5");
         assert_eq!(
             LIBRARY.lines().next(),
             Some(format!("#!lua name={LIBRARY_NAME}").as_str())
@@ -144,7 +144,12 @@ mod tests {
             .collect();
         let names: Vec<&str> = Function::ALL.iter().map(|f| f.name()).collect();
         assert_eq!(registered, names);
-        assert_eq!(Function::Acquire.name(), "ts_acquire_v4");
-        assert_eq!(Function::BucketRun.name(), "ts_bucket_run_v4");
+        assert_eq!(Function::Acquire.name(), "ts_acquire_v5");
+        // The books' reconciliation window is the client's constant.
+        assert!(LIBRARY.contains(&format!(
+            "local RECONCILE_MS = {}\n",
+            crate::coordinator::BOOKS_RECONCILE_MS
+        )));
+        assert_eq!(Function::BucketRun.name(), "ts_bucket_run_v5");
     }
 }

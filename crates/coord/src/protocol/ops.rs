@@ -104,6 +104,10 @@ impl OpKind {
 /// One batch of lease renewals: the leases of one workspace (one hash tag).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RenewBatch {
+    /// The workspace's key prefix `ts:{W}:` (what the replica remembers its epoch by).
+    pub(crate) workspace: String,
+    /// The workspace's books epoch as this replica last saw it (`None`: never).
+    pub(crate) known: Option<String>,
     /// The lease zsets named by `members`.
     pub(crate) keys: Vec<String>,
     /// (index into `keys`, lease member).
@@ -117,6 +121,9 @@ pub(crate) enum RenewMode {
     Existing,
     /// Every lease (`ZADD`): re-registers leases after Redis lost them (reconcile).
     Register,
+    /// Nothing written unless the books' epoch is missing or not the one known (then every
+    /// lease, as `Register`): the check of every probe.
+    Check,
 }
 
 /// A conformance run of the bucket arithmetic: (rate, capacity, period ms, steps of (now,

@@ -236,7 +236,7 @@ mod tests {
     use crate::protocol::encode::batch_command;
     use crate::spec::BucketSpec;
 
-    /// Fills `cmd` (an `FCALL`) with `ts_acquire_v4` for `spec` (see [`acquire_op`]).
+    /// Fills `cmd` (an `FCALL`) with `ts_acquire_v5` for `spec` (see [`acquire_op`]).
     fn acquire_command(
         cmd: &mut Cmd,
         spec: &LaneSpec,
@@ -247,7 +247,7 @@ mod tests {
         acquire_op(spec, member, liveness_ms, turn_window_ms).single_command(cmd);
     }
 
-    /// Fills `cmd` (an `FCALL`) with `ts_release_v4` for `call` (see [`release_op`]).
+    /// Fills `cmd` (an `FCALL`) with `ts_release_v5` for `call` (see [`release_op`]).
     fn release_command(cmd: &mut Cmd, call: &ReleaseCall) {
         release_op(call).single_command(cmd);
     }
@@ -299,7 +299,7 @@ mod tests {
         acquire_command(&mut cmd, &spec, "r-0", 10_000, Some(50));
         let expected: Vec<String> = [
             "FCALL".to_owned(),
-            "ts_acquire_v4".into(),
+            "ts_acquire_v5".into(),
             "6".into(),
             keys.pause("openai"),
             keys.leases(&ScopeName("uaaaa".into())),
@@ -399,7 +399,7 @@ mod tests {
         let call = plain_release("m", vec!["uaaaa".into()]);
         let mut cmd = redis::cmd("FCALL");
         release_command(&mut cmd, &call);
-        assert_eq!(words(&cmd).join(" "), "FCALL ts_release_v4 2 a b m");
+        assert_eq!(words(&cmd).join(" "), "FCALL ts_release_v5 2 a b m");
 
         let settled = ReleaseCall {
             pause_ms: 1500,
@@ -411,7 +411,7 @@ mod tests {
         release_command(&mut cmd, &settled);
         assert_eq!(
             words(&cmd).join(" "),
-            "FCALL ts_release_v4 4 a b pause bud m 2 1500 - 100 90 0 -1 uaaaa"
+            "FCALL ts_release_v5 4 a b pause bud m 2 1500 - 100 90 0 -1 uaaaa"
         );
     }
 
@@ -424,12 +424,12 @@ mod tests {
         let release = release_op(&plain_release("r-0", Vec::new()));
         let mut single = redis::cmd("FCALL");
         acquire.single_command(&mut single);
-        assert_eq!(words(&single)[1], "ts_acquire_v4");
+        assert_eq!(words(&single)[1], "ts_acquire_v5");
         let mut cmd = redis::cmd("FCALL");
         batch_command(&mut cmd, [&acquire, &release].into_iter());
         let keys = WorkspaceKeys::new("ws");
         let expected = format!(
-            "FCALL ts_batch_v4 5 {} {} {} a b a 3 2 r-1 10000;-;-;1,4;1,8 r 2 1 r-0",
+            "FCALL ts_batch_v5 5 {} {} {} a b a 3 2 r-1 10000;-;-;1,4;1,8 r 2 1 r-0",
             keys.pause("openai"),
             keys.leases(&ScopeName("uaaaa".into())),
             keys.leases(&ScopeName("w".into())),

@@ -1,5 +1,5 @@
-//! Operations endpoints: `/healthz` (the process answers), `/readyz` (start-up finished and not
-//! shutting down), `/metrics` (Prometheus text, one registry: [`exposition`]), `/openapi.json`,
+//! Operations endpoints: `/healthz` (the process answers), `/readyz` (start-up finished, not
+//! shutting down, and the lease log takes writes), `/metrics` (Prometheus text, one registry: [`exposition`]), `/openapi.json`,
 //! and the typed 404 / 405.
 
 use std::sync::atomic::Ordering;
@@ -31,9 +31,17 @@ pub async fn healthz() -> impl IntoResponse {
 /// how it coordinates (`"coordination": "healthy" | "degraded" | "reconciling"`), and when not
 /// healthy the kind of its last failed Redis call (`"coordinationFailure": "timeout" |
 /// "redis" | "protocol" | …`); one that is degraded with a `closed` share admits nothing, so
-/// it answers 503 (a load balancer drains it).
+/// it answers 503 (a load balancer drains it). While a lease log write failed and the log is
+/// not repaired yet, every grant is refused: 503 with `"journal": "failing"` (issue 34).
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let ready = state.ready.load(Ordering::Relaxed);
+    if ready && state.journal.is_failing() {
+        let body = Readiness {
+            journal: Some(JournalState::Failing),
+            ..Readiness::of(false)
+        };
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body));
+    }
     let (status, body) = match (ready, state.books.coordination()) {
         (false, _) => (StatusCode::SERVICE_UNAVAILABLE, Readiness::of(false)),
         (true, None) => (StatusCode::OK, Readiness::of(true)),
@@ -63,6 +71,17 @@ struct Readiness {
     coordination: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     coordination_failure: Option<&'static str>,
+    /// Absent while the lease log takes writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    journal: Option<JournalState>,
+}
+
+/// Why the lease log keeps the service from being ready.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum JournalState {
+    /// A write failed; the log retries until it is repaired, refusing every grant meanwhile.
+    Failing,
 }
 
 impl Readiness {
@@ -75,6 +94,7 @@ impl Readiness {
             },
             coordination: None,
             coordination_failure: None,
+            journal: None,
         }
     }
 }
@@ -157,6 +177,14 @@ mod tests {
         assert_eq!(
             json(&failing),
             r#"{"status":"not-ready","coordination":"degraded","coordinationFailure":"timeout"}"#
+        );
+        let journal = Readiness {
+            journal: Some(JournalState::Failing),
+            ..Readiness::of(false)
+        };
+        assert_eq!(
+            json(&journal),
+            r#"{"status":"not-ready","journal":"failing"}"#
         );
     }
 }

@@ -30,7 +30,7 @@ use turnstile_coord::Coordinator;
 use turnstile_shell::{
     Clock, Driver, DriverConfig, Exposition, Feed, LeaseMetrics, SharedHook, Telemetry,
 };
-use turnstile_store::{LeaseLog, ServiceStore, SqliteServiceStore};
+use turnstile_store::{LeaseLog, OnDamage, ServiceStore, SqliteServiceStore};
 
 use crate::api::{AppParts, AppState};
 use crate::bootstrap;
@@ -38,6 +38,7 @@ use crate::config::Config;
 use crate::durability::checkpoint;
 use crate::durability::data_lock::DataDirLock;
 use crate::durability::journal::{LastGrant, SharedAudit, StoreJournal};
+use crate::durability::log_loss;
 use crate::durability::persist::StoreHandle;
 use crate::durability::recover;
 use crate::http::serve::{accept_loop, AcceptParts, Restored, RunningServer, ServerError};
@@ -116,16 +117,22 @@ pub async fn start_with_telemetry(
         source,
     })?;
     let mut store = SqliteServiceStore::open_dir(&config.data_dir)?;
-    let (lease_log, recovered) = LeaseLog::open(
+    let (lease_log, recovered) = LeaseLog::open_checked(
         &config.data_dir,
         config.leases.durability.store(),
         config.leases.segment_bytes,
+        if config.accept_lease_log_loss {
+            OnDamage::Accept
+        } else {
+            OnDamage::Refuse
+        },
     )?;
     let clock = Clock::system();
     let mut registry = Registry::new();
     registry.set_budget_bounds(BudgetBounds {
         idle_ms: Some(config.budgets.idle_ms),
         max_open: Some(config.budgets.max_open_per_workspace),
+        max_open_per_principal: Some(config.budgets.principal_cap()),
     });
     // The deployment mode, chosen once. Replicas: keys, registrations and the audit log are
     // the deployment's (a mirror of the shared feed): seed, adopt or catch up before anything
@@ -153,6 +160,9 @@ pub async fn start_with_telemetry(
     let found = checkpoint::read(&config.data_dir);
     let had_checkpoint = !matches!(found, Ok(None));
     let lane_state = recover::restore_lane_state(&recovered, found, &mut registry, clock.now_ms());
+    if let Some(damage) = &recovered.damage {
+        log_loss::pause_every_lane(damage, &mut registry, config.leases.ttl_ms, clock.now_ms());
+    }
     let last_grant = LastGrant::new(recovered.last_grant_at_ms);
     let keys = Arc::new(KeyRing::from_stored(&store.keys()?));
 
@@ -183,6 +193,7 @@ pub async fn start_with_telemetry(
         Wired::Replica(c) => (Some(c.coord.clone()), c.audit.clone()),
         Wired::Single => (None, SharedAudit::default()),
     };
+    let journal_stats = lease_log.stats();
     let (mut driver, driver_handle) = Driver::new(
         registry,
         clock,
@@ -256,6 +267,7 @@ pub async fn start_with_telemetry(
         identity: deployment.identity,
         books: deployment.books,
         candidates: Arc::default(),
+        journal: journal_stats,
     });
     // Restored (or not usable): gone before anything is served, so a later crash never finds
     // these levels (see `crate::durability::checkpoint`).

@@ -82,6 +82,7 @@ impl Replica {
             Coordinator::new(self.coord_config.clone()).map_err(ServerError::Coordination)?;
         crate::replicas::shared::adopt_reinstated(&coord, registry, leases);
         coord.tick(clock.now_ms(), false).await;
+        coord.warn_if_evicting().await;
         tokio::spawn(coord.clone().run(move || clock.now_ms()));
         let (audit, audit_records) = SharedAudit::channel();
         Ok(Coordinated {

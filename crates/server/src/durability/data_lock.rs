@@ -2,8 +2,13 @@
 //!
 //! Two processes on one data directory would each admit the full quota of every provider (8
 //! calls running where 4 are allowed). At start-up the service takes an OS file lock
-//! (`flock`, through `std::fs::File::try_lock`) on `<data>/turnstile.lock` and holds it for the
-//! life of the process; the file holds the holder's PID for the error message of the next one.
+//! (`flock`, through `std::fs::File::try_lock`) on the data directory itself and holds it for
+//! the life of the process: a directory cannot be deleted while it holds the service's files,
+//! so a cleanup job that removes files cannot lift the lock (issue 34, item 5: with the lock on
+//! a file only, deleting `<data>/turnstile.lock` let a second process start and compact the
+//! lease log under the first). It also takes the same lock on `<data>/turnstile.lock`, which
+//! holds the holder's PID for the error message of the next one, and which excludes a process
+//! of an earlier version (those lock only that file) during an upgrade.
 //!
 //! Invariants:
 //! - While a [`DataDirLock`] lives, no other process (and no other lock in this process) can
@@ -44,8 +49,18 @@ pub enum DataLockError {
 /// The held lock; released when dropped (or when the process ends).
 #[derive(Debug)]
 pub struct DataDirLock {
+    _dir: File,
     _file: File,
     path: PathBuf,
+}
+
+/// Takes `file`'s exclusive lock without waiting: `Ok(false)` when another holds it.
+fn try_lock(file: &File) -> std::io::Result<bool> {
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(TryLockError::WouldBlock) => Ok(false),
+        Err(TryLockError::Error(source)) => Err(source),
+    }
 }
 
 impl DataDirLock {
@@ -56,6 +71,9 @@ impl DataDirLock {
             source,
         };
         std::fs::create_dir_all(dir).map_err(io)?;
+        // The directory first: it cannot be removed while in use, whatever happens to the file.
+        let directory = File::open(dir).map_err(io)?;
+        let held_dir = !try_lock(&directory).map_err(io)?;
         let path = dir.join(LOCK_FILE);
         let mut file = OpenOptions::new()
             .read(true)
@@ -64,23 +82,24 @@ impl DataDirLock {
             .truncate(false)
             .open(&path)
             .map_err(io)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                let mut text = String::new();
-                let _ = file.read_to_string(&mut text);
-                return Err(DataLockError::Held {
-                    dir: dir.to_path_buf(),
-                    pid: text.trim().parse().ok(),
-                });
-            }
-            Err(TryLockError::Error(source)) => return Err(io(source)),
+        if held_dir || !try_lock(&file).map_err(io)? {
+            // The holder's PID, unless its lock file was deleted (then it is unknown).
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            return Err(DataLockError::Held {
+                dir: dir.to_path_buf(),
+                pid: text.trim().parse().ok(),
+            });
         }
         file.set_len(0).map_err(io)?;
         file.seek(SeekFrom::Start(0)).map_err(io)?;
         writeln!(file, "{}", std::process::id()).map_err(io)?;
         file.sync_all().map_err(io)?;
-        Ok(DataDirLock { _file: file, path })
+        Ok(DataDirLock {
+            _dir: directory,
+            _file: file,
+            path,
+        })
     }
 
     /// The lock file.
@@ -104,6 +123,21 @@ mod tests {
         drop(held);
         // Released: the next start succeeds, and a leftover lock file does not block it.
         assert!(held_file_exists(dir.path()));
+        DataDirLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn deleting_the_lock_file_does_not_lift_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = DataDirLock::acquire(dir.path()).unwrap();
+        std::fs::remove_file(held.path()).unwrap();
+        match DataDirLock::acquire(dir.path()) {
+            Err(DataLockError::Held { pid, .. }) => {
+                assert_eq!(pid, None, "the PID went with the file")
+            }
+            other => panic!("expected Held, got {other:?}"),
+        }
+        drop(held);
         DataDirLock::acquire(dir.path()).unwrap();
     }
 

@@ -3,6 +3,7 @@
 //! | phase | bound | enforced by |
 //! |---|---|---|
 //! | request head | `http.header_read_timeout_ms` | hyper's header timer (needs the `TokioTimer`) |
+//! | first byte, while every connection slot is taken | `http.full_pool_first_byte_ms` | [`DeadlineIo`], told by [`crate::http::fresh`] |
 //! | request body | `http.body_read_timeout_ms` total, `http.body_min_bytes_per_sec` rate | [`crate::http::body::RawBody`] (408, connection closed) |
 //! | response write | `http.response_write_timeout_ms` without progress | [`DeadlineIo`] |
 //! | keep-alive idle | `http.keep_alive_idle_ms` (and hyper's header timer, which also runs while idle) | [`DeadlineIo`] |
@@ -27,6 +28,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::http::fresh::Arrival;
 use crate::metrics::{Cut, Metrics};
 
 /// Whether the connection is between requests (a response went out, nothing came in since).
@@ -88,6 +90,9 @@ pub struct DeadlineIo<T> {
     idle_deadline: Deadline,
     state: Arc<ConnState>,
     metrics: Arc<Metrics>,
+    /// Until the first byte: the connection's place among the fresh ones, which may be taken
+    /// when every slot is.
+    arrival: Option<Arc<Arrival>>,
 }
 
 impl<T> DeadlineIo<T> {
@@ -96,6 +101,7 @@ impl<T> DeadlineIo<T> {
         write_timeout: Duration,
         idle_timeout: Duration,
         metrics: Arc<Metrics>,
+        arrival: Option<Arc<Arrival>>,
     ) -> (Self, Arc<ConnState>) {
         let state = Arc::new(ConnState::default());
         (
@@ -107,6 +113,7 @@ impl<T> DeadlineIo<T> {
                 idle_deadline: Deadline::default(),
                 state: state.clone(),
                 metrics,
+                arrival,
             },
             state,
         )
@@ -161,9 +168,28 @@ impl<T: AsyncRead + Unpin> AsyncRead for DeadlineIo<T> {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
+                    if let Some(arrival) = this.arrival.take() {
+                        arrival.started();
+                    }
                     this.set_idle(false);
                 }
                 Poll::Ready(Ok(()))
+            }
+            Poll::Pending if this.arrival.is_some() => {
+                // Nothing sent yet: close if the slot is wanted by a waiting connection.
+                let evicted = this
+                    .arrival
+                    .as_ref()
+                    .is_some_and(|arrival| arrival.poll_evicted(cx).is_ready());
+                if evicted {
+                    this.arrival = None;
+                    this.metrics.cut(Cut::FirstByteTimeout);
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no first byte while every connection slot is taken",
+                    )));
+                }
+                Poll::Pending
             }
             Poll::Pending if this.is_idle() => {
                 if this.idle_deadline.expired(this.idle_timeout, cx) {

@@ -2,7 +2,7 @@
 //! machine-readable code. Bodies are `{"error": code, "message": text, "field"?: name}`.
 //!
 //! Invariant: no variant answers 5xx for anything a client sent; 5xx means the service itself
-//! (store, shutdown) could not answer.
+//! (store, shutdown, a handler that panicked) could not answer.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -64,6 +64,10 @@ pub enum ApiError {
     /// The durable store failed; the request may not have taken effect.
     #[error("the durable store failed")]
     Storage,
+    /// The handler panicked (a bug): caught, counted and logged ([`crate::http::panics`]); the
+    /// request may or may not have taken effect.
+    #[error("the service failed while answering this request (counted in turnstile_http_handler_panics_total and logged)")]
+    Internal,
     /// Replicas: a key or profile write needs the shared store (Redis), which did not answer;
     /// nothing was written. Retryable.
     #[error("{0}")]
@@ -102,6 +106,7 @@ impl ApiError {
             ApiError::StateConflict { code, .. } => code,
             ApiError::ShuttingDown => "shutting-down",
             ApiError::Storage => "storage-error",
+            ApiError::Internal => "internal-error",
             ApiError::CoordinationUnavailable(_) => "coordination-unavailable",
             ApiError::CoordinationOutcomeUnknown(_) => "coordination-outcome-unknown",
         }
@@ -123,6 +128,7 @@ impl ApiError {
             ApiError::KeyBusy(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Conflict(_) | ApiError::StateConflict { .. } => StatusCode::CONFLICT,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::ShuttingDown
             | ApiError::Storage
             | ApiError::CoordinationUnavailable(_)

@@ -87,6 +87,7 @@ fn write_evidence(out: &mut Vec<u8>, evidence: &Evidence) -> Result<(), serde_js
         predicted_wait_ms,
         breaker_transitions,
         budget_opened,
+        budget_cap,
         provider_quota,
         coordination,
         // Not in the body: written as headers (`caller_headers`).
@@ -130,6 +131,11 @@ fn write_evidence(out: &mut Vec<u8>, evidence: &Evidence) -> Result<(), serde_js
     if *budget_opened {
         out.extend_from_slice(b",\"budgetOpened\":true");
     }
+    if let Some(cap) = budget_cap {
+        out.extend_from_slice(b",\"budgetCap\":\"");
+        out.extend_from_slice(cap.as_str().as_bytes());
+        out.push(b'"');
+    }
     if *provider_quota {
         out.extend_from_slice(b",\"providerQuota\":true");
     }
@@ -165,7 +171,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde::Serialize;
-    use turnstile_admission::{BreakerState, BreakerTransition, Decision, Reason};
+    use turnstile_admission::{BreakerState, BreakerTransition, BudgetCap, Decision, Reason};
 
     /// A granted lease as serde writes it: the oracle the hand-written bytes must equal.
     #[derive(Debug, Serialize)]
@@ -243,6 +249,10 @@ mod tests {
                     any::<bool>(),
                     proptest::option::of(any::<std::num::NonZeroU64>()),
                     any::<bool>(),
+                    proptest::option::of(prop_oneof![
+                        Just(BudgetCap::Principal),
+                        Just(BudgetCap::Workspace)
+                    ]),
                 ),
                 proptest::option::of(prop_oneof![
                     Just(Coordination::Shared),
@@ -258,7 +268,7 @@ mod tests {
                         breaker_state,
                         retry_after_ms,
                         transitions,
-                        (opened, predicted_wait_ms, quota),
+                        (opened, predicted_wait_ms, quota, budget_cap),
                         coord,
                     ),
                 )| Evidence {
@@ -275,6 +285,7 @@ mod tests {
                     predicted_wait_ms,
                     breaker_transitions: transitions,
                     budget_opened: opened,
+                    budget_cap,
                     provider_quota: quota,
                     coordination: coord,
                     caller: Default::default(),

@@ -12,7 +12,7 @@ use crate::http::gate::Gate;
 
 use crate::api::{
     admissions, coordination, events, fairness, keys, leases, ops, profiles, revisions, rollouts,
-    AppState,
+    workspaces, AppState,
 };
 use crate::http::ui;
 
@@ -22,6 +22,7 @@ turnstile_proxy::route_table! {
     pub const ROUTES;
     /// Adds every route of [`ROUTES`].
     fn serve_routes(Router<AppState>);
+    get "/v1/workspaces" => workspaces::list_workspaces,
     put "/v1/workspaces/{workspaceId}/profiles/{profileVersion}" => profiles::put_profile,
     get "/v1/workspaces/{workspaceId}/profiles/{profileVersion}" => revisions::profile_revision,
     get "/v1/workspaces/{workspaceId}/profiles" => profiles::profile_history,

@@ -10,7 +10,10 @@
 //!   clients wait in the kernel backlog. A connection accepted while the general pool is full
 //!   takes a permit of the operators' reserved slice and is served by the reserved router
 //!   (health, metrics, OpenAPI and admin calls; anything else 503 `overloaded`), so operators
-//!   can reach a service whose pool hostile clients fill.
+//!   can reach a service whose pool hostile clients fill. While every slot of both is taken, the
+//!   oldest connection that has sent nothing gives its place up after
+//!   `http.full_pool_first_byte_ms` ([`crate::http::fresh`]), so idle connections cannot keep
+//!   a waiting `/healthz` in the backlog for the whole header timeout.
 //! - **Per-address cap.** A client address holding `http.max_connections_per_address`
 //!   connections has further ones closed at accept (`turnstile_http_cuts_total{kind="address-cap"}`).
 //! - **Deadlines.** Body, response-write and keep-alive idle deadlines: [`crate::http::conn`],
@@ -42,6 +45,8 @@ use crate::bootstrap::{BootstrapError, BootstrapKeys};
 use crate::config::ConfigError;
 use crate::durability::checkpoint::{self, BucketCheckpoint, CheckpointError};
 use crate::http::conn::DeadlineIo;
+use crate::http::fresh::Fresh;
+use crate::http::panics::CatchPanic;
 use crate::metrics::Cut;
 use turnstile_shell::DriverHandle;
 
@@ -201,6 +206,7 @@ pub(crate) async fn accept_loop(
     let general = Arc::new(Semaphore::new(config.http.max_connections));
     let reserved = Arc::new(Semaphore::new(config.http.reserved_connections));
     let addresses = Slots::new(config.http.max_connections_per_address);
+    let fresh = Fresh::new(Duration::from_millis(config.http.full_pool_first_byte_ms));
     let header_timeout = Duration::from_millis(config.http.header_read_timeout_ms);
     let write_timeout = Duration::from_millis(config.http.response_write_timeout_ms);
     let idle_timeout = Duration::from_millis(config.http.keep_alive_idle_ms);
@@ -212,7 +218,11 @@ pub(crate) async fn accept_loop(
         };
         let (permit, operators_only) = match taken {
             Some(taken) => taken,
+            // Every slot is taken: a freed one first, else the oldest connection that has sent
+            // nothing gives its place up once due (`crate::http::fresh`).
             None => tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
                 permit = general.clone().acquire_owned() => match permit {
                     Ok(permit) => (permit, false),
                     Err(_) => break,
@@ -221,7 +231,7 @@ pub(crate) async fn accept_loop(
                     Ok(permit) => (permit, true),
                     Err(_) => break,
                 },
-                _ = &mut shutdown => break,
+                () = fresh.evict_when_due() => continue,
             },
         };
         let (stream, peer) = tokio::select! {
@@ -243,13 +253,22 @@ pub(crate) async fn accept_loop(
         let _ = stream.set_nodelay(true);
         metrics.connections_total.fetch_add(1, Ordering::Relaxed);
         metrics.connections_open.fetch_add(1, Ordering::Relaxed);
-        let service = TowerToHyperService::new(if operators_only {
-            operators_app.clone()
-        } else {
-            app.clone()
-        });
-        let (io, conn_state) =
-            DeadlineIo::new(stream, write_timeout, idle_timeout, metrics.clone());
+        let service = TowerToHyperService::new(CatchPanic::new(
+            if operators_only {
+                operators_app.clone()
+            } else {
+                app.clone()
+            },
+            metrics.clone(),
+        ));
+        let (arrival, fresh_guard) = fresh.arrive();
+        let (io, conn_state) = DeadlineIo::new(
+            stream,
+            write_timeout,
+            idle_timeout,
+            metrics.clone(),
+            Some(arrival),
+        );
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(header_timeout)
@@ -263,7 +282,8 @@ pub(crate) async fn accept_loop(
                 }
             }
             metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
-            drop((permit, address_slot));
+            // The slot first: an eviction under way ends once its slot is free.
+            drop((permit, address_slot, fresh_guard));
         });
     }
 

@@ -261,6 +261,9 @@ pub enum Operation {
     /// `GET …/fairness`: the fairness window (admin: every principal; a principal key: the
     /// totals and its own row).
     ReadFairness,
+    /// `GET /v1/workspaces`: the workspaces the key may see (admin: every one with a profile;
+    /// a principal key: its own).
+    ListWorkspaces,
 }
 
 /// Who a key stands for, as far as permissions go.
@@ -289,7 +292,7 @@ pub enum Access {
 
 impl Operation {
     /// Every operation, in the role table's order.
-    pub const ALL: [Operation; 15] = [
+    pub const ALL: [Operation; 16] = [
         Operation::RegisterProfile,
         Operation::ReadProfiles,
         Operation::ReadBreakers,
@@ -305,6 +308,7 @@ impl Operation {
         Operation::ReadProfileRevision,
         Operation::WatchEvents,
         Operation::ReadFairness,
+        Operation::ListWorkspaces,
     ];
 }
 
@@ -338,7 +342,8 @@ pub const fn access(role: Role, operation: Operation) -> Access {
             | Op::ReadBreakers
             | Op::ReadSnapshot
             | Op::WatchEvents
-            | Op::ReadFairness,
+            | Op::ReadFairness
+            | Op::ListWorkspaces,
             Role::Admin,
         ) => Any,
         (
@@ -346,7 +351,8 @@ pub const fn access(role: Role, operation: Operation) -> Access {
             | Op::ReadBreakers
             | Op::ReadSnapshot
             | Op::WatchEvents
-            | Op::ReadFairness,
+            | Op::ReadFairness
+            | Op::ListWorkspaces,
             _,
         ) => OwnWorkspace,
         (Op::Acquire | Op::ReleaseBudget | Op::PauseProvider, Role::Principal) => OwnWorkspace,

@@ -173,7 +173,8 @@ impl SharedBooks for CoordLimits {
         let healthy = health == turnstile_coord::Health::Healthy;
         let closed = self.coord.config().degraded_share == turnstile_coord::DegradedShare::Closed;
         Some(Coordinating {
-            health: health.as_str(),
+            // `reconciling` too while books Redis lost are rebuilt (grants there wait).
+            health: self.coord.reported_health().as_str(),
             serving: healthy || !closed,
             failure: if healthy {
                 None

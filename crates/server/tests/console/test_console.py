@@ -195,6 +195,76 @@ def test_sign_in_and_live_numbers_match_the_snapshot(browser: webdriver.Chrome, 
     assert script_errors(browser) == []
 
 
+def test_a_queued_lane_shows_the_limit_that_binds_it_and_the_principals_limits(
+    browser: webdriver.Chrome, service: Service, load: Load
+) -> None:
+    """Issue 35: under the load, `openai`'s queued lanes wait for its concurrency (6 permits,
+    9 clients): the lanes view says so, as the feed's `bindings`; the admin also sees each
+    principal's limits from the profile in force."""
+    browser.set_window_size(*SIZES["desktop"])
+    sign_in(browser, service, service.admin)
+    wait_for(lambda: signed_in(browser))
+    wait_for(lambda: "provider-concurrency" in (lane(browser, "openai", "binding") or "").split(), timeout=20, interval=0.2)
+    shown = browser.execute_script(
+        "return document.querySelector('#lanes tr[data-provider=\"openai\"] td[data-field=\"binding\"]').textContent"
+    )
+    assert "provider concurrency" in shown and "alice" not in shown and "bob" not in shown
+    # A lane nothing waits on is held by nothing.
+    assert lane(browser, "spare", "binding") == ""
+    # The principals' limits are the current revision's.
+    status, history = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/profiles", service.admin)
+    assert status == 200
+    version = history["records"][-1]["profileVersion"]
+    status, revision = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/profiles/{version}", service.admin)
+    assert status == 200
+    wait_for(lambda: browser.find_element(By.ID, "principal-limits-card").is_displayed())
+    assert browser.find_element(By.ID, "limits-revision").text == version
+    for principal, limits in revision["profile"]["principals"].items():
+        row = f'#principal-limits tr[data-principal="{principal}"]'
+        concurrency = browser.execute_script(f"return document.querySelector('{row} td[data-field=\"concurrency\"]').textContent")
+        assert concurrency == f"{limits['concurrency']:,}", (principal, concurrency)
+    band = browser.execute_script("return document.querySelector('#principal-limits tr[data-principal=\"alice\"] td[data-field=\"band\"]').textContent")
+    assert band == "interactive · 2"
+    assert script_errors(browser) == []
+
+    # A principal key sees why lanes wait too, but not the other principals' limits.
+    sign_in(browser, service, service.alice)
+    wait_for(lambda: signed_in(browser))
+    wait_for(lambda: "provider-concurrency" in (lane(browser, "openai", "binding") or "").split(), timeout=20, interval=0.2)
+    assert not browser.find_element(By.ID, "principal-limits-card").is_displayed()
+    assert script_errors(browser) == []
+
+
+def test_the_workspace_field_suggests_the_workspaces_the_key_may_see(browser: webdriver.Chrome, service: Service) -> None:
+    """Issue 35: typing a key fills the workspace field's suggestions from `GET /v1/workspaces`
+    (an admin: every workspace with a profile; a principal: its own); a suggestion fills it."""
+    for key in (service.admin, service.alice):
+        fresh(browser, service)
+        browser.find_element(By.ID, "key").send_keys(key)
+        browser.find_element(By.ID, "workspace").click()  # the key field's change event
+        status, listed = service.api.call("GET", "/v1/workspaces", key)
+        assert status == 200
+        expected = sorted(w["workspaceId"] for w in listed["workspaces"])
+        options = wait_for(
+            lambda: browser.execute_script("return [...document.querySelectorAll('#workspace-options option')].map(o => o.value)")
+        )
+        assert sorted(options) == expected and WORKSPACE in expected
+        assert browser.find_element(By.ID, "workspace").get_attribute("list") == "workspace-options"
+        browser.find_element(By.CSS_SELECTOR, f'#workspace-suggestions button[data-workspace="{WORKSPACE}"]').click()
+        assert browser.find_element(By.ID, "workspace").get_attribute("value") == WORKSPACE
+        browser.find_element(By.ID, "signin").click()
+        wait_for(lambda: signed_in(browser))
+    # The principal's suggestions were its own workspace only.
+    assert [w["workspaceId"] for w in service.api.call("GET", "/v1/workspaces", service.alice)[1]["workspaces"]] == [WORKSPACE]
+    # A refused key suggests nothing.
+    fresh(browser, service)
+    browser.find_element(By.ID, "key").send_keys("tsk_not-a-key")
+    browser.find_element(By.ID, "workspace").click()
+    time.sleep(0.5)
+    assert browser.execute_script("return document.querySelectorAll('#workspace-options option').length") == 0
+    assert not browser.find_element(By.ID, "workspace-suggestions").is_displayed()
+
+
 def test_a_breaker_opened_by_failures_shows_open_within_two_seconds(browser: webdriver.Chrome, service: Service) -> None:
     sign_in(browser, service, service.admin)
     wait_for(lambda: lane(browser, "fragile", "breaker") == "closed")
@@ -515,6 +585,10 @@ def test_screenshots_of_every_view(browser: webdriver.Chrome, service: Service, 
     for size, (width, height) in SIZES.items():
         browser.set_window_size(width, height)
         fresh(browser, service)
+        # The sign-in page with a typed key: its workspaces are suggested.
+        browser.find_element(By.ID, "key").send_keys(service.admin)
+        browser.find_element(By.ID, "workspace").click()
+        wait_for(lambda: browser.find_element(By.ID, "workspace-suggestions").is_displayed())
         browser.save_screenshot(str(SHOTS / f"signin-{size}.png"))
         sign_in(browser, service, service.admin)
         wait_for(lambda: signed_in(browser))

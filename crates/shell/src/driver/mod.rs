@@ -336,6 +336,9 @@ impl Driver {
             Command::Lanes { workspace, reply } => {
                 let _ = reply.send(self.lanes(&workspace, now));
             }
+            Command::Workspaces { reply } => {
+                let _ = reply.send(self.registry.workspaces());
+            }
             Command::Fairness { workspace, reply } => {
                 let _ = reply.send(self.fairness(&workspace, now));
             }

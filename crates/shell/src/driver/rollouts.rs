@@ -10,7 +10,7 @@
 //!   profile change once.
 //! - The candidate's profile text is kept only while its rollout runs (one per workspace).
 
-use turnstile_admission::Millis;
+use turnstile_admission::{Decision, Evidence, Millis, Reason};
 
 use crate::error::DriverError;
 use crate::journal::Registration;
@@ -74,6 +74,16 @@ impl Driver {
                     self.deliver(&workspace, now);
                 }
                 let _ = reply.send(aborted.map_err(DriverError::from));
+            }
+            RolloutCommand::RevisionOf {
+                workspace,
+                candidate,
+                reply,
+            } => {
+                let mut evidence = Evidence::new(Decision::Admit, Reason::Admitted, 0);
+                evidence.candidate = candidate;
+                let revision = self.registry.revision_of(&workspace, &evidence);
+                let _ = reply.send(revision.map(str::to_owned));
             }
             RolloutCommand::History { workspace, reply } => {
                 let _ = reply.send(self.registry.rollouts(&workspace));

@@ -82,9 +82,9 @@ impl AdmitSpan {
                 Decision::Reject => Status::error(evidence.reason.as_str()),
             });
         });
-        self.telemetry
-            .family
-            .decision(evidence.decision, evidence.reason);
+        let family = &self.telemetry.family;
+        family.decision(evidence.decision, evidence.reason);
+        family.concluded(evidence.decision, evidence.reason, evidence.breaker_state);
         if evidence.decision != Decision::Admit {
             let mut attributes = BTreeMap::new();
             attributes.insert(DECISION, evidence.decision.as_str().to_owned());

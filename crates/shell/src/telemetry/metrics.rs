@@ -5,9 +5,19 @@
 //! | `turnstile.admission.decisions` | `turnstile_admission_decisions_total` | `decision`, `reason` |
 //! | `turnstile.breaker.transitions` | `turnstile_breaker_transitions_total` | `state` (entered) |
 //!
-//! [`Family::decision`] and [`Family::transition`] are the only ways to count; each adds one to
-//! the OpenTelemetry counter and one to the Prometheus atomics, so the two sinks can never
-//! disagree and nothing is counted twice. Dimensions are closed vocabularies only (`Decision`,
+//! Beside them, the specification's instruments (EVALUATOR.md, "Metrics add …"; TESTS.md
+//! TELEMETRY-001), OpenTelemetry only (their counts are series of the Prometheus families above:
+//! `docs/operations/admission.md`, "Signals"):
+//!
+//! | OpenTelemetry instrument | counts | dimensions |
+//! |---|---|---|
+//! | `decision.admission` | every final decision of a request (admit, reject, or a poll's defer; not the deferral of a request that then waits) | `decision`, `reason`, `breaker_status` |
+//! | `decision.throttles` | the final decisions that are not admit | `decision`, `reason`, `breaker_status` |
+//! | `decision.breaker_transitions` | every breaker transition | `breaker_status` (the state entered) |
+//!
+//! [`Family::decision`], [`Family::concluded`] and [`Family::transition`] are the only ways to
+//! count; each adds one to its OpenTelemetry counters and one to the Prometheus atomics, so the
+//! two sinks can never disagree and nothing is counted twice. Dimensions are closed vocabularies only (`Decision`,
 //! `Reason`, `BreakerState`): no principal, workspace, provider, budget or lease ID can reach a
 //! label, and the series count is bounded by the vocabularies' sizes. `/metrics` reads the
 //! atomics at scrape time through the family's [`Collector`] (a counter costs one relaxed
@@ -28,6 +38,12 @@ use crate::exposition::{metric_family, Collector, DescriptorEncoder, MetricKind}
 pub const DECISIONS_INSTRUMENT: &str = "turnstile.admission.decisions";
 /// OpenTelemetry name of the breaker transition counter.
 pub const TRANSITIONS_INSTRUMENT: &str = "turnstile.breaker.transitions";
+/// The specification's instrument of final decisions.
+pub const ADMISSION_INSTRUMENT: &str = "decision.admission";
+/// The specification's instrument of final decisions that are not admit.
+pub const THROTTLES_INSTRUMENT: &str = "decision.throttles";
+/// The specification's instrument of breaker transitions.
+pub const BREAKER_TRANSITIONS_INSTRUMENT: &str = "decision.breaker_transitions";
 /// Prometheus family of the decision counter (the encoder adds `_total`).
 pub const DECISIONS_FAMILY: &str = "turnstile_admission_decisions";
 /// Prometheus family of the breaker transition counter (the encoder adds `_total`).
@@ -36,6 +52,8 @@ pub const TRANSITIONS_FAMILY: &str = "turnstile_breaker_transitions";
 pub const DECISION_LABEL: &str = "decision";
 pub const REASON_LABEL: &str = "reason";
 pub const STATE_LABEL: &str = "state";
+/// The breaker's status dimension of the specification's instruments.
+pub const BREAKER_STATUS_LABEL: &str = "breaker_status";
 
 const DECISIONS: [Decision; 3] = [Decision::Admit, Decision::Defer, Decision::Reject];
 const STATES: [BreakerState; 3] = [
@@ -69,6 +87,8 @@ fn state_index(state: BreakerState) -> usize {
 pub(crate) struct Family {
     decisions: Counter<u64>,
     transitions: Counter<u64>,
+    /// `decision.admission`, `decision.throttles`, `decision.breaker_transitions`.
+    spec: [Counter<u64>; 3],
     counts: Arc<Counts>,
 }
 
@@ -89,6 +109,12 @@ impl Family {
                 .u64_counter(TRANSITIONS_INSTRUMENT)
                 .with_description("Circuit breaker transitions by the state entered")
                 .build(),
+            spec: [
+                (ADMISSION_INSTRUMENT, "Final admission decisions by decision, reason and breaker status"),
+                (THROTTLES_INSTRUMENT, "Final admission decisions other than admit, by decision, reason and breaker status"),
+                (BREAKER_TRANSITIONS_INSTRUMENT, "Circuit breaker transitions by the breaker status entered"),
+            ]
+            .map(|(name, description)| meter.u64_counter(name).with_description(description).build()),
             counts: Arc::new(Counts {
                 decisions: (0..DECISIONS.len() * Reason::ALL.len())
                     .map(|_| AtomicU64::new(0))
@@ -116,11 +142,31 @@ impl Family {
         });
     }
 
+    /// Counts the final decision of a request (already counted by [`Family::decision`]) in
+    /// the specification's `decision.admission` and, unless it admits, `decision.throttles`.
+    pub(crate) fn concluded(&self, decision: Decision, reason: Reason, breaker: BreakerState) {
+        let [admission, throttles, _] = &self.spec;
+        let attributes = [
+            KeyValue::new(DECISION_LABEL, decision.as_str()),
+            KeyValue::new(REASON_LABEL, reason.as_str()),
+            KeyValue::new(BREAKER_STATUS_LABEL, breaker.as_str()),
+        ];
+        guarded(|| {
+            admission.add(1, &attributes);
+            if decision != Decision::Admit {
+                throttles.add(1, &attributes);
+            }
+        });
+    }
+
     /// Counts one breaker transition (by the state entered) in both sinks.
     pub(crate) fn transition(&self, to: BreakerState) {
         self.counts.transitions[state_index(to)].fetch_add(1, Ordering::Relaxed);
-        let counter = &self.transitions;
-        guarded(|| counter.add(1, &[KeyValue::new(STATE_LABEL, to.as_str())]));
+        let (counter, spec) = (&self.transitions, &self.spec[2]);
+        guarded(|| {
+            counter.add(1, &[KeyValue::new(STATE_LABEL, to.as_str())]);
+            spec.add(1, &[KeyValue::new(BREAKER_STATUS_LABEL, to.as_str())]);
+        });
     }
 
     /// The count of one decision series (as `/metrics` shows it).

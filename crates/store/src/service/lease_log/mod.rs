@@ -19,8 +19,12 @@
 //!   rename; a crash in between leaves them, and they are skipped.
 //!
 //! Opening replays the snapshot and every later segment (a torn last line is ignored: it was
-//! never acknowledged), writes a fresh snapshot through the last segment, deletes the rest and
-//! starts a new segment, so each process starts from one snapshot and writes one new segment.
+//! never acknowledged), starts a new segment, writes a fresh snapshot through the last old
+//! segment and deletes the rest, so each process starts from one snapshot and writes one new
+//! segment. Before it replays, it checks that the files cover the log's whole history
+//! (`coverage.rs`: no segment missing, no snapshot deleted, no segment without its header)
+//! and refuses with [`LeaseLogError::Damaged`], naming the file, unless told to accept the
+//! loss ([`OnDamage::Accept`]).
 //!
 //! # Durability ([`LeaseDurability`])
 //!
@@ -34,9 +38,13 @@
 //! Invariants: records reach the file in the order `append` was called; `done` of a batch runs
 //! only after its bytes are written (and synced at `Machine`), or with `Err`; after a failed
 //! write the log refuses every later batch (a partial line in the middle of a segment would
-//! otherwise hide the records behind it), so the driver fails grants closed.
+//! otherwise hide the records behind it), so the driver fails grants closed, and says so
+//! ([`LeaseLogStats::is_failing`], `/readyz`), until the compaction thread repaired the segment
+//! (issue 34, item 7): it retries with a capped backoff (`compact.rs`) to append a probe and cut
+//! the segment back to its last acknowledged byte; once that succeeded the log writes again.
 
 mod compact;
+mod coverage;
 mod legacy;
 mod record;
 mod state;
@@ -45,12 +53,13 @@ mod sync;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use state::LeaseState;
 
 use self::compact::Compactor;
+pub use self::coverage::{Damage, DamageKind, OnDamage};
 pub use self::record::LogLine;
 use self::record::{encode_line, read_file, FileKind, Header, SnapshotRecord, FORMAT_VERSION};
 use self::sync::Syncer;
@@ -65,6 +74,7 @@ pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
 
 const SNAPSHOT_FILE: &str = "snapshot.jsonl";
 const SNAPSHOT_TMP: &str = "snapshot.jsonl.tmp";
+const SEGMENT_TMP: &str = "segment.jsonl.tmp";
 
 /// Why the lease log cannot be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +110,9 @@ pub enum LeaseLogError {
         #[source]
         source: rusqlite::Error,
     },
+    /// The log does not cover its own history: a file is missing or has lost its header.
+    #[error("the lease log is damaged: {0}. Leases it recorded may still be running, and a start from it would grant their slots again. To start anyway, accepting the loss: `turnstile serve --accept-lease-log-loss` (every lane then waits one lease TTL before it grants; docs/server.md, \"Durability\")")]
+    Damaged(Damage),
     /// An earlier write failed, so every later batch is refused.
     #[error("the lease log refuses writes after an earlier write failed")]
     Broken,
@@ -138,6 +151,9 @@ pub struct Recovered {
     pub pauses: Vec<StoredPause>,
     /// Each lane's latest breaker transition, unless it was to closed.
     pub breakers: Vec<StoredBreaker>,
+    /// The damage found and accepted ([`OnDamage::Accept`]): the first file missing or
+    /// truncated (`None`: the log covered its history).
+    pub damage: Option<Damage>,
 }
 
 /// Counters of the log's background work (for `/metrics`).
@@ -149,6 +165,22 @@ pub struct LeaseLogStats {
     pub compactions: AtomicU64,
     /// Compactions that failed (the segments stay; a later one or the next start retries).
     pub compaction_failures: AtomicU64,
+    /// Batches refused because a write failed (the one that failed included).
+    pub write_failures: AtomicU64,
+    /// A write failed and the segment is not repaired yet: every batch is refused.
+    failing: AtomicBool,
+}
+
+impl LeaseLogStats {
+    /// Whether the log refuses every batch now (a write failed, not repaired yet).
+    pub fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::Acquire)
+    }
+
+    /// The segment ends at its last acknowledged byte again: the writer may write.
+    fn mark_repaired(&self) {
+        self.failing.store(false, Ordering::Release);
+    }
 }
 
 /// The writer of the lease log (owned by the driver's journal).
@@ -157,7 +189,10 @@ pub struct LeaseLog {
     durability: LeaseDurability,
     file: Arc<File>,
     segment: u64,
+    /// Bytes counted towards the next rotation.
     written: u64,
+    /// The segment's length: every byte of it acknowledged or being acknowledged.
+    len: u64,
     segment_bytes: u64,
     buf: Vec<u8>,
     broken: bool,
@@ -200,9 +235,14 @@ fn sync_dir(dir: &Path) -> Result<(), LeaseLogError> {
 
 /// The snapshot's state and the last segment it covers (0: none).
 fn read_snapshot(dir: &Path, state: &mut LeaseState) -> Result<u64, LeaseLogError> {
+    Ok(read_snapshot_if_any(dir, state)?.unwrap_or(0))
+}
+
+/// The snapshot's state and the last segment it covers (`None`: no snapshot).
+fn read_snapshot_if_any(dir: &Path, state: &mut LeaseState) -> Result<Option<u64>, LeaseLogError> {
     let path = dir.join(SNAPSHOT_FILE);
     if !path.exists() {
-        return Ok(0);
+        return Ok(None);
     }
     let header = read_file(&path, FileKind::Snapshot, |record| match record {
         SnapshotRecord::Held(lease) => state.restore_lease(lease),
@@ -212,7 +252,7 @@ fn read_snapshot(dir: &Path, state: &mut LeaseState) -> Result<u64, LeaseLogErro
     })?;
     state.note_grant_at(header.and_then(|h| h.last_grant_at_ms));
     header
-        .map(|h| h.segment)
+        .map(|h| Some(h.segment))
         .ok_or_else(|| LeaseLogError::Corrupt {
             path: path.display().to_string(),
             line: 1,
@@ -220,8 +260,8 @@ fn read_snapshot(dir: &Path, state: &mut LeaseState) -> Result<u64, LeaseLogErro
         })
 }
 
-/// Applies segment `n` at `path` to `state`.
-fn replay_segment(path: &Path, n: u64, state: &mut LeaseState) -> Result<(), LeaseLogError> {
+/// Applies segment `n` at `path` to `state`; `Ok(false)`: it has no header (truncated).
+fn replay_segment(path: &Path, n: u64, state: &mut LeaseState) -> Result<bool, LeaseLogError> {
     let header = read_file(path, FileKind::Segment, |change: LeaseChange| {
         state.apply(change)
     })?;
@@ -231,7 +271,7 @@ fn replay_segment(path: &Path, n: u64, state: &mut LeaseState) -> Result<(), Lea
             line: 1,
             reason: format!("the header names segment {}", h.segment),
         }),
-        _ => Ok(()),
+        header => Ok(header.is_some()),
     }
 }
 
@@ -309,18 +349,33 @@ fn now_epoch_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Creates segment `n` with its header.
+/// Creates segment `n` whole with its header: written to a temporary file and renamed, so a
+/// segment without a header was truncated afterwards (`coverage.rs`).
 fn create_segment(
     dir: &Path,
     n: u64,
     durability: LeaseDurability,
 ) -> Result<(File, u64), LeaseLogError> {
     let path = dir.join(segment_name(n));
+    if path.exists() {
+        return Err(LeaseLogError::io(
+            &path,
+            std::io::ErrorKind::AlreadyExists.into(),
+        ));
+    }
+    let tmp = dir.join(SEGMENT_TMP);
+    // A leftover of a start that died here; appending (not writing at an offset) keeps every
+    // write at the end after a repair cut the file back.
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(LeaseLogError::io(&tmp, e)),
+    }
     let mut file = std::fs::OpenOptions::new()
         .create_new(true)
         .append(true)
-        .open(&path)
-        .map_err(|e| LeaseLogError::io(&path, e))?;
+        .open(&tmp)
+        .map_err(|e| LeaseLogError::io(&tmp, e))?;
     let mut buf = Vec::with_capacity(80);
     encode_line(
         &mut buf,
@@ -332,9 +387,12 @@ fn create_segment(
         },
     )?;
     file.write_all(&buf)
-        .map_err(|e| LeaseLogError::io(&path, e))?;
+        .map_err(|e| LeaseLogError::io(&tmp, e))?;
     if durability == LeaseDurability::Machine {
-        file.sync_data().map_err(|e| LeaseLogError::io(&path, e))?;
+        file.sync_data().map_err(|e| LeaseLogError::io(&tmp, e))?;
+    }
+    std::fs::rename(&tmp, &path).map_err(|e| LeaseLogError::io(&path, e))?;
+    if durability == LeaseDurability::Machine {
         sync_dir(dir)?;
     }
     Ok((file, buf.len() as u64))
@@ -343,28 +401,53 @@ fn create_segment(
 impl LeaseLog {
     /// Opens the log in `data_dir/leases` (creating it), replays it, compacts it into one
     /// snapshot and starts a new segment. A data directory written by the interim SQLite lease
-    /// file (`service.leases.sqlite3`) is imported once and that file removed.
+    /// file (`service.leases.sqlite3`) is imported once and that file removed. A log that does
+    /// not cover its own history is refused ([`LeaseLogError::Damaged`]).
     pub fn open(
         data_dir: &Path,
         durability: LeaseDurability,
         segment_bytes: u64,
     ) -> Result<(LeaseLog, Recovered), LeaseLogError> {
+        LeaseLog::open_checked(data_dir, durability, segment_bytes, OnDamage::Refuse)
+    }
+
+    /// [`LeaseLog::open`], with what to do when the log does not cover its own history.
+    pub fn open_checked(
+        data_dir: &Path,
+        durability: LeaseDurability,
+        segment_bytes: u64,
+        on_damage: OnDamage,
+    ) -> Result<(LeaseLog, Recovered), LeaseLogError> {
         let dir = data_dir.join(LEASE_LOG_DIR);
         std::fs::create_dir_all(&dir).map_err(|e| LeaseLogError::io(&dir, e))?;
         let mut state = LeaseState::default();
-        let through = read_snapshot(&dir, &mut state)?;
-        let imported = if through == 0 && !dir.join(SNAPSHOT_FILE).exists() {
+        let snapshot = read_snapshot_if_any(&dir, &mut state)?;
+        let through = snapshot.unwrap_or(0);
+        let imported = if snapshot.is_none() {
             legacy::import(data_dir, &mut state)?
         } else {
             None
         };
+        let found = segments(&dir)?;
+        let mut damage = coverage::check(&dir, snapshot, &found, |n| dir.join(segment_name(n)));
         let mut last = through;
-        for (n, path) in segments(&dir)? {
-            if n > through {
-                replay_segment(&path, n, &mut state)?;
+        for (n, path) in found {
+            if n > through && !replay_segment(&path, n, &mut state)? {
+                damage.push(Damage {
+                    path,
+                    kind: DamageKind::Headerless,
+                });
             }
             last = last.max(n);
         }
+        let damage = damage.into_iter().next();
+        if let (Some(found), OnDamage::Refuse) = (&damage, on_damage) {
+            return Err(LeaseLogError::Damaged(found.clone()));
+        }
+        // The new segment before the snapshot: a snapshot through S is always followed by
+        // segment S+1 (`coverage.rs`).
+        let segment = last + 1;
+        let (file, written) = create_segment(&dir, segment, durability)?;
         write_snapshot(&dir, &mut state, last, durability)?;
         if let Some(legacy) = imported {
             legacy.remove()?;
@@ -375,10 +458,9 @@ impl LeaseLog {
             last_grant_at_ms: state.last_grant_at_ms(),
             pauses: state.pauses().into_iter().cloned().collect(),
             breakers: state.breakers().into_iter().cloned().collect(),
+            damage,
         };
         drop(state);
-        let segment = last + 1;
-        let (file, written) = create_segment(&dir, segment, durability)?;
         let stats = Arc::new(LeaseLogStats::default());
         let compactor = Compactor::spawn(dir.clone(), durability, stats.clone())?;
         let syncer = match durability {
@@ -391,6 +473,7 @@ impl LeaseLog {
             file: Arc::new(file),
             segment,
             written,
+            len: written,
             segment_bytes: segment_bytes.max(1),
             buf: Vec::with_capacity(4096),
             broken: false,
@@ -423,7 +506,12 @@ impl LeaseLog {
         changes: impl IntoIterator<Item = C>,
     ) -> Result<(), LeaseLogError> {
         if self.broken {
-            return Err(LeaseLogError::Broken);
+            // Repaired by the compaction thread: the file ends at `written` again.
+            if self.stats.is_failing() {
+                self.stats.write_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(LeaseLogError::Broken);
+            }
+            self.broken = false;
         }
         self.buf.clear();
         for change in changes {
@@ -432,12 +520,16 @@ impl LeaseLog {
         }
         if let Err(source) = (&*self.file).write_all(&self.buf) {
             self.broken = true;
+            self.stats.write_failures.fetch_add(1, Ordering::Relaxed);
+            self.stats.failing.store(true, Ordering::Release);
+            self.compactor.repair(self.file.clone(), self.len);
             return Err(LeaseLogError::io(
                 &self.dir.join(segment_name(self.segment)),
                 source,
             ));
         }
         self.written += self.buf.len() as u64;
+        self.len += self.buf.len() as u64;
         self.stats
             .bytes_written
             .fetch_add(self.buf.len() as u64, Ordering::Relaxed);
@@ -454,6 +546,7 @@ impl LeaseLog {
                 self.compactor.compact_through(self.segment);
                 self.segment += 1;
                 self.written = written;
+                self.len = written;
             }
             Err(_) => {
                 self.stats

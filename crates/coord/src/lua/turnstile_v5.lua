@@ -1,10 +1,13 @@
-#!lua name=turnstile_v4
+#!lua name=turnstile_v5
 -- turnstile's shared limits (crates/coord, docs/replicas.md). Library and function names carry
 -- a version: a changed contract gets new names, so replicas of two releases never call each
 -- other's functions during a rolling deploy (v2: the compact acquire / release protocol, which
 -- passes only the keys and values a lane's scopes use; v3: a scope's buckets in one hash, and
 -- expiries refreshed only when they would run out, not on every write; v4: ts_batch_v4, several
--- acquires and releases of one workspace in one call, same keys and values as v3).
+-- acquires and releases of one workspace in one call, same keys and values as v3; v5: the
+-- workspace's books epoch, ts:{W}:ep, checked by every acquire and renewal, so that books Redis
+-- lost (FLUSHALL, a restart without persistence, eviction) are rebuilt by the replicas holding
+-- leases before anyone is granted into them: docs/replicas.md, "Redis loses the books").
 --
 -- Every function call reads the server clock (TIME) at most once (a batch: once for all its
 -- operations); no replica's clock is ever used.
@@ -36,6 +39,9 @@
 --   ts:{W}:wait:<scope>       zset  member = principal scope (u<h>), score = last seen waiting (ms)
 --   ts:{W}:brk:<provider>     hash  s = c|o|h (closed, open, half-open), f = failures, o = opened at
 --   ts:{W}:probe:<provider>   zset  member = lease, score = liveness expiry: half-open probe leases
+--   ts:{W}:ep                 string the books' epoch: the server ms at which the workspace's
+--                                   books became trustworthy (written when found missing: now +
+--                                   RECONCILE_MS); no expiry
 
 -- A number written to Redis, as '%.0f' writes it. Every number the scripts write is an
 -- integer below 2^53, for which '%d' writes the same digits at a third of the cost ('%.0f'
@@ -293,7 +299,7 @@ local function breaker_record(bk, pk, outcome, threshold, now)
   return state
 end
 
--- ts_acquire_v4
+-- ts_acquire_v5
 -- ARGV: member, the lane's shape (below), then the principal scope's name when some scope has
 --       fair turns, then tokens (-1 none) and micro-dollars (-1 none) when some scope has a
 --       bucket or a budget.
@@ -440,6 +446,53 @@ local function budget_plan(L, micro_on, tokens_on)
   return plan
 end
 
+-- The books' epoch (ts:{W}:ep). Redis holds nothing that says its data was lost: a flushed,
+-- restarted or evicted workspace looks like a new one. So whoever first finds the epoch
+-- missing (an acquire or a renewal) writes a new one, RECONCILE_MS in the future, and until
+-- then every acquire of the workspace answers 'reconciling': meanwhile every replica holding
+-- leases in it sees the new epoch (each checks it every probe, about 100 ms) and registers
+-- its live leases again, so no grant lands in books that miss them. A new workspace pays the
+-- same wait once. RECONCILE_MS must exceed the replicas' probe interval plus a call
+-- (the client refuses a probe interval over half of it).
+local RECONCILE_MS = 1000
+-- Epochs already seen settled, per epoch key (so the common case converts no number), and the
+-- epoch key of a pause key (so the common case builds no string); both bounded: they start
+-- over past SETTLED_MAX workspaces.
+local SETTLED_MAX = 4096
+local settled, epoch_keys, nsettled = {}, {}, 0
+
+-- The epoch key of the workspace of `key` (any of its keys): its prefix .. 'ep'.
+local function epoch_key(key)
+  return prefix_of(key) .. 'ep'
+end
+
+-- The epoch at `key`: its value (a string) and whether it had to be written now (missing).
+local function epoch_of(key, now)
+  local ep = redis.call('GET', key)
+  if ep then return ep, false end
+  ep = fmt(now + RECONCILE_MS)
+  redis.call('SET', key, ep)
+  return ep, true
+end
+
+-- Whether the books of the workspace of `pause_key` (an acquire's first key) are trustworthy
+-- at `now`; if not, until when (server ms).
+local function books_settled(pause_key, now)
+  local key = epoch_keys[pause_key]
+  if key == nil then
+    if nsettled >= SETTLED_MAX then settled, epoch_keys, nsettled = {}, {}, 0 end
+    key = epoch_key(pause_key)
+    epoch_keys[pause_key] = key
+    nsettled = nsettled + 1
+  end
+  local ep = epoch_of(key, now)
+  if settled[key] == ep then return true, 0 end
+  local at = ep + 0
+  if at > now then return false, at end
+  settled[key] = ep
+  return true, 0
+end
+
 local function acquire_op(keys, args)
   local member = args[1]
   local L = lane_of(args[2])
@@ -575,6 +628,11 @@ local function acquire_op(keys, args)
       end
     end
   end
+  -- Every check passed: the books last (a refusal needs no trusted books; a grant into books
+  -- Redis lost, before the replicas holding leases registered them again, could exceed a
+  -- limit).
+  local trusted, until_ = books_settled(keys[1], now)
+  if not trusted then return {'reconciling', 'concurrency', 0, until_, now} end
   -- Commit.
   local score = fmt(now + L.liveness)
   for i = 1, n do
@@ -627,7 +685,7 @@ local function acquire_op(keys, args)
   return now
 end
 
--- ts_release_v4
+-- ts_release_v5
 -- ARGV: member; nothing else for a plain release (every key is a lease zset). Otherwise:
 --       nleases, pause_ms (0 none), breaker outcome ('-' the lane has no shared breaker;
 --       success|failure|none), then the breaker threshold (only with a breaker); then, when
@@ -718,9 +776,9 @@ local function release_op(keys, args)
   return {now, until_, state}
 end
 
--- ts_acquire_v4 / ts_release_v4: one acquire or one release per call (the v3 contract). The
+-- ts_acquire_v5 / ts_release_v5: one acquire or one release per call (the v3 contract). The
 -- client sends a lone operation (nothing else queued for the workspace: the common case below
--- saturation) this way, not as a ts_batch_v4 of one: same decision and answer, about a fifth
+-- saturation) this way, not as a ts_batch_v5 of one: same decision and answer, about a fifth
 -- fewer instructions per pair (no batch unpacking, no answer array; docs/performance.md,
 -- session 10).
 local function acquire(keys, args)
@@ -733,13 +791,13 @@ local function release(keys, args)
   return release_op(keys, args)
 end
 
--- ts_batch_v4: several acquires and releases of one workspace in one call (the client's natural
+-- ts_batch_v5: several acquires and releases of one workspace in one call (the client's natural
 -- batching: what queued while the previous call was in flight, docs/replicas.md).
 -- KEYS: every operation's keys, concatenated in operation order (all under the workspace's hash
 --       tag: one slot).
 -- ARGV: per operation, in arrival order: its kind ('a' acquire, 'r' release), its number of
 --       keys, its number of arguments, then those arguments; each operation's keys and
---       arguments are exactly what ts_acquire_v4 / ts_release_v4 take for it.
+--       arguments are exactly what ts_acquire_v5 / ts_release_v5 take for it.
 -- Returns one answer per operation, in order, each exactly what the single call would answer.
 -- The operations run one after the other, each all or nothing on its own (an acquire refused
 -- writes nothing; a later operation sees an earlier one's writes, as consecutive calls would),
@@ -764,14 +822,14 @@ local function batch(keys, args)
     elseif kind == 'r' then
       out[#out + 1] = release_op(op_keys, op_args)
     else
-      return redis.error_reply('ts_batch_v4: unknown operation ' .. tostring(kind))
+      return redis.error_reply('ts_batch_v5: unknown operation ' .. tostring(kind))
     end
     k, a = k + nk, a + 3 + na
   end
   return out
 end
 
--- ts_breaker_v4: KEYS breaker hash, probe zset; ARGV threshold, success_seen (0/1), failures.
+-- ts_breaker_v5: KEYS breaker hash, probe zset; ARGV threshold, success_seen (0/1), failures.
 -- The merge of the outcomes a degraded replica saw (its local breaker applied meanwhile): a
 -- success first (it closes and resets), then the failures after the last success, one by one
 -- as releases would have counted them. Returns {now, state}.
@@ -786,7 +844,7 @@ local function breaker_merge(keys, args)
   return {now, state}
 end
 
--- ts_pause_v4: KEYS pause; ARGV pause_ms. Monotonic: a shorter pause never shortens a longer
+-- ts_pause_v5: KEYS pause; ARGV pause_ms. Monotonic: a shorter pause never shortens a longer
 -- one. Returns {now, paused_until}.
 local function pause(keys, args)
   local ms = tonumber(args[1])
@@ -802,29 +860,48 @@ local function pause(keys, args)
   return {now, until_}
 end
 
--- ts_renew_v4: KEYS the lease zsets; ARGV liveness_ms, mode ('xx' renew only what is there,
--- 'add' re-register after a loss), then pairs (key index, member). One call per workspace
--- renews all of this replica's leases in it. Returns {now, members written}.
+-- ts_renew_v5: KEYS the lease zsets (one workspace); ARGV liveness_ms, mode ('xx' renew only
+-- what is there, 'add' register again, 'check' write nothing unless the books were lost), the
+-- workspace's epoch as this replica last saw it ('-': never), then pairs (key index, member).
+-- One call per workspace renews all of this replica's leases in it, and is its check of the
+-- books (every probe): a missing epoch (written now, as an acquire would) or one other than the
+-- replica's means Redis lost the books: every lease is registered again ('add'), whatever the
+-- mode. An 'xx' renewal that finds members missing (a lease zset evicted or deleted, the epoch
+-- kept; or a lease released since the renewal was built) answers them. Returns {now, members
+-- written, epoch, lost (1: the epoch was missing or changed), {members missing}}.
 local function renew(keys, args)
   local liveness = tonumber(args[1])
   local mode = args[2]
+  local known = args[3]
   local now = now_ms()
+  local ep, created = epoch_of(epoch_key(keys[1]), now)
+  local lost = 0
+  if created or (known ~= '-' and known ~= ep) or (known == '-' and ep + 0 > now) then
+    lost = 1
+  end
+  if ep ~= known then mode = 'add' end
+  local missing = {}
+  if mode == 'check' then return {now, 0, ep, lost, missing} end
   local score = fmt(now + liveness)
   local written = 0
-  for j = 3, #args, 2 do
+  for j = 4, #args, 2 do
     local key = keys[tonumber(args[j])]
     if mode == 'xx' then
-      written = written + redis.call('ZADD', key, 'XX', 'CH', score, args[j + 1])
+      if redis.call('ZADD', key, 'XX', 'CH', score, args[j + 1]) == 1 then
+        written = written + 1
+      else
+        missing[#missing + 1] = args[j + 1]
+      end
     else
       redis.call('ZADD', key, score, args[j + 1])
       written = written + 1
     end
   end
-  return {now, written}
+  return {now, written, ep, lost, missing}
 end
 
--- ts_bucket_run_v4: the conformance hook of the bucket arithmetic (crates/coord/tests). Runs
--- buckets_try / buckets_store, exactly as ts_acquire_v4 does, on a lane with one scope whose
+-- ts_bucket_run_v5: the conformance hook of the bucket arithmetic (crates/coord/tests). Runs
+-- buckets_try / buckets_store, exactly as ts_acquire_v5 does, on a lane with one scope whose
 -- hash holds one request bucket of the given period, over a sequence of (now, units) steps
 -- with an injected clock, on KEYS[1], which it deletes afterwards.
 -- ARGV: rate, capacity, period, then pairs (now, units). Returns per step {admitted (1/0),
@@ -855,16 +932,16 @@ local function bucket_run(keys, args)
   return out
 end
 
--- ts_time_v4: the server clock (the replicas' health probe).
+-- ts_time_v5: the server clock (the replicas' health probe).
 local function time(keys, args)
   return now_ms()
 end
 
-redis.register_function('ts_acquire_v4', acquire)
-redis.register_function('ts_release_v4', release)
-redis.register_function('ts_batch_v4', batch)
-redis.register_function('ts_pause_v4', pause)
-redis.register_function('ts_breaker_v4', breaker_merge)
-redis.register_function('ts_renew_v4', renew)
-redis.register_function('ts_bucket_run_v4', bucket_run)
-redis.register_function{function_name = 'ts_time_v4', callback = time, flags = {'no-writes'}}
+redis.register_function('ts_acquire_v5', acquire)
+redis.register_function('ts_release_v5', release)
+redis.register_function('ts_batch_v5', batch)
+redis.register_function('ts_pause_v5', pause)
+redis.register_function('ts_breaker_v5', breaker_merge)
+redis.register_function('ts_renew_v5', renew)
+redis.register_function('ts_bucket_run_v5', bucket_run)
+redis.register_function{function_name = 'ts_time_v5', callback = time, flags = {'no-writes'}}
