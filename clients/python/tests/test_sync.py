@@ -13,6 +13,7 @@ from turnstile_client import (
     AuthError,
     BadRequest,
     Client,
+    Conflict,
     Forbidden,
     LeaseLost,
     NotFound,
@@ -26,9 +27,12 @@ from turnstile_client._types import (
     KeyListing,
     LeaseBody,
     PauseHistory,
+    ProfileChangeRecord,
     ProfileHistory,
     ProfileRevision,
     ReleaseResult,
+    Rollout,
+    RolloutRecord,
     Snapshot,
     WorkspaceList,
 )
@@ -208,6 +212,50 @@ def test_admin_keys_and_profiles(admin: Client, service: Service) -> None:
     with pytest.raises(NotFound) as unknown:
         admin.revoke_key(WORKSPACE, created["keyId"])
     assert unknown.value.error == "unknown-key"
+
+
+def test_a_revision_change_keeps_its_approval_on_record(admin: Client) -> None:
+    """Issue 33, item 4: `note` and `approved_by` travel with the change and come back in the
+    record and the history; a bad one is a typed 422 naming the field."""
+    from conftest import PROFILE
+
+    workspace = "py-approvals"
+    record = admin.register_profile(workspace, "v1", PROFILE, note="CHG-7\nfirst limits", approved_by="Dana")
+    assert unknown_keys(record, ProfileChangeRecord) == []
+    assert (record.get("note"), record.get("approvedBy")) == ("CHG-7\nfirst limits", "Dana")
+    with pytest.raises(BadRequest) as refused:
+        admin.register_profile(workspace, "v2", PROFILE, approved_by="x" * 129)
+    assert (refused.value.status, refused.value.error, refused.value.field) == (422, "invalid-request", "approvedBy")
+    history = admin.profile_history(workspace)["records"]
+    assert [(r["kind"], r["note"], r["approvedBy"]) for r in history] == [("initial", "CHG-7\nfirst limits", "Dana")]
+
+
+def test_a_rollout_is_started_read_promoted_and_listed(admin: Client) -> None:
+    """Issue 33: the rollout calls against the real service, typed answers and errors."""
+    from conftest import PROFILE
+
+    workspace = "py-rollouts"
+    admin.register_profile(workspace, "v1", PROFILE)
+    tighter = {**PROFILE, "workspace": {**PROFILE["workspace"], "concurrency": 8}}
+    started = admin.start_rollout(workspace, "v2", tighter, "shadow", note="try 8", approved_by="Dana")
+    assert unknown_keys(started, Rollout) == []
+    assert (started["revision"], started["mode"], started["canaryShare"]) == ("v2", "shadow", None)
+    assert admin.current_rollout(workspace)["decisions"]["compared"] == 0
+    with pytest.raises(Conflict) as running:
+        admin.start_rollout(workspace, "v3", tighter, "canary", canary_share=0.5)
+    assert running.value.error == "rollout-running"
+    with pytest.raises(BadRequest) as bad:
+        admin.abort_rollout(workspace, approved_by="")
+    assert bad.value.field == "approvedBy"
+    promoted = admin.promote_rollout(workspace, note="clean", approved_by="CAB-1")
+    assert unknown_keys(promoted, RolloutRecord) == []
+    assert (promoted["event"], promoted["approvedBy"]) == ("promoted", "CAB-1")
+    with pytest.raises(NotFound) as none:
+        admin.current_rollout(workspace)
+    assert none.value.error == "no-rollout"
+    records = admin.rollout_history(workspace)["records"]
+    assert [(r["event"], r["note"]) for r in records] == [("started", "try 8"), ("promoted", "clean")]
+    assert admin.profile_history(workspace)["records"][-1]["profileVersion"] == "v2"
 
 
 def test_console_reads_pauses_fairness_and_a_revision(client: Client, admin: Client) -> None:

@@ -37,6 +37,12 @@ import type {
   ReleaseRequest,
   ReleaseResult,
   RetryAfterRequest,
+  Rollout,
+  RolloutEndRequest,
+  RolloutHistory,
+  RolloutMode,
+  RolloutRecord,
+  RolloutStartRequest,
   Snapshot,
   WorkspaceList,
 } from "./types.js";
@@ -80,6 +86,14 @@ export interface EventsOptions {
   signal?: AbortSignal;
 }
 
+/** The approval on record of a revision change: kept with it in the audit log. */
+export interface Approval {
+  /** The operator's note (1 to 1000 characters). */
+  note?: string;
+  /** Who approved the change (1 to 128 characters, no control character). */
+  approvedBy?: string;
+}
+
 export interface ReleaseOptions {
   outcome?: Outcome;
   /** Required with outcome `retry-after`, refused otherwise. */
@@ -121,6 +135,14 @@ function checkUsage(usage: ActualUsage): ActualUsage {
     if (!Number.isFinite(usage.costUsd) || usage.costUsd < 0) throw new RangeError("costUsd must be a finite number >= 0");
     out.costUsd = usage.costUsd;
   }
+  return out;
+}
+
+/** The fields of `approval` that were given (the service checks them: 422 naming the field). */
+function withApproval(approval: Approval): Approval {
+  const out: Approval = {};
+  if (approval.note !== undefined) out.note = approval.note;
+  if (approval.approvedBy !== undefined) out.approvedBy = approval.approvedBy;
   return out;
 }
 
@@ -589,14 +611,59 @@ export class Client {
 
   // Administration (admin key).
 
-  /** Register a profile revision: the change record (201) or `{unchanged: true}` (200). */
+  /**
+   * Register a profile revision: the change record (201) or `{unchanged: true}` (200). `note`
+   * and `approvedBy` are kept with the change in the audit log (the approval on record); a
+   * rollback is registering an earlier revision again.
+   */
   async registerProfile(
     workspaceId: string,
     profileVersion: string,
     profile: Profile,
+    approval: Approval = {},
   ): Promise<ProfileChangeRecord | ProfileUnchanged> {
     const path = `/v1/workspaces/${seg(workspaceId)}/profiles/${seg(profileVersion)}`;
-    return this.#json<ProfileChangeRecord | ProfileUnchanged>({ method: "PUT", path, body: profile }, [200, 201]);
+    const body: Profile = { ...profile, ...withApproval(approval) };
+    return this.#json<ProfileChangeRecord | ProfileUnchanged>({ method: "PUT", path, body }, [200, 201]);
+  }
+
+  // Rollouts (issue 33): a candidate revision in shadow or on a canary slice before it binds.
+
+  /**
+   * Start a rollout (admin): `revision` is registered (not current) and tried in `mode`
+   * (`canaryShare` of the principals with `canary`); 409 `ConflictError` while one runs.
+   */
+  async startRollout(
+    workspaceId: string,
+    revision: string,
+    profile: Profile,
+    options: { mode?: RolloutMode; canaryShare?: number } & Approval = {},
+  ): Promise<Rollout> {
+    const body: RolloutStartRequest = { revision, profile, mode: options.mode ?? "shadow", ...withApproval(options) };
+    if (options.canaryShare !== undefined) body.canaryShare = options.canaryShare;
+    return this.#json<Rollout>({ method: "POST", path: `/v1/workspaces/${seg(workspaceId)}/rollouts`, body }, [201]);
+  }
+
+  /** The running rollout and its decision comparison (404 `NotFoundError` `no-rollout`). */
+  async currentRollout(workspaceId: string): Promise<Rollout> {
+    return this.#json<Rollout>({ method: "GET", path: `/v1/workspaces/${seg(workspaceId)}/rollouts/current` });
+  }
+
+  /** Promote the running rollout's candidate (admin): it becomes the current revision. */
+  async promoteRollout(workspaceId: string, approval: Approval = {}): Promise<RolloutRecord> {
+    const body: RolloutEndRequest = withApproval(approval);
+    return this.#json<RolloutRecord>({ method: "POST", path: `/v1/workspaces/${seg(workspaceId)}/rollouts/current/promote`, body });
+  }
+
+  /** Abort the running rollout (admin): the current revision stays. */
+  async abortRollout(workspaceId: string, approval: Approval = {}): Promise<RolloutRecord> {
+    const body: RolloutEndRequest = withApproval(approval);
+    return this.#json<RolloutRecord>({ method: "POST", path: `/v1/workspaces/${seg(workspaceId)}/rollouts/current/abort`, body });
+  }
+
+  /** Rollout records (started, promoted, aborted) with their approval, oldest first. */
+  async rolloutHistory(workspaceId: string): Promise<RolloutHistory> {
+    return this.#json<RolloutHistory>({ method: "GET", path: `/v1/workspaces/${seg(workspaceId)}/rollouts` });
   }
 
   async createKey(workspaceId: string, principalId: string): Promise<CreatedKey> {

@@ -15,7 +15,7 @@
  * ```
  */
 export { Client, Lease } from "./client.js";
-export type { AdmissionOptions, ClientOptions, EventsOptions, ReleaseOptions } from "./client.js";
+export type { AdmissionOptions, Approval, ClientOptions, EventsOptions, ReleaseOptions } from "./client.js";
 export { Lagged, MAX_EVENTS, SseParser, Update, decodeEvent } from "./events.js";
 export type { FeedEvent, SseMessage } from "./events.js";
 export {

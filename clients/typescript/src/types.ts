@@ -89,6 +89,10 @@ export type Priority = (typeof PRIORITIES)[number];
 
 export const CHANGE_KINDS = ["initial", "change", "rollback"] as const;
 export type ChangeKind = (typeof CHANGE_KINDS)[number];
+export const ROLLOUT_MODES = ["shadow", "canary"] as const;
+export type RolloutMode = (typeof ROLLOUT_MODES)[number];
+export const ROLLOUT_EVENTS = ["started", "promoted", "aborted"] as const;
+export type RolloutEvent = (typeof ROLLOUT_EVENTS)[number];
 export const PAUSE_CAUSES = ["retry-after-call", "release-outcome"] as const;
 export type PauseCause = (typeof PAUSE_CAUSES)[number];
 
@@ -144,6 +148,8 @@ export interface Evidence {
   /** On a `too-many-budgets` refusal only: which cap refused. */
   budgetCap?: BudgetCap;
   coordination?: Coordination;
+  /** Only on an answer a canary rollout's candidate decided: the candidate's revision. */
+  profileRevision?: string;
 }
 
 export interface LeaseBody {
@@ -265,6 +271,10 @@ export interface Profile {
   workspace: Limits;
   providers: Record<string, Limits>;
   principals?: Record<string, Limits>;
+  /** Request only (`registerProfile`): the approval on record, not part of the revision. */
+  note?: string | null;
+  /** Request only (`registerProfile`): who approved the change. */
+  approvedBy?: string | null;
 }
 
 export interface ProfileChangeRecord {
@@ -277,6 +287,10 @@ export interface ProfileChangeRecord {
   atEpochMs: number;
   /** The keyId of the admin key that made the change (null: first start, or an older record). */
   actorKeyId: string | null;
+  /** The operator's note on the change (null: none given, or an older record). */
+  note: string | null;
+  /** Who approved the change (null: none given, or an older record). */
+  approvedBy: string | null;
 }
 
 export interface ProfileUnchanged {
@@ -490,6 +504,68 @@ export interface KeyListing {
   revocations: KeyRevocation[];
 }
 
+export interface CandidateOnly {
+  admit: number;
+  queue: number;
+  refuse: number;
+}
+
+/** A rollout's decision comparison: counts only, never a principal or workspace. */
+export interface RolloutDecisions {
+  compared: number;
+  agree: number;
+  differ: number;
+  /** Differing arrivals by the candidate's reason (`admitted` for an admit). */
+  byReason: Record<string, number>;
+  candidateOnly: CandidateOnly;
+}
+
+/** The running rollout (`startRollout`, `currentRollout`). */
+export interface Rollout {
+  workspaceId: string;
+  revision: string;
+  digest: string;
+  mode: RolloutMode;
+  canaryShare: number | null;
+  startedAtEpochMs: number;
+  decisions: RolloutDecisions;
+}
+
+/** A rollout's audit record (`turnstile-rollout/v1`): started, promoted or aborted. */
+export interface RolloutRecord {
+  schema: string;
+  event: RolloutEvent;
+  revision: string;
+  digest: string;
+  mode: RolloutMode;
+  canaryShare: number | null;
+  startedAtEpochMs: number;
+  endedAtEpochMs: number | null;
+  decisions: RolloutDecisions | null;
+  atEpochMs: number;
+  actorKeyId: string | null;
+  note: string | null;
+  approvedBy: string | null;
+}
+
+export interface RolloutHistory {
+  records: RolloutRecord[];
+}
+
+export interface RolloutStartRequest {
+  revision: string;
+  profile: Profile;
+  mode: RolloutMode;
+  canaryShare?: number;
+  note?: string | null;
+  approvedBy?: string | null;
+}
+
+export interface RolloutEndRequest {
+  note?: string | null;
+  approvedBy?: string | null;
+}
+
 /** A JSON object whose shape the document leaves open (`/healthz`, `/readyz`, `/openapi.json`). */
 export type JsonObject = Record<string, unknown>;
 
@@ -531,8 +607,9 @@ export const SHAPES = {
     providerQuota: "scalar",
     breakerTransitions: "BreakerTransition[]",
     budgetOpened: "scalar",
-    budgetCap: "scalar",
+    budgetCap: "enum:BudgetCap",
     coordination: "enum:Coordination",
+    profileRevision: "scalar",
   },
   LeaseBody: { leaseId: "scalar", expiresAtEpochMs: "scalar", ttlMs: "scalar", evidence: "Evidence" },
   Rejection: { reason: "enum:Reason", retryable: "scalar", evidence: "Evidence" },
@@ -583,7 +660,13 @@ export const SHAPES = {
     priority: "enum:Priority",
     minShare: "MinShare",
   },
-  Profile: { workspace: "Limits", providers: "{Limits}", principals: "{Limits}" },
+  Profile: {
+    workspace: "Limits",
+    providers: "{Limits}",
+    principals: "{Limits}",
+    note: "scalar",
+    approvedBy: "scalar",
+  },
   ProfileChangeRecord: {
     schema: "const",
     workspaceId: "scalar",
@@ -593,6 +676,8 @@ export const SHAPES = {
     digest: "scalar",
     atEpochMs: "scalar",
     actorKeyId: "scalar",
+    note: "scalar",
+    approvedBy: "scalar",
   },
   ProfileUnchanged: { unchanged: "scalar", profileVersion: "scalar" },
   ProfileHistory: { records: "ProfileChangeRecord[]" },
@@ -690,6 +775,48 @@ export const SHAPES = {
   KeyInfo: { keyId: "scalar", principalId: "scalar", createdAtEpochMs: "scalar" },
   KeyRevocation: { schema: "enum:KeyRevocationSchema", keyId: "scalar", revokedAtEpochMs: "scalar" },
   KeyListing: { workspaceId: "scalar", keys: "KeyInfo[]", revocations: "KeyRevocation[]" },
+  CandidateOnly: { admit: "scalar", queue: "scalar", refuse: "scalar" },
+  RolloutDecisions: {
+    compared: "scalar",
+    agree: "scalar",
+    differ: "scalar",
+    byReason: "{scalar}",
+    candidateOnly: "CandidateOnly",
+  },
+  Rollout: {
+    workspaceId: "scalar",
+    revision: "scalar",
+    digest: "scalar",
+    mode: "enum:RolloutMode",
+    canaryShare: "scalar",
+    startedAtEpochMs: "scalar",
+    decisions: "RolloutDecisions",
+  },
+  RolloutRecord: {
+    schema: "const",
+    event: "enum:RolloutEvent",
+    revision: "scalar",
+    digest: "scalar",
+    mode: "enum:RolloutMode",
+    canaryShare: "scalar",
+    startedAtEpochMs: "scalar",
+    endedAtEpochMs: "scalar",
+    decisions: "RolloutDecisions",
+    atEpochMs: "scalar",
+    actorKeyId: "scalar",
+    note: "scalar",
+    approvedBy: "scalar",
+  },
+  RolloutHistory: { records: "RolloutRecord[]" },
+  RolloutStartRequest: {
+    revision: "scalar",
+    profile: "Profile",
+    mode: "enum:RolloutMode",
+    canaryShare: "scalar",
+    note: "scalar",
+    approvedBy: "scalar",
+  },
+  RolloutEndRequest: { note: "scalar", approvedBy: "scalar" },
 } as const satisfies Record<string, Record<string, string>>;
 
 export type ShapeName = keyof typeof SHAPES;
@@ -701,6 +828,8 @@ export const REQUIRED = {
   RetryAfterRequest: ["retryAfterMs"],
   CreateKeyRequest: ["principalId"],
   Profile: ["workspace", "providers"],
+  RolloutStartRequest: ["revision", "profile", "mode"],
+  RolloutEndRequest: [],
 } as const satisfies Partial<Record<ShapeName, readonly string[]>>;
 
 export const ENUMS: Record<string, readonly string[]> = {
@@ -711,6 +840,9 @@ export const ENUMS: Record<string, readonly string[]> = {
   Binding: BINDINGS,
   Coordination: COORDINATIONS,
   ChangeKind: CHANGE_KINDS,
+  BudgetCap: BUDGET_CAPS,
+  RolloutMode: ROLLOUT_MODES,
+  RolloutEvent: ROLLOUT_EVENTS,
   PauseCause: PAUSE_CAUSES,
   Fairness: FAIRNESS_MODES,
   Priority: PRIORITIES,
@@ -743,6 +875,31 @@ export const OPERATIONS: Record<string, OperationInfo> = {
     method: "registerProfile",
     request: "Profile",
     responses: { 201: "ProfileChangeRecord", 200: "ProfileUnchanged", 409: "ErrorBody", ...errorsWrite },
+  },
+  "POST /v1/workspaces/{workspaceId}/rollouts": {
+    method: "startRollout",
+    request: "RolloutStartRequest",
+    responses: { 201: "Rollout", 404: "ErrorBody", 409: "ErrorBody", ...errorsWrite },
+  },
+  "GET /v1/workspaces/{workspaceId}/rollouts": {
+    method: "rolloutHistory",
+    request: null,
+    responses: { 200: "RolloutHistory", ...errorsRead },
+  },
+  "GET /v1/workspaces/{workspaceId}/rollouts/current": {
+    method: "currentRollout",
+    request: null,
+    responses: { 200: "Rollout", 404: "ErrorBody", ...errorsRead },
+  },
+  "POST /v1/workspaces/{workspaceId}/rollouts/current/promote": {
+    method: "promoteRollout",
+    request: "RolloutEndRequest",
+    responses: { 200: "RolloutRecord", 404: "ErrorBody", ...errorsWrite },
+  },
+  "POST /v1/workspaces/{workspaceId}/rollouts/current/abort": {
+    method: "abortRollout",
+    request: "RolloutEndRequest",
+    responses: { 200: "RolloutRecord", 404: "ErrorBody", ...errorsWrite },
   },
   "GET /v1/workspaces/{workspaceId}/profiles": {
     method: "profileHistory",
@@ -866,6 +1023,13 @@ export type _ShapeChecks = [
   Assert<SameKeys<Limits, typeof SHAPES.Limits>>,
   Assert<SameKeys<Profile, typeof SHAPES.Profile>>,
   Assert<SameKeys<ProfileChangeRecord, typeof SHAPES.ProfileChangeRecord>>,
+  Assert<SameKeys<CandidateOnly, typeof SHAPES.CandidateOnly>>,
+  Assert<SameKeys<RolloutDecisions, typeof SHAPES.RolloutDecisions>>,
+  Assert<SameKeys<Rollout, typeof SHAPES.Rollout>>,
+  Assert<SameKeys<RolloutRecord, typeof SHAPES.RolloutRecord>>,
+  Assert<SameKeys<RolloutHistory, typeof SHAPES.RolloutHistory>>,
+  Assert<SameKeys<RolloutStartRequest, typeof SHAPES.RolloutStartRequest>>,
+  Assert<SameKeys<RolloutEndRequest, typeof SHAPES.RolloutEndRequest>>,
   Assert<SameKeys<ProfileUnchanged, typeof SHAPES.ProfileUnchanged>>,
   Assert<SameKeys<ProfileHistory, typeof SHAPES.ProfileHistory>>,
   Assert<SameKeys<BreakerHistory, typeof SHAPES.BreakerHistory>>,

@@ -5,6 +5,7 @@ import { after, before, test } from "node:test";
 import {
   AuthError,
   BadRequestError,
+  ConflictError,
   Client,
   ForbiddenError,
   type Lease,
@@ -287,6 +288,45 @@ test("admin: profiles and keys", async () => {
   assert.equal(revocation.keyId, created.keyId);
   await assert.rejects(fresh.snapshot(WORKSPACE), AuthError);
   await assert.rejects(admin.revokeKey(WORKSPACE, created.keyId), (e: unknown) => e instanceof NotFoundError && e.error === "unknown-key");
+});
+
+test("a revision change keeps its approval on record (issue 33, item 4)", async () => {
+  const workspace = "ts-approvals";
+  const record = await admin.registerProfile(workspace, "v1", PROFILE, { note: "CHG-8\nfirst limits", approvedBy: "Dana" });
+  assert.deepEqual(unknownKeys(record, "ProfileChangeRecord"), []);
+  assert.ok("note" in record);
+  assert.deepEqual([record.note, record.approvedBy], ["CHG-8\nfirst limits", "Dana"]);
+  await assert.rejects(
+    admin.registerProfile(workspace, "v2", PROFILE, { approvedBy: "x".repeat(129) }),
+    (e: unknown) => e instanceof BadRequestError && e.status === 422 && e.error === "invalid-request" && e.field === "approvedBy",
+  );
+  const history = (await admin.profileHistory(workspace)).records;
+  assert.deepEqual(
+    history.map((r) => [r.kind, r.note, r.approvedBy]),
+    [["initial", "CHG-8\nfirst limits", "Dana"]],
+  );
+});
+
+test("a rollout is started, read, promoted and listed (issue 33)", async () => {
+  const workspace = "ts-rollouts";
+  await admin.registerProfile(workspace, "v1", PROFILE);
+  const tighter = { ...PROFILE, workspace: { ...PROFILE.workspace, concurrency: 8 } };
+  const started = await admin.startRollout(workspace, "v2", tighter, { mode: "shadow", note: "try 8", approvedBy: "Dana" });
+  assert.deepEqual(unknownKeys(started, "Rollout"), []);
+  assert.deepEqual([started.revision, started.mode, started.canaryShare], ["v2", "shadow", null]);
+  assert.equal((await admin.currentRollout(workspace)).decisions.compared, 0);
+  await assert.rejects(
+    admin.startRollout(workspace, "v3", tighter, { mode: "canary", canaryShare: 0.5 }),
+    (e: unknown) => e instanceof ConflictError && e.error === "rollout-running",
+  );
+  await assert.rejects(admin.abortRollout(workspace, { approvedBy: "" }), (e: unknown) => e instanceof BadRequestError && e.field === "approvedBy");
+  const promoted = await admin.promoteRollout(workspace, { note: "clean", approvedBy: "CAB-1" });
+  assert.deepEqual(unknownKeys(promoted, "RolloutRecord"), []);
+  assert.deepEqual([promoted.event, promoted.approvedBy], ["promoted", "CAB-1"]);
+  await assert.rejects(admin.currentRollout(workspace), (e: unknown) => e instanceof NotFoundError && e.error === "no-rollout");
+  const records = (await admin.rolloutHistory(workspace)).records;
+  assert.deepEqual(records.map((r) => [r.event, r.note]), [["started", "try 8"], ["promoted", "clean"]]);
+  assert.equal((await admin.profileHistory(workspace)).records.at(-1)?.profileVersion, "v2");
 });
 
 test("console reads: pauses with their cause, fairness by key, a revision, who changed it", async () => {

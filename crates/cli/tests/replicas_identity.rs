@@ -6,8 +6,8 @@
 //! - A key created on A authenticates on B and C; a key revoked on B is refused by A and C
 //!   within the follow interval (measured, worst case printed, asserted under a generous 3 s).
 //! - A profile registered on C is enforced on A (an admission on A sees the new provider and
-//!   its limit), with the same version, digest and history (`actorKeyId`, instants) on every
-//!   replica; a rollback too.
+//!   its limit), with the same version, digest and history (`actorKeyId`, `note`,
+//!   `approvedBy`, instants) on every replica; a rollback too.
 //! - Registrations on two replicas at once are put in one order (every record's previous
 //!   version is the record before it, on every replica); the same version with different
 //!   limits at once: one wins, the other is 409.
@@ -417,8 +417,11 @@ fn a_profile_registered_on_one_replica_is_enforced_on_all_with_the_same_history(
     .unwrap();
     assert_eq!(status, 200, "{answer}");
 
-    // Rolled back on B.
-    let (status, answer) = put_profile(b, &admin, "v1", &profile(None));
+    // Rolled back on B, with its approval on record (issue 33).
+    let mut rollback = profile(None);
+    rollback["note"] = json!("v2 is too tight");
+    rollback["approvedBy"] = json!("Dana");
+    let (status, answer) = put_profile(b, &admin, "v1", &rollback);
     assert_eq!(status, 201, "{answer}");
     assert_eq!(answer["kind"], "rollback");
 
@@ -432,6 +435,25 @@ fn a_profile_registered_on_one_replica_is_enforced_on_all_with_the_same_history(
     assert_eq!(records[1]["digest"], registered["digest"]);
     assert_eq!(records[1]["atEpochMs"], registered["atEpochMs"]);
     assert!(records.iter().all(|r| r["actorKeyId"].is_string()));
+    assert_eq!(
+        (&records[2]["note"], &records[2]["approvedBy"]),
+        (&json!("v2 is too tight"), &json!("Dana")),
+        "the approval travels on the feed to every replica"
+    );
+    // A rollout runs on one process only: a replica refuses to start one, typed (issue 33).
+    let (status, answer) = http(
+        a.addr(),
+        "POST",
+        &format!("/v1/workspaces/{WORKSPACE}/rollouts"),
+        &admin,
+        Some(&json!({"revision": "v9", "profile": profile(Some(2)), "mode": "shadow"})),
+    )
+    .unwrap();
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("rollouts-unsupported")),
+        "{answer}"
+    );
     let revisions: Vec<Value> = [a, b, c]
         .iter()
         .map(|r| {

@@ -2,6 +2,7 @@
 //! sends one command to the driver (or the store) and maps the answer to a status.
 
 pub(crate) mod admissions;
+pub(crate) mod approval;
 pub(crate) mod coordination;
 pub(crate) mod events;
 pub(crate) mod fairness;
@@ -10,6 +11,8 @@ pub(crate) mod leases;
 pub(crate) mod ops;
 pub(crate) mod profiles;
 pub(crate) mod revisions;
+pub(crate) mod rollout_record;
+pub(crate) mod rollouts;
 pub(crate) mod validate;
 pub(crate) mod workspaces;
 
@@ -77,6 +80,8 @@ pub struct AppParts {
     pub identity: Arc<dyn crate::replicas::deployment::IdentityStore>,
     /// The shared side of releases, budget releases and pauses (nothing on a single process).
     pub books: Arc<dyn crate::replicas::deployment::SharedBooks>,
+    /// The candidate revision of each workspace's latest rollout (canary answers name it).
+    pub candidates: Arc<rollouts::CandidateRevisions>,
     /// The lease log's state: `/readyz` says not ready while it refuses writes.
     pub journal: Arc<turnstile_store::LeaseLogStats>,
 }

@@ -108,6 +108,8 @@ pub fn first_start(
                 at_epoch_ms: r.at_epoch_ms,
                 // The service itself, at first start: no key acted.
                 actor_key_id: None,
+                note: None,
+                approved_by: None,
             })
         });
         store.append_profile(

@@ -290,7 +290,7 @@ fn the_console_is_embedded_with_a_strict_policy() {
     assert!(policy.contains("script-src 'self'") && policy.contains("frame-ancestors 'none'"));
     let html = page.text().unwrap();
     assert!(html.contains("/ui/app.js") && !html.contains("<script>"));
-    for asset in ["app.js", "app.css", "charts.js"] {
+    for asset in ["app.js", "app.css", "charts.js", "rollout.js"] {
         let response = server
             .client
             .get(server.url(&format!("/ui/{asset}")))

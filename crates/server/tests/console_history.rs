@@ -1,6 +1,7 @@
 //! The console's history and fairness answers (issue 15): who changed a profile (the acting
 //! admin key's `keyId`, kept across a restart), the Retry-After pause history (journaled, kept
-//! across a restart), and the server-side fairness window with its scoping by key.
+//! across a restart), and the server-side fairness window with its scoping by key. Issue 33,
+//! item 4: every revision change keeps its approval on record (`note`, `approvedBy`).
 
 use serde_json::{json, Value};
 use turnstile_testkit::{test_profile, TestServer};
@@ -59,6 +60,101 @@ fn profile_history_says_which_admin_key_made_each_change_and_keeps_it_across_a_r
     let history = records(&restarted, &admin, "/v1/workspaces/t/profiles");
     assert_eq!(history.len(), 3);
     assert!(history.iter().all(|r| r["actorKeyId"] == admin_id.as_str()));
+}
+
+/// Issue 33, item 4: `PUT …/profiles/{v}` takes `note` and `approvedBy` beside the profile,
+/// answers and lists them with the actor, keeps them across a restart, and refuses bad ones
+/// (typed, naming the field) without registering anything.
+#[test]
+fn every_revision_change_keeps_its_note_and_approver_on_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), |_| {});
+    let admin = server.admin();
+    let with = |profile: &Value, note: Option<&str>, approved_by: Option<&str>| {
+        let mut body = profile.clone();
+        body["note"] = json!(note);
+        body["approvedBy"] = json!(approved_by);
+        body
+    };
+    let v1 = with(
+        &test_profile(),
+        Some("first limits\nCHG-1"),
+        Some("Dana (SRE)"),
+    );
+    let created = server.put_profile(&admin, "t", "v1", &v1);
+    assert_eq!(created.status(), 201);
+    let record: Value = created.json().unwrap();
+    assert_eq!(record["note"], "first limits\nCHG-1");
+    assert_eq!(record["approvedBy"], "Dana (SRE)");
+    assert!(record["actorKeyId"].as_str().unwrap().starts_with("key_"));
+    // The note is not part of the revision: the same limits again are unchanged.
+    let again = server.put_profile(&admin, "t", "v1", &with(&test_profile(), Some("x"), None));
+    assert_eq!(again.status(), 200);
+
+    // Bad approvals: typed 422 naming the field, nothing registered.
+    let mut second = test_profile();
+    second["providers"]["p"]["concurrency"] = json!(2);
+    let refused = [
+        (with(&second, Some("  "), None), "note"),
+        (with(&second, Some(&"n".repeat(1001)), None), "note"),
+        (with(&second, None, Some("a\u{7}b")), "approvedBy"),
+        (with(&second, None, Some(&"a".repeat(129))), "approvedBy"),
+        (
+            {
+                let mut b = second.clone();
+                b["note"] = json!(7);
+                b
+            },
+            "note",
+        ),
+    ];
+    for (body, field) in refused {
+        let answer = server.put_profile(&admin, "t", "v2", &body);
+        assert_eq!(answer.status(), 422, "{field}");
+        let error: Value = answer.json().unwrap();
+        assert_eq!(error["error"], "invalid-request");
+        assert_eq!(error["field"], field);
+    }
+    assert_eq!(
+        records(&server, &admin, "/v1/workspaces/t/profiles").len(),
+        1
+    );
+
+    // Without an approval the record says so (null), a rollback carries its own.
+    assert_eq!(server.put_profile(&admin, "t", "v2", &second).status(), 201);
+    let rollback: Value = server
+        .put_profile(
+            &admin,
+            "t",
+            "v1",
+            &with(&test_profile(), Some("v2 queued too much"), Some("Lee")),
+        )
+        .json()
+        .unwrap();
+    assert_eq!(rollback["kind"], "rollback");
+    assert_eq!(rollback["approvedBy"], "Lee");
+
+    server.stop();
+    let restarted = TestServer::start(dir.path(), |_| {});
+    let history = records(&restarted, &admin, "/v1/workspaces/t/profiles");
+    let approvals: Vec<(&str, Value, Value)> = history
+        .iter()
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap(),
+                r["note"].clone(),
+                r["approvedBy"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        approvals,
+        [
+            ("initial", json!("first limits\nCHG-1"), json!("Dana (SRE)")),
+            ("change", Value::Null, Value::Null),
+            ("rollback", json!("v2 queued too much"), json!("Lee")),
+        ]
+    );
 }
 
 #[test]

@@ -456,6 +456,9 @@
       // The admin key that made the change (null: the first start, or an older record).
       const by = cell(tr, r.actorKeyId || "–", "actor", "digest");
       if (!r.actorKeyId) by.title = "no key: registered at first start, or before the audit log kept actors";
+      // The approval on record (null: none given, or an older record).
+      cell(tr, r.approvedBy || "–", "approved-by");
+      cell(tr, r.note || "–", "note", "note");
       cell(tr, r.digest.slice(0, 19) + "…", "digest", "digest");
       const td = cell(tr, "");
       td.hidden = !session.admin;
@@ -482,6 +485,7 @@
       sel.replaceChildren(...versions.map((v) => new Option(v, v)));
       sel.value = versions.includes(old) ? old : versions[Math.min(pick, versions.length - 1)] || "";
     }
+    await rollout.load(current);
   }
 
   function flatten(value, prefix, out) {
@@ -497,12 +501,16 @@
 
   async function showDiff(a, b) {
     const [ra, rb] = await Promise.all([a, b].map((v) => api("GET", wsPath("/profiles/" + encodeURIComponent(v)))));
-    const fa = flatten(ra.profile, "", new Map()), fb = flatten(rb.profile, "", new Map());
+    renderDiff($("diff"), { label: a, digest: ra.digest, profile: ra.profile }, { label: b, digest: rb.digest, profile: rb.profile });
+  }
+
+  // The limits of two profiles, flattened to dotted paths, line by line into `pre`.
+  function renderDiff(pre, a, b) {
+    const fa = flatten(a.profile, "", new Map()), fb = flatten(b.profile, "", new Map());
     const keys = [...new Set([...fa.keys(), ...fb.keys()])].sort();
-    const pre = $("diff");
     const lines = [];
     const line = (cls, text) => { const s = document.createElement("span"); s.className = cls; s.textContent = text + "\n"; lines.push(s); };
-    line("", `--- ${a}  ${ra.digest}\n+++ ${b}  ${rb.digest}`);
+    line("", `--- ${a.label}  ${a.digest}\n+++ ${b.label}  ${b.digest}`);
     let changes = 0;
     for (const k of keys) {
       const va = fa.get(k), vb = fb.get(k);
@@ -520,6 +528,7 @@
     return new Promise((resolve) => {
       const d = $("confirm");
       $("confirm-text").textContent = text;
+      $("confirm-approval").hidden = true;
       d.returnValue = "";
       d.addEventListener("close", () => resolve(d.returnValue === "ok"), { once: true });
       d.showModal();
@@ -527,11 +536,35 @@
     });
   }
 
+  // A revision change (rollback, rollout start, promote, abort) asks for its approval on
+  // record: resolves with `{note?, approvedBy?}` (only what was filled in), or null on cancel.
+  function approvalDialog(text) {
+    return new Promise((resolve) => {
+      const d = $("confirm");
+      $("confirm-text").textContent = text;
+      $("confirm-approval").hidden = false;
+      $("confirm-note").value = "";
+      $("confirm-approved-by").value = "";
+      d.returnValue = "";
+      d.addEventListener("close", () => {
+        if (d.returnValue !== "ok") return resolve(null);
+        const approval = {};
+        const note = $("confirm-note").value.trim(), by = $("confirm-approved-by").value.trim();
+        if (note) approval.note = note;
+        if (by) approval.approvedBy = by;
+        resolve(approval);
+      }, { once: true });
+      d.showModal();
+      $("confirm-approved-by").focus();
+    });
+  }
+
   async function rollback(version) {
-    if (!(await confirmDialog(`Roll workspace ${session.workspace} back to revision ${version}? New admissions use its limits at once; the change is recorded in the audit log.`))) return;
+    const approval = await approvalDialog(`Roll workspace ${session.workspace} back to revision ${version}? New admissions use its limits at once; the change is recorded in the audit log.`);
+    if (!approval) return;
     try {
       const rev = await api("GET", wsPath("/profiles/" + encodeURIComponent(version)));
-      const record = await api("PUT", wsPath("/profiles/" + encodeURIComponent(version)), rev.profile);
+      const record = await api("PUT", wsPath("/profiles/" + encodeURIComponent(version)), { ...rev.profile, ...approval });
       status(`Rolled back to ${version} (${record && record.kind ? record.kind : "unchanged"}).`, true);
       await loadProfiles();
     } catch (e) { fail(e); }
@@ -632,8 +665,15 @@
     } catch (e) { fail(e); }
   }
 
+  // ---- rollouts (crates/server/ui/rollout.js) -------------------------------------------
+  const rollout = window.TurnstileRollout({
+    $, api, wsPath, approvalDialog, cell, labelCells, fail, status, renderDiff, session,
+    reloadProfiles: () => loadProfiles(),
+  });
+
   // ---- wiring -------------------------------------------------------------------------
   function init() {
+    rollout.wire(() => current);
     $("signin-form").addEventListener("submit", (e) => {
       e.preventDefault();
       status("");

@@ -16,6 +16,7 @@ use turnstile_admission::{
 use crate::error::DriverError;
 use crate::fairness::FairnessView;
 use crate::grant::Grant;
+use crate::journal::Approval;
 use crate::lease_table::LeaseToken;
 use crate::telemetry::AdmitSpan;
 
@@ -123,9 +124,10 @@ pub enum Command {
         profile: Box<Profile>,
         /// The profile as the caller sent it (journaled, replayed on restart).
         profile_json: String,
-        /// Who registers it (the host's name for the acting credential, such as an admin key
-        /// ID), journaled with the registration; never a principal or workspace ID.
-        actor: Option<String>,
+        /// Who registers it and the approval on record (the host's name for the acting
+        /// credential, such as an admin key ID, the note, the approver), journaled with the
+        /// registration; never a principal or workspace ID.
+        approval: Approval,
         /// When the registration was made, if not now: a replica applying a registration
         /// another replica made (the shared feed, `docs/replicas.md`) passes the original
         /// instant, so its profile-change record is the original's. The controller's clock

@@ -58,8 +58,22 @@ pub struct Registration {
     pub change: Option<ProfileChangeRecord>,
     /// When it was registered (the driver's clock).
     pub at: Millis,
-    /// Who registered it, as the host named the acting credential (`Command::Register`).
+    /// Who registered it and the approval on record (`Command::Register`).
+    pub approval: Approval,
+}
+
+/// Who made a revision change and the approval on record for it, journaled with the change
+/// (the host's audit log). Never a principal or workspace ID: `actor` is the host's name for
+/// the acting credential (such as an admin key ID); `note` and `approved_by` are the operator's
+/// free text. All `None` for a change the host made itself (a first start's demo profile).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Approval {
+    /// The acting credential, as the host names it.
     pub actor: Option<String>,
+    /// The operator's note on the change.
+    pub note: Option<String>,
+    /// Who approved the change.
+    pub approved_by: Option<String>,
 }
 
 /// Called once a registration is durable (`Ok`) or could not be made durable (`Err`).

@@ -56,7 +56,7 @@ pub use fairness::{
 pub use feed::{DecisionCount, Feed, FeedEvent, Pause, PrincipalTally};
 pub use grant::Grant;
 pub use handle::{CancelGuard, DriverHandle, Submitted};
-pub use journal::{Done, HeldLease, Journal, LeaseEvent, NoJournal, Registration};
+pub use journal::{Approval, Done, HeldLease, Journal, LeaseEvent, NoJournal, Registration};
 pub use lease_metrics::LeaseMetrics;
 pub use lease_table::{LeaseToken, RandomError};
 pub use pause::{PauseCause, JOURNAL_EXTENSION_MS, PAUSE_RECORD_SCHEMA};

@@ -18,6 +18,7 @@ use turnstile_admission::{
 use crate::command::Command;
 use crate::error::DriverError;
 use crate::handle::DriverHandle;
+use crate::journal::Approval;
 
 /// A promoted rollout: its record, and the profile-change record of the revision it made
 /// current.
@@ -51,9 +52,9 @@ pub enum RolloutCommand {
     Promote {
         /// The workspace.
         workspace: String,
-        /// Who promotes (journaled with the registration, as for [`DriverHandle::register`]);
-        /// never a principal or workspace ID.
-        actor: Option<String>,
+        /// Who promotes and the approval on record (journaled with the registration, as for
+        /// [`DriverHandle::register`]); never a principal or workspace ID.
+        approval: Approval,
         /// Answered once the registration is durable.
         reply: oneshot::Sender<Result<Promoted, DriverError>>,
     },
@@ -120,12 +121,12 @@ impl DriverHandle {
     pub async fn promote_rollout(
         &self,
         workspace: &str,
-        actor: Option<String>,
+        approval: Approval,
     ) -> Result<Promoted, DriverError> {
         self.ask(|reply| {
             Command::Rollout(Box::new(RolloutCommand::Promote {
                 workspace: workspace.to_owned(),
-                actor,
+                approval,
                 reply,
             }))
         })

@@ -9,8 +9,8 @@ use turnstile_admission::{
     Registry, RegistryError, RolloutError, RolloutMode, RolloutOutcome,
 };
 use turnstile_shell::{
-    Acquire, AcquireReply, Clock, Done, Driver, DriverConfig, DriverError, DriverHandle, Grant,
-    Journal, LeaseMetrics, Registration, Wait,
+    Acquire, AcquireReply, Approval, Clock, Done, Driver, DriverConfig, DriverError, DriverHandle,
+    Grant, Journal, LeaseMetrics, Registration, Wait,
 };
 
 type Registrations = Arc<Mutex<Vec<Registration>>>;
@@ -112,7 +112,14 @@ async fn a_shadow_is_compared_then_promoted_and_journaled_as_a_registration_of_t
     );
 
     let (finished, change) = driver
-        .promote_rollout("ws", Some("key-1".into()))
+        .promote_rollout(
+            "ws",
+            Approval {
+                actor: Some("key-1".into()),
+                note: Some("clean".into()),
+                approved_by: None,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(finished.outcome, RolloutOutcome::Promoted);
@@ -123,7 +130,8 @@ async fn a_shadow_is_compared_then_promoted_and_journaled_as_a_registration_of_t
         let promoted = journaled.last().expect("journaled");
         assert_eq!(promoted.profile_version, "v2");
         assert_eq!(promoted.profile_json, "v2-as-sent");
-        assert_eq!(promoted.actor.as_deref(), Some("key-1"));
+        assert_eq!(promoted.approval.actor.as_deref(), Some("key-1"));
+        assert_eq!(promoted.approval.note.as_deref(), Some("clean"));
         assert_eq!(promoted.change.as_ref(), Some(&change));
     }
     assert_eq!(driver.rollout("ws").await.unwrap(), None);

@@ -13,7 +13,9 @@
 //!   the audit log never misses a change that the profiles table holds, nor the reverse.
 //! - **The audit log is append-only** and read back per workspace and kind, oldest first. A
 //!   record keeps who made the change ([`AuditRecord::actor_key_id`], an admin key's key ID)
-//!   exactly as written; records from before actors were kept read back with none.
+//!   exactly as written, and the approval on record of a revision change
+//!   ([`AuditRecord::note`], [`AuditRecord::approved_by`]); records from before these were kept
+//!   read back with none.
 //! - **Held leases and budget spend follow their changes exactly** ([`LeaseChange`], rules in
 //!   `leases.rs`); they live in the [`LeaseLog`], an append-only file beside the database, not
 //!   in it (`lease_log/mod.rs` says why).
@@ -26,6 +28,7 @@ mod change_ref;
 mod lease_log;
 mod leases;
 mod memory;
+mod schema;
 mod sqlite;
 mod types;
 

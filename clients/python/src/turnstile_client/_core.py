@@ -60,6 +60,16 @@ def segment(value: str) -> str:
     return quote(value, safe="")
 
 
+def approval(body: dict[str, Any], note: str | None, approved_by: str | None) -> dict[str, Any]:
+    """`body` with the approval on record of a revision change (`note`, `approvedBy`) when
+    given; the service checks them (422 `invalid-request` naming the field)."""
+    if note is not None:
+        body["note"] = note
+    if approved_by is not None:
+        body["approvedBy"] = approved_by
+    return body
+
+
 def wire_estimate(estimate: Estimate | Mapping[str, Any] | None) -> WireEstimate:
     """The snake_case estimate as the service's camelCase `Estimate` object."""
     if estimate is None:

@@ -9,7 +9,7 @@ from typing import Any, Mapping, cast
 import httpx
 
 from . import _core
-from ._core import Call, LeaseState, segment
+from ._core import Call, LeaseState, approval, segment
 from ._errors import LeaseLost, TurnstileError
 from ._events import EventStream, events_request
 from ._types import (
@@ -33,6 +33,11 @@ from ._types import (
     ProfileUnchanged,
     ReleaseResult,
     RetryAfterRequest,
+    Rollout,
+    RolloutHistory,
+    RolloutMode,
+    RolloutRecord,
+    RolloutStartRequest,
     Snapshot,
     WorkspaceList,
 )
@@ -324,11 +329,65 @@ class Client:
     # Administration (admin key).
 
     def register_profile(
-        self, workspace_id: str, profile_version: str, profile: Profile | Mapping[str, Any]
+        self,
+        workspace_id: str,
+        profile_version: str,
+        profile: Profile | Mapping[str, Any],
+        *,
+        note: str | None = None,
+        approved_by: str | None = None,
     ) -> ProfileChangeRecord | ProfileUnchanged:
-        """Register a profile revision: the change record (201) or `{unchanged: true}` (200)."""
+        """Register a profile revision: the change record (201) or `{unchanged: true}` (200).
+        `note` and `approved_by` are kept with the change in the audit log (the approval on
+        record); a rollback is registering an earlier revision again."""
         path = f"/v1/workspaces/{segment(workspace_id)}/profiles/{segment(profile_version)}"
-        return cast(ProfileChangeRecord, self._json(Call("PUT", path, dict(profile), True), ok=(200, 201)))
+        body = approval(dict(profile), note, approved_by)
+        return cast(ProfileChangeRecord, self._json(Call("PUT", path, body, True), ok=(200, 201)))
+
+    # Rollouts (issue 33): a candidate revision in shadow or on a canary slice before it binds.
+
+    def start_rollout(
+        self,
+        workspace_id: str,
+        revision: str,
+        profile: Profile | Mapping[str, Any],
+        mode: RolloutMode = "shadow",
+        *,
+        canary_share: float | None = None,
+        note: str | None = None,
+        approved_by: str | None = None,
+    ) -> Rollout:
+        """Start a rollout (admin): `revision` is registered (not current) and tried in `mode`
+        (`canary_share` of the principals with `canary`); 409 `Conflict` while one runs."""
+        body: RolloutStartRequest = {"revision": revision, "profile": cast(Profile, dict(profile)), "mode": mode}
+        if canary_share is not None:
+            body["canaryShare"] = canary_share
+        call = Call("POST", f"/v1/workspaces/{segment(workspace_id)}/rollouts", approval(dict(body), note, approved_by), True)
+        return cast(Rollout, self._json(call, ok=(201,)))
+
+    def current_rollout(self, workspace_id: str) -> Rollout:
+        """The running rollout and its decision comparison (404 `NotFound` `no-rollout`)."""
+        call = Call("GET", f"/v1/workspaces/{segment(workspace_id)}/rollouts/current")
+        return cast(Rollout, self._json(call))
+
+    def promote_rollout(
+        self, workspace_id: str, *, note: str | None = None, approved_by: str | None = None
+    ) -> RolloutRecord:
+        """Promote the running rollout's candidate (admin): it becomes the current revision."""
+        path = f"/v1/workspaces/{segment(workspace_id)}/rollouts/current/promote"
+        return cast(RolloutRecord, self._json(Call("POST", path, approval({}, note, approved_by), True)))
+
+    def abort_rollout(
+        self, workspace_id: str, *, note: str | None = None, approved_by: str | None = None
+    ) -> RolloutRecord:
+        """Abort the running rollout (admin): the current revision stays."""
+        path = f"/v1/workspaces/{segment(workspace_id)}/rollouts/current/abort"
+        return cast(RolloutRecord, self._json(Call("POST", path, approval({}, note, approved_by), True)))
+
+    def rollout_history(self, workspace_id: str) -> RolloutHistory:
+        """Rollout records (started, promoted, aborted) with their approval, oldest first."""
+        call = Call("GET", f"/v1/workspaces/{segment(workspace_id)}/rollouts")
+        return cast(RolloutHistory, self._json(call))
 
     def create_key(self, workspace_id: str, principal_id: str) -> CreatedKey:
         body: CreateKeyRequest = {"principalId": principal_id}

@@ -64,6 +64,8 @@ Binding = Literal[
     "provider-quota-tokens",
 ]
 ChangeKind = Literal["initial", "change", "rollback"]
+RolloutMode = Literal["shadow", "canary"]
+RolloutEvent = Literal["started", "promoted", "aborted"]
 PauseCause = Literal["retry-after-call", "release-outcome"]
 Coordination = Literal["shared", "degraded"]
 # Which cap refused a budget (`too-many-budgets`).
@@ -156,6 +158,8 @@ class Evidence(TypedDict, total=False):
     # On a `too-many-budgets` refusal only: which cap refused.
     budgetCap: BudgetCap
     coordination: Coordination
+    # Only on an answer a canary rollout's candidate decided: the candidate's revision.
+    profileRevision: str
 
 
 class LeaseBody(TypedDict, total=False):
@@ -287,6 +291,10 @@ class _ProfileRequired(TypedDict):
 
 class Profile(_ProfileRequired, total=False):
     principals: dict[str, Limits]
+    # Request only (`register_profile`): the approval on record of the change, not part of the
+    # revision (never answered inside a profile).
+    note: str | None
+    approvedBy: str | None
 
 
 class ProfileChangeRecord(TypedDict, total=False):
@@ -299,6 +307,9 @@ class ProfileChangeRecord(TypedDict, total=False):
     atEpochMs: int
     # The keyId of the admin key that made the change (None: first start, or an older record).
     actorKeyId: str | None
+    # The approval on record: the operator's note and who approved (None when not given).
+    note: str | None
+    approvedBy: str | None
 
 
 class ProfileUnchanged(TypedDict, total=False):
@@ -312,6 +323,74 @@ class ProfileHistory(TypedDict, total=False):
 
 class BreakerHistory(TypedDict, total=False):
     records: list[BreakerTransition]
+
+
+class CandidateOnly(TypedDict, total=False):
+    admit: int
+    queue: int
+    refuse: int
+
+
+class RolloutDecisions(TypedDict, total=False):
+    """A rollout's decision comparison: counts only, never a principal or workspace."""
+
+    compared: int
+    agree: int
+    differ: int
+    # Differing arrivals by the candidate's reason (`admitted` for an admit).
+    byReason: dict[str, int]
+    candidateOnly: CandidateOnly
+
+
+class Rollout(TypedDict, total=False):
+    """The running rollout (`start_rollout`, `current_rollout`)."""
+
+    workspaceId: str
+    revision: str
+    digest: str
+    mode: RolloutMode
+    canaryShare: float | None
+    startedAtEpochMs: int
+    decisions: RolloutDecisions
+
+
+class RolloutRecord(TypedDict, total=False):
+    """A rollout's audit record (`turnstile-rollout/v1`): started, promoted or aborted."""
+
+    schema: str
+    event: RolloutEvent
+    revision: str
+    digest: str
+    mode: RolloutMode
+    canaryShare: float | None
+    startedAtEpochMs: int
+    endedAtEpochMs: int | None
+    decisions: RolloutDecisions | None
+    atEpochMs: int
+    actorKeyId: str | None
+    note: str | None
+    approvedBy: str | None
+
+
+class RolloutHistory(TypedDict, total=False):
+    records: list[RolloutRecord]
+
+
+class _RolloutStartRequired(TypedDict):
+    revision: str
+    profile: Profile
+    mode: RolloutMode
+
+
+class RolloutStartRequest(_RolloutStartRequired, total=False):
+    canaryShare: float
+    note: str | None
+    approvedBy: str | None
+
+
+class RolloutEndRequest(TypedDict, total=False):
+    note: str | None
+    approvedBy: str | None
 
 
 class ProfileRevision(TypedDict, total=False):
@@ -570,6 +649,23 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "register_profile",
         Profile,
         {201: ProfileChangeRecord, 200: ProfileUnchanged, 409: ErrorBody, **_ERRORS_WRITE},
+    ),
+    ("POST", "/v1/workspaces/{workspaceId}/rollouts"): Operation(
+        "start_rollout",
+        RolloutStartRequest,
+        {201: Rollout, 404: ErrorBody, 409: ErrorBody, **_ERRORS_WRITE},
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/rollouts"): Operation(
+        "rollout_history", None, {200: RolloutHistory, **_ERRORS_READ}
+    ),
+    ("GET", "/v1/workspaces/{workspaceId}/rollouts/current"): Operation(
+        "current_rollout", None, {200: Rollout, 404: ErrorBody, **_ERRORS_READ}
+    ),
+    ("POST", "/v1/workspaces/{workspaceId}/rollouts/current/promote"): Operation(
+        "promote_rollout", RolloutEndRequest, {200: RolloutRecord, 404: ErrorBody, **_ERRORS_WRITE}
+    ),
+    ("POST", "/v1/workspaces/{workspaceId}/rollouts/current/abort"): Operation(
+        "abort_rollout", RolloutEndRequest, {200: RolloutRecord, 404: ErrorBody, **_ERRORS_WRITE}
     ),
     ("GET", "/v1/workspaces/{workspaceId}/profiles"): Operation(
         "profile_history", None, {200: ProfileHistory, **_ERRORS_READ}

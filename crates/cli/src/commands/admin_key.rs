@@ -103,6 +103,8 @@ fn reset(args: ResetArgs) -> anyhow::Result<()> {
         at_epoch_ms: now,
         // Offline, by whoever holds the data directory: no API key acted.
         actor_key_id: None,
+        note: None,
+        approved_by: None,
     };
     let replaced = store
         .replace_admin_keys(&stored, &record)

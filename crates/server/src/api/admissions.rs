@@ -10,8 +10,9 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use turnstile_admission::{Estimate, Millis, Rejection};
+use turnstile_admission::{Estimate, Evidence, Millis, Rejection};
 
+use crate::api::rollouts::candidate;
 use crate::api::{validate, AppState};
 use crate::http::body;
 use crate::http::error::ApiError;
@@ -96,6 +97,7 @@ pub async fn acquire(
     }
 
     let span = state.telemetry.admission_requested(&request.provider_id);
+    let workspace_id = workspace.clone();
     let request = Acquire {
         workspace,
         principal,
@@ -115,6 +117,16 @@ pub async fn acquire(
     {
         AcquireReply::Admitted(mut grant) => {
             grant.accept();
+            if let Some(revision) = candidate_of(&state, &workspace_id, &grant.evidence) {
+                // A canary's candidate decided: the answer names it (`rollouts/candidate.rs`).
+                return Ok(candidate::lease_response(
+                    &revision,
+                    &grant.token.to_string(),
+                    grant.expires_at.unwrap_or(Millis::MAX),
+                    grant.ttl_ms.unwrap_or(state.config.leases.ttl_ms),
+                    &grant.evidence,
+                ));
+            }
             // The `LeaseBody` bytes, written without building one (`lease_answer.rs`).
             Ok(lease_answer::lease_response(
                 &grant.token.to_string(),
@@ -123,20 +135,39 @@ pub async fn acquire(
                 &grant.evidence,
             ))
         }
-        AcquireReply::Rejected(rejection) => Ok(rejection_response(rejection)),
+        AcquireReply::Rejected(rejection) => {
+            let revision = candidate_of(&state, &workspace_id, &rejection.evidence);
+            Ok(named_rejection(rejection, revision.as_deref()))
+        }
         AcquireReply::NoProfile => Err(ApiError::no_profile()),
         AcquireReply::ShuttingDown => Err(ApiError::ShuttingDown),
         AcquireReply::Internal => Err(ApiError::Storage),
     }
 }
 
+/// The candidate revision that decided `evidence`, when a canary's candidate did (the common
+/// answer takes no lock).
+fn candidate_of(state: &AppState, workspace: &str, evidence: &Evidence) -> Option<String> {
+    if !evidence.candidate {
+        return None;
+    }
+    state.candidates.of(workspace)
+}
+
 /// A typed rejection: `{reason, retryable, evidence}` with the reason's status, and
-/// `Retry-After` on 429 / 503.
-pub fn rejection_response(rejection: Rejection) -> Response {
+/// `Retry-After` on 429 / 503; its evidence names the candidate revision that decided it, if
+/// one did.
+fn named_rejection(rejection: Rejection, revision: Option<&str>) -> Response {
     let status = status_for_rejection(&rejection);
     let hint = rejection.evidence.retry_after_ms;
     let caller = rejection.evidence.caller;
-    let mut response = (status, Json(rejection)).into_response();
+    let mut response = match revision {
+        None => (status, Json(rejection)).into_response(),
+        Some(revision) => {
+            let body = serde_json::to_value(&rejection).unwrap_or(serde_json::Value::Null);
+            (status, Json(candidate::named(body, revision))).into_response()
+        }
+    };
     lease_answer::caller_headers(&mut response, &caller);
     if carries_retry_after(status) {
         if let Ok(value) = HeaderValue::from_str(&retry_after_seconds(hint).to_string()) {

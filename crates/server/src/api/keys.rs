@@ -168,6 +168,8 @@ pub async fn revoke_key(
         record_json: serde_json::to_string(&revocation).map_err(|_| ApiError::Storage)?,
         at_epoch_ms: revocation.revoked_at_epoch_ms,
         actor_key_id: Some(acting.key_id()),
+        note: None,
+        approved_by: None,
     };
     // Replicas: revoked on every replica within one follow interval; this one before
     // answering.

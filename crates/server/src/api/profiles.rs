@@ -10,9 +10,11 @@
 //! - Replicas (`[coordination] redis_url`): a registration (or rollback) is the deployment's,
 //!   through the shared feed (`crate::replicas::identity`): every replica enforces it, with the same
 //!   records; 503 `coordination-unavailable` while Redis does not answer.
-//! - Who changed what: a profile-change record answered by `PUT` or listed by `GET …/profiles`
-//!   carries `actorKeyId`, the key ID of the admin key that registered it (`null` for the first
-//!   start's demo profile and for records stored before the audit log kept actors).
+//! - Who changed what, on whose approval: the `PUT` body may carry `note` and `approvedBy` beside
+//!   the profile (`crate::api::approval`: bounded, 422 `invalid-request` naming the field); a
+//!   profile-change record answered by `PUT` or listed by `GET …/profiles` carries `actorKeyId`
+//!   (the key ID of the admin key that registered it), `note` and `approvedBy` (`null` for the
+//!   first start's demo profile and for records stored before the audit log kept them).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -22,7 +24,7 @@ use serde::Serialize;
 use turnstile_admission::Profile;
 use turnstile_store::AuditKind;
 
-use crate::api::{validate, AppState};
+use crate::api::{approval, validate, AppState};
 use crate::http::body;
 use crate::http::error::ApiError;
 use crate::keys::auth::ActingKey;
@@ -47,14 +49,6 @@ pub struct Records {
     pub records: Vec<serde_json::Value>,
 }
 
-/// A profile-change record as the API answers it: the core's record and who made the change.
-fn with_actor(mut record: serde_json::Value, actor_key_id: Option<&str>) -> serde_json::Value {
-    if let Some(object) = record.as_object_mut() {
-        object.insert("actorKeyId".into(), serde_json::json!(actor_key_id));
-    }
-    record
-}
-
 pub async fn put_profile(
     State(state): State<AppState>,
     caller: Caller,
@@ -66,7 +60,12 @@ pub async fn put_profile(
     validate::id("workspaceId", &workspace_id)?;
     validate::id("profileVersion", &profile_version)?;
     let bytes = crate::http::body::bytes(body)?;
-    let profile = parse_profile(&bytes)?;
+    let mut document: serde_json::Value = body::parse_slice(&bytes)?;
+    let approval = match document.as_object_mut() {
+        Some(object) => approval::take(&acting, object)?,
+        None => approval::approval(&acting, None, None)?,
+    };
+    let profile = parse_profile(document, true)?;
     for principal in profile.principals.keys() {
         validate::id("principals", principal)?;
     }
@@ -79,8 +78,7 @@ pub async fn put_profile(
             message: "profile cannot be encoded".into(),
         })?;
     let version = profile_version.clone();
-    let actor = acting.key_id();
-    let actor_key_id = actor.clone();
+    let answered = approval.clone();
     // Replicas: registered for the whole deployment, in one order on every replica.
     let record = state
         .identity
@@ -89,13 +87,13 @@ pub async fn put_profile(
             version,
             profile,
             profile_json,
-            actor,
+            approval,
         })
         .await?;
     Ok(match record {
         Some(record) => {
             let record = serde_json::to_value(record).map_err(|_| ApiError::Storage)?;
-            let record = with_actor(record, Some(&actor_key_id));
+            let record = approval::on_record(record, &answered);
             (StatusCode::CREATED, Json(record)).into_response()
         }
         None => (
@@ -111,8 +109,13 @@ pub async fn put_profile(
 
 /// The profile document, strictly: `Profile` itself ignores unknown top-level keys, so a
 /// misspelt `principals` would silently register no principal limits; here any key other than
-/// `workspace`, `providers` and `principals` is refused, naming it.
-fn parse_profile(bytes: &[u8]) -> Result<Profile, ApiError> {
+/// `workspace`, `providers` and `principals` is refused, naming it (`note` and `approvedBy`
+/// were taken out before: `crate::api::approval`; `with_approval` says whether the request
+/// allows them beside the profile, for the message).
+pub(crate) fn parse_profile(
+    value: serde_json::Value,
+    with_approval: bool,
+) -> Result<Profile, ApiError> {
     let as_definition = |error: ApiError| match error {
         ApiError::InvalidRequest { field, message } => ApiError::InvalidDefinition {
             field,
@@ -120,7 +123,6 @@ fn parse_profile(bytes: &[u8]) -> Result<Profile, ApiError> {
         },
         other => other,
     };
-    let value: serde_json::Value = body::parse_slice(bytes)?;
     if let Some(object) = value.as_object() {
         if let Some(unknown) = object
             .keys()
@@ -129,7 +131,8 @@ fn parse_profile(bytes: &[u8]) -> Result<Profile, ApiError> {
             return Err(ApiError::InvalidDefinition {
                 field: unknown.clone(),
                 message: format!(
-                    "invalid-definition: unknown field `{unknown}`, expected one of `workspace`, `providers`, `principals`"
+                    "invalid-definition: unknown field `{unknown}`, expected one of `workspace`, `providers`, `principals`{}",
+                    if with_approval { ", `note`, `approvedBy`" } else { "" }
                 ),
             });
         }
@@ -197,7 +200,9 @@ fn limits_are_objects(value: &serde_json::Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-async fn history(
+/// The last [`HISTORY_LIMIT`] audit records of one kind, oldest first; a revision change's
+/// (profile change, rollout) with its approval on record.
+pub(crate) async fn history(
     state: &AppState,
     caller: &Caller,
     workspace_id: &str,
@@ -217,7 +222,9 @@ async fn history(
         .filter_map(|r| {
             let record = serde_json::from_str(&r.record_json).ok()?;
             Some(match kind {
-                AuditKind::ProfileChange => with_actor(record, r.actor_key_id.as_deref()),
+                AuditKind::ProfileChange | AuditKind::Rollout => {
+                    approval::on_record(record, &approval::of_stored(&r))
+                }
                 _ => record,
             })
         })

@@ -146,7 +146,11 @@ pub async fn start_with_telemetry(
     bootstrap::replay(&store, &mut registry)?;
     let bootstrap_keys = match &mode {
         Mode::Replica(replica) => replica.bootstrap_keys(),
-        Mode::Single => single::bootstrap(&mut store, &mut registry, config.demo, clock.now_ms())?,
+        Mode::Single => {
+            // A rollout does not survive a restart: its record is closed (`api::rollout_record`).
+            crate::api::rollout_record::end_interrupted(&mut store, clock.now_ms())?;
+            single::bootstrap(&mut store, &mut registry, config.demo, clock.now_ms())?
+        }
     };
     // What the previous process charged and granted counts again before anything is answered,
     // and its lanes' pauses, open breakers and spent rate buckets hold again (the leases are
@@ -262,6 +266,7 @@ pub async fn start_with_telemetry(
         exposition,
         identity: deployment.identity,
         books: deployment.books,
+        candidates: Arc::default(),
         journal: journal_stats,
     });
     // Restored (or not usable): gone before anything is served, so a later crash never finds

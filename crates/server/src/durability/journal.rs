@@ -142,7 +142,9 @@ impl Journal for StoreJournal {
                 kind: AuditKind::ProfileChange,
                 record_json: json,
                 at_epoch_ms: record.at_epoch_ms,
-                actor_key_id: registration.actor.clone(),
+                actor_key_id: registration.approval.actor.clone(),
+                note: registration.approval.note.clone(),
+                approved_by: registration.approval.approved_by.clone(),
             })
         });
         let profile = StoredProfile {
@@ -172,6 +174,8 @@ impl Journal for StoreJournal {
                     record_json: json,
                     at_epoch_ms: t.at_epoch_ms,
                     actor_key_id: None,
+                    note: None,
+                    approved_by: None,
                 })
             })
             .collect();
@@ -223,6 +227,8 @@ pub fn pause_record(workspace: &str, pause: &Pause) -> Option<AuditRecord> {
         record_json: value.to_string(),
         at_epoch_ms: pause.at_epoch_ms,
         actor_key_id: None,
+        note: None,
+        approved_by: None,
     })
 }
 

@@ -51,6 +51,10 @@ pub enum ApiError {
     /// A profile revision reused with different limits.
     #[error("{0}")]
     Conflict(String),
+    /// The workspace's state does not allow this now (a rollout runs, or cannot run here);
+    /// `code` says which.
+    #[error("{message}")]
+    StateConflict { code: &'static str, message: String },
     /// A profile that breaks a limits rule.
     #[error("{message}")]
     InvalidDefinition { field: String, message: String },
@@ -99,6 +103,7 @@ impl ApiError {
             ApiError::KeyBusy(_) => "key-busy",
             ApiError::Overloaded => "overloaded",
             ApiError::Conflict(_) | ApiError::InvalidDefinition { .. } => "invalid-definition",
+            ApiError::StateConflict { code, .. } => code,
             ApiError::ShuttingDown => "shutting-down",
             ApiError::Storage => "storage-error",
             ApiError::Internal => "internal-error",
@@ -122,7 +127,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::KeyBusy(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Conflict(_) | ApiError::StateConflict { .. } => StatusCode::CONFLICT,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::ShuttingDown
             | ApiError::Storage
@@ -206,9 +211,13 @@ impl From<RegistryError> for ApiError {
     /// A refused registration or an operation on a workspace without a profile.
     fn from(error: RegistryError) -> Self {
         match error {
-            RegistryError::Conflict { .. }
-            | RegistryError::PrincipalConflict { .. }
-            | RegistryError::RolloutRunning => ApiError::Conflict(error.to_string()),
+            RegistryError::Conflict { .. } | RegistryError::PrincipalConflict { .. } => {
+                ApiError::Conflict(error.to_string())
+            }
+            RegistryError::RolloutRunning => ApiError::StateConflict {
+                code: "rollout-running",
+                message: error.to_string(),
+            },
             RegistryError::InvalidProfile(profile_error) => ApiError::InvalidDefinition {
                 field: profile_error.field().to_owned(),
                 message: format!("invalid-definition: {profile_error}"),
@@ -227,25 +236,36 @@ impl From<RegistryError> for ApiError {
 }
 
 impl From<RolloutError> for ApiError {
-    /// A refused rollout operation (issue 33): one at a time (409), none running (404).
+    /// A refused rollout operation (issue 33): one at a time (409 `rollout-running`, or
+    /// `rollout-draining` while the last canary's slice holds work), none running (404
+    /// `no-rollout`), a bad share or a candidate that is current already (422
+    /// `invalid-request` naming the field); a candidate that cannot be registered answers as a
+    /// registration does.
     fn from(error: RolloutError) -> Self {
         match error {
             RolloutError::UnknownWorkspace => ApiError::no_profile(),
-            RolloutError::AlreadyRunning | RolloutError::Draining => {
-                ApiError::Conflict(error.to_string())
-            }
+            RolloutError::AlreadyRunning => ApiError::StateConflict {
+                code: "rollout-running",
+                message: "a rollout already runs in this workspace: promote or abort it first"
+                    .into(),
+            },
+            RolloutError::Draining => ApiError::StateConflict {
+                code: "rollout-draining",
+                message: "the last canary's principals still hold leases or waiters; try again \
+                          shortly"
+                    .into(),
+            },
             RolloutError::NoRollout => ApiError::NotFound {
                 code: "no-rollout",
-                message: error.to_string(),
+                message: "no rollout runs in this workspace".into(),
             },
-            RolloutError::CandidateIsCurrent { .. } => ApiError::InvalidDefinition {
-                field: "revision".into(),
-                message: error.to_string(),
-            },
-            RolloutError::InvalidShare => ApiError::InvalidDefinition {
-                field: "canaryShare".into(),
-                message: error.to_string(),
-            },
+            RolloutError::CandidateIsCurrent { revision } => ApiError::invalid(
+                "revision",
+                format!("the candidate revision {revision} is the current revision"),
+            ),
+            RolloutError::InvalidShare => {
+                ApiError::invalid("canaryShare", "canaryShare must be a number from 0 to 1")
+            }
             RolloutError::Registry(error) => ApiError::from(error),
         }
     }

@@ -11,8 +11,8 @@ use axum::Router;
 use crate::http::gate::Gate;
 
 use crate::api::{
-    admissions, coordination, events, fairness, keys, leases, ops, profiles, revisions, workspaces,
-    AppState,
+    admissions, coordination, events, fairness, keys, leases, ops, profiles, revisions, rollouts,
+    workspaces, AppState,
 };
 use crate::http::ui;
 
@@ -31,6 +31,11 @@ turnstile_proxy::route_table! {
     get "/v1/workspaces/{workspaceId}/pauses" => profiles::pause_history,
     get "/v1/workspaces/{workspaceId}/fairness" => fairness::fairness,
     get "/v1/workspaces/{workspaceId}/snapshot" => profiles::snapshot,
+    post "/v1/workspaces/{workspaceId}/rollouts" => rollouts::start_rollout,
+    get "/v1/workspaces/{workspaceId}/rollouts" => rollouts::rollout_history,
+    get "/v1/workspaces/{workspaceId}/rollouts/current" => rollouts::current_rollout,
+    post "/v1/workspaces/{workspaceId}/rollouts/current/promote" => rollouts::promote_rollout,
+    post "/v1/workspaces/{workspaceId}/rollouts/current/abort" => rollouts::abort_rollout,
     post "/v1/workspaces/{workspaceId}/keys" => keys::create_key,
     get "/v1/workspaces/{workspaceId}/keys" => keys::list_keys,
     delete "/v1/workspaces/{workspaceId}/keys/{keyId}" => keys::revoke_key,

@@ -41,6 +41,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("../../ui/charts.js"),
     ),
+    (
+        "rollout.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../ui/rollout.js"),
+    ),
     ("favicon.svg", "image/svg+xml", FAVICON),
 ];
 

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use turnstile_admission::ProfileChangeRecord;
 use turnstile_admission::{ActualUsage, BreakerTransition, Millis, Outcome, Profile};
-use turnstile_shell::{Command, DriverError, DriverHandle};
+use turnstile_shell::{Approval, Command, DriverError, DriverHandle};
 use turnstile_store::{AuditRecord, StoredKey};
 
 use crate::durability::persist::StoreHandle;
@@ -45,8 +45,8 @@ pub struct NewRevision {
     pub profile: Profile,
     /// The profile as stored (canonical JSON).
     pub profile_json: String,
-    /// The acting key's ID (audit).
-    pub actor: String,
+    /// The acting key's ID, the note and the approver (the audit log's approval on record).
+    pub approval: Approval,
 }
 
 /// Where keys, revocations and profile registrations are written.
@@ -159,7 +159,7 @@ impl IdentityStore for LocalIdentity {
                     version: revision.version,
                     profile: Box::new(revision.profile),
                     profile_json: revision.profile_json,
-                    actor: Some(revision.actor),
+                    approval: revision.approval,
                     at: None,
                     reply,
                 })

@@ -43,6 +43,8 @@ PROFILE_V1 = {
         # Kept free of the load (history and fairness tests acquire here without waiting);
         # token-fair turns (issue 31), shown by the fairness view.
         "spare": lane(fairness="tokens"),
+        # The rollout test's lane (issue 33): nothing else acquires, pauses or breaks it.
+        "trial": lane(concurrency=8),
     },
     "principals": {
         "alice": {"concurrency": 32, "requestsPerMinute": 600000, "weight": 2, "priority": "interactive"},

@@ -7,6 +7,7 @@ the HTTP API. Screenshots of every view at desktop and phone width go to `docs/c
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import time
@@ -148,7 +149,7 @@ def test_the_console_is_embedded_with_a_strict_policy(service: Service) -> None:
         page = response.read().decode()
     assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
     assert "<script>" not in page and "http://" not in page and "https://" not in page
-    for asset in ("app.js", "app.css", "charts.js"):
+    for asset in ("app.js", "app.css", "charts.js", "rollout.js"):
         with urllib.request.urlopen(f"{service.base}/ui/{asset}", timeout=10) as response:
             assert response.status == 200
             assert "Content-Security-Policy" in response.headers
@@ -355,6 +356,10 @@ def test_diff_and_rollback_from_the_console_are_audited(browser: webdriver.Chrom
     assert history["records"][-1]["profileVersion"] == "v2"
 
     browser.find_element(By.CSS_SELECTOR, 'button[data-rollback="v1"]').click()
+    # The approval on record (issue 33, item 4): who approved and why, asked in the dialog.
+    wait_for(lambda: browser.find_element(By.ID, "confirm-approved-by").is_displayed())
+    browser.find_element(By.ID, "confirm-approved-by").send_keys("Dana (SRE on call)")
+    browser.find_element(By.ID, "confirm-note").send_keys("INC-42: v2 queues too much")
     confirm(browser)
     wait_for(lambda: browser.find_element(By.ID, "current-revision").text == "v1")
     _, history = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/profiles", service.admin)
@@ -362,16 +367,86 @@ def test_diff_and_rollback_from_the_console_are_audited(browser: webdriver.Chrom
     assert (last["kind"], last["profileVersion"], last["previousProfileVersion"]) == ("rollback", "v1", "v2")
     # Who did it: the admin key's ID, in the audit log and in the console's history.
     assert last["actorKeyId"] == key_id(service.admin)
-    actor = wait_for(
+    assert (last["approvedBy"], last["note"]) == ("Dana (SRE on call)", "INC-42: v2 queues too much")
+    shown = wait_for(
         lambda: browser.execute_script(
-            "const r = document.querySelector('#history tbody tr'); return r && r.dataset.revision === 'v1' && r.querySelector('td[data-field=\"actor\"]').textContent"
+            "const r = document.querySelector('#history tbody tr'); if (!r || r.dataset.revision !== 'v1') return null;"
+            "const f = (n) => r.querySelector(`td[data-field=\"${n}\"]`).textContent;"
+            "return [f('actor'), f('approved-by'), f('note')]"
         )
     )
-    assert actor == key_id(service.admin)
+    assert shown == [key_id(service.admin), "Dana (SRE on call)", "INC-42: v2 queues too much"]
     # And forward again, through the API, so later tests see the profile they expect.
     from conftest import PROFILE_V2
 
     assert service.api.call("PUT", f"/v1/workspaces/{WORKSPACE}/profiles/v2", service.admin, PROFILE_V2)[0] == 201
+
+
+def test_a_rollout_starts_from_a_diff_is_watched_live_and_aborted_with_its_approval(
+    browser: webdriver.Chrome, service: Service
+) -> None:
+    """Issue 33, item 5: the rollout panel. The candidate starts as the current profile, is
+    edited and diffed against it, started in shadow with an approval; its comparison follows
+    real arrivals live; it is aborted with a note; the past rollouts list both records."""
+    sign_in(browser, service, service.admin)
+    wait_for(lambda: signed_in(browser))
+    tab(browser, "profiles")
+    wait_for(lambda: browser.execute_script("return document.getElementById('rollout').dataset.state") == "none")
+    current = wait_for(lambda: browser.find_element(By.ID, "rollout-profile").get_attribute("value"))
+    candidate = json.loads(current)
+    assert candidate["providers"]["trial"]["concurrency"] == 8, "pre-filled with the current revision"
+    candidate["providers"]["trial"]["concurrency"] = 1
+    browser.execute_script("document.getElementById('rollout-profile').value = arguments[0];", json.dumps(candidate, indent=2))
+    browser.find_element(By.ID, "rollout-candidate").send_keys("v3-tight")
+    browser.find_element(By.ID, "rollout-preview").click()
+    diff = wait_for(lambda: "→" in browser.find_element(By.ID, "rollout-diff").text and browser.find_element(By.ID, "rollout-diff").text)
+    assert "providers.trial.concurrency: 8 → 1" in diff
+    browser.find_element(By.ID, "rollout-start").click()
+    wait_for(lambda: browser.find_element(By.ID, "confirm-approved-by").is_displayed())
+    browser.find_element(By.ID, "confirm-approved-by").send_keys("Dana")
+    browser.find_element(By.ID, "confirm-note").send_keys("CHG-9: trial down to 1")
+    confirm(browser)
+    wait_for(lambda: browser.execute_script("return document.getElementById('rollout').dataset.state") == "running")
+    assert browser.find_element(By.ID, "rollout-revision").text == "v3-tight"
+
+    # Three held admissions on `trial`: the current revision admits them all, the candidate
+    # (concurrency 1) would have queued two; the panel shows it without a reload.
+    held = []
+    for _ in range(3):
+        status, body = service.api.call(
+            "POST", "/v1/admissions", service.alice, {"providerId": "trial", "budgetId": "rollout", "estimate": {}, "deadlineMs": 1000}
+        )
+        assert status == 200, body
+        held.append(body["leaseId"])
+    for lease in held:
+        service.api.call("POST", f"/v1/leases/{lease}/release", service.alice, {"outcome": "success"})
+    differ = wait_for(lambda: int(browser.find_element(By.CSS_SELECTOR, '#rollout-decisions td[data-field="differ"]').text or 0) >= 2 and browser.find_element(By.CSS_SELECTOR, '#rollout-decisions td[data-field="differ"]').text)
+    _, live = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/rollouts/current", service.admin)
+    assert live["decisions"]["byReason"].get("concurrency", 0) >= 2, live
+    assert int(differ) <= live["decisions"]["differ"]
+    assert "concurrency" in browser.find_element(By.ID, "rollout-reasons").text
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    browser.set_window_size(*SIZES["desktop"])
+    browser.execute_script("document.getElementById('rollout').scrollIntoView()")
+    browser.save_screenshot(str(SHOTS / "rollout-desktop.png"))
+
+    browser.find_element(By.ID, "rollout-abort").click()
+    wait_for(lambda: browser.find_element(By.ID, "confirm-note").is_displayed())
+    browser.find_element(By.ID, "confirm-note").send_keys("seen enough")
+    confirm(browser)
+    wait_for(lambda: browser.execute_script("return document.getElementById('rollout').dataset.state") == "none")
+    _, records = service.api.call("GET", f"/v1/workspaces/{WORKSPACE}/rollouts", service.admin)
+    events = [(r["event"], r["revision"], r["approvedBy"], r["note"]) for r in records["records"]]
+    assert events[-2:] == [("started", "v3-tight", "Dana", "CHG-9: trial down to 1"), ("aborted", "v3-tight", None, "seen enough")]
+    shown = wait_for(
+        lambda: browser.execute_script(
+            "return [...document.querySelectorAll('#rollout-history tbody tr')].slice(0, 2).map(r => r.dataset.event + ' ' + r.querySelector('td[data-field=\"note\"]').textContent)"
+        )
+    )
+    assert shown == ["aborted seen enough", "started CHG-9: trial down to 1"]
+    # The current revision never changed.
+    wait_for(lambda: browser.find_element(By.ID, "current-revision").text == "v2")
+    assert script_errors(browser) == []
 
 
 def test_keys_are_created_once_and_a_revoked_key_is_refused(browser: webdriver.Chrome, service: Service) -> None:

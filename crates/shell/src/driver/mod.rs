@@ -82,7 +82,7 @@ use crate::command::Command;
 use crate::error::DriverError;
 use crate::feed::Feed;
 use crate::handle::DriverHandle;
-use crate::journal::{Journal, Registration};
+use crate::journal::{Approval, Journal, Registration};
 use crate::lease_metrics::LeaseMetrics;
 use crate::lease_table::LeaseTable;
 
@@ -285,12 +285,12 @@ impl Driver {
                 version,
                 profile,
                 profile_json,
-                actor,
+                approval,
                 at,
                 reply,
             } => {
                 let revision = (workspace, version, *profile, profile_json);
-                self.register(revision, actor, reply, at.unwrap_or(now))
+                self.register(revision, approval, reply, at.unwrap_or(now))
             }
             Command::ReleaseBudget {
                 workspace,
@@ -361,7 +361,7 @@ impl Driver {
     fn register(
         &mut self,
         (workspace, version, profile, profile_json): (String, String, Profile, String),
-        actor: Option<String>,
+        approval: Approval,
         reply: oneshot::Sender<Result<Option<ProfileChangeRecord>, DriverError>>,
         now: Millis,
     ) {
@@ -380,7 +380,7 @@ impl Driver {
                     profile_json,
                     change,
                     at: now,
-                    actor,
+                    approval,
                 };
                 self.journal_registration(registration, answer, reply);
                 self.deliver(&workspace, now);

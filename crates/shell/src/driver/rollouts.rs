@@ -5,7 +5,7 @@
 //! # Invariants
 //!
 //! - A promote is journaled as a registration of the candidate (its profile as sent at the
-//!   start, the profile-change record, the actor) and answered only once that is durable, as
+//!   start, the profile-change record, the approval) and answered only once that is durable, as
 //!   [`DriverHandle::register`](crate::DriverHandle::register) is; the feed sees its
 //!   profile change once.
 //! - The candidate's profile text is kept only while its rollout runs (one per workspace).
@@ -43,7 +43,7 @@ impl Driver {
             }
             RolloutCommand::Promote {
                 workspace,
-                actor,
+                approval,
                 reply,
             } => match self.registry.promote_rollout(&workspace, now) {
                 Err(error) => {
@@ -61,7 +61,7 @@ impl Driver {
                         profile_json,
                         change,
                         at: now,
-                        actor,
+                        approval,
                     };
                     self.journal_registration(registration, answer, reply);
                     self.deliver(&workspace, now);

@@ -4,16 +4,19 @@
 //! Held leases and budget spend are not here: they live in the lease log (`lease_log/`), an
 //! append-only file the driver writes without a transaction (`lease_log/mod.rs` says why).
 //!
-//! Schema (version 3, tracked with `PRAGMA user_version` of the main file):
+//! Schema (version 4, tracked with `PRAGMA user_version` of the main file; its SQL and the
+//! migrations from older versions are in `schema.rs`):
 //!
 //! - `api_keys(hash PRIMARY KEY, role, workspace_id, principal_id, created_at_ms)`
 //! - `profiles(seq INTEGER PRIMARY KEY AUTOINCREMENT, workspace_id, profile_version,
 //!   profile_json, registered_at_ms)`: registration order is `seq` order.
 //! - `audit(seq INTEGER PRIMARY KEY AUTOINCREMENT, workspace_id, kind, record_json,
-//!   at_epoch_ms, actor_key_id NULL)` with an index on `(workspace_id, kind, seq)`.
-//!   `actor_key_id` (version 3) is the admin key that made the change; a version-2 database
-//!   gains the column on open (`ALTER TABLE … ADD COLUMN`, in the same transaction as the new
-//!   `user_version`), and its old records read back with no actor.
+//!   at_epoch_ms, actor_key_id NULL, note NULL, approved_by NULL)` with an index on
+//!   `(workspace_id, kind, seq)`. `actor_key_id` (version 3) is the admin key that made the
+//!   change; `note` and `approved_by` (version 4) are the approval on record of a revision
+//!   change. An older database gains the missing columns on open (`ALTER TABLE … ADD COLUMN`,
+//!   in the same transaction as the new `user_version`), and its old records read back with
+//!   none.
 //! - `mirror_cursor(id = 0, epoch, seq)`: replicas only, the shared feed this store mirrors
 //!   and the last event applied (`docs/replicas.md`). Added with `CREATE TABLE IF NOT
 //!   EXISTS` in version 3: a build without replicas never reads it.
@@ -22,45 +25,13 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::schema::{migrate, SCHEMA, SCHEMA_VERSION};
 use super::types::{
     AuditKind, AuditRecord, KeyRole, ServiceStore, ServiceStoreError, StoredKey, StoredProfile,
 };
 
 /// The database file name inside the data directory.
 pub const SERVICE_DB_FILE: &str = "service.sqlite3";
-
-const SCHEMA_VERSION: i64 = 3;
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS api_keys (
-    hash TEXT PRIMARY KEY NOT NULL,
-    role TEXT NOT NULL,
-    workspace_id TEXT,
-    principal_id TEXT,
-    created_at_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS profiles (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    workspace_id TEXT NOT NULL,
-    profile_version TEXT NOT NULL,
-    profile_json TEXT NOT NULL,
-    registered_at_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS audit (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    workspace_id TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    record_json TEXT NOT NULL,
-    at_epoch_ms INTEGER NOT NULL,
-    actor_key_id TEXT
-);
-CREATE INDEX IF NOT EXISTS audit_by_workspace ON audit(workspace_id, kind, seq);
-CREATE TABLE IF NOT EXISTS mirror_cursor (
-    id INTEGER PRIMARY KEY CHECK (id = 0),
-    epoch TEXT NOT NULL,
-    seq INTEGER NOT NULL
-);
-";
 
 /// A [`ServiceStore`] in one SQLite file.
 pub struct SqliteServiceStore {
@@ -170,32 +141,19 @@ impl SqliteServiceStore {
     }
 }
 
-/// Brings an older main file up to [`SCHEMA_VERSION`] (idempotent: `CREATE TABLE IF NOT
-/// EXISTS` above already made the current tables of a new file).
-fn migrate(conn: &Connection) -> Result<(), ServiceStoreError> {
-    let has_actor = conn
-        .prepare("SELECT 1 FROM pragma_table_info('audit') WHERE name = 'actor_key_id'")?
-        .exists([])?;
-    let mut steps = String::from("BEGIN IMMEDIATE;");
-    if !has_actor {
-        // Version 2 → 3: who made a change. Old rows keep NULL (no actor known).
-        steps.push_str("ALTER TABLE audit ADD COLUMN actor_key_id TEXT;");
-    }
-    steps.push_str(&format!("PRAGMA user_version={SCHEMA_VERSION}; COMMIT;"));
-    conn.execute_batch(&steps)?;
-    Ok(())
-}
-
 fn insert_audit(conn: &Connection, record: &AuditRecord) -> Result<(), ServiceStoreError> {
     conn.execute(
-        "INSERT INTO audit (workspace_id, kind, record_json, at_epoch_ms, actor_key_id)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO audit (workspace_id, kind, record_json, at_epoch_ms, actor_key_id, note,
+                            approved_by)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         params![
             record.workspace_id,
             record.kind.as_str(),
             record.record_json,
             to_sql_time(record.at_epoch_ms),
             record.actor_key_id,
+            record.note,
+            record.approved_by,
         ],
     )?;
     Ok(())
@@ -347,8 +305,8 @@ impl ServiceStore for SqliteServiceStore {
         limit: usize,
     ) -> Result<Vec<AuditRecord>, ServiceStoreError> {
         let mut statement = self.conn.prepare(
-            "SELECT workspace_id, record_json, at_epoch_ms, actor_key_id FROM audit
-             WHERE workspace_id = ?1 AND kind = ?2 ORDER BY seq DESC LIMIT ?3",
+            "SELECT workspace_id, record_json, at_epoch_ms, actor_key_id, note, approved_by
+             FROM audit WHERE workspace_id = ?1 AND kind = ?2 ORDER BY seq DESC LIMIT ?3",
         )?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = statement.query_map(params![workspace_id, kind.as_str(), limit], |row| {
@@ -358,6 +316,8 @@ impl ServiceStore for SqliteServiceStore {
                 record_json: row.get(1)?,
                 at_epoch_ms: from_sql_time(row.get(2)?),
                 actor_key_id: row.get(3)?,
+                note: row.get(4)?,
+                approved_by: row.get(5)?,
             })
         })?;
         let mut records = rows.collect::<Result<Vec<_>, _>>()?;
@@ -367,8 +327,8 @@ impl ServiceStore for SqliteServiceStore {
 
     fn audit_all(&self) -> Result<Vec<AuditRecord>, ServiceStoreError> {
         let mut statement = self.conn.prepare(
-            "SELECT workspace_id, kind, record_json, at_epoch_ms, actor_key_id FROM audit
-             ORDER BY seq",
+            "SELECT workspace_id, kind, record_json, at_epoch_ms, actor_key_id, note, approved_by
+             FROM audit ORDER BY seq",
         )?;
         let rows = statement.query_map([], |row| {
             Ok((
@@ -377,11 +337,13 @@ impl ServiceStore for SqliteServiceStore {
                 row.get::<_, String>(2)?,
                 row.get::<_, i64>(3)?,
                 row.get::<_, Option<String>>(4)?,
+                row.get::<_, Option<String>>(5)?,
+                row.get::<_, Option<String>>(6)?,
             ))
         })?;
         let mut records = Vec::new();
         for row in rows {
-            let (workspace_id, kind, record_json, at, actor_key_id) = row?;
+            let (workspace_id, kind, record_json, at, actor_key_id, note, approved_by) = row?;
             let kind =
                 AuditKind::parse(&kind).ok_or(ServiceStoreError::InvalidValue { field: "kind" })?;
             records.push(AuditRecord {
@@ -390,6 +352,8 @@ impl ServiceStore for SqliteServiceStore {
                 record_json,
                 at_epoch_ms: from_sql_time(at),
                 actor_key_id,
+                note,
+                approved_by,
             });
         }
         Ok(records)
@@ -458,6 +422,8 @@ mod tests {
                 record_json: format!("{{\"n\":{i}}}"),
                 at_epoch_ms: i as u64,
                 actor_key_id: (i == 1).then(|| "key_a".to_owned()),
+                note: (i == 1).then(|| "INC-7: tighter limits".to_owned()),
+                approved_by: (i == 1).then(|| "ops lead".to_owned()),
             };
             store.append_profile(&profile, Some(&change)).unwrap();
         }
@@ -472,6 +438,9 @@ mod tests {
         assert_eq!(last_two.len(), 2);
         assert_eq!(last_two[0].record_json, "{\"n\":1}");
         assert_eq!(last_two[0].actor_key_id.as_deref(), Some("key_a"));
+        assert_eq!(last_two[0].note.as_deref(), Some("INC-7: tighter limits"));
+        assert_eq!(last_two[0].approved_by.as_deref(), Some("ops lead"));
+        assert_eq!(last_two[1].note, None);
         assert_eq!(last_two[1].actor_key_id, None);
         assert!(store
             .audit("w", AuditKind::BreakerTransition, 10)
@@ -493,6 +462,8 @@ mod tests {
             record_json: "{}".into(),
             at_epoch_ms: 3,
             actor_key_id: None,
+            note: None,
+            approved_by: None,
         };
         assert!(!store.revoke_key("other", &principal.hash, &record).unwrap());
         assert!(
@@ -562,6 +533,8 @@ mod tests {
             record_json: "{}".into(),
             at_epoch_ms: 2,
             actor_key_id: None,
+            note: None,
+            approved_by: None,
         };
         let new = StoredKey {
             hash: "new".into(),
@@ -586,60 +559,6 @@ mod tests {
     }
 
     #[test]
-    fn a_version_2_database_gains_the_actor_column_and_keeps_its_records() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(SERVICE_DB_FILE);
-        {
-            // The audit table as schema version 2 wrote it.
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(
-                "CREATE TABLE audit (
-                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                    workspace_id TEXT NOT NULL,
-                    kind TEXT NOT NULL,
-                    record_json TEXT NOT NULL,
-                    at_epoch_ms INTEGER NOT NULL
-                );
-                INSERT INTO audit (workspace_id, kind, record_json, at_epoch_ms)
-                VALUES ('w', 'profile-change', '{\"old\":true}', 7);
-                PRAGMA user_version=2;",
-            )
-            .unwrap();
-        }
-        let mut store = SqliteServiceStore::open(&path).unwrap();
-        let new = AuditRecord {
-            workspace_id: "w".into(),
-            kind: AuditKind::ProfileChange,
-            record_json: "{}".into(),
-            at_epoch_ms: 8,
-            actor_key_id: Some("key_0123456789abcdef".into()),
-        };
-        store
-            .append_profile(
-                &StoredProfile {
-                    workspace_id: "w".into(),
-                    profile_version: "v2".into(),
-                    profile_json: "{}".into(),
-                    registered_at_ms: 8,
-                },
-                Some(&new),
-            )
-            .unwrap();
-        drop(store);
-        let store = SqliteServiceStore::open(&path).unwrap();
-        let records = store.audit("w", AuditKind::ProfileChange, 10).unwrap();
-        assert_eq!(records.len(), 2);
-        assert_eq!(records[0].record_json, "{\"old\":true}");
-        assert_eq!(records[0].actor_key_id, None, "an old record has no actor");
-        assert_eq!(records[1], new);
-        let version: i64 = store
-            .conn
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
-    }
-
-    #[test]
     fn state_survives_reopening_the_file() {
         let dir = tempfile::tempdir().unwrap();
         {
@@ -651,6 +570,8 @@ mod tests {
                     record_json: "{}".into(),
                     at_epoch_ms: 5,
                     actor_key_id: None,
+                    note: None,
+                    approved_by: None,
                 }])
                 .unwrap();
         }

@@ -70,6 +70,9 @@ pub enum AuditKind {
     AdminKeyReset,
     /// A provider lane was paused by a Retry-After (`turnstile-provider-pause/v1`).
     ProviderPause,
+    /// A rollout of a candidate profile revision started, was promoted or aborted
+    /// (`turnstile-rollout/v1`).
+    Rollout,
 }
 
 impl AuditKind {
@@ -81,6 +84,7 @@ impl AuditKind {
             AuditKind::KeyRevocation => "key-revocation",
             AuditKind::AdminKeyReset => "admin-key-reset",
             AuditKind::ProviderPause => "provider-pause",
+            AuditKind::Rollout => "rollout",
         }
     }
 
@@ -92,6 +96,7 @@ impl AuditKind {
             AuditKind::KeyRevocation,
             AuditKind::AdminKeyReset,
             AuditKind::ProviderPause,
+            AuditKind::Rollout,
         ]
         .into_iter()
         .find(|kind| kind.as_str() == value)
@@ -114,6 +119,13 @@ pub struct AuditRecord {
     /// records the service made itself (breaker transitions, pauses, first start) and for
     /// records written before the column existed (schema version 2).
     pub actor_key_id: Option<String>,
+    /// The operator's note on a revision change (profile registration, rollback, rollout
+    /// start, promote, abort), as the acting admin wrote it. `None` when none was given and for
+    /// records written before the column existed (schema version 3).
+    pub note: Option<String>,
+    /// Who approved a revision change, as the acting admin named them (a person or ticket, free
+    /// text; never a principal ID). `None` as for [`AuditRecord::note`].
+    pub approved_by: Option<String>,
 }
 
 /// A failure of a service store.

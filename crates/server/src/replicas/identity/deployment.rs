@@ -42,7 +42,7 @@ impl IdentityStore for Mirror {
                 &revision.version,
                 revision.profile,
                 revision.profile_json,
-                revision.actor,
+                revision.approval,
             )
             .await
         })

@@ -2,8 +2,9 @@
 //! writes and every replica applies to its SQLite mirror, as JSON.
 //!
 //! Invariants: a key travels as its hash, never its secret; an event carries exactly what the
-//! mirror stores (the same rows on every replica), including each audit record's `actorKeyId`
-//! and its instant as the writing replica recorded it.
+//! mirror stores (the same rows on every replica), including each audit record's `actorKeyId`,
+//! `note` and `approvedBy` and its instant as the writing replica recorded it. The approval
+//! fields are read with defaults, so an event written by a release without them still applies.
 
 use serde::{Deserialize, Serialize};
 use turnstile_store::{
@@ -30,6 +31,10 @@ pub struct AuditDoc {
     pub record_json: String,
     pub at_epoch_ms: u64,
     pub actor_key_id: Option<String>,
+    #[serde(default)]
+    pub note: Option<String>,
+    #[serde(default)]
+    pub approved_by: Option<String>,
 }
 
 /// A revocation: the key's hash, its workspace and the revocation's audit record.
@@ -50,6 +55,10 @@ pub struct RegistrationDoc {
     pub profile_json: String,
     pub registered_at_ms: u64,
     pub actor_key_id: Option<String>,
+    #[serde(default)]
+    pub note: Option<String>,
+    #[serde(default)]
+    pub approved_by: Option<String>,
     /// Its profile-change record (`None`: the current revision did not change, or a seeded
     /// registration whose record travels as its own [`IdentityEvent::Audit`]).
     pub change: Option<AuditDoc>,
@@ -127,6 +136,8 @@ impl From<&AuditRecord> for AuditDoc {
             record_json: record.record_json.clone(),
             at_epoch_ms: record.at_epoch_ms,
             actor_key_id: record.actor_key_id.clone(),
+            note: record.note.clone(),
+            approved_by: record.approved_by.clone(),
         }
     }
 }
@@ -140,6 +151,8 @@ impl AuditDoc {
             record_json: self.record_json.clone(),
             at_epoch_ms: self.at_epoch_ms,
             actor_key_id: self.actor_key_id.clone(),
+            note: self.note.clone(),
+            approved_by: self.approved_by.clone(),
         })
     }
 }

@@ -139,6 +139,8 @@ pub fn seed_items(store: &dyn ServiceStore) -> Result<Vec<SeedItem>, JoinError> 
                 profile_json: profile.profile_json,
                 registered_at_ms: profile.registered_at_ms,
                 actor_key_id: None,
+                note: None,
+                approved_by: None,
                 // Its record is in the audit log below.
                 change: None,
             })

@@ -48,7 +48,7 @@ use turnstile_coord::identity::{
     key_tag, workspace_tag, FeedEvent, IdentityStore, WriteError, Written,
 };
 use turnstile_coord::CoordError;
-use turnstile_shell::{Clock, Command, DriverHandle};
+use turnstile_shell::{Approval, Clock, Command, DriverHandle};
 use turnstile_store::{AuditKind, AuditRecord, KeyRole, ServiceStoreError, StoredKey};
 
 use crate::durability::persist::StoreHandle;
@@ -287,7 +287,11 @@ impl Mirror {
                         version: registration.profile_version,
                         profile: Box::new(profile),
                         profile_json: registration.profile_json,
-                        actor: registration.actor_key_id,
+                        approval: Approval {
+                            actor: registration.actor_key_id,
+                            note: registration.note,
+                            approved_by: registration.approved_by,
+                        },
                         at: Some(registration.registered_at_ms),
                         reply,
                     })
@@ -410,7 +414,7 @@ impl Mirror {
         version: &str,
         profile: Profile,
         profile_json: String,
-        actor: String,
+        approval: Approval,
     ) -> Result<Option<ProfileChangeRecord>, ApiError> {
         for _ in 0..REGISTER_TRIES {
             self.sync().await.map_err(unavailable)?;
@@ -446,7 +450,9 @@ impl Mirror {
                     kind: AuditKind::ProfileChange.as_str().to_owned(),
                     record_json: serde_json::to_string(record).map_err(|_| ApiError::Storage)?,
                     at_epoch_ms: record.at_epoch_ms,
-                    actor_key_id: Some(actor.clone()),
+                    actor_key_id: approval.actor.clone(),
+                    note: approval.note.clone(),
+                    approved_by: approval.approved_by.clone(),
                 }),
                 None => None,
             };
@@ -455,7 +461,9 @@ impl Mirror {
                 profile_version: version.to_owned(),
                 profile_json: profile_json.clone(),
                 registered_at_ms: at,
-                actor_key_id: Some(actor.clone()),
+                actor_key_id: approval.actor.clone(),
+                note: approval.note.clone(),
+                approved_by: approval.approved_by.clone(),
                 change,
             })
             .to_json()
