@@ -127,7 +127,7 @@ pub enum Command {
         /// Who registers it and the approval on record (the host's name for the acting
         /// credential, such as an admin key ID, the note, the approver), journaled with the
         /// registration; never a principal or workspace ID.
-        approval: Approval,
+        approval: Box<Approval>,
         /// When the registration was made, if not now: a replica applying a registration
         /// another replica made (the shared feed, `docs/replicas.md`) passes the original
         /// instant, so its profile-change record is the original's. The controller's clock

@@ -19,7 +19,6 @@ use crate::command::{
     Acquire, AcquireCommand, AcquireReply, Command, LaneLimits, Standing, WorkspaceSnapshot,
 };
 use crate::error::DriverError;
-use crate::journal::Approval;
 
 /// Cancels a queued admission when the code waiting on it is dropped.
 pub struct CancelGuard {
@@ -180,7 +179,7 @@ impl DriverHandle {
             version: version.to_owned(),
             profile: Box::new(profile),
             profile_json,
-            approval: Approval::default(),
+            approval: Box::default(),
             at: None,
             reply,
         })

@@ -159,7 +159,7 @@ impl IdentityStore for LocalIdentity {
                     version: revision.version,
                     profile: Box::new(revision.profile),
                     profile_json: revision.profile_json,
-                    approval: revision.approval,
+                    approval: Box::new(revision.approval),
                     at: None,
                     reply,
                 })

@@ -290,7 +290,7 @@ impl Driver {
                 reply,
             } => {
                 let revision = (workspace, version, *profile, profile_json);
-                self.register(revision, approval, reply, at.unwrap_or(now))
+                self.register(revision, *approval, reply, at.unwrap_or(now))
             }
             Command::ReleaseBudget {
                 workspace,

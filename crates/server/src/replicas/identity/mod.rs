@@ -287,11 +287,11 @@ impl Mirror {
                         version: registration.profile_version,
                         profile: Box::new(profile),
                         profile_json: registration.profile_json,
-                        approval: Approval {
+                        approval: Box::new(Approval {
                             actor: registration.actor_key_id,
                             note: registration.note,
                             approved_by: registration.approved_by,
-                        },
+                        }),
                         at: Some(registration.registered_at_ms),
                         reply,
                     })
