@@ -37,11 +37,13 @@
 
 mod cluster;
 mod info;
+mod metrics_text;
 mod repo;
 mod server;
 
 pub use cluster::RedisCluster;
 pub use info::{ServerInfo, ServerKind};
+pub use metrics_text::metric_total;
 pub use repo::repo_file;
 pub use server::{server_binary, RedisServer, RedisServerError, DEFAULT_SERVER, SERVER_ENV};
 

@@ -2,7 +2,8 @@
 //!
 //! A thin front end over `turnstile_decision::evaluate`: it reads the artifacts, builds the
 //! adapters from an adapters file (scripted or chat-completions), optionally enables admission
-//! with a scheduler policy file, and prints the result.
+//! with a scheduler policy file (in process) or a running service (`--service`, see
+//! `evaluate_service.rs`), and prints the result.
 //!
 //! Exit status (documented in `docs/evaluator.md`): 0 when the printed result's status is
 //! `completed`, `defaulted` or `review` (the ruleset decided an outcome); 3 when the result was
@@ -23,6 +24,8 @@ use turnstile_decision::{
 
 use turnstile_cli::{HintExt, ResultFailed};
 
+use super::evaluate_service::{governed, Secret};
+
 #[derive(Debug, Args)]
 pub struct EvaluateArgs {
     /// The DecisionRuleset artifact.
@@ -41,9 +44,27 @@ pub struct EvaluateArgs {
     #[arg(long)]
     pub adapters: Option<PathBuf>,
     /// A scheduler policy file (`{enabled, profileVersion, workspace, principal, providers}`):
-    /// enables admission before every attempt.
+    /// enables admission before every attempt, in this process.
     #[arg(long)]
     pub scheduler: Option<PathBuf>,
+    /// A running turnstile service (base URL) that admits every attempt: the key's workspace
+    /// profile governs (limits, budgets, pauses, breakers shared with its other clients); each
+    /// adapter of the binding must be a provider lane of it. Not with --scheduler.
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with = "scheduler",
+        requires = "key"
+    )]
+    pub service: Option<String>,
+    /// The principal key for --service (or the environment's TURNSTILE_KEY); never printed.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "TURNSTILE_KEY",
+        hide_env_values = true
+    )]
+    pub key: Option<Secret>,
     #[arg(long, default_value = "cli-run")]
     pub run_id: String,
     /// The idempotency key of the invocation.
@@ -133,12 +154,14 @@ async fn evaluate_args(args: EvaluateArgs) -> anyhow::Result<turnstile_decision:
         description_prefix: args.result_description_prefix,
         version: "1.0.0".into(),
     });
-    if let Some(path) = &args.scheduler {
+    if let (Some(service), Some(key)) = (&args.service, &args.key) {
+        request = request.with_scheduler(governed(service, key)?);
+    } else if let Some(path) = &args.scheduler {
         let policy: SchedulerPolicy = serde_json::from_value(read_json(path)?)
             .with_context(|| format!("{} is not a scheduler policy", path.display()))?;
         request = request.with_scheduler(SchedulerRun {
             policy,
-            driver: AdmissionDriver::new(Registry::new()),
+            driver: AdmissionDriver::new(Registry::new()).into(),
             estimate: None,
             on_evidence: None,
         });
