@@ -1,23 +1,9 @@
 //! `turnstile evaluate` end to end, through the built binary.
 
-use std::process::Command;
-
-use turnstile_testkit::repo_file;
+mod common;
 
 fn evaluate(binding: &str, extra: &[&str]) -> serde_json::Value {
-    let fixtures = repo_file("examples/fixtures");
-    let output = Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .arg("evaluate")
-        .arg("--ruleset")
-        .arg(fixtures.join("ruleset.json"))
-        .arg("--binding")
-        .arg(fixtures.join(binding))
-        .arg("--definitions")
-        .arg(&fixtures)
-        .arg("--input")
-        .arg(fixtures.join("input.json"))
-        .arg("--adapters")
-        .arg(repo_file("examples/adapters.scripted.json"))
+    let output = common::evaluate_fixtures(binding)
         .args(extra)
         .output()
         .unwrap();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use turnstile_testkit::{get_text, http, metric_total, repo_file, ServeProcess};
 
-use common::start;
+use common::{evaluate_fixtures, start};
 
 const WORKSPACE: &str = "evals";
 const DECISIONS: &str = "turnstile_admission_decisions_total";
@@ -95,22 +95,8 @@ impl Service {
 
 /// `turnstile evaluate` of the shipped fixtures with `binding`, the key in `TURNSTILE_KEY`.
 fn evaluate(binding: &str, key: &str, extra: &[&str]) -> Command {
-    let fixtures = repo_file("examples/fixtures");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
-    command
-        .arg("evaluate")
-        .arg("--ruleset")
-        .arg(fixtures.join("ruleset.json"))
-        .arg("--binding")
-        .arg(fixtures.join(binding))
-        .arg("--definitions")
-        .arg(&fixtures)
-        .arg("--input")
-        .arg(fixtures.join("input.json"))
-        .arg("--adapters")
-        .arg(repo_file("examples/adapters.scripted.json"))
-        .args(extra)
-        .env("TURNSTILE_KEY", key);
+    let mut command = evaluate_fixtures(binding);
+    command.args(extra).env("TURNSTILE_KEY", key);
     command
 }
 
@@ -125,6 +111,13 @@ fn result_of(output: &Output, key: &str) -> Value {
     );
     assert!(output.status.success(), "{stderr}");
     serde_json::from_str(&stdout).expect("a result")
+}
+
+/// A usage error (exit 2) naming `flag`.
+fn usage_error(output: &Output, flag: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(flag), "{stderr}");
 }
 
 fn attempts(result: &Value) -> Vec<Value> {
@@ -272,22 +265,10 @@ fn evaluate_service_refuses_a_binding_whose_adapter_is_not_a_lane_and_misused_fl
     .arg(Path::new(&policy))
     .output()
     .unwrap();
-    assert_eq!(
-        both.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&both.stderr)
-    );
-    assert!(String::from_utf8_lossy(&both.stderr).contains("--scheduler"));
+    usage_error(&both, "--scheduler");
     let keyless = evaluate("binding-jev.json", "", &["--service", &service.url()])
         .env_remove("TURNSTILE_KEY")
         .output()
         .unwrap();
-    assert_eq!(
-        keyless.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&keyless.stderr)
-    );
-    assert!(String::from_utf8_lossy(&keyless.stderr).contains("--key"));
+    usage_error(&keyless, "--key");
 }

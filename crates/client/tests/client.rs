@@ -10,15 +10,7 @@ use turnstile_admission::{
     ActualUsage, BreakerState, Decision, Estimate, Evidence, Outcome, Reason,
 };
 use turnstile_client::{AcquireRequest, Client, ClientError, WorkspaceSnapshot};
-use turnstile_testkit::{TestServer, WORKSPACE};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
-}
+use turnstile_testkit::{eventually, runtime, TestServer, WORKSPACE};
 
 fn request(provider: &str, deadline_ms: u64) -> AcquireRequest {
     AcquireRequest {
@@ -35,14 +27,11 @@ fn request(provider: &str, deadline_ms: u64) -> AcquireRequest {
 /// Polls the workspace's snapshot until `done` holds (the service settles a dropped lease or
 /// request on its own tasks).
 async fn until(client: &Client, done: impl Fn(&WorkspaceSnapshot) -> bool) -> WorkspaceSnapshot {
-    for _ in 0..200 {
+    eventually("the service's snapshot settling", || async {
         let snapshot = client.snapshot(WORKSPACE).await.expect("a snapshot");
-        if done(&snapshot) {
-            return snapshot;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the snapshot never settled");
+        done(&snapshot).then_some(snapshot)
+    })
+    .await
 }
 
 #[test]

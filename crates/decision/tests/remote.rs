@@ -6,7 +6,6 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -15,7 +14,7 @@ use turnstile_decision::{
     AdapterSet, AttemptReason, DispatchCertainty, EvaluationRequest, Observation, RemoteGovernor,
     ResultReason, RulesetStatus, SchedulerRun, ScriptedAdapter, Status, Step,
 };
-use turnstile_testkit::{metric_total, TestServer, WORKSPACE};
+use turnstile_testkit::{eventually, metric_total, runtime, TestServer, WORKSPACE};
 
 use common::{policy, request, shipped_adapters, success_for};
 
@@ -24,14 +23,6 @@ const DECISIONS: &str = "turnstile_admission_decisions_total";
 /// The service's `admit` decisions so far.
 fn admitted(server: &TestServer) -> f64 {
     metric_total(&server.metrics_text(), DECISIONS, &[("decision", "admit")])
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
 }
 
 /// A service with `profile` as revision `v1` of the test workspace; the key of principal
@@ -67,14 +58,11 @@ fn governed(server: &TestServer, key: &str, adapters: AdapterSet) -> EvaluationR
 }
 
 async fn until(client: &Client, done: impl Fn(&WorkspaceSnapshot) -> bool) -> WorkspaceSnapshot {
-    for _ in 0..400 {
+    eventually("the service's snapshot settling", || async {
         let snapshot = client.snapshot(WORKSPACE).await.expect("a snapshot");
-        if done(&snapshot) {
-            return snapshot;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the service's snapshot never settled");
+        done(&snapshot).then_some(snapshot)
+    })
+    .await
 }
 
 fn attempts(result: &turnstile_decision::RulesetResult) -> Vec<Value> {

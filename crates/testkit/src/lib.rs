@@ -48,6 +48,8 @@ pub use repo::repo_file;
 pub use server::{server_binary, RedisServer, RedisServerError, DEFAULT_SERVER, SERVER_ENV};
 
 #[cfg(feature = "service")]
+mod eventually;
+#[cfg(feature = "service")]
 mod fixtures;
 #[cfg(feature = "service")]
 mod process;
@@ -58,6 +60,8 @@ pub mod replica;
 #[cfg(feature = "service")]
 mod service;
 
+#[cfg(feature = "service")]
+pub use eventually::{eventually, runtime, EVENTUALLY_WITHIN};
 #[cfg(feature = "service")]
 pub use fixtures::{admission, chat, config_file, test_profile, WORKSPACE};
 #[cfg(feature = "service")]

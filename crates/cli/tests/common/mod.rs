@@ -46,3 +46,25 @@ pub fn open_the_demo_breaker(base: &str, key: &str) {
         assert_eq!(released.status(), 200);
     }
 }
+
+/// `turnstile evaluate` of the shipped fixtures (`examples/fixtures`: `ruleset.json`, its
+/// definitions, `input.json`) with `binding` and the shipped scripted adapters; add flags to it.
+pub fn evaluate_fixtures(binding: &str) -> std::process::Command {
+    let fixtures = turnstile_testkit::repo_file("examples/fixtures");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    command
+        .arg("evaluate")
+        .arg("--ruleset")
+        .arg(fixtures.join("ruleset.json"))
+        .arg("--binding")
+        .arg(fixtures.join(binding))
+        .arg("--definitions")
+        .arg(&fixtures)
+        .arg("--input")
+        .arg(fixtures.join("input.json"))
+        .arg("--adapters")
+        .arg(turnstile_testkit::repo_file(
+            "examples/adapters.scripted.json",
+        ));
+    command
+}
