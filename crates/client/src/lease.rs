@@ -8,9 +8,10 @@
 //! Invariants:
 //! - The heartbeat task stops when the lease is released or dropped (it is aborted, never
 //!   left running).
-//! - A lease is released at most once: [`Lease::release`] consumes it; a lease dropped
-//!   unreleased is released with outcome `none` on a spawned task (best effort: without a
-//!   tokio runtime, or if the service is unreachable, the service reclaims it after its TTL).
+//! - A lease is released at most once: [`Lease::release`] consumes it, [`Lease::try_release`]
+//!   marks it released once the service answered; a lease dropped unreleased is released with
+//!   outcome `none` on a spawned task (best effort: without a tokio runtime, or if the service
+//!   is unreachable, the service reclaims it after its TTL).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -115,15 +116,41 @@ impl Lease {
 
     /// Releases the lease with the call's outcome (`RetryAfter` pauses the provider lane) and
     /// what it actually used; answers the breaker transitions the outcome caused. A lease the
-    /// service no longer holds is [`ClientError::NotFound`] (`unknown-lease`).
+    /// service no longer holds is [`ClientError::NotFound`] (`unknown-lease`); after any other
+    /// failure the lease is released with outcome `none` as it drops.
     pub async fn release(
         mut self,
         outcome: Outcome,
         usage: ActualUsage,
     ) -> Result<Vec<BreakerTransition>, ClientError> {
-        self.stop_heartbeat();
-        self.released = true;
-        release(&self.client, &self.lease_id, outcome, usage).await
+        self.try_release(outcome, usage).await
+    }
+
+    /// Like [`release`](Self::release), but a release the service refused (a 422 naming a
+    /// field, say) or that did not arrive leaves the lease held and heartbeated, so the caller
+    /// may try again, e.g. with another outcome. Once released (or unknown to the service),
+    /// another call is [`ClientError::NotFound`] (`unknown-lease`) without asking the service.
+    pub async fn try_release(
+        &mut self,
+        outcome: Outcome,
+        usage: ActualUsage,
+    ) -> Result<Vec<BreakerTransition>, ClientError> {
+        if self.released {
+            return Err(ClientError::NotFound {
+                code: "unknown-lease".into(),
+                message: "this lease was already released".into(),
+            });
+        }
+        let answer = release(&self.client, &self.lease_id, outcome, usage).await;
+        let settled = match &answer {
+            Ok(_) => true,
+            Err(error) => error.not_found_code().is_some(),
+        };
+        if settled {
+            self.stop_heartbeat();
+            self.released = true;
+        }
+        answer
     }
 
     fn stop_heartbeat(&mut self) {

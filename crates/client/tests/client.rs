@@ -209,3 +209,44 @@ fn a_dropped_acquire_leaves_no_waiter_behind() {
     });
     server.assert_released(&bob, &held, "success");
 }
+
+#[test]
+fn a_refused_try_release_keeps_the_lease_and_a_second_release_asks_nobody() {
+    let server = TestServer::start_fresh(|config| config.admission.max_retry_after_ms = 1_000);
+    let (alice, _) = server.register_test_profile_with_keys();
+    runtime().block_on(async {
+        let client = Client::new(&server.base, &alice).expect("a client");
+        let mut lease = client
+            .acquire(request("wide", 1_000))
+            .await
+            .expect("a grant");
+        let long = Outcome::RetryAfter {
+            retry_after_ms: 5_000,
+        };
+        match lease.try_release(long, ActualUsage::none()).await {
+            Err(ClientError::Status {
+                status: 422, field, ..
+            }) => {
+                assert_eq!(field.as_deref(), Some("retryAfterMs"))
+            }
+            other => panic!("expected a 422, got {other:?}"),
+        }
+        assert_eq!(
+            client.snapshot(WORKSPACE).await.expect("a snapshot").leases,
+            1
+        );
+        lease
+            .try_release(Outcome::Success, ActualUsage::none())
+            .await
+            .expect("released");
+        let again = lease
+            .try_release(Outcome::Success, ActualUsage::none())
+            .await;
+        assert_eq!(
+            again.expect_err("released once").not_found_code(),
+            Some("unknown-lease")
+        );
+        drop(lease);
+        assert_eq!(until(&client, |s| s.leases == 0).await.core.active, 0);
+    });
+}

@@ -12,6 +12,10 @@
 //! - A refusal maps to the core's [`Rejection`] with the service's evidence; any other failure
 //!   (unreachable, 5xx) is [`AdmissionError::Unavailable`].
 //!
+//! - A provider's Retry-After above the service's `admission.max_retry_after_ms` is released
+//!   at that maximum (learned from the service's 422), so the lane pauses and the permit
+//!   returns instead of staying held until its TTL.
+//!
 //! Invariants: the caller's cancellation while queued drops the HTTP request (the service then
 //! forgets the waiter) and answers the `cancelled` rejection; a lease is heartbeated while the
 //! call runs and released exactly once (explicitly, or with outcome `none` on drop); the key is
@@ -194,7 +198,7 @@ impl RemoteGovernor {
                 message,
                 ..
             }) if field == "deadlineMs" => {
-                let max = max_wait_of(&message).ok_or_else(|| ClientError::Status {
+                let max = at_most(&message).ok_or_else(|| ClientError::Status {
                     status: 422,
                     code: "invalid-request".into(),
                     message: message.clone(),
@@ -213,9 +217,9 @@ impl RemoteGovernor {
     }
 }
 
-/// The maximum in the service's refusal of a long deadline: "deadlineMs must be at most N
-/// (admission.max_wait_ms)".
-fn max_wait_of(message: &str) -> Option<u64> {
+/// The maximum in the service's refusal of a value above its setting: "deadlineMs must be at
+/// most N (admission.max_wait_ms)", "retryAfterMs must be at most N (…)".
+fn at_most(message: &str) -> Option<u64> {
     let rest = message.split("at most ").nth(1)?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits.parse().ok()
@@ -244,10 +248,31 @@ impl RemoteLease {
     }
 
     /// Releases with the outcome and usage; the transitions it caused (none if the service
-    /// could not be reached: the lease then ends with its TTL).
+    /// could not be reached: the lease is then released with outcome `none` as it drops, or
+    /// ends with its TTL). A provider's Retry-After above the service's
+    /// `admission.max_retry_after_ms` is released at that maximum (the lane still pauses).
     pub async fn release(self, outcome: Outcome, usage: ActualUsage) -> Vec<BreakerTransition> {
-        let transitions = self.lease.release(outcome, usage).await.unwrap_or_default();
-        if let Some(span) = self.span {
+        let RemoteLease { mut lease, span } = self;
+        let mut answer = lease.try_release(outcome, usage).await;
+        if let (
+            Outcome::RetryAfter { retry_after_ms },
+            Err(ClientError::Status {
+                status: 422,
+                field: Some(field),
+                message,
+                ..
+            }),
+        ) = (outcome, &answer)
+        {
+            if let Some(max) = at_most(message).filter(|_| field == "retryAfterMs") {
+                let capped = Outcome::RetryAfter {
+                    retry_after_ms: retry_after_ms.min(max),
+                };
+                answer = lease.try_release(capped, usage).await;
+            }
+        }
+        let transitions = answer.unwrap_or_default();
+        if let Some(span) = span {
             span.released(&transitions);
         }
         transitions
@@ -261,9 +286,9 @@ mod tests {
     #[test]
     fn the_maximum_is_read_from_the_services_refusal() {
         assert_eq!(
-            max_wait_of("deadlineMs must be at most 300000 (admission.max_wait_ms)"),
+            at_most("deadlineMs must be at most 300000 (admission.max_wait_ms)"),
             Some(300_000)
         );
-        assert_eq!(max_wait_of("deadlineMs must be a whole number"), None);
+        assert_eq!(at_most("deadlineMs must be a whole number"), None);
     }
 }

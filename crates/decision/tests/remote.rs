@@ -204,14 +204,14 @@ fn an_attempt_deadline_above_the_services_max_wait_is_capped_not_failed() {
         .all(|a| a["admission"]["decision"] == "admit"));
 }
 
-#[test]
-fn a_provider_retry_after_pauses_the_lane_on_the_service() {
-    let (server, evaluator, _) = service(profile(2), |_| {});
+/// The shipped scripted adapters, with `jev`'s `category` answering a provider's
+/// Retry-After of `retry_after_ms`.
+fn rate_limited_jev(retry_after_ms: u64) -> AdapterSet {
     let limited = Observation::error(
         AttemptReason::RateLimited,
         DispatchCertainty::TerminalResponse,
     )
-    .with_retry_after(60_000);
+    .with_retry_after(retry_after_ms);
     let mut jev =
         ScriptedAdapter::new("jev", "1.0.0-design").script("category", [Step::new(0, limited)]);
     for alias in ["severity", "core_unavailable"] {
@@ -219,18 +219,36 @@ fn a_provider_retry_after_pauses_the_lane_on_the_service() {
     }
     let mut adapters = AdapterSet::new();
     adapters.insert(Arc::new(jev));
-    runtime().block_on(async {
-        let result = turnstile_decision::evaluate(governed(&server, &evaluator, adapters)).await;
-        let first = &attempts(&result)[0];
-        assert_eq!(
-            first["status"],
-            serde_json::to_value(Status::Error).unwrap()
-        );
-        let client = Client::new(&server.base, &evaluator).expect("a client");
-        let snapshot = client.snapshot(WORKSPACE).await.expect("a snapshot");
-        assert!(
-            snapshot.core.providers["jev"].paused_until.is_some(),
-            "{snapshot:?}"
-        );
-    });
+    adapters
+}
+
+#[test]
+fn a_provider_retry_after_pauses_the_lane_on_the_service() {
+    // The second service lets a release pause a lane for 1 s at most: the 60 s Retry-After is
+    // released at that maximum, not refused (which would keep the permit until its TTL).
+    for max_retry_after_ms in [3_600_000, 1_000] {
+        let (server, evaluator, _) = service(profile(2), |config| {
+            config.admission.max_retry_after_ms = max_retry_after_ms;
+        });
+        runtime().block_on(async {
+            let result = turnstile_decision::evaluate(governed(
+                &server,
+                &evaluator,
+                rate_limited_jev(60_000),
+            ))
+            .await;
+            let first = &attempts(&result)[0];
+            assert_eq!(
+                first["status"],
+                serde_json::to_value(Status::Error).unwrap()
+            );
+            let client = Client::new(&server.base, &evaluator).expect("a client");
+            let snapshot = client.snapshot(WORKSPACE).await.expect("a snapshot");
+            // The service took the Retry-After (its retry pressure); the 60 s pause still lasts.
+            assert_eq!(snapshot.core.retry_pressure, 1, "{snapshot:?}");
+            let paused = snapshot.core.providers["jev"].paused_until.is_some();
+            assert_eq!(paused, max_retry_after_ms > 60_000, "{snapshot:?}");
+            assert_eq!(snapshot.leases, 0, "the permit came back");
+        });
+    }
 }
