@@ -2,7 +2,8 @@
 //!
 //! - [`AdmissionDriver`] is the evaluator's face of the shell's one driver task
 //!   ([`turnstile_shell::Driver`]); [`AdmissionLease`] (a shell [`Grant`](turnstile_shell::Grant))
-//!   releases on drop.
+//!   releases on drop. The driver keeps profile and breaker history like the service
+//!   ([`AdmissionDriver::profile_history`], [`AdmissionDriver::breaker_history`]).
 //! - [`run_bounded_fair`] is the bounded fair scheduler (lanes round-robin, results in input
 //!   order, permits given back during backoff).
 //! - [`evaluate`] runs a decision ruleset (EVALUATOR.md): validation, admission before every
@@ -31,6 +32,7 @@ pub mod driver;
 pub mod error;
 pub mod evaluator;
 mod execution;
+mod history;
 mod lane;
 pub mod observation;
 mod one_attempt;
@@ -61,7 +63,8 @@ pub use reason::{
 };
 pub use receipt::ReceiptRun;
 pub use request::{
-    AdmissionEvidence, EstimateFn, EvaluationRequest, EvidenceFn, RandomFn, SchedulerRun,
+    AdmissionEvidence, EstimateFn, EvaluationRequest, EvidenceFn, EvidenceKind, RandomFn,
+    SchedulerRun,
 };
 pub use result::{DecisionResult, ResultNaming, RulesetResult};
 pub use scheduler::{run_bounded_fair, FairOptions, Interrupt, Scheduled, Slot, WorkItem};
