@@ -20,7 +20,8 @@
 //!
 //! [`run_admission_controller_traced`] also returns how every arrival ended
 //! ([`ArrivalOutcome`]), for the per-request comparison with the reference's rules
-//! (`examples/shed_decomposition.rs`); the plain run keeps nothing per finished arrival.
+//! (`examples/shed_decomposition/`, run by `tests/shed_decomposition.rs`); the plain run keeps
+//! nothing per finished arrival.
 //!
 //! [`run`] takes [`RunOptions`]: the fair-share tally ([`crate::fair_share`], on for a
 //! manifest that shapes the order), the core's deadline-aware refusals (off for run A of the
