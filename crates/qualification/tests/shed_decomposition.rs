@@ -10,7 +10,7 @@ mod model;
 
 use std::collections::BTreeMap;
 
-use model::{decompose, End, Outcome, Row};
+use model::{admission_ratio, count, decompose, End, Outcome, Row};
 use turnstile_qualification::arrivals::{generate, Arrival};
 use turnstile_qualification::manifest::{LoadedManifest, PrincipalClass};
 
@@ -27,24 +27,13 @@ struct Counts {
 }
 
 fn counts(arrivals: &[Arrival], outcomes: &BTreeMap<u64, Outcome>) -> Counts {
-    let count = |end: End| outcomes.values().filter(|o| o.end == end).count();
-    let ratio = |class: PrincipalClass| {
-        let of_class: Vec<&Arrival> = arrivals
-            .iter()
-            .filter(|a| a.principal_class == class)
-            .collect();
-        let admitted = of_class
-            .iter()
-            .filter(|a| outcomes.get(&a.ordinal).is_some_and(|o| o.admitted))
-            .count();
-        format!("{:.6}", admitted as f64 / of_class.len() as f64)
-    };
+    let ratio = |class| format!("{:.6}", admission_ratio(arrivals, outcomes, class));
     Counts {
-        queue_full: count(End::QueueFull),
-        queue_timeout: count(End::QueueTimeout),
-        other_shed: count(End::OtherShed),
-        completed: count(End::Completed),
-        cancelled: count(End::Cancelled),
+        queue_full: count(outcomes, End::QueueFull),
+        queue_timeout: count(outcomes, End::QueueTimeout),
+        other_shed: count(outcomes, End::OtherShed),
+        completed: count(outcomes, End::Completed),
+        cancelled: count(outcomes, End::Cancelled),
         quiet: ratio(PrincipalClass::Quiet),
         noisy: ratio(PrincipalClass::Noisy),
     }

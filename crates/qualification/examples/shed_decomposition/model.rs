@@ -822,20 +822,32 @@ pub struct Row {
     pub outcomes: BTreeMap<u64, Outcome>,
 }
 
+/// How many arrivals ended with `end`.
+pub fn count(outcomes: &BTreeMap<u64, Outcome>, end: End) -> usize {
+    outcomes.values().filter(|o| o.end == end).count()
+}
+
+/// The share of `class`'s arrivals admitted at least once.
+pub fn admission_ratio(
+    arrivals: &[Arrival],
+    outcomes: &BTreeMap<u64, Outcome>,
+    class: PrincipalClass,
+) -> f64 {
+    let of_class: Vec<&Arrival> = arrivals
+        .iter()
+        .filter(|a| a.principal_class == class)
+        .collect();
+    let admitted = of_class
+        .iter()
+        .filter(|a| outcomes.get(&a.ordinal).is_some_and(|o| o.admitted))
+        .count();
+    admitted as f64 / of_class.len().max(1) as f64
+}
+
 /// One line: shed (by reason), completed, cancelled and both admission ratios.
 pub fn summary(arrivals: &[Arrival], outcomes: &BTreeMap<u64, Outcome>) -> String {
-    let count = |end: End| outcomes.values().filter(|o| o.end == end).count();
-    let ratio = |class: PrincipalClass| {
-        let of_class: Vec<&Arrival> = arrivals
-            .iter()
-            .filter(|a| a.principal_class == class)
-            .collect();
-        let admitted = of_class
-            .iter()
-            .filter(|a| outcomes.get(&a.ordinal).is_some_and(|o| o.admitted))
-            .count();
-        admitted as f64 / of_class.len().max(1) as f64
-    };
+    let count = |end: End| count(outcomes, end);
+    let ratio = |class: PrincipalClass| admission_ratio(arrivals, outcomes, class);
     format!(
         "shed {:>3} (queue-full {:>3}, queue-timeout {:>3}, other {})  completed {:>5}  cancelled {:>3}  quiet {:.6}  noisy {:.6}",
         count(End::QueueFull) + count(End::QueueTimeout) + count(End::OtherShed),
