@@ -2,7 +2,7 @@
 //! across all of its targets.
 
 use serde::{Deserialize, Serialize};
-use turnstile_admission::Evidence;
+use turnstile_admission::{BreakerTransition, Evidence};
 
 use crate::adapter::Adapter;
 use crate::artifact::Pin;
@@ -35,6 +35,12 @@ pub struct AttemptRecord {
     /// The admission evidence (scheduled runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<Evidence>,
+    /// The breaker transitions this attempt's release caused (closed → open after a failure,
+    /// half-open → closed after a probe's success), oldest first; empty (absent) when none.
+    /// Transitions at admission are in `admission.breakerTransitions`. Names the provider lane,
+    /// never a principal or workspace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub breaker_transitions: Vec<BreakerTransition>,
 }
 
 impl AttemptRecord {
@@ -61,6 +67,7 @@ impl AttemptRecord {
             termination: None,
             dispatch_certainty: None,
             admission: None,
+            breaker_transitions: Vec::new(),
         }
     }
 }

@@ -17,19 +17,24 @@
 //! - An [`AdmissionLease`] is released exactly once: explicitly with its outcome, or with no
 //!   outcome when dropped. Its `decision.admit` span ends with it.
 //! - Leases of in-process holders have no TTL: they release on drop.
+//! - Profile changes and breaker transitions are kept as history (the last 64 of each per
+//!   workspace, `crate::history`), shared by every clone, and answered like the service's
+//!   `GET …/profiles` and `GET …/breakers`.
 
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use turnstile_admission::{
-    AdmissionRequest, Millis, Profile, ProfileChangeRecord, RegistryError, Snapshot,
+    AdmissionRequest, BreakerTransition, Millis, Profile, ProfileChangeRecord, RegistryError,
+    Snapshot,
 };
 use turnstile_shell::{
     Acquire, AcquireReply, AdmitSpan, Clock, Driver, DriverConfig, DriverError, DriverHandle,
-    LeaseMetrics, NoJournal, Wait,
+    LeaseMetrics, Wait,
 };
 
 use crate::error::AdmissionError;
+use crate::history::History;
 use crate::AdmissionLease;
 
 /// A cloneable handle to one registry driven on tokio time.
@@ -37,6 +42,7 @@ use crate::AdmissionLease;
 pub struct AdmissionDriver {
     handle: DriverHandle,
     clock: Clock,
+    history: History,
 }
 
 impl AdmissionDriver {
@@ -49,14 +55,19 @@ impl AdmissionDriver {
     /// Drives `registry` with the given clock (tests use `Clock::starting_at(0)`).
     pub fn with_clock(registry: turnstile_admission::Registry, clock: Clock) -> Self {
         let config = DriverConfig { lease_ttl_ms: None };
+        let history = History::default();
         let (handle, _task) = Driver::spawn(
             registry,
             clock,
             config,
-            Box::new(NoJournal),
+            Box::new(history.journal()),
             Arc::new(LeaseMetrics::default()),
         );
-        AdmissionDriver { handle, clock }
+        AdmissionDriver {
+            handle,
+            clock,
+            history,
+        }
     }
 
     /// The driver's clock.
@@ -85,6 +96,19 @@ impl AdmissionDriver {
             .register(workspace_id, profile_version, profile, String::new())
             .await
             .map_err(admission_error)
+    }
+
+    /// The workspace's last profile-change records (at most 64), oldest first, like the
+    /// service's `GET /v1/workspaces/{id}/profiles`: one per registration that changed the
+    /// current revision (`initial`, `change`, `rollback`); empty for an unknown workspace.
+    pub async fn profile_history(&self, workspace_id: &str) -> Vec<ProfileChangeRecord> {
+        self.history.profiles(workspace_id)
+    }
+
+    /// The workspace's last breaker transitions (at most 64), oldest first, like the service's
+    /// `GET /v1/workspaces/{id}/breakers`; empty for an unknown workspace.
+    pub async fn breaker_history(&self, workspace_id: &str) -> Vec<BreakerTransition> {
+        self.history.breakers(workspace_id)
     }
 
     /// Aggregate counts of a workspace (with the core's peak totals).

@@ -2,7 +2,8 @@
 //!
 //! - [`AdmissionDriver`] is the evaluator's face of the shell's one driver task
 //!   ([`turnstile_shell::Driver`]); [`AdmissionLease`] (a shell [`Grant`](turnstile_shell::Grant))
-//!   releases on drop.
+//!   releases on drop. The driver keeps profile and breaker history like the service
+//!   ([`AdmissionDriver::profile_history`], [`AdmissionDriver::breaker_history`]).
 //! - [`Governor`] is who admits a scheduled evaluation's attempts: the in-process
 //!   [`AdmissionDriver`], or a running service ([`RemoteGovernor`], through `turnstile-client`).
 //! - [`run_bounded_fair`] is the bounded fair scheduler (lanes round-robin, results in input
@@ -34,6 +35,7 @@ pub mod error;
 pub mod evaluator;
 mod execution;
 mod governor;
+mod history;
 mod lane;
 pub mod observation;
 mod one_attempt;
@@ -67,7 +69,8 @@ pub use reason::{
 pub use receipt::ReceiptRun;
 pub use remote::{RemoteCheckError, RemoteGovernor, RemoteLease};
 pub use request::{
-    AdmissionEvidence, EstimateFn, EvaluationRequest, EvidenceFn, RandomFn, SchedulerRun,
+    AdmissionEvidence, EstimateFn, EvaluationRequest, EvidenceFn, EvidenceKind, RandomFn,
+    SchedulerRun,
 };
 pub use result::{DecisionResult, ResultNaming, RulesetResult};
 pub use scheduler::{run_bounded_fair, FairOptions, Interrupt, Scheduled, Slot, WorkItem};

@@ -11,13 +11,17 @@
 //! - A queued wait ended by the attempt deadline is a timeout, never a caller cancellation.
 //! - Every admission request reports its decision to `onEvidence` exactly once, before the
 //!   adapter is called or the rejection is recorded.
+//! - The breaker transitions a release caused (its return value) are kept on the attempt's
+//!   record (`breakerTransitions`) and reported to `onEvidence` as one release event.
 //! - With a receipt store, the pending slot is durable before anything is sent, and a
 //!   non-success whose dispatch certainty is neither `terminal-response` nor `not-sent` is
 //!   uncertain.
 
 use std::time::Duration;
 
-use turnstile_admission::{ActualUsage, AdmissionRequest, Millis, Outcome, Reason};
+use turnstile_admission::{
+    ActualUsage, AdmissionRequest, BreakerTransition, Evidence, Millis, Outcome, Reason,
+};
 
 use crate::adapter::{Adapter, AdapterRequest};
 use crate::attempt::AttemptRecord;
@@ -28,7 +32,7 @@ use crate::governor::GovernedLease;
 use crate::observation::{Observation, ObservedUsage, Uncertainty};
 use crate::plan::AliasPlan;
 use crate::reason::{map_admission_reason, AttemptReason, DispatchCertainty, Status, Termination};
-use crate::request::AdmissionEvidence;
+use crate::request::{AdmissionEvidence, EvidenceKind};
 use crate::stop::Stop;
 
 /// What one try produced.
@@ -128,11 +132,13 @@ impl Attempt<'_, '_> {
         };
         if let Some(evidence) = decided {
             run.report(AdmissionEvidence {
+                kind: EvidenceKind::Admission,
                 alias: &self.alias.alias,
                 target_index: self.target_index,
                 adapter: &target.adapter,
                 ordinal: self.ordinal,
                 evidence,
+                breaker_transitions: &[],
             });
         }
         match acquired {
@@ -223,20 +229,42 @@ impl Attempt<'_, '_> {
     }
 
     /// Releases the lease with the call's outcome and usage; a call the caller cut short
-    /// drops it (outcome `none`).
-    async fn release(&self, lease: Option<GovernedLease>, observation: &Observation) {
+    /// drops it (outcome `none`). The breaker transitions the release caused go on the record
+    /// and to `onEvidence`.
+    async fn release(&mut self, lease: Option<GovernedLease>, observation: &Observation) {
         let Some(lease) = lease else {
             return;
         };
         let outcome = lease_outcome(observation, self.record.termination);
         if self.record.termination == Some(Termination::CallerCancelled) {
             drop(lease);
-        } else {
-            // The driver ends the lease's span with the transitions the outcome caused.
-            let _ = lease
-                .release(outcome, actual_usage(&observation.usage))
-                .await;
+            return;
         }
+        let admission = lease.evidence().clone();
+        // The driver also ends the lease's span with these transitions.
+        let transitions = lease
+            .release(outcome, actual_usage(&observation.usage))
+            .await;
+        self.caused(&admission, transitions);
+    }
+
+    /// Keeps the breaker transitions the release caused and reports them (none: nothing).
+    fn caused(&mut self, admission: &Evidence, transitions: Vec<BreakerTransition>) {
+        if transitions.is_empty() {
+            return;
+        }
+        if let Some(run) = self.context.scheduler {
+            run.report(AdmissionEvidence {
+                kind: EvidenceKind::Release,
+                alias: &self.alias.alias,
+                target_index: self.target_index,
+                adapter: &self.target.adapter,
+                ordinal: self.ordinal,
+                evidence: admission,
+                breaker_transitions: &transitions,
+            });
+        }
+        self.record.breaker_transitions = transitions;
     }
 
     /// Writes what the call came to into the receipt; answers whether it is uncertain.

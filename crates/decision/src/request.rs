@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use turnstile_admission::{Estimate, Evidence};
+use turnstile_admission::{BreakerTransition, Estimate, Evidence};
 
 use crate::adapter::AdapterSet;
 use crate::binding::AliasTarget;
@@ -28,12 +28,36 @@ pub type RandomFn = Arc<dyn Fn() -> f64 + Send + Sync>;
 /// The host's estimate of one attempt: `(alias, target, projection) → estimate`.
 pub type EstimateFn = Arc<dyn Fn(&str, &AliasTarget, &Value) -> Estimate + Send + Sync>;
 
-/// One admission decision of one attempt, as `scheduler.onEvidence` receives it.
+/// What an [`AdmissionEvidence`] event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EvidenceKind {
+    /// An admission decision (`admit` or `reject`), when it is made.
+    Admission,
+    /// The release of an admitted attempt's lease that moved the provider lane's breaker
+    /// (e.g. closed → open after a failure): `breaker_transitions` lists what it caused.
+    Release,
+}
+
+impl EvidenceKind {
+    /// The kind's name: `admission` or `release`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvidenceKind::Admission => "admission",
+            EvidenceKind::Release => "release",
+        }
+    }
+}
+
+/// One admission event of one attempt, as `scheduler.onEvidence` receives it: its admission
+/// decision ([`EvidenceKind::Admission`]) or a release that moved the breaker
+/// ([`EvidenceKind::Release`]).
 ///
 /// The provider lane (`adapter`) and the alias are artifact names, not tenant identities; the
 /// evidence never carries an ID (REFERENCE §5).
 #[derive(Debug, Clone, Copy)]
 pub struct AdmissionEvidence<'a> {
+    /// What the event reports.
+    pub kind: EvidenceKind,
     /// The alias whose attempt asked for admission.
     pub alias: &'a str,
     /// The target's index within the alias's targets.
@@ -42,8 +66,13 @@ pub struct AdmissionEvidence<'a> {
     pub adapter: &'a str,
     /// The attempt's ordinal within its alias (from 1, across targets).
     pub ordinal: u32,
-    /// The decision: `admit` or `reject`, with its reason and counts.
+    /// The decision: `admit` or `reject`, with its reason and counts (on a release event: the
+    /// lease's admission, the same value as the admission event's).
     pub evidence: &'a Evidence,
+    /// On a release event: the breaker transitions the release caused, oldest first (the
+    /// attempt record's `breakerTransitions`). Empty on an admission event (transitions made at
+    /// admission are in `evidence.breaker_transitions`).
+    pub breaker_transitions: &'a [BreakerTransition],
 }
 
 /// The host's `onEvidence` callback.

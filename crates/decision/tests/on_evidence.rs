@@ -13,13 +13,14 @@ use turnstile_decision::{
     evaluate, AdapterSet, AttemptReason, CallLog, Capabilities, RulesetResult, RulesetStatus,
     ScriptedAdapter, Status, Step,
 };
-use turnstile_decision::{AdmissionEvidence, EvidenceFn};
+use turnstile_decision::{AdmissionEvidence, EvidenceFn, EvidenceKind};
 
 use common::*;
 
 /// What the callback saw, plus the adapter calls made before it was called.
 #[derive(Debug, Clone)]
 struct Seen {
+    kind: EvidenceKind,
     alias: String,
     target_index: usize,
     adapter: String,
@@ -34,6 +35,7 @@ fn recorder(log: &Arc<CallLog>) -> (EvidenceFn, Arc<Mutex<Vec<Seen>>>) {
     let log = Arc::clone(log);
     let callback: EvidenceFn = Arc::new(move |event: AdmissionEvidence<'_>| {
         sink.lock().unwrap().push(Seen {
+            kind: event.kind,
             alias: event.alias.to_owned(),
             target_index: event.target_index,
             adapter: event.adapter.to_owned(),
@@ -78,6 +80,8 @@ async fn on_evidence_receives_each_admission_before_its_call_with_the_attempts_e
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 3, "one decision per attempt: {seen:?}");
     for event in &seen {
+        // Admission events only: no release moved a breaker.
+        assert_eq!(event.kind, EvidenceKind::Admission);
         assert_eq!(event.evidence.decision, Decision::Admit);
         assert_eq!(event.evidence.reason, Reason::Admitted);
         assert_eq!((event.adapter.as_str(), event.target_index), ("jev", 0));

@@ -20,12 +20,15 @@
 //!
 //! [`run_admission_controller_traced`] also returns how every arrival ended
 //! ([`ArrivalOutcome`]), for the per-request comparison with the reference's rules
-//! (`examples/shed_decomposition.rs`); the plain run keeps nothing per finished arrival.
+//! (`examples/shed_decomposition/`, run by `tests/shed_decomposition.rs`); the plain run keeps
+//! nothing per finished arrival.
 //!
 //! [`run`] takes [`RunOptions`]: the fair-share tally ([`crate::fair_share`], on for a
 //! manifest that shapes the order), the core's deadline-aware refusals (off for run A of the
-//! [`crate::deadline_ab`] comparison) and the attempts run A watches. Every run lists the
-//! attempts it saw refused `deadline-unreachable`.
+//! [`crate::deadline_ab`] comparison), the attempts run A watches, and a cancellation delay (0
+//! in every record's run: a cancellation is handled at the instant it is requested; a test
+//! sets it to show that `maximumCancellationLatencyMs` can fail). Every run lists the attempts
+//! it saw refused `deadline-unreachable`.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -123,6 +126,9 @@ pub struct RunOptions {
     pub sample: bool,
     /// The attempts another run refused, to see whether this one admits them in time.
     pub watch: Option<RefusalWatch>,
+    /// How long after `cancelAtMs` a cancellation reaches the controller (ms); 0 for records.
+    /// The observed cancellation latency is that delay for every arrival still live then.
+    pub cancel_delay_ms: u64,
 }
 
 impl RunOptions {
@@ -135,6 +141,7 @@ impl RunOptions {
             trace: false,
             sample: false,
             watch: None,
+            cancel_delay_ms: 0,
         }
     }
 }
@@ -172,6 +179,7 @@ pub fn run(
     harness.samples = options.sample.then(Vec::new);
     harness.fair_share = options.fair_share.then(|| FairShareTally::new(manifest));
     harness.watch = options.watch;
+    harness.cancel_delay_ms = options.cancel_delay_ms;
     harness.run(window_ms, progress)
 }
 
@@ -223,6 +231,7 @@ struct Harness<'a, I: Iterator<Item = Arrival>> {
     fair_share: Option<FairShareTally>,
     watch: Option<RefusalWatch>,
     deadline_refused: Vec<AttemptKey>,
+    cancel_delay_ms: u64,
 }
 
 impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
@@ -246,6 +255,7 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
             fair_share: None,
             watch: None,
             deadline_refused: Vec::new(),
+            cancel_delay_ms: 0,
         })
     }
 
@@ -356,7 +366,10 @@ impl<'a, I: Iterator<Item = Arrival>> Harness<'a, I> {
         self.class(arrival.principal_class).arrivals += 1;
         let ordinal = arrival.ordinal;
         if let Some(at) = arrival.cancel_at_ms {
-            self.schedule(at, Event::Cancel(ordinal));
+            self.schedule(
+                at.saturating_add(self.cancel_delay_ms),
+                Event::Cancel(ordinal),
+            );
         }
         self.live.insert(
             ordinal,

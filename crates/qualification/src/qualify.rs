@@ -48,6 +48,7 @@ fn run_controller(
             trace: false,
             sample: false,
             watch: Some(RefusalWatch::new(&b.deadline_refused)),
+            cancel_delay_ms: 0,
         };
         let arrivals = ArrivalStream::new(manifest, window_seconds);
         let a = harness::run(manifest, arrivals, window_ms, options, &mut |_| {})?;

@@ -1,4 +1,6 @@
-//! The eight behaviours of SEMANTIC.md "Behaviours that must hold", one test each.
+//! The eight behaviours of SEMANTIC.md "Behaviours that must hold", one test each, and the
+//! rule ADR 0119 states after them: once every pending generation has rolling-hour coverage,
+//! the priority policy resumes.
 
 mod common;
 
@@ -79,6 +81,50 @@ fn semantic_behaviour_2_coverage_first() {
     // Without the coverage rule (the legacy policy) priority always won: the incident.
     let legacy = select_pending(&pending, Some("hot"), &history, false).unwrap();
     assert_eq!(legacy.generation_id, "hot");
+}
+
+#[test]
+fn semantic_adr_0119_priority_resumes_once_every_pending_generation_is_covered() {
+    let pending = [
+        item("old-routine", Band::Routine, T20 - 60 * SECOND),
+        item("hot-a", Band::Priority, T20 + 40 * SECOND),
+        item("hot-b", Band::Priority, T20 + 45 * SECOND),
+        item("new-routine", Band::Routine, T20 + 50 * SECOND),
+    ];
+    let pick = |last: Option<&str>, history: &[CallReceipt]| {
+        select_pending(&pending, last, history, true)
+            .map(|item| item.generation_id.clone())
+            .unwrap()
+    };
+    // Coverage first: while a routine generation has no call in the hour, it wins over the
+    // priority ones that were read, oldest pending first.
+    let mut history = vec![
+        call("hot-a", T20 + 50 * SECOND),
+        call("hot-b", T20 + 51 * SECOND),
+    ];
+    assert_eq!(pick(Some("hot-b"), &history), "old-routine");
+    history.push(call("old-routine", T20 + 52 * SECOND));
+    assert_eq!(pick(Some("hot-b"), &history), "new-routine");
+    // Every pending generation is covered: the priority policy resumes, band 1 round robin
+    // from the cursor, and no routine generation while band 1 waits.
+    history.push(call("new-routine", T20 + 53 * SECOND));
+    assert_eq!(pick(Some("hot-b"), &history), "hot-a");
+    assert_eq!(pick(Some("hot-a"), &history), "hot-b");
+    assert_eq!(pick(None, &history), "hot-a");
+    // Without band 1 pending, the oldest routine generation.
+    let routine_only = [&pending[0], &pending[3]].map(|i| i.clone());
+    let chosen = select_pending(&routine_only, Some("hot-b"), &history, true).unwrap();
+    assert_eq!(chosen.generation_id, "old-routine");
+    // A call that left the rolling hour no longer covers: its generation is uncovered again,
+    // and within the uncovered set band 1 and its round robin still apply.
+    let at = T20 + 60 * MINUTE + 50 * SECOND + 500; // only hot-a's call has left the hour
+    let active = turnstile_semantic::history::active_history(&history, at);
+    assert_eq!(active.len(), 3);
+    assert_eq!(pick(Some("hot-a"), &active), "hot-a");
+    let at = T20 + 60 * MINUTE + 52 * SECOND + 500; // hot-a, hot-b, old-routine uncovered
+    let active = turnstile_semantic::history::active_history(&history, at);
+    assert_eq!(active.len(), 1);
+    assert_eq!(pick(Some("hot-a"), &active), "hot-b");
 }
 
 #[test]

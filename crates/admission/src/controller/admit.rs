@@ -10,7 +10,7 @@
 //!   bucket's capacity, or a budget the request would exceed. Budgets never shrink while a
 //!   request waits, so waiting cannot help.
 //! - **Queue admission** (retryable `queue-full`): queue lengths and queue shares, and the
-//!   real hint of a `queue-full` refusal.
+//!   estimated hint of a `queue-full` refusal.
 //! - **Dwell bounds**: a waiter expires at `min(deadline, enqueuedAt + min(maxQueueWaitMs))`.
 //! - **tryAdmit** for a lane head: concurrency, share caps, reservations, Retry-After,
 //!   breaker, then budgets and buckets, then the provider's announced quota
@@ -272,7 +272,7 @@ impl Controller {
                 .is_some_and(|cap| lane_queued >= cap)
     }
 
-    /// A real hint for a `queue-full` refusal: the sooner of the next queue expiry and the
+    /// An estimated hint for a `queue-full` refusal: the sooner of the next queue expiry and the
     /// expected drain time of the queue at the mean lease hold time; at least 1 ms.
     pub(super) fn queue_full_hint(&self, now: Millis) -> Millis {
         let expiry = self.queue.next_expiry().map(|at| at.saturating_sub(now));

@@ -107,11 +107,12 @@ pub async fn put_profile(
     })
 }
 
-/// The profile document, strictly: `Profile` itself ignores unknown top-level keys, so a
-/// misspelt `principals` would silently register no principal limits; here any key other than
-/// `workspace`, `providers` and `principals` is refused, naming it (`note` and `approvedBy`
-/// were taken out before: `crate::api::approval`; `with_approval` says whether the request
-/// allows them beside the profile, for the message).
+/// The profile document, strictly: any top-level key other than `workspace`, `providers` and
+/// `principals` is refused, naming it, before serde would (`note` and `approvedBy` were taken
+/// out before: `crate::api::approval`; `with_approval` says whether the request allows them
+/// beside the profile, for the message), and so is any key of a principal list entry other
+/// than `id` and `limits` (the core's list form ignores such keys: see
+/// [`limits_are_objects`]).
 pub(crate) fn parse_profile(
     value: serde_json::Value,
     with_approval: bool,
@@ -153,7 +154,9 @@ pub(crate) fn parse_profile(
 
 /// Serde's derived `Limits` also accepts a JSON *array* (positional fields), so `[1, 2]`
 /// would silently mean `{concurrency: 1, requestsPerMinute: 2}`. Every limits position must be
-/// an object.
+/// an object. The core's principal list form (`[{id, limits}]`, the load manifests') ignores
+/// other keys of an entry (a manifest's `class`, `weight`); here they are refused, naming the
+/// key.
 fn limits_are_objects(value: &serde_json::Value) -> Result<(), ApiError> {
     fn limits(value: &serde_json::Value, field: String) -> Result<(), ApiError> {
         let Some(object) = value.as_object() else {
@@ -189,6 +192,19 @@ fn limits_are_objects(value: &serde_json::Value) -> Result<(), ApiError> {
         }
         Some(serde_json::Value::Array(entries)) => {
             for (index, entry) in entries.iter().enumerate() {
+                let unknown = entry.as_object().and_then(|entry| {
+                    entry
+                        .keys()
+                        .find(|k| !matches!(k.as_str(), "id" | "limits"))
+                });
+                if let Some(unknown) = unknown {
+                    return Err(ApiError::InvalidDefinition {
+                        field: format!("principals[{index}].{unknown}"),
+                        message: format!(
+                            "invalid-definition: unknown field `{unknown}` in principals[{index}], expected `id`, `limits`"
+                        ),
+                    });
+                }
                 match entry.get("limits") {
                     Some(l) => limits(l, format!("principals[{index}].limits"))?,
                     None => return Err(not_object(format!("principals[{index}].limits"))),

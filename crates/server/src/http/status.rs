@@ -14,8 +14,9 @@
 //! | `attempts`, `cost`, `tokens`, `unknown-cost`, `unknown-tokens` | 422 (the budget of this `budgetId` cannot pay for the request) |
 //! | `invalid-estimate`, `batch-size`, `request-too-large`, `too-many-items`, `retained-work`, `unknown-retained-work`, `unconfigured-provider` | 422 |
 //!
-//! `Retry-After` is whole seconds, rounded up from the evidence's real `retryAfterMs` hint, at
-//! least 1; the body keeps the millisecond hint.
+//! `Retry-After` is whole seconds, rounded up from the evidence's `retryAfterMs` hint (the real
+//! remaining time when the blocking condition has a known end; an estimate for `queue-full`),
+//! at least 1; the body keeps the millisecond hint.
 
 use axum::http::StatusCode;
 use turnstile_admission::{Millis, Reason, Rejection};

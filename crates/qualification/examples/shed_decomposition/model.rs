@@ -1,41 +1,17 @@
-//! Why the admission-controller target sheds 388 where the reference's retained record sheds 381
-//! on the same 20,103 arrivals: a per-request decomposition.
-//!
-//! `cargo run --release -p turnstile-qualification --example shed_decomposition [-- --list]`
-//!
-//! With `-- --rules expire,wakes,arrivals-first,abort,ring` (any subset) it runs only the model
-//! with those of turnstile's rules, for trying other combinations.
-//!
-//! It runs, on manifest v2's arrivals:
-//!
-//! 1. a **model of the reference's rules** (REFERENCE §4 and §7 as the reference implements them,
-//!    written here independently for the features manifest v2 uses: concurrency, share caps,
-//!    reservations, request and token buckets with the token-holder rule, queue bounds, dwell,
-//!    deadlines, the breaker, cancellation), with the reference's host behaviour: only lane
-//!    heads expire, and only when the pump runs; the pump re-runs on a single timer at the
-//!    reference's retry hints (9 ms after a concurrency deferral, 88 ms after a bucket
-//!    deferral) or a head's expiry; events at one instant run timers first (call ends,
-//!    retries, cancellations, pump timers, by creation order) and arrivals last; a call aborted
-//!    by a cancellation is released as a failure;
-//! 2. the same model with turnstile's rules switched in **one at a time**, cumulatively (the
-//!    order matters: the steps do not commute);
-//! 3. turnstile's own harness and controller (`run_admission_controller_traced`).
-//!
-//! Between consecutive rows it prints how many arrivals changed outcome (and, with `--list`,
-//! which: ordinal, arrival time, principal class, provider, tokens, before → after). Principal
-//! IDs are never printed, only the class.
+//! The independent model of the reference's rules and host, and the decomposition it drives
+//! (see `main.rs`). Shared with `tests/shed_decomposition.rs`, which runs it.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 
 use turnstile_admission::Limits;
-use turnstile_qualification::arrivals::{generate, Arrival};
+use turnstile_qualification::arrivals::Arrival;
 use turnstile_qualification::harness::{run_admission_controller_traced, Ending};
-use turnstile_qualification::manifest::{LoadedManifest, Manifest, PrincipalClass};
+use turnstile_qualification::manifest::{Manifest, PrincipalClass};
 
 /// How one arrival ended, comparably across the model and the harness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum End {
+pub enum End {
     Completed,
     Failed,
     Cancelled,
@@ -45,32 +21,32 @@ enum End {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Outcome {
-    end: End,
-    admitted: bool,
+pub struct Outcome {
+    pub end: End,
+    pub admitted: bool,
 }
 
 /// Which of turnstile's rules the model uses instead of the reference's.
 #[derive(Debug, Clone, Copy, Default)]
-struct Rules {
+pub struct Rules {
     /// Every waiter expires at its own dwell bound, exactly, wherever it is in its lane
     /// (reference: a lane head is checked when the pump runs; a waiter behind it waits, still
     /// counted against queue bounds, until it becomes head).
-    expire_every_waiter: bool,
+    pub expire_every_waiter: bool,
     /// The pump runs at the exact instant a bucket has refilled enough or a waiter expires
     /// (reference: one timer at the retry hint, 9 ms after a concurrency deferral, 88 ms after a
     /// bucket deferral).
-    exact_wakes: bool,
+    pub exact_wakes: bool,
     /// At one instant, arrivals (and their cancellations) come before call ends and retries,
     /// as in turnstile's harness (reference: timers first, arrivals last).
-    arrivals_first: bool,
+    pub arrivals_first: bool,
     /// A call aborted by a cancellation is released with no outcome (reference: as a failure,
     /// which counts towards the breaker).
-    abort_is_no_outcome: bool,
+    pub abort_is_no_outcome: bool,
     /// Round robin over a ring of lanes: a lane that was served goes to the back, lanes looked
     /// at without being served stay in front (reference: a cursor index into the list of
     /// non-empty lanes taken at each pump, whose order shifts as lanes empty and come back).
-    ring_round_robin: bool,
+    pub ring_round_robin: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -131,7 +107,7 @@ struct Breaker {
     probes: u32,
 }
 
-struct Model<'a> {
+pub struct Model<'a> {
     rules: Rules,
     manifest: &'a Manifest,
     principal_limits: Vec<&'a Limits>,
@@ -164,7 +140,7 @@ const CONCURRENCY_HINT: u64 = 9; // jitterHint(10) = round(8.75)
 const BUCKET_HINT: u64 = 88; // jitterHint(100) = round(87.5)
 
 impl<'a> Model<'a> {
-    fn new(manifest: &'a Manifest, rules: Rules) -> Self {
+    pub fn new(manifest: &'a Manifest, rules: Rules) -> Self {
         let providers: Vec<&Limits> = manifest.providers.values().collect();
         Model {
             rules,
@@ -243,12 +219,12 @@ impl<'a> Model<'a> {
 
     // ----- the host (reference §7 harness) ---------------------------------------------------
 
-    fn run(self, arrivals: &[Arrival]) -> BTreeMap<u64, Outcome> {
+    pub fn run(self, arrivals: &[Arrival]) -> BTreeMap<u64, Outcome> {
         self.run_with_wait(arrivals).0
     }
 
     /// The outcomes and the largest queue delay of an admitted attempt.
-    fn run_with_wait(mut self, arrivals: &[Arrival]) -> (BTreeMap<u64, Outcome>, u64) {
+    pub fn run_with_wait(mut self, arrivals: &[Arrival]) -> (BTreeMap<u64, Outcome>, u64) {
         let principal_index: HashMap<&str, usize> = self
             .manifest
             .principals
@@ -840,24 +816,38 @@ fn share_cap(share: f64, pool: u64) -> u64 {
 /// Switches one of turnstile's rules on in the model.
 type RuleSwitch = fn(&mut Rules);
 
-struct Row {
-    name: &'static str,
-    outcomes: BTreeMap<u64, Outcome>,
+/// One row of the decomposition: how every arrival ended, by ordinal.
+pub struct Row {
+    pub name: &'static str,
+    pub outcomes: BTreeMap<u64, Outcome>,
 }
 
-fn summary(arrivals: &[Arrival], outcomes: &BTreeMap<u64, Outcome>) -> String {
-    let count = |end: End| outcomes.values().filter(|o| o.end == end).count();
-    let ratio = |class: PrincipalClass| {
-        let of_class: Vec<&Arrival> = arrivals
-            .iter()
-            .filter(|a| a.principal_class == class)
-            .collect();
-        let admitted = of_class
-            .iter()
-            .filter(|a| outcomes.get(&a.ordinal).is_some_and(|o| o.admitted))
-            .count();
-        admitted as f64 / of_class.len().max(1) as f64
-    };
+/// How many arrivals ended with `end`.
+pub fn count(outcomes: &BTreeMap<u64, Outcome>, end: End) -> usize {
+    outcomes.values().filter(|o| o.end == end).count()
+}
+
+/// The share of `class`'s arrivals admitted at least once.
+pub fn admission_ratio(
+    arrivals: &[Arrival],
+    outcomes: &BTreeMap<u64, Outcome>,
+    class: PrincipalClass,
+) -> f64 {
+    let of_class: Vec<&Arrival> = arrivals
+        .iter()
+        .filter(|a| a.principal_class == class)
+        .collect();
+    let admitted = of_class
+        .iter()
+        .filter(|a| outcomes.get(&a.ordinal).is_some_and(|o| o.admitted))
+        .count();
+    admitted as f64 / of_class.len().max(1) as f64
+}
+
+/// One line: shed (by reason), completed, cancelled and both admission ratios.
+pub fn summary(arrivals: &[Arrival], outcomes: &BTreeMap<u64, Outcome>) -> String {
+    let count = |end: End| count(outcomes, end);
+    let ratio = |class: PrincipalClass| admission_ratio(arrivals, outcomes, class);
     format!(
         "shed {:>3} (queue-full {:>3}, queue-timeout {:>3}, other {})  completed {:>5}  cancelled {:>3}  quiet {:.6}  noisy {:.6}",
         count(End::QueueFull) + count(End::QueueTimeout) + count(End::OtherShed),
@@ -871,32 +861,13 @@ fn summary(arrivals: &[Arrival], outcomes: &BTreeMap<u64, Outcome>) -> String {
     )
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let list = std::env::args().any(|a| a == "--list");
-    let loaded = LoadedManifest::embedded_v2()?;
-    let manifest = &loaded.manifest;
-    let window = manifest.duration.window_seconds();
-    let arrivals = generate(manifest, window);
-
-    if let Some(names) = std::env::args().skip_while(|a| a != "--rules").nth(1) {
-        let mut rules = Rules::default();
-        for name in names.split(',') {
-            match name {
-                "expire" => rules.expire_every_waiter = true,
-                "wakes" => rules.exact_wakes = true,
-                "arrivals-first" => rules.arrivals_first = true,
-                "abort" => rules.abort_is_no_outcome = true,
-                "ring" => rules.ring_round_robin = true,
-                other => return Err(format!("unknown rule {other}").into()),
-            }
-        }
-        let (outcomes, max_wait) = Model::new(manifest, rules).run_with_wait(&arrivals);
-        println!(
-            "{names:<44} {}  longest admitted wait {max_wait} ms",
-            summary(&arrivals, &outcomes)
-        );
-        return Ok(());
-    }
+/// The decomposition's rows: the model with the reference's rules, then with turnstile's rules
+/// switched in one at a time (cumulatively), then turnstile's own harness and controller.
+pub fn decompose(
+    manifest: &Manifest,
+    arrivals: &[Arrival],
+    window: u64,
+) -> Result<Vec<Row>, turnstile_admission::RegistryError> {
     let mut rows = Vec::new();
     let mut rules = Rules::default();
     let steps: [(&str, RuleSwitch); 5] = [
@@ -918,13 +889,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     rows.push(Row {
         name: "reference rules (model)",
-        outcomes: Model::new(manifest, rules).run(&arrivals),
+        outcomes: Model::new(manifest, rules).run(arrivals),
     });
     for (name, switch) in steps {
         switch(&mut rules);
         rows.push(Row {
             name,
-            outcomes: Model::new(manifest, rules).run(&arrivals),
+            outcomes: Model::new(manifest, rules).run(arrivals),
         });
     }
 
@@ -957,46 +928,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         outcomes: ours,
     });
 
-    println!("manifest {} ({} arrivals)", loaded.digest, arrivals.len());
-    println!("reference retained record: shed 381 (queue-full 152, queue-timeout 229)  completed 19541  cancelled 181  quiet 0.991454  noisy 0.970525");
-    let by_ordinal: HashMap<u64, &Arrival> = arrivals.iter().map(|a| (a.ordinal, a)).collect();
-    for (index, row) in rows.iter().enumerate() {
-        println!("{:<44} {}", row.name, summary(&arrivals, &row.outcomes));
-        if index == 0 {
-            continue;
-        }
-        let before = &rows[index - 1].outcomes;
-        let changed: Vec<u64> = row
-            .outcomes
-            .iter()
-            .filter(|(ordinal, o)| before.get(ordinal) != Some(o))
-            .map(|(ordinal, _)| *ordinal)
-            .collect();
-        let mut transitions: BTreeMap<(End, End), usize> = BTreeMap::new();
-        for ordinal in &changed {
-            let from = before.get(ordinal).map_or(End::OtherShed, |o| o.end);
-            *transitions
-                .entry((from, row.outcomes[ordinal].end))
-                .or_default() += 1;
-        }
-        println!(
-            "    {} arrivals changed outcome: {transitions:?}",
-            changed.len()
-        );
-        if list {
-            for ordinal in changed {
-                let a = by_ordinal[&ordinal];
-                println!(
-                    "      #{ordinal:<6} at {:>7} ms  {:?} {:<13} tokens {:>5}  {:?} -> {:?}",
-                    a.at_ms,
-                    a.principal_class,
-                    a.provider_id,
-                    a.tokens,
-                    before.get(&ordinal),
-                    row.outcomes[&ordinal]
-                );
-            }
-        }
-    }
-    Ok(())
+    Ok(rows)
 }
