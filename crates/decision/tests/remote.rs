@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use turnstile_client::{Client, WorkspaceSnapshot};
 use turnstile_decision::{
-    AdapterSet, AttemptReason, DispatchCertainty, EvaluationRequest, Observation, RemoteGovernor,
-    ResultReason, RulesetStatus, SchedulerRun, ScriptedAdapter, Status, Step,
+    AdapterSet, AttemptReason, DispatchCertainty, EvaluationRequest, EvidenceKind, Observation,
+    RemoteGovernor, ResultReason, RulesetStatus, SchedulerRun, ScriptedAdapter, Status, Step,
 };
 use turnstile_testkit::{eventually, metric_total, runtime, TestServer, WORKSPACE};
 
@@ -251,4 +251,44 @@ fn a_provider_retry_after_pauses_the_lane_on_the_service() {
             assert_eq!(snapshot.leases, 0, "the permit came back");
         });
     }
+}
+
+#[test]
+fn a_breaker_the_attempt_opens_on_the_service_is_on_its_record_and_on_evidence() {
+    let mut breaking = profile(2);
+    breaking["providers"]["jev"]["circuitBreaker"] =
+        json!({"failureThreshold": 1, "openMs": 60000});
+    let (server, evaluator, _) = service(breaking, |_| {});
+    let mut jev = ScriptedAdapter::new("jev", "1.0.0-design")
+        .script("category", [Step::new(0, common::service_error())]);
+    for alias in ["severity", "core_unavailable"] {
+        jev = jev.script(alias, [Step::new(0, success_for(alias))]);
+    }
+    let mut adapters = AdapterSet::new();
+    adapters.insert(Arc::new(jev));
+    let releases = Arc::new(Mutex::new(Vec::new()));
+    let result = runtime().block_on(async {
+        let mut request = governed(&server, &evaluator, adapters);
+        let log = Arc::clone(&releases);
+        request.scheduler = request.scheduler.map(|run| {
+            run.with_on_evidence(Arc::new(move |event| {
+                if event.kind == EvidenceKind::Release {
+                    log.lock()
+                        .unwrap()
+                        .extend(event.breaker_transitions.to_vec());
+                }
+            }))
+        });
+        turnstile_decision::evaluate(request).await
+    });
+    let first = &attempts(&result)[0];
+    let opened = &first["breakerTransitions"];
+    assert_eq!(opened[0]["providerId"], "jev", "{first}");
+    assert_eq!(
+        (opened[0]["from"].as_str(), opened[0]["to"].as_str()),
+        (Some("closed"), Some("open"))
+    );
+    let seen = releases.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(serde_json::to_value(&seen[0]).unwrap(), opened[0]);
 }
