@@ -19,7 +19,9 @@ use turnstile_admission::{Estimate, Snapshot};
 
 use crate::error::ClientError;
 use crate::lease::Lease;
-use crate::wire::{self, AdmissionBody, BudgetReleased, LeaseAnswer, Paused, RetryAfterBody};
+use crate::wire::{
+    self, AdmissionBody, BudgetReleased, HeartbeatAnswer, LeaseAnswer, Paused, RetryAfterBody,
+};
 
 /// The time a call other than an acquire may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -165,6 +167,17 @@ impl Client {
             .json(&body);
         let answer: LeaseAnswer = self.send(call).await?;
         Ok(Lease::granted(self.clone(), answer))
+    }
+
+    /// Moves the expiry of the key's lease `lease_id` to now + TTL (`POST
+    /// /v1/leases/{id}/heartbeat`); answers the new expiry (Unix epoch ms). A [`Lease`] does this
+    /// on its own; this is for a lease ID held elsewhere. A lease the key does not hold is
+    /// [`ClientError::NotFound`] (`unknown-lease`); a key that may not hold leases (an admin
+    /// key, a principal the profile does not name) is a 403 [`ClientError::Status`].
+    pub async fn heartbeat(&self, lease_id: &str) -> Result<u64, ClientError> {
+        let call = self.call(Method::POST, &["v1", "leases", lease_id, "heartbeat"]);
+        let answer: HeartbeatAnswer = self.send(call).await?;
+        Ok(answer.expires_at_epoch_ms)
     }
 
     /// Forgets the budgets of one invocation (`POST /v1/budgets/{id}/release`); answers

@@ -23,7 +23,7 @@ use turnstile_admission::{ActualUsage, BreakerTransition, Evidence, Outcome};
 
 use crate::client::Client;
 use crate::error::ClientError;
-use crate::wire::{HeartbeatAnswer, LeaseAnswer, ReleaseBody, Released};
+use crate::wire::{LeaseAnswer, ReleaseBody, Released};
 
 /// A granted permit to call the provider.
 pub struct Lease {
@@ -190,14 +190,13 @@ async fn release(
 }
 
 async fn heartbeat_once(client: &Client, lease_id: &str, state: &Beat) -> Result<u64, ClientError> {
-    let call = client.call(Method::POST, &["v1", "leases", lease_id, "heartbeat"]);
-    match client.send::<HeartbeatAnswer>(call).await {
-        Ok(answer) => {
+    match client.heartbeat(lease_id).await {
+        Ok(expires_at_epoch_ms) => {
             state
                 .expires_at_epoch_ms
-                .store(answer.expires_at_epoch_ms, Ordering::Relaxed);
+                .store(expires_at_epoch_ms, Ordering::Relaxed);
             state.heartbeats.fetch_add(1, Ordering::Relaxed);
-            Ok(answer.expires_at_epoch_ms)
+            Ok(expires_at_epoch_ms)
         }
         Err(error) => {
             if error.not_found_code().is_some() {

@@ -2,9 +2,10 @@
 //! attempt through the service's admission API with the Rust client (`turnstile-client`).
 //!
 //! Decides:
-//! - Before the first attempt: the key's workspace must have a profile, and every adapter ID
-//!   of the binding must be a provider lane of it (the snapshot a principal key may read names
-//!   every lane); otherwise the evaluation is refused naming the adapter.
+//! - Before the first attempt: the key's workspace must have a profile that names the key's
+//!   principal (an admin key cannot admit), and every adapter ID of the binding must be a
+//!   provider lane of it (the snapshot a principal key may read names every lane); otherwise
+//!   the evaluation is refused naming the adapter (or the key's problem).
 //! - Each attempt acquires with `providerId` = the target's adapter, `budgetId` = the
 //!   invocation, the attempt's estimate and `deadlineMs` = the attempt's remaining time, capped
 //!   at the service's `admission.max_wait_ms` (learned from the service's 422 the first time a
@@ -55,6 +56,10 @@ pub enum RemoteCheckError {
         revision: String,
         lanes: String,
     },
+    /// The key may not hold leases in its workspace (an admin key, or a principal the
+    /// profile does not name): the service's reason.
+    #[error("the key cannot admit calls in its workspace: {0}")]
+    NotAPrincipal(String),
     /// The service could not be asked.
     #[error("the service could not be asked about the key's workspace: {0}")]
     Service(#[from] ClientError),
@@ -67,7 +72,9 @@ impl RemoteCheckError {
             RemoteCheckError::NoProfile | RemoteCheckError::UnknownLane { .. } => {
                 ResultReason::InvalidDefinition
             }
-            RemoteCheckError::Service(_) => ResultReason::EvaluationFailed,
+            RemoteCheckError::NotAPrincipal(_) | RemoteCheckError::Service(_) => {
+                ResultReason::EvaluationFailed
+            }
         }
     }
 }
@@ -86,7 +93,9 @@ impl RemoteGovernor {
         &self.client
     }
 
-    /// Checks the key's workspace has a profile whose provider lanes include every adapter.
+    /// Checks the key is a principal the workspace's profile names (a heartbeat of no lease: a
+    /// 404 for such a key, a 403 otherwise; nothing changes on the service) and that the
+    /// profile's provider lanes include every adapter.
     pub async fn check_lanes<'a>(
         &self,
         adapters: impl IntoIterator<Item = &'a str>,
@@ -101,6 +110,16 @@ impl RemoteGovernor {
             }
             other => other?,
         };
+        match self.client.heartbeat(NO_LEASE).await {
+            Err(ClientError::Status {
+                status: 403,
+                message,
+                ..
+            }) => return Err(RemoteCheckError::NotAPrincipal(message)),
+            Err(error) if error.not_found_code().is_some() => {}
+            Err(error) => return Err(error.into()),
+            Ok(_) => {}
+        }
         let lanes = &snapshot.core.providers;
         for adapter in adapters {
             if !lanes.contains_key(adapter) {
@@ -216,6 +235,10 @@ impl RemoteGovernor {
         self.client.release_budget(budget_id).await.unwrap_or(false)
     }
 }
+
+/// A lease ID no service grants (not a lease token): its heartbeat asks only whether the key
+/// may hold leases.
+const NO_LEASE: &str = "no-lease";
 
 /// The maximum in the service's refusal of a value above its setting: "deadlineMs must be at
 /// most N (admission.max_wait_ms)", "retryAfterMs must be at most N (…)".
