@@ -75,3 +75,72 @@ fn evaluate_with_a_scheduler_policy_records_admission() {
     let text = result.to_string();
     assert!(!text.contains("\"w\"") && !text.contains("\"p\""));
 }
+
+/// A scheduler policy file in `dir` whose principal caps cost at `max_cost_usd` without
+/// admitting unknown cost (like the shipped demo workspace's principal).
+fn cost_capped_policy(dir: &std::path::Path, max_cost_usd: f64) -> std::path::PathBuf {
+    let policy = dir.join("policy.json");
+    let body = serde_json::json!({"enabled": true, "profileVersion": "cli-v1",
+        "workspace": {"id": "w", "limits": {"concurrency": 8}},
+        "principal": {"id": "p", "limits": {"concurrency": 4, "maxCostUsd": max_cost_usd,
+            "allowUnknownCost": false}},
+        "providers": {"llm-subagent": {"concurrency": 4}}});
+    std::fs::write(&policy, body.to_string()).unwrap();
+    policy
+}
+
+/// Issue 36 (item 2): each attempt's estimate comes from the adapters file (`maxTokens`,
+/// `prices` of `llm-subagent` in examples/adapters.scripted.json), so a principal that caps
+/// cost without admitting unknown cost admits every attempt that fits instead of refusing all.
+#[test]
+fn evaluate_estimates_from_the_adapters_file_admit_under_a_cost_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cost_capped_policy(dir.path(), 5.0);
+    let result = evaluate(
+        "binding-llm-subagent.json",
+        &["--scheduler", policy.to_str().unwrap()],
+    );
+    assert_eq!(result["spec"]["status"], "completed", "{result}");
+    assert_eq!(result["spec"]["outcome"], "docs-review");
+    for alias in ["category", "severity", "core_unavailable"] {
+        let attempt = &result["spec"]["evaluations"][alias]["spec"]["attempts"][0];
+        assert_eq!(
+            attempt["admission"]["decision"], "admit",
+            "{alias}: {attempt}"
+        );
+        let cost = attempt["admission"]["estimatedCostUsd"].as_f64().unwrap();
+        assert!(cost > 0.0038 && cost < 0.0045, "{alias}: {cost}");
+    }
+}
+
+/// The estimate is charged: with a cap that fits one attempt (256 output tokens at $15 per
+/// million ≈ $0.0039 each) the second attempt of the invocation is refused as `cost`.
+#[test]
+fn evaluate_estimates_from_the_adapters_file_are_charged_against_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = cost_capped_policy(dir.path(), 0.005);
+    let fixtures = repo_file("examples/fixtures");
+    let output = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .arg("evaluate")
+        .arg("--ruleset")
+        .arg(fixtures.join("ruleset.json"))
+        .arg("--binding")
+        .arg(fixtures.join("binding-llm-subagent.json"))
+        .arg("--definitions")
+        .arg(&fixtures)
+        .arg("--input")
+        .arg(fixtures.join("input.json"))
+        .arg("--adapters")
+        .arg(repo_file("examples/adapters.scripted.json"))
+        .arg("--scheduler")
+        .arg(&policy)
+        .output()
+        .unwrap();
+    let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let attempts = |alias: &str| result["spec"]["evaluations"][alias]["spec"]["attempts"].clone();
+    assert_eq!(attempts("category")[0]["admission"]["decision"], "admit");
+    let refused = &attempts("severity")[0];
+    assert_eq!(refused["admission"]["decision"], "reject", "{result}");
+    assert_eq!(refused["admission"]["reason"], "cost", "{refused}");
+    assert_eq!(refused["reason"], "budget-exhausted");
+}
