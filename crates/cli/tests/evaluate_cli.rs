@@ -144,3 +144,57 @@ fn evaluate_estimates_from_the_adapters_file_are_charged_against_the_cap() {
     assert_eq!(refused["admission"]["reason"], "cost", "{refused}");
     assert_eq!(refused["reason"], "budget-exhausted");
 }
+
+/// Issue 36 (item 2): `--otlp-endpoint` exports the evaluation's admission spans and metrics to
+/// a real OTLP/HTTP receiver, flushed before the command exits, without a tenant ID.
+#[test]
+fn evaluate_exports_admission_spans_and_metrics_over_otlp_before_it_exits() {
+    let receiver = turnstile_testkit::StubHttp::start(|_| (200, String::new()));
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"enabled": true, "profileVersion": "cli-v1",
+            "workspace": {"id": "secret-workspace-id", "limits": {"concurrency": 2}},
+            "principal": {"id": "secret-principal-id", "limits": {"concurrency": 1}},
+            "providers": {"jev": {"concurrency": 2}}}"#,
+    )
+    .unwrap();
+    let result = evaluate(
+        "binding-jev.json",
+        &[
+            "--scheduler",
+            policy.to_str().unwrap(),
+            "--otlp-endpoint",
+            receiver.base(),
+        ],
+    );
+    assert_eq!(result["spec"]["outcome"], "docs-review");
+    // The process has exited: whatever it exported is already here.
+    let exported = |path: &str| -> Vec<u8> {
+        receiver
+            .received()
+            .into_iter()
+            .filter(|r| r.path == path)
+            .flat_map(|r| r.body)
+            .collect()
+    };
+    let contains = |haystack: &[u8], needle: &str| {
+        haystack
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+    };
+    let (spans, metrics) = (exported("/v1/traces"), exported("/v1/metrics"));
+    assert!(contains(&spans, "decision.admit"), "the admit spans");
+    assert!(contains(&spans, "jev"), "with their provider lane");
+    assert!(
+        contains(&metrics, "decision.admission"),
+        "the decisions counted"
+    );
+    for secret in ["secret-workspace-id", "secret-principal-id"] {
+        assert!(
+            !contains(&spans, secret) && !contains(&metrics, secret),
+            "{secret}"
+        );
+    }
+}
