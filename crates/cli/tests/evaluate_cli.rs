@@ -5,8 +5,20 @@ use std::process::Command;
 use turnstile_testkit::repo_file;
 
 fn evaluate(binding: &str, extra: &[&str]) -> serde_json::Value {
+    let output = evaluate_output(binding, extra);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// `turnstile evaluate` of the fixtures with `binding`, the shipped scripted adapters and
+/// `extra` arguments, whatever its exit status.
+fn evaluate_output(binding: &str, extra: &[&str]) -> std::process::Output {
     let fixtures = repo_file("examples/fixtures");
-    let output = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+    Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .arg("evaluate")
         .arg("--ruleset")
         .arg(fixtures.join("ruleset.json"))
@@ -20,13 +32,26 @@ fn evaluate(binding: &str, extra: &[&str]) -> serde_json::Value {
         .arg(repo_file("examples/adapters.scripted.json"))
         .args(extra)
         .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+        .unwrap()
+}
+
+/// The scheduler policy `body` as a file in `dir`.
+fn policy_file(dir: &std::path::Path, body: &serde_json::Value) -> std::path::PathBuf {
+    let policy = dir.join("policy.json");
+    std::fs::write(&policy, body.to_string()).unwrap();
+    policy
+}
+
+/// A policy of workspace `workspace` and principal `principal` (concurrency 2 and 1) on the
+/// `jev` lane.
+fn jev_policy(dir: &std::path::Path, workspace: &str, principal: &str) -> std::path::PathBuf {
+    policy_file(
+        dir,
+        &serde_json::json!({"enabled": true, "profileVersion": "cli-v1",
+            "workspace": {"id": workspace, "limits": {"concurrency": 2}},
+            "principal": {"id": principal, "limits": {"concurrency": 1}},
+            "providers": {"jev": {"concurrency": 2}}}),
+    )
 }
 
 #[test]
@@ -56,15 +81,7 @@ fn evaluate_fixtures_with_the_shipped_scripted_adapters_gives_docs_review() {
 #[test]
 fn evaluate_with_a_scheduler_policy_records_admission() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.json");
-    std::fs::write(
-        &policy,
-        r#"{"enabled": true, "profileVersion": "cli-v1",
-            "workspace": {"id": "w", "limits": {"concurrency": 2}},
-            "principal": {"id": "p", "limits": {"concurrency": 1}},
-            "providers": {"jev": {"concurrency": 2}}}"#,
-    )
-    .unwrap();
+    let policy = jev_policy(dir.path(), "w", "p");
     let result = evaluate(
         "binding-jev.json",
         &["--scheduler", policy.to_str().unwrap()],
@@ -79,14 +96,14 @@ fn evaluate_with_a_scheduler_policy_records_admission() {
 /// A scheduler policy file in `dir` whose principal caps cost at `max_cost_usd` without
 /// admitting unknown cost (like the shipped demo workspace's principal).
 fn cost_capped_policy(dir: &std::path::Path, max_cost_usd: f64) -> std::path::PathBuf {
-    let policy = dir.join("policy.json");
-    let body = serde_json::json!({"enabled": true, "profileVersion": "cli-v1",
-        "workspace": {"id": "w", "limits": {"concurrency": 8}},
-        "principal": {"id": "p", "limits": {"concurrency": 4, "maxCostUsd": max_cost_usd,
-            "allowUnknownCost": false}},
-        "providers": {"llm-subagent": {"concurrency": 4}}});
-    std::fs::write(&policy, body.to_string()).unwrap();
-    policy
+    policy_file(
+        dir,
+        &serde_json::json!({"enabled": true, "profileVersion": "cli-v1",
+            "workspace": {"id": "w", "limits": {"concurrency": 8}},
+            "principal": {"id": "p", "limits": {"concurrency": 4, "maxCostUsd": max_cost_usd,
+                "allowUnknownCost": false}},
+            "providers": {"llm-subagent": {"concurrency": 4}}}),
+    )
 }
 
 /// Issue 36 (item 2): each attempt's estimate comes from the adapters file (`maxTokens`,
@@ -119,23 +136,10 @@ fn evaluate_estimates_from_the_adapters_file_admit_under_a_cost_cap() {
 fn evaluate_estimates_from_the_adapters_file_are_charged_against_the_cap() {
     let dir = tempfile::tempdir().unwrap();
     let policy = cost_capped_policy(dir.path(), 0.005);
-    let fixtures = repo_file("examples/fixtures");
-    let output = Command::new(env!("CARGO_BIN_EXE_turnstile"))
-        .arg("evaluate")
-        .arg("--ruleset")
-        .arg(fixtures.join("ruleset.json"))
-        .arg("--binding")
-        .arg(fixtures.join("binding-llm-subagent.json"))
-        .arg("--definitions")
-        .arg(&fixtures)
-        .arg("--input")
-        .arg(fixtures.join("input.json"))
-        .arg("--adapters")
-        .arg(repo_file("examples/adapters.scripted.json"))
-        .arg("--scheduler")
-        .arg(&policy)
-        .output()
-        .unwrap();
+    let output = evaluate_output(
+        "binding-llm-subagent.json",
+        &["--scheduler", policy.to_str().unwrap()],
+    );
     let result: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let attempts = |alias: &str| result["spec"]["evaluations"][alias]["spec"]["attempts"].clone();
     assert_eq!(attempts("category")[0]["admission"]["decision"], "admit");
@@ -151,15 +155,7 @@ fn evaluate_estimates_from_the_adapters_file_are_charged_against_the_cap() {
 fn evaluate_exports_admission_spans_and_metrics_over_otlp_before_it_exits() {
     let receiver = turnstile_testkit::StubHttp::start(|_| (200, String::new()));
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.json");
-    std::fs::write(
-        &policy,
-        r#"{"enabled": true, "profileVersion": "cli-v1",
-            "workspace": {"id": "secret-workspace-id", "limits": {"concurrency": 2}},
-            "principal": {"id": "secret-principal-id", "limits": {"concurrency": 1}},
-            "providers": {"jev": {"concurrency": 2}}}"#,
-    )
-    .unwrap();
+    let policy = jev_policy(dir.path(), "secret-workspace-id", "secret-principal-id");
     let result = evaluate(
         "binding-jev.json",
         &[
