@@ -12,7 +12,9 @@
 //! - [`telemetry`] (re-exported from the shell): `decision.admit` spans, breaker events, one
 //!   metrics family on OpenTelemetry and Prometheus text.
 //! - [`Adapter`] is how providers are called: [`ScriptedAdapter`] for tests and demos,
-//!   [`ChatCompletionsAdapter`] for OpenAI-compatible endpoints.
+//!   [`ChatCompletionsAdapter`] for OpenAI-compatible endpoints; [`AdaptersFile`] builds them
+//!   from JSON, and each attempt's admission estimate from their `maxTokens` and `prices`
+//!   ([`costing`]).
 //!
 //! `docs/evaluator.md` explains the design and the differences from the reference.
 #![forbid(unsafe_code)]

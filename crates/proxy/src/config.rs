@@ -542,5 +542,21 @@ mod tests {
             bad.resolve(|v| (v == "KEY").then(|| "k".to_owned())),
             Err(ProxyConfigError::UnknownUpstream { .. })
         ));
+        // Prices are checked by turnstile_admission::Prices; one missing price is 0.
+        for (input, output) in [(Some(-1.0), Some(2.0)), (Some(1.0), Some(f64::NAN))] {
+            let mut bad = config();
+            let model = bad.models.get_mut("m").unwrap();
+            (model.input_usd_per_mtok, model.output_usd_per_mtok) = (input, output);
+            assert!(matches!(
+                bad.resolve(|v| (v == "KEY").then(|| "k".to_owned())),
+                Err(ProxyConfigError::BadPrice { .. })
+            ));
+        }
+        let mut half = config();
+        half.models.get_mut("m").unwrap().input_usd_per_mtok = None;
+        let routes = half
+            .resolve(|v| (v == "KEY").then(|| "k".to_owned()))
+            .unwrap();
+        assert_eq!(routes["m"].prices, Prices::new(0.0, 2.0).ok());
     }
 }
