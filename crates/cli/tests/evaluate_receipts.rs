@@ -2,7 +2,8 @@
 //! real loopback provider that counts its calls. A rerun of a completed invocation replays it
 //! (no new call); a CLI killed (SIGKILL) while its call is in flight leaves an uncertain receipt,
 //! and the rerun answers `execution-uncertain` without calling the provider again (issue 36,
-//! "Tests": a rerun pays for no call twice; EVALUATOR.md "Durable receipt").
+//! "Tests": a rerun pays for no call twice; EVALUATOR.md "Durable receipt"), also when the
+//! evaluation is admitted by a running service (`--service`, testkit's `TestServer`).
 
 #![cfg(unix)]
 
@@ -11,7 +12,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use turnstile_testkit::{repo_file, Recorded, StubAnswer, StubHttp};
+use turnstile_testkit::{
+    metric_total, repo_file, Recorded, StubAnswer, StubHttp, TestServer, WORKSPACE,
+};
 
 const CALLS: &str = "/v1/chat/completions";
 
@@ -135,15 +138,10 @@ fn a_completed_invocation_rerun_replays_without_calling_the_provider() {
     }
 }
 
-#[test]
-fn a_cli_killed_mid_call_then_rerun_pays_for_no_call_twice() {
-    let dir = tempfile::tempdir().unwrap();
-    // Slow enough that the call is surely in flight when the CLI is killed.
-    let provider = provider(Duration::from_secs(30));
-    let (binding, adapters) = inputs(dir.path(), &provider);
-    let receipts = dir.path().join("receipts");
-
-    let mut child = evaluate(&binding, &adapters, &receipts)
+/// Kills the CLI (SIGKILL) once `provider` saw its first call, then reruns it twice: each rerun
+/// answers `error` / `execution-uncertain` (exit 3) and the provider saw one call in all.
+fn kill_mid_call_then_rerun(provider: &StubHttp, mut evaluate: impl FnMut() -> Command) {
+    let mut child = evaluate()
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -159,17 +157,59 @@ fn a_cli_killed_mid_call_then_rerun_pays_for_no_call_twice() {
     // The rerun finds the receipt dispatched, waits out the dead owner (totalTimeoutMs + 1 s)
     // and answers execution-uncertain: never a second call.
     for round in ["rerun", "second rerun"] {
-        let rerun = evaluate(&binding, &adapters, &receipts).output().unwrap();
+        let rerun = evaluate().output().unwrap();
+        let result = result_of(&rerun);
         assert_eq!(
             rerun.status.code(),
             Some(3),
             "{round}: exit 3 (an error result)"
         );
-        let result = result_of(&rerun);
         assert_eq!(result["spec"]["status"], "error", "{round}: {result}");
         assert_eq!(result["spec"]["reason"], "execution-uncertain", "{round}");
         assert_eq!(provider.count(CALLS), 1, "{round}: no call was paid twice");
     }
+}
+
+#[test]
+fn a_cli_killed_mid_call_then_rerun_pays_for_no_call_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    // Slow enough that the call is surely in flight when the CLI is killed.
+    let provider = provider(Duration::from_secs(30));
+    let (binding, adapters) = inputs(dir.path(), &provider);
+    let receipts = dir.path().join("receipts");
+    kill_mid_call_then_rerun(&provider, || evaluate(&binding, &adapters, &receipts));
+}
+
+/// The same with the evaluation admitted by a real service (`--service`) whose workspace has
+/// the shipped demo profile (its principal caps cost without admitting unknown cost: the
+/// adapters file's estimate is what lets the first attempt in): the service admitted one
+/// attempt in all, and the reruns asked it for nothing.
+#[test]
+fn a_cli_killed_mid_call_under_service_admission_then_rerun_pays_for_no_call_twice() {
+    let server = TestServer::start_fresh(|_| {});
+    let profile = read(&repo_file("examples/profile.json"));
+    let put = server.put_profile(&server.admin(), WORKSPACE, "v1", &profile);
+    assert!(put.status().is_success(), "{:?}", put.text());
+    let key = server.new_key(WORKSPACE, "demo");
+    let admitted = || {
+        metric_total(
+            &server.metrics_text(),
+            "turnstile_admission_decisions_total",
+            &[("decision", "admit")],
+        )
+    };
+    let before = admitted();
+
+    let dir = tempfile::tempdir().unwrap();
+    let provider = provider(Duration::from_secs(30));
+    let (binding, adapters) = inputs(dir.path(), &provider);
+    let receipts = dir.path().join("receipts");
+    kill_mid_call_then_rerun(&provider, || {
+        let mut command = evaluate(&binding, &adapters, &receipts);
+        command.args(["--service", &server.base, "--key", &key]);
+        command
+    });
+    assert_eq!(admitted() - before, 1.0, "one admission in all");
 }
 
 #[test]

@@ -124,15 +124,16 @@ impl Header<'_> {
 struct Prepared<'r> {
     header: Header<'r>,
     plan: Plan,
-    /// The scheduler, when enabled (its policy is registered).
+    /// The scheduler, when enabled (its governor prepared).
     scheduler: Option<&'r SchedulerRun>,
     clock: Clock,
     /// `now + totalTimeoutMs`, fixed before the receipt is begun.
     total_deadline: Millis,
 }
 
-/// Steps 1 and 2: plans and pins the artifacts, checks the subagent pins, registers the
-/// scheduler's policy, and fixes the clock and the total deadline. A refusal is the result.
+/// Steps 1 and 2: plans and pins the artifacts, checks the subagent pins, prepares the
+/// scheduler's governor (registers the policy in process, or checks a service's profile has a
+/// lane for every adapter), and fixes the clock and the total deadline. A refusal is the result.
 async fn prepare(request: &EvaluationRequest) -> Result<Prepared<'_>, RulesetResult> {
     let plan = plan(
         &request.ruleset,
@@ -159,17 +160,8 @@ async fn prepare(request: &EvaluationRequest) -> Result<Prepared<'_>, RulesetRes
     }
     let scheduler = request.scheduler.as_ref().filter(|s| s.policy.enabled);
     if let Some(run) = scheduler {
-        let policy = &run.policy;
-        let registered = run
-            .driver
-            .register(
-                &policy.workspace.id,
-                &policy.profile_version,
-                policy.profile(),
-            )
-            .await;
-        if let Err(error) = registered {
-            return Err(header.refuse(ResultReason::InvalidDefinition, error.to_string()));
+        if let Err(refused) = run.driver.prepare(&run.policy, &plan).await {
+            return Err(header.refuse(refused.reason, refused.detail));
         }
     }
     let clock = scheduler

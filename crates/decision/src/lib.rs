@@ -3,6 +3,8 @@
 //! - [`AdmissionDriver`] is the evaluator's face of the shell's one driver task
 //!   ([`turnstile_shell::Driver`]); [`AdmissionLease`] (a shell [`Grant`](turnstile_shell::Grant))
 //!   releases on drop.
+//! - [`Governor`] is who admits a scheduled evaluation's attempts: the in-process
+//!   [`AdmissionDriver`], or a running service ([`RemoteGovernor`], through `turnstile-client`).
 //! - [`run_bounded_fair`] is the bounded fair scheduler (lanes round-robin, results in input
 //!   order, permits given back during backoff).
 //! - [`evaluate`] runs a decision ruleset (EVALUATOR.md): validation, admission before every
@@ -34,6 +36,7 @@ pub mod driver;
 pub mod error;
 pub mod evaluator;
 mod execution;
+mod governor;
 mod lane;
 pub mod observation;
 mod one_attempt;
@@ -42,6 +45,7 @@ pub mod policy;
 pub mod predicate;
 pub mod reason;
 pub mod receipt;
+mod remote;
 mod request;
 pub mod result;
 pub mod ruleset;
@@ -58,12 +62,14 @@ pub use costing::{Costing, PROMPT_BYTES_PER_TOKEN};
 pub use driver::AdmissionDriver;
 pub use error::AdmissionError;
 pub use evaluator::evaluate;
+pub use governor::{GovernedLease, Governor};
 pub use observation::{Observation, ObservedUsage, Uncertainty};
 pub use policy::{SchedulerPolicy, ScopeLimits};
 pub use reason::{
     AttemptReason, DispatchCertainty, ResultReason, RulesetStatus, Status, Termination,
 };
 pub use receipt::ReceiptRun;
+pub use remote::{RemoteCheckError, RemoteGovernor, RemoteLease};
 pub use request::{
     AdmissionEvidence, EstimateFn, EvaluationRequest, EvidenceFn, RandomFn, SchedulerRun,
 };

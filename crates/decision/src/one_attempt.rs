@@ -24,12 +24,12 @@ use crate::attempt::AttemptRecord;
 use crate::binding::{Acceptance, AliasTarget};
 use crate::error::AdmissionError;
 use crate::execution::Context;
+use crate::governor::GovernedLease;
 use crate::observation::{Observation, ObservedUsage, Uncertainty};
 use crate::plan::AliasPlan;
 use crate::reason::{map_admission_reason, AttemptReason, DispatchCertainty, Status, Termination};
 use crate::request::AdmissionEvidence;
 use crate::stop::Stop;
-use crate::AdmissionLease;
 
 /// What one try produced.
 pub(crate) struct Tried {
@@ -92,7 +92,7 @@ pub(crate) async fn attempt(
 impl Attempt<'_, '_> {
     /// Asks admission for a lease (scheduled runs; `Ok(None)` otherwise) and reports the
     /// decision. A refusal is recorded (`not-sent`) and is `Err`.
-    async fn admit(&mut self) -> Result<Option<AdmissionLease>, ()> {
+    async fn admit(&mut self) -> Result<Option<GovernedLease>, ()> {
         let (context, target) = (self.context, self.target);
         let Some(run) = context.scheduler else {
             return Ok(None);
@@ -115,7 +115,7 @@ impl Attempt<'_, '_> {
         };
         let acquired = run
             .driver
-            .acquire_traced(
+            .acquire(
                 &run.policy.workspace.id,
                 request,
                 Some(&context.signal),
@@ -224,7 +224,7 @@ impl Attempt<'_, '_> {
 
     /// Releases the lease with the call's outcome and usage; a call the caller cut short
     /// drops it (outcome `none`).
-    async fn release(&self, lease: Option<AdmissionLease>, observation: &Observation) {
+    async fn release(&self, lease: Option<GovernedLease>, observation: &Observation) {
         let Some(lease) = lease else {
             return;
         };

@@ -15,6 +15,7 @@ use turnstile_admission::{Estimate, Evidence};
 use crate::adapter::AdapterSet;
 use crate::binding::AliasTarget;
 use crate::driver::AdmissionDriver;
+use crate::governor::Governor;
 use crate::policy::SchedulerPolicy;
 use crate::receipt::ReceiptRun;
 use crate::result::ResultNaming;
@@ -48,22 +49,31 @@ pub struct AdmissionEvidence<'a> {
 /// The host's `onEvidence` callback.
 pub type EvidenceFn = Arc<dyn Fn(AdmissionEvidence<'_>) + Send + Sync>;
 
-/// Admission for an evaluation: the policy and the shared driver it registers with.
+/// Admission for an evaluation: the policy and who governs it (the in-process driver it
+/// registers with, or a running service whose profile governs).
 #[derive(Clone)]
 pub struct SchedulerRun {
     pub policy: SchedulerPolicy,
-    pub driver: AdmissionDriver,
+    /// The governor: [`Governor::Local`] (an [`AdmissionDriver`]) or [`Governor::Remote`].
+    pub driver: Governor,
     pub estimate: Option<EstimateFn>,
     /// `onEvidence`: every admission decision of every attempt (see the module docs).
     pub on_evidence: Option<EvidenceFn>,
 }
 
 impl SchedulerRun {
-    /// A run of `policy` on `driver`, without an estimate or an evidence callback.
+    /// A run of `policy` on the in-process `driver`, without an estimate or an evidence
+    /// callback.
     pub fn new(policy: SchedulerPolicy, driver: AdmissionDriver) -> Self {
+        Self::governed(policy, Governor::Local(driver))
+    }
+
+    /// A run of `policy` governed by `governor` (a remote governor uses the policy for the
+    /// scheduler's ceiling only).
+    pub fn governed(policy: SchedulerPolicy, governor: impl Into<Governor>) -> Self {
         SchedulerRun {
             policy,
-            driver,
+            driver: governor.into(),
             estimate: None,
             on_evidence: None,
         }
@@ -94,6 +104,7 @@ impl std::fmt::Debug for SchedulerRun {
         f.debug_struct("SchedulerRun")
             .field("enabled", &self.policy.enabled)
             .field("profile_version", &self.policy.profile_version)
+            .field("remote", &matches!(self.driver, Governor::Remote(_)))
             .field("estimate", &self.estimate.is_some())
             .field("on_evidence", &self.on_evidence.is_some())
             .finish_non_exhaustive()

@@ -279,7 +279,7 @@ impl Shared {
         .with_random(Arc::clone(&self.random))
         .with_scheduler(SchedulerRun {
             policy: policy.clone(),
-            driver: self.driver.clone(),
+            driver: self.driver.clone().into(),
             estimate: Some(estimate),
             on_evidence: None,
         });

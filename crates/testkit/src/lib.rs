@@ -39,12 +39,14 @@
 
 mod cluster;
 mod info;
+mod metrics_text;
 mod repo;
 mod server;
 mod stub_http;
 
 pub use cluster::RedisCluster;
 pub use info::{ServerInfo, ServerKind};
+pub use metrics_text::metric_total;
 pub use repo::repo_file;
 pub use server::{server_binary, RedisServer, RedisServerError, DEFAULT_SERVER, SERVER_ENV};
 pub use stub_http::{Recorded, StubAnswer, StubHttp};

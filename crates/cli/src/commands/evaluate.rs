@@ -3,13 +3,15 @@
 //! A thin front end over `turnstile_decision::evaluate`: it reads the artifacts, builds the
 //! adapters from an adapters file (scripted or chat-completions) and each attempt's admission
 //! estimate from the same file (`AdaptersFile::estimate`: `maxTokens`, `prices`), optionally
-//! enables admission with a scheduler policy file, keeps durable receipts in `--receipts DIR`
-//! (a rerun of the same invocation replays, never calling a provider twice), exports admission
-//! spans and metrics with `--otlp-endpoint` (flushed before the process ends, on every path),
-//! and prints the result.
+//! enables admission with a scheduler policy file (in process) or a running service
+//! (`--service`, see `evaluate_service.rs`), keeps durable receipts in `--receipts DIR` (a rerun
+//! of the same invocation replays, never calling a provider twice), exports admission spans and
+//! metrics with `--otlp-endpoint` (flushed before the process ends, on every path), and prints
+//! the result.
 //!
 //! Invariants: a `--receipts` directory that cannot be used and an OTLP endpoint that cannot be
-//! exported to are errors (exit 1) before any artifact is read or any adapter called.
+//! exported to are errors (exit 1) before any artifact is read or any adapter called; the
+//! estimate is the same whatever the admission source.
 //!
 //! Exit status (documented in `docs/evaluator.md`): 0 when the printed result's status is
 //! `completed`, `defaulted` or `review` (the ruleset decided an outcome); 3 when the result was
@@ -36,6 +38,8 @@ use turnstile_cli::{HintExt, OtlpExport, ResultFailed};
 /// tenant ID): receipts are keyed by it and `--invocation-id`.
 pub const RECEIPT_PROJECT: &str = "turnstile-evaluate";
 
+use super::evaluate_service::{governed, Secret};
+
 #[derive(Debug, Args)]
 pub struct EvaluateArgs {
     /// The DecisionRuleset artifact.
@@ -54,9 +58,27 @@ pub struct EvaluateArgs {
     #[arg(long)]
     pub adapters: Option<PathBuf>,
     /// A scheduler policy file (`{enabled, profileVersion, workspace, principal, providers}`):
-    /// enables admission before every attempt.
+    /// enables admission before every attempt, in this process.
     #[arg(long)]
     pub scheduler: Option<PathBuf>,
+    /// A running turnstile service (base URL) that admits every attempt: the key's workspace
+    /// profile governs (limits, budgets, pauses, breakers shared with its other clients); each
+    /// adapter of the binding must be a provider lane of it. Not with --scheduler.
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with = "scheduler",
+        requires = "key"
+    )]
+    pub service: Option<String>,
+    /// The principal key for --service (or the environment's TURNSTILE_KEY); never printed.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "TURNSTILE_KEY",
+        hide_env_values = true
+    )]
+    pub key: Option<Secret>,
     #[arg(long, default_value = "cli-run")]
     pub run_id: String,
     /// The idempotency key of the invocation (with --receipts: the receipt's key; give each
@@ -168,7 +190,9 @@ async fn evaluate_args(
         description_prefix: args.result_description_prefix,
         version: "1.0.0".into(),
     });
-    if let Some(path) = &args.scheduler {
+    if let (Some(service), Some(key)) = (&args.service, &args.key) {
+        request = request.with_scheduler(with_estimate(governed(service, key)?, estimate));
+    } else if let Some(path) = &args.scheduler {
         let policy: SchedulerPolicy = serde_json::from_value(read_json(path)?)
             .with_context(|| format!("{} is not a scheduler policy", path.display()))?;
         let run = SchedulerRun::new(policy, AdmissionDriver::new(Registry::new()));

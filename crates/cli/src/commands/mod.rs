@@ -3,6 +3,7 @@
 
 pub mod admin_key;
 pub mod evaluate;
+mod evaluate_service;
 pub mod profile;
 mod profile_check;
 pub mod qualify;

@@ -140,7 +140,7 @@ pub fn driver() -> AdmissionDriver {
 pub fn scheduled(policy: SchedulerPolicy, driver: &AdmissionDriver) -> SchedulerRun {
     SchedulerRun {
         policy,
-        driver: driver.clone(),
+        driver: driver.clone().into(),
         estimate: None,
         on_evidence: None,
     }
