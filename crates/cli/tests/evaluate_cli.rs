@@ -194,3 +194,31 @@ fn evaluate_exports_admission_spans_and_metrics_over_otlp_before_it_exits() {
         );
     }
 }
+
+/// Issue 36 (items 1 and 2): `binding-llm-subagent.json` with the shipped adapters runs against
+/// a service whose workspace has the shipped demo profile (`examples/profile.json`: principal
+/// `demo` caps cost at $5 and refuses unknown cost): the adapters file's estimate admits every
+/// attempt, and the service counts them.
+#[test]
+fn evaluate_with_service_admits_the_shipped_llm_binding_under_the_demo_cost_cap() {
+    use turnstile_testkit::{metric_total, TestServer, WORKSPACE};
+    let server = TestServer::start_fresh(|_| {});
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo_file("examples/profile.json")).unwrap())
+            .unwrap();
+    let put = server.put_profile(&server.admin(), WORKSPACE, "v1", &profile);
+    assert!(put.status().is_success(), "{:?}", put.text());
+    let key = server.new_key(WORKSPACE, "demo");
+    let result = evaluate(
+        "binding-llm-subagent.json",
+        &["--service", &server.base, "--key", &key],
+    );
+    assert_eq!(result["spec"]["status"], "completed", "{result}");
+    assert_eq!(result["spec"]["outcome"], "docs-review");
+    let admitted = metric_total(
+        &server.metrics_text(),
+        "turnstile_admission_decisions_total",
+        &[("decision", "admit")],
+    );
+    assert_eq!(admitted, 3.0, "one admission per alias");
+}
