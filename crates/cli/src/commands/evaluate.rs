@@ -54,7 +54,8 @@ pub struct EvaluateArgs {
     /// The input JSON.
     #[arg(long)]
     pub input: PathBuf,
-    /// The adapters file (`{"adapters": [...]}`); without it no adapter is available.
+    /// The adapters file (`{"adapters": [...]}`); without it no adapter is available. An
+    /// adapter's `maxTokens` and `prices` give its attempts' admission estimate.
     #[arg(long)]
     pub adapters: Option<PathBuf>,
     /// A scheduler policy file (`{enabled, profileVersion, workspace, principal, providers}`):
@@ -88,7 +89,7 @@ pub struct EvaluateArgs {
     /// Keep durable `decision-receipt/v2` receipts in this directory (created if missing; the
     /// SQLite file `receipts.sqlite3`): a rerun of the same invocation prints the stored result
     /// and never calls a provider twice; a run that died during a call answers
-    /// `execution-uncertain` (see docs/evaluator.md, "Receipts").
+    /// `execution-uncertain` (see docs/evaluator.md, "CLI").
     #[arg(long, value_name = "DIR")]
     pub receipts: Option<PathBuf>,
     /// Export the admission spans and metrics over OTLP/HTTP to this collector (e.g.
