@@ -27,6 +27,7 @@ mod evidence;
 mod fair_order;
 mod lane;
 mod limits;
+mod prices;
 mod profile;
 mod provider_quota;
 mod provider_usage;
@@ -64,6 +65,9 @@ pub use limits::{
     DEFAULT_BATCH_MIN_SHARE, DEFAULT_BREAKER_HALF_OPEN_MAX_CALLS, DEFAULT_BREAKER_OPEN_MS,
     DEFAULT_STANDARD_MIN_SHARE, MAX_SAFE_INTEGER, MAX_WEIGHT, MIN_WEIGHT,
 };
+/// A model's price table (USD per million input and output tokens), shared by the proxy's
+/// routes and the evaluator's adapters files.
+pub use prices::{InvalidPrices, Prices, MAX_USD_PER_MTOK};
 pub use profile::{Profile, ProfileError};
 /// What a provider answer announced of the account's quota (requests and tokens left, and when
 /// they reset), observed on a provider lane with [`Controller::observe_provider_quota`].

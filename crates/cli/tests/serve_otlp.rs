@@ -3,68 +3,18 @@
 
 #![cfg(unix)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use turnstile_testkit::StubHttp;
 
 mod common;
 
-/// One request the receiver got: path and body.
-type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
-
 /// A minimal OTLP/HTTP receiver: answers every POST with 200 and keeps path and body.
-fn receiver() -> (String, Received) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let received: Received = Arc::default();
-    let sink = received.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let sink = sink.clone();
-            std::thread::spawn(move || serve_connection(stream, &sink));
-        }
-    });
-    (endpoint, received)
-}
-
-fn serve_connection(stream: TcpStream, sink: &Received) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut writer = stream;
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let path = request_line
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or("")
-            .to_owned();
-        let mut length = 0usize;
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = header.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':') {
-                if name.eq_ignore_ascii_case("content-length") {
-                    length = value.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        sink.lock().unwrap().push((path, body));
-        let _ = writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
-    }
+fn receiver() -> (String, StubHttp) {
+    let stub = StubHttp::start(|_| (200, String::new()));
+    (stub.base().to_owned(), stub)
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -100,7 +50,7 @@ fn serve(endpoint: &str, data: &std::path::Path) -> (std::process::Child, String
 
 /// Stops `child` gracefully (the exporters flush) and answers the bodies the receiver got on
 /// `path` (waiting up to 10 s for the first).
-fn stop_and_collect(mut child: std::process::Child, received: &Received, path: &str) -> Vec<u8> {
+fn stop_and_collect(mut child: std::process::Child, received: &StubHttp, path: &str) -> Vec<u8> {
     let stopped = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -111,11 +61,10 @@ fn stop_and_collect(mut child: std::process::Child, received: &Received, path: &
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let bodies: Vec<Vec<u8>> = received
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(p, _)| p == path)
-            .map(|(_, body)| body.clone())
+            .received()
+            .into_iter()
+            .filter(|r| r.path == path)
+            .map(|r| r.body)
             .collect();
         if !bodies.is_empty() || std::time::Instant::now() > deadline {
             return bodies.concat();

@@ -31,12 +31,13 @@ use turnstile_admission::ProviderUsage;
 
 use crate::adapter::{Adapter, AdapterRequest, BoxFuture, Capabilities};
 use crate::artifact::{worker_pin, ArtifactError, Pin};
+use crate::costing::Costing;
 use crate::definition::Answer;
 use crate::observation::{Observation, ObservedUsage, Uncertainty};
 use crate::reason::{AttemptReason, DispatchCertainty, Status};
 
 /// Configuration of one chat-completions adapter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChatCompletionsConfig {
     /// The provider id this adapter serves.
@@ -54,6 +55,9 @@ pub struct ChatCompletionsConfig {
     /// `subagent`; see [`crate::artifact::worker_pin`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<Value>,
+    /// `maxTokens` (sent as the request's `max_tokens`) and `prices`: the attempt's estimate.
+    #[serde(flatten)]
+    pub costing: Costing,
 }
 
 /// The chat-completions adapter.
@@ -86,6 +90,12 @@ pub enum ClientError {
         #[source]
         source: ArtifactError,
     },
+    /// A price table without `maxTokens`: the cost of a call could not be bounded.
+    #[error(
+        "adapter {adapter}: prices need maxTokens (the output tokens a call's cost estimate \
+         assumes)"
+    )]
+    PricesWithoutMaxTokens { adapter: String },
 }
 
 impl ClientError {
@@ -107,6 +117,7 @@ pub const SELF_REPORT_PROFILE: &str = "llm-self-report-v1";
 
 impl ChatCompletionsAdapter {
     pub fn new(config: ChatCompletionsConfig) -> Result<Self, ClientError> {
+        config.costing.check(&config.id)?;
         let client = reqwest::Client::builder().build()?;
         let mut capabilities = Capabilities::all_kinds();
         capabilities.confidence_profiles = vec![SELF_REPORT_PROFILE.to_owned()];
@@ -133,7 +144,7 @@ impl ChatCompletionsAdapter {
             .clone()
             .unwrap_or_else(|| request.target.model.clone());
         let spec = request.definition.spec();
-        let body = json!({
+        let mut body = json!({
             "model": model,
             "messages": [
                 {"role": "system", "content": instructions(&spec.answer)},
@@ -145,6 +156,9 @@ impl ChatCompletionsAdapter {
             "response_format": {"type": "json_object"},
             "temperature": 0,
         });
+        if let Some(max_tokens) = self.config.costing.max_tokens {
+            body["max_tokens"] = json!(max_tokens.get());
+        }
         let mut builder = self
             .client
             .post(self.endpoint())

@@ -15,7 +15,9 @@
 //! - [`telemetry`] (re-exported from the shell): `decision.admit` spans, breaker events, one
 //!   metrics family on OpenTelemetry and Prometheus text.
 //! - [`Adapter`] is how providers are called: [`ScriptedAdapter`] for tests and demos,
-//!   [`ChatCompletionsAdapter`] for OpenAI-compatible endpoints.
+//!   [`ChatCompletionsAdapter`] for OpenAI-compatible endpoints; [`AdaptersFile`] builds them
+//!   from JSON, and each attempt's admission estimate from their `maxTokens` and `prices`
+//!   ([`costing`]).
 //!
 //! `docs/evaluator.md` explains the design and the differences from the reference.
 #![forbid(unsafe_code)]
@@ -29,6 +31,7 @@ pub mod binding;
 pub mod chat_completions;
 pub mod compose;
 mod conclusion;
+pub mod costing;
 pub mod definition;
 pub mod driver;
 pub mod error;
@@ -57,6 +60,7 @@ pub use adapter::{Adapter, AdapterRequest, AdapterSet, Capabilities};
 pub use adapter_config::AdaptersFile;
 pub use chat_completions::{ChatCompletionsAdapter, ChatCompletionsConfig};
 pub use conclusion::Conclusion;
+pub use costing::{Costing, PROMPT_BYTES_PER_TOKEN};
 pub use driver::AdmissionDriver;
 pub use error::AdmissionError;
 pub use evaluator::evaluate;

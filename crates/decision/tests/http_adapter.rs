@@ -13,7 +13,7 @@ use turnstile_decision::artifact::{load, Loaded};
 use turnstile_decision::binding::AliasTarget;
 use turnstile_decision::definition::DefinitionSpec;
 use turnstile_decision::{
-    Adapter, AdapterRequest, AttemptReason, ChatCompletionsAdapter, ChatCompletionsConfig,
+    Adapter, AdapterRequest, AttemptReason, ChatCompletionsAdapter, ChatCompletionsConfig, Costing,
     DispatchCertainty, Observation, Status,
 };
 
@@ -32,6 +32,11 @@ async fn provider(Json(body): Json<Value>) -> Response {
     match model.as_str() {
         "ok" => answer(r#"{"value": "documentation", "confidence": 0.9}"#),
         "bad-answer" => answer(r#"{"value": "not-an-option"}"#),
+        // Answers only a request that carries the adapter's `maxTokens` as `max_tokens`.
+        "max-tokens-64" if body["max_tokens"] == json!(64) => {
+            answer(r#"{"value": "documentation", "confidence": 0.9}"#)
+        }
+        "max-tokens-64" => answer(r#"{"value": "not-an-option"}"#),
         "slow" => {
             std::future::pending::<()>().await;
             StatusCode::OK.into_response()
@@ -72,6 +77,10 @@ fn target() -> AliasTarget {
 }
 
 async fn ask(base_url: &str, model: &str, timeout: Duration) -> Observation {
+    ask_with(base_url, model, timeout, Costing::default()).await
+}
+
+async fn ask_with(base_url: &str, model: &str, timeout: Duration, costing: Costing) -> Observation {
     let adapter = ChatCompletionsAdapter::new(ChatCompletionsConfig {
         id: "llm-subagent".into(),
         version: "1.0.0".into(),
@@ -79,6 +88,7 @@ async fn ask(base_url: &str, model: &str, timeout: Duration) -> Observation {
         model: Some(model.into()),
         api_key_env: None,
         worker: None,
+        costing,
     })
     .unwrap();
     let definition = definition();
@@ -119,6 +129,17 @@ async fn http_adapter_success_is_validated_and_reported() {
         (invalid.status, invalid.reason),
         (Status::Error, AttemptReason::InvalidOutput)
     );
+}
+
+#[tokio::test]
+async fn http_adapter_sends_the_configured_max_tokens() {
+    let url = fake_provider().await;
+    let costing: Costing = serde_json::from_value(json!({"maxTokens": 64})).unwrap();
+    let observation = ask_with(&url, "max-tokens-64", SECOND, costing).await;
+    assert_eq!(observation.status, Status::Success, "{observation:?}");
+    // Without it, no `max_tokens` is sent.
+    let without = ask(&url, "max-tokens-64", SECOND).await;
+    assert_eq!(without.reason, AttemptReason::InvalidOutput);
 }
 
 #[tokio::test]
@@ -190,6 +211,7 @@ async fn http_adapter_missing_api_key_is_not_sent() {
         model: None,
         api_key_env: Some("TURNSTILE_TEST_KEY_THAT_IS_NOT_SET".into()),
         worker: None,
+        costing: Default::default(),
     })
     .unwrap();
     let definition = definition();

@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Deserialize;
+use turnstile_admission::Prices;
 
 use crate::deployment_config::{self, Deployment, DeploymentConfig};
 use crate::format::ApiFormat;
@@ -294,24 +295,6 @@ pub struct Route {
     pub default_max_output_tokens: u64,
 }
 
-/// USD per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Prices {
-    /// USD per million input (prompt) tokens.
-    pub input_usd_per_mtok: f64,
-    /// USD per million output (completion) tokens.
-    pub output_usd_per_mtok: f64,
-}
-
-impl Prices {
-    /// The cost of these token counts in USD.
-    pub fn cost_usd(&self, input_tokens: u64, output_tokens: u64) -> f64 {
-        (input_tokens as f64 * self.input_usd_per_mtok
-            + output_tokens as f64 * self.output_usd_per_mtok)
-            / 1_000_000.0
-    }
-}
-
 impl ProxyConfig {
     /// Checks bounds and resolves every upstream from the environment (`env` reads one
     /// variable; the service passes `std::env::var`).
@@ -430,22 +413,15 @@ impl ProxyConfig {
             if deployments.is_empty() {
                 continue; // every upstream of the model is disabled: answered as unknown
             }
-            let price_ok = |p: f64| p.is_finite() && (0.0..=1e6).contains(&p);
             let prices = match (entry.input_usd_per_mtok, entry.output_usd_per_mtok) {
                 (None, None) => None,
-                (input, output) => {
-                    let input = input.unwrap_or(0.0);
-                    let output = output.unwrap_or(0.0);
-                    if !price_ok(input) || !price_ok(output) {
-                        return Err(ProxyConfigError::BadPrice {
+                (input, output) => Some(
+                    Prices::new(input.unwrap_or(0.0), output.unwrap_or(0.0)).map_err(|_| {
+                        ProxyConfigError::BadPrice {
                             model: model.clone(),
-                        });
-                    }
-                    Some(Prices {
-                        input_usd_per_mtok: input,
-                        output_usd_per_mtok: output,
-                    })
-                }
+                        }
+                    })?,
+                ),
             };
             routes.insert(
                 model.clone(),
@@ -566,14 +542,21 @@ mod tests {
             bad.resolve(|v| (v == "KEY").then(|| "k".to_owned())),
             Err(ProxyConfigError::UnknownUpstream { .. })
         ));
-    }
-
-    #[test]
-    fn prices_are_per_million_tokens() {
-        let prices = Prices {
-            input_usd_per_mtok: 2.5,
-            output_usd_per_mtok: 10.0,
-        };
-        assert!((prices.cost_usd(1_000_000, 100_000) - 3.5).abs() < 1e-12);
+        // Prices are checked by turnstile_admission::Prices; one missing price is 0.
+        for (input, output) in [(Some(-1.0), Some(2.0)), (Some(1.0), Some(f64::NAN))] {
+            let mut bad = config();
+            let model = bad.models.get_mut("m").unwrap();
+            (model.input_usd_per_mtok, model.output_usd_per_mtok) = (input, output);
+            assert!(matches!(
+                bad.resolve(|v| (v == "KEY").then(|| "k".to_owned())),
+                Err(ProxyConfigError::BadPrice { .. })
+            ));
+        }
+        let mut half = config();
+        half.models.get_mut("m").unwrap().input_usd_per_mtok = None;
+        let routes = half
+            .resolve(|v| (v == "KEY").then(|| "k".to_owned()))
+            .unwrap();
+        assert_eq!(routes["m"].prices, Prices::new(0.0, 2.0).ok());
     }
 }

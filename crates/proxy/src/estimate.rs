@@ -62,9 +62,10 @@ pub fn estimate(tokens: TokenEstimate, route: &Route, body_bytes: u64) -> Estima
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Prices, Upstream};
+    use crate::config::Upstream;
     use crate::format::ApiFormat;
     use std::sync::Arc;
+    use turnstile_admission::Prices;
 
     fn route(prices: Option<Prices>) -> Route {
         Route {

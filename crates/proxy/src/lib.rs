@@ -80,9 +80,7 @@ use upstream::Routed;
 /// The caller's own `x-ratelimit-*` / `anthropic-ratelimit-*` headers (also written by the
 /// admission API's answers).
 pub use caller_headers::write_caller_headers;
-pub use config::{
-    ModelConfig, Prices, ProxyConfig, ProxyConfigError, Route, Upstream, UpstreamConfig,
-};
+pub use config::{ModelConfig, ProxyConfig, ProxyConfigError, Route, Upstream, UpstreamConfig};
 pub use deployment_config::{Deployment, DeploymentConfig, MAX_DEPLOYMENTS};
 pub use deployments::PROVIDER_HEADER;
 pub use error::REASON_HEADER;

@@ -21,10 +21,10 @@ use tokio::sync::oneshot;
 use turnstile_admission::{ActualUsage, Outcome, ProviderUsage};
 use turnstile_shell::{Command, Grant, LeaseToken};
 
-use crate::config::Prices;
 use crate::estimate::TokenEstimate;
 use crate::metrics::{Basis, CallClass};
 use crate::Proxy;
+use turnstile_admission::Prices;
 
 /// What to charge on release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,8 @@
 //! - [`RedisCluster`]: a Redis Cluster of such servers, formed and waited for.
 //! - [`ServerInfo`] / [`ServerKind`]: which implementation answers.
 //! - [`repo_file`]: a file of the repository (examples, fixtures, docs).
+//! - [`StubHttp`]: a recording HTTP/1.1 stub on loopback (an OTLP receiver, a slow provider
+//!   that counts its calls).
 //!
 //! With the `service` feature (the service's and the CLI's tests):
 //!
@@ -40,12 +42,14 @@ mod info;
 mod metrics_text;
 mod repo;
 mod server;
+mod stub_http;
 
 pub use cluster::RedisCluster;
 pub use info::{ServerInfo, ServerKind};
 pub use metrics_text::metric_total;
 pub use repo::repo_file;
 pub use server::{server_binary, RedisServer, RedisServerError, DEFAULT_SERVER, SERVER_ENV};
+pub use stub_http::{Recorded, StubAnswer, StubHttp};
 
 #[cfg(feature = "service")]
 mod eventually;

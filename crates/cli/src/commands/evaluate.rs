@@ -1,9 +1,17 @@
 //! `turnstile evaluate …`: evaluate a decision ruleset and print the RulesetResult JSON.
 //!
 //! A thin front end over `turnstile_decision::evaluate`: it reads the artifacts, builds the
-//! adapters from an adapters file (scripted or chat-completions), optionally enables admission
-//! with a scheduler policy file (in process) or a running service (`--service`, see
-//! `evaluate_service.rs`), and prints the result.
+//! adapters from an adapters file (scripted or chat-completions) and each attempt's admission
+//! estimate from the same file (`AdaptersFile::estimate`: `maxTokens`, `prices`), optionally
+//! enables admission with a scheduler policy file (in process) or a running service
+//! (`--service`, see `evaluate_service.rs`), keeps durable receipts in `--receipts DIR` (a rerun
+//! of the same invocation replays, never calling a provider twice), exports admission spans and
+//! metrics with `--otlp-endpoint` (flushed before the process ends, on every path), and prints
+//! the result.
+//!
+//! Invariants: a `--receipts` directory that cannot be used and an OTLP endpoint that cannot be
+//! exported to are errors (exit 1) before any artifact is read or any adapter called; the
+//! estimate is the same whatever the admission source.
 //!
 //! Exit status (documented in `docs/evaluator.md`): 0 when the printed result's status is
 //! `completed`, `defaulted` or `review` (the ruleset decided an outcome); 3 when the result was
@@ -12,17 +20,23 @@
 //! not the kind of file it should be), with nothing on stdout.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
 use serde_json::Value;
 use turnstile_admission::Registry;
 use turnstile_decision::{
-    evaluate, AdapterSet, AdaptersFile, AdmissionDriver, EvaluationRequest, ResultNaming,
-    RulesetStatus, SchedulerPolicy, SchedulerRun,
+    evaluate, AdapterSet, AdaptersFile, AdmissionDriver, EstimateFn, EvaluationRequest, ReceiptRun,
+    ResultNaming, RulesetResult, RulesetStatus, SchedulerPolicy, SchedulerRun,
 };
+use turnstile_store::{SqliteReceiptStore, RECEIPT_DB_FILE};
 
-use turnstile_cli::{HintExt, ResultFailed};
+use turnstile_cli::{HintExt, OtlpExport, ResultFailed};
+
+/// The receipts' `projectId` in a `--receipts` directory (a label of this command, not a
+/// tenant ID): receipts are keyed by it and `--invocation-id`.
+pub const RECEIPT_PROJECT: &str = "turnstile-evaluate";
 
 use super::evaluate_service::{governed, Secret};
 
@@ -40,7 +54,8 @@ pub struct EvaluateArgs {
     /// The input JSON.
     #[arg(long)]
     pub input: PathBuf,
-    /// The adapters file (`{"adapters": [...]}`); without it no adapter is available.
+    /// The adapters file (`{"adapters": [...]}`); without it no adapter is available. An
+    /// adapter's `maxTokens` and `prices` give its attempts' admission estimate.
     #[arg(long)]
     pub adapters: Option<PathBuf>,
     /// A scheduler policy file (`{enabled, profileVersion, workspace, principal, providers}`):
@@ -67,9 +82,20 @@ pub struct EvaluateArgs {
     pub key: Option<Secret>,
     #[arg(long, default_value = "cli-run")]
     pub run_id: String,
-    /// The idempotency key of the invocation.
+    /// The idempotency key of the invocation (with --receipts: the receipt's key; give each
+    /// distinct evaluation its own).
     #[arg(long, default_value = "cli-invocation")]
     pub invocation_id: String,
+    /// Keep durable `decision-receipt/v2` receipts in this directory (created if missing; the
+    /// SQLite file `receipts.sqlite3`): a rerun of the same invocation prints the stored result
+    /// and never calls a provider twice; a run that died during a call answers
+    /// `execution-uncertain` (see docs/evaluator.md, "CLI").
+    #[arg(long, value_name = "DIR")]
+    pub receipts: Option<PathBuf>,
+    /// Export the admission spans and metrics over OTLP/HTTP to this collector (e.g.
+    /// http://localhost:4318), flushed before the command ends.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// Prefix of the result artifacts' metadata ids.
     #[arg(long, default_value = "")]
     pub result_id_prefix: String,
@@ -103,11 +129,21 @@ fn read_definitions(dir: &Path) -> anyhow::Result<Vec<Value>> {
 }
 
 pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // Built outside the async runtime, flushed after it (turnstile_cli::OtlpExport).
+    let export = match &args.otlp_endpoint {
+        Some(endpoint) => Some(OtlpExport::start(endpoint, "turnstile evaluate")?),
+        None => None,
+    };
+    let telemetry = export.as_ref().map(OtlpExport::telemetry);
+    let evaluated = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
-    let result = runtime.block_on(evaluate_args(args))?;
+        .context("cannot start the async runtime")
+        .and_then(|runtime| runtime.block_on(evaluate_args(args, telemetry)));
+    if let Some(export) = export {
+        export.flush();
+    }
+    let result = evaluated?;
     println!("{}", serde_json::to_string_pretty(&result)?);
     match result.spec.status {
         RulesetStatus::Completed | RulesetStatus::Defaulted | RulesetStatus::Review => Ok(()),
@@ -131,14 +167,15 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     }
 }
 
-async fn evaluate_args(args: EvaluateArgs) -> anyhow::Result<turnstile_decision::RulesetResult> {
-    let adapters = match &args.adapters {
-        Some(path) => {
-            let file: AdaptersFile = serde_json::from_value(read_json(path)?)
-                .with_context(|| format!("{} is not an adapters file", path.display()))
-                .hint("an adapters file is {\"adapters\": [...]}, e.g. examples/adapters.scripted.json")?;
-            file.build()?
-        }
+async fn evaluate_args(
+    args: EvaluateArgs,
+    telemetry: Option<turnstile_decision::Telemetry>,
+) -> anyhow::Result<RulesetResult> {
+    let receipts = args.receipts.as_deref().map(open_receipts).transpose()?;
+    let adapters_file = args.adapters.as_deref().map(read_adapters).transpose()?;
+    let estimate = adapters_file.as_ref().map(AdaptersFile::estimate);
+    let adapters = match adapters_file {
+        Some(file) => file.build()?,
         None => AdapterSet::new(),
     };
     let mut request = EvaluationRequest::new(
@@ -155,16 +192,48 @@ async fn evaluate_args(args: EvaluateArgs) -> anyhow::Result<turnstile_decision:
         version: "1.0.0".into(),
     });
     if let (Some(service), Some(key)) = (&args.service, &args.key) {
-        request = request.with_scheduler(governed(service, key)?);
+        request = request.with_scheduler(with_estimate(governed(service, key)?, estimate));
     } else if let Some(path) = &args.scheduler {
         let policy: SchedulerPolicy = serde_json::from_value(read_json(path)?)
             .with_context(|| format!("{} is not a scheduler policy", path.display()))?;
-        request = request.with_scheduler(SchedulerRun {
-            policy,
-            driver: AdmissionDriver::new(Registry::new()).into(),
-            estimate: None,
-            on_evidence: None,
-        });
+        let run = SchedulerRun::new(policy, AdmissionDriver::new(Registry::new()));
+        request = request.with_scheduler(with_estimate(run, estimate));
+    }
+    if let Some(receipts) = receipts {
+        request = request.with_receipts(receipts);
+    }
+    if let Some(telemetry) = telemetry {
+        request = request.with_telemetry(telemetry);
     }
     Ok(evaluate(request).await)
+}
+
+/// The adapters file at `path`.
+fn read_adapters(path: &Path) -> anyhow::Result<AdaptersFile> {
+    serde_json::from_value(read_json(path)?)
+        .with_context(|| format!("{} is not an adapters file", path.display()))
+        .hint("an adapters file is {\"adapters\": [...]}, e.g. examples/adapters.scripted.json")
+}
+
+/// The adapters file's estimate on the run, whatever its admission source (the estimate of an
+/// attempt depends only on its adapter and projection).
+fn with_estimate(run: SchedulerRun, estimate: Option<EstimateFn>) -> SchedulerRun {
+    match estimate {
+        Some(estimate) => run.with_estimate(estimate),
+        None => run,
+    }
+}
+
+/// The receipt store in `dir` (created if missing), opened before anything runs.
+fn open_receipts(dir: &Path) -> anyhow::Result<ReceiptRun> {
+    let hint =
+        "--receipts names a directory this user can create and write (it holds receipts.sqlite3)";
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot use {} as the receipts directory", dir.display()))
+        .hint(hint)?;
+    let path = dir.join(RECEIPT_DB_FILE);
+    let store = SqliteReceiptStore::open(&path)
+        .with_context(|| format!("cannot open the receipts file {}", path.display()))
+        .hint(hint)?;
+    Ok(ReceiptRun::new(Arc::new(store), RECEIPT_PROJECT))
 }

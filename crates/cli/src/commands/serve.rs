@@ -15,10 +15,9 @@ use anyhow::Context;
 use clap::Args;
 use turnstile_server::Config;
 use turnstile_server::{BucketRule, CheckpointIgnored};
-use turnstile_shell::telemetry::otlp::otlp_pipeline;
 use turnstile_shell::Telemetry;
 
-use turnstile_cli::HintExt;
+use turnstile_cli::{HintExt, OtlpExport};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -114,18 +113,14 @@ pub fn config(args: &ServeArgs) -> anyhow::Result<Config> {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = config(&args)?;
     let _logs = init_logs(&args);
-    // Built outside the async runtime: the OTLP HTTP exporter uses a blocking client on the
-    // SDK's own threads.
-    let pipeline = match &args.otlp_endpoint {
-        Some(endpoint) => Some(
-            otlp_pipeline(endpoint)
-                .with_context(|| format!("cannot export telemetry to {endpoint}"))?,
-        ),
+    // Built outside the async runtime, flushed after it (turnstile_cli::OtlpExport).
+    let export = match &args.otlp_endpoint {
+        Some(endpoint) => Some(OtlpExport::start(endpoint, "turnstile serve")?),
         None => None,
     };
-    let telemetry = pipeline
+    let telemetry = export
         .as_ref()
-        .map_or_else(Telemetry::global, |p| p.telemetry.clone());
+        .map_or_else(Telemetry::global, OtlpExport::telemetry);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -220,14 +215,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     });
     drop(runtime);
-    if let Some(pipeline) = pipeline {
+    if let Some(export) = export {
         // Flush what is still buffered; an unreachable collector must not fail the stop.
-        if let Err(error) = pipeline.tracer_provider.shutdown() {
-            eprintln!("turnstile serve: flushing spans failed: {error}");
-        }
-        if let Err(error) = pipeline.meter_provider.shutdown() {
-            eprintln!("turnstile serve: flushing metrics failed: {error}");
-        }
+        export.flush();
     }
     served?;
     println!("turnstile serve: stopped");
