@@ -1,0 +1,28 @@
+//! turnstile-client: the Rust client of turnstile's admission API, the twin of the Python and
+//! TypeScript clients (`clients/`).
+//!
+//! - [`Client`] holds the service's base URL and one key: [`Client::workspace`] (which
+//!   workspace the key acts in and its current profile revision), [`Client::snapshot`] (its
+//!   aggregate counts and provider lanes), [`Client::acquire`], [`Client::release_budget`],
+//!   [`Client::retry_after`].
+//! - [`Lease`] is a granted permit: heartbeated in the background every third of its TTL,
+//!   released exactly once, with [`Lease::release`] or (outcome `none`) when dropped.
+//! - [`ClientError`] says why a call did not succeed: a typed admission [`Rejected`] with the
+//!   service's evidence, an unknown key, a missing profile or lease, another status with the
+//!   service's reason, or the transport.
+//!
+//! The wire types are the admission core's ([`turnstile_admission::Evidence`],
+//! [`turnstile_admission::BreakerTransition`], …): what the service writes, read back by the
+//! same definitions. The key is never printed (`Debug` shows no key) and never put in an error.
+//!
+//! [`Rejected`]: ClientError::Rejected
+#![forbid(unsafe_code)]
+
+mod client;
+mod error;
+mod lease;
+mod wire;
+
+pub use client::{AcquireRequest, Client, WorkspaceInfo, WorkspaceSnapshot};
+pub use error::ClientError;
+pub use lease::Lease;
