@@ -30,7 +30,12 @@ const KEY_ENV: &str = "TURNSTILE_KEY";
 /// A first `turnstile serve` on a fresh directory, the profile (lane `reader`, one call at a
 /// time) registered, and keys of principals `roster` and `agent`.
 fn service(dir: &Path) -> (ServeProcess, String, String) {
-    let config = config_file(dir, "demo = false\n");
+    service_with(dir, "demo = false\n")
+}
+
+/// [`service`] with the configuration file `config`.
+fn service_with(dir: &Path, config: &str) -> (ServeProcess, String, String) {
+    let config = config_file(dir, config);
     let service = start(&dir.join("data"), &config, true);
     let admin = service.admin_key.clone().expect("first start");
     let profile = json!({
@@ -314,4 +319,29 @@ fn a_provider_429_pauses_the_lane_for_everyone_and_a_bad_set_up_is_refused() {
         assert!(stderr.contains(expected), "{expected}: {stderr}");
     }
     assert_eq!(upstream.stats().requests, requests);
+}
+
+#[test]
+fn a_read_longer_than_the_lease_ttl_is_heartbeated_and_released_with_its_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    // Leases live 600 ms unless heartbeated; the read takes 1.5 s.
+    let (service, roster_key, _) =
+        service_with(dir.path(), "demo = false\n\n[leases]\nttl_ms = 600\n");
+    let upstream = FakeUpstream::spawn_thread();
+    upstream.set_script("first-byte-ms=1500,usage=700/300");
+    let data = dir.path().join("roster");
+    enqueue(dir.path(), &data, 1);
+
+    let output = run_once(&data, &service, &upstream, &roster_key);
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("read g-0 (band 1): invalid"), "{stdout}");
+    // Reclaimed at its TTL, the lease's release would be refused (404) and reported.
+    assert!(!stderr.contains("warning"), "{stderr}");
+    // The release reported the provider's usage: the fairness window counts 1,000 tokens.
+    let admin = service.admin_key.clone().unwrap();
+    let path = format!("/v1/workspaces/{WORKSPACE}/fairness");
+    let (status, fairness) = http(&service.addr, "GET", &path, &admin, None).unwrap();
+    assert_eq!(status, 200, "{fairness}");
+    assert_eq!(fairness["totalTokens"], 1000, "{fairness}");
 }
