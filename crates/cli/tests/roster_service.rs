@@ -136,15 +136,16 @@ fn admitted(service: &ServeProcess) -> u64 {
 }
 
 /// Principal `agent`'s admission on the lane (budget `agent`, 10 tokens).
-fn agent_acquire(service: &ServeProcess, key: &str, deadline_ms: u64) -> (u16, Value) {
+fn agent_acquire(addr: &str, key: &str, deadline_ms: u64) -> (u16, Value) {
     let body = json!({"providerId": LANE, "budgetId": "agent", "estimate": {"tokens": 10},
                       "deadlineMs": deadline_ms});
-    http(&service.addr, "POST", "/v1/admissions", key, Some(&body)).unwrap()
+    http(addr, "POST", "/v1/admissions", key, Some(&body)).unwrap()
 }
 
-fn agent_release(service: &ServeProcess, key: &str, lease: &str, outcome: &Value) {
+/// Principal `agent`'s release of `lease` with `outcome` (asserts 200).
+fn agent_release(addr: &str, key: &str, lease: &str, outcome: &Value) {
     let path = format!("/v1/leases/{lease}/release");
-    let (status, answer) = http(&service.addr, "POST", &path, key, Some(outcome)).unwrap();
+    let (status, answer) = http(addr, "POST", &path, key, Some(outcome)).unwrap();
     assert_eq!(status, 200, "{answer}");
 }
 
@@ -158,6 +159,7 @@ fn roster_reads_are_admitted_by_the_service_and_share_its_lane_limit() {
     let data = dir.path().join("roster");
     enqueue(dir.path(), &data, 3);
 
+    let before = admitted(&service);
     // The agent: acquire on the same lane, call the upstream, release, until the roster ends.
     let done = Arc::new(AtomicBool::new(false));
     let agent_grants = Arc::new(AtomicUsize::new(0));
@@ -169,26 +171,19 @@ fn roster_reads_are_admitted_by_the_service_and_share_its_lane_limit() {
             agent_key.clone(),
         );
         thread::spawn(move || {
-            let body = json!({"providerId": LANE, "budgetId": "agent",
-                              "estimate": {"tokens": 10}, "deadlineMs": 20000});
             while !done.load(Ordering::SeqCst) {
-                let (status, answer) =
-                    http(&addr, "POST", "/v1/admissions", &key, Some(&body)).unwrap();
+                let (status, answer) = agent_acquire(&addr, &key, 20_000);
                 assert_eq!(status, 200, "{answer}");
                 grants.fetch_add(1, Ordering::SeqCst);
                 let call = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
                 let reply = post_text(&upstream_addr, "/v1/chat/completions", &[], call);
                 assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
                 let lease = answer["leaseId"].as_str().unwrap();
-                let path = format!("/v1/leases/{lease}/release");
-                let release = json!({"outcome": "success"});
-                let (status, _) = http(&addr, "POST", &path, &key, Some(&release)).unwrap();
-                assert_eq!(status, 200);
+                agent_release(&addr, &key, lease, &json!({"outcome": "success"}));
             }
         })
     };
 
-    let before = admitted(&service);
     let output = run_once(&data, &service, &upstream, &roster_key);
     done.store(true, Ordering::SeqCst);
     agent.join().unwrap();
@@ -223,11 +218,11 @@ fn a_refused_read_is_not_made_not_recorded_and_not_counted_in_the_rolling_hour()
 
     // The agent's provider asked for 60 s of quiet: the lane is paused past the read's 10 s
     // deadline, so the service refuses the read at once (`retry-after`, retryable).
-    let (status, answer) = agent_acquire(&service, &agent_key, 5_000);
+    let (status, answer) = agent_acquire(&service.addr, &agent_key, 5_000);
     assert_eq!(status, 200, "{answer}");
     let lease = answer["leaseId"].as_str().unwrap();
     agent_release(
-        &service,
+        &service.addr,
         &agent_key,
         lease,
         &json!({"outcome": "retry-after", "retryAfterMs": 60000}),
@@ -269,7 +264,7 @@ fn a_provider_429_pauses_the_lane_for_everyone_and_a_bad_set_up_is_refused() {
         "{stdout}"
     );
     // The read's release paused the lane: the agent is refused at once.
-    let (status, answer) = agent_acquire(&service, &agent_key, 2_000);
+    let (status, answer) = agent_acquire(&service.addr, &agent_key, 2_000);
     assert_eq!(status, 503, "{answer}");
     assert_eq!(answer["reason"], "retry-after", "{answer}");
     let pauses = format!("/v1/workspaces/{WORKSPACE}/pauses");
