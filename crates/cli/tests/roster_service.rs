@@ -28,7 +28,8 @@ const LANE: &str = "reader";
 const KEY_ENV: &str = "TURNSTILE_KEY";
 
 /// A first `turnstile serve` on a fresh directory, the profile (lane `reader`, one call at a
-/// time) registered, and keys of principals `roster` and `agent`.
+/// time; principal `costly` refuses unknown costs) registered, and keys of principals `roster`
+/// and `agent`.
 fn service(dir: &Path) -> (ServeProcess, String, String) {
     service_with(dir, "demo = false\n")
 }
@@ -41,20 +42,24 @@ fn service_with(dir: &Path, config: &str) -> (ServeProcess, String, String) {
     let profile = json!({
         "workspace": {"concurrency": 8, "maxQueueLength": 16, "maxQueueWaitMs": 20000},
         "providers": {LANE: {"concurrency": 1, "maxQueueLength": 16, "maxQueueWaitMs": 20000}},
-        "principals": {"roster": {"concurrency": 4}, "agent": {"concurrency": 4}},
+        "principals": {"roster": {"concurrency": 4}, "agent": {"concurrency": 4},
+                       "costly": {"concurrency": 4, "maxCostUsd": 1, "allowUnknownCost": false}},
     });
     let path = format!("/v1/workspaces/{WORKSPACE}/profiles/v1");
     let (status, answer) = http(&service.addr, "PUT", &path, &admin, Some(&profile)).unwrap();
     assert_eq!(status, 201, "{answer}");
-    let key = |principal: &str| {
-        let path = format!("/v1/workspaces/{WORKSPACE}/keys");
-        let body = json!({ "principalId": principal });
-        let (status, answer) = http(&service.addr, "POST", &path, &admin, Some(&body)).unwrap();
-        assert_eq!(status, 201, "{answer}");
-        answer["key"].as_str().unwrap().to_owned()
-    };
-    let (roster, agent) = (key("roster"), key("agent"));
+    let (roster, agent) = (new_key(&service, "roster"), new_key(&service, "agent"));
     (service, roster, agent)
+}
+
+/// A new key of `principal` in the workspace, made with the admin key.
+fn new_key(service: &ServeProcess, principal: &str) -> String {
+    let admin = service.admin_key.as_deref().expect("first start");
+    let path = format!("/v1/workspaces/{WORKSPACE}/keys");
+    let body = json!({ "principalId": principal });
+    let (status, answer) = http(&service.addr, "POST", &path, admin, Some(&body)).unwrap();
+    assert_eq!(status, 201, "{answer}");
+    answer["key"].as_str().unwrap().to_owned()
 }
 
 /// `turnstile roster --data DATA ARGS`.
@@ -272,11 +277,28 @@ fn a_provider_429_pauses_the_lane_for_everyone_and_a_bad_set_up_is_refused() {
     let (_, pauses) = http(&service.addr, "GET", &pauses, &admin, None).unwrap();
     assert_eq!(pauses["records"][0]["cause"], "release-outcome", "{pauses}");
 
-    // --service without a lane or a key, or with an unknown key: clear errors, no read.
+    // --service without a lane or a key, with an unknown key or lane, --provider without
+    // --service: clear errors, no read.
     let url = format!("http://{}", service.addr);
     let base = upstream.openai_base();
     let reader = ["--base-url", base.as_str(), "--model", "m"];
-    let cases: [(Vec<&str>, Option<&str>, &str); 3] = [
+    let costly = new_key(&service, "costly");
+    let cases: [(Vec<&str>, Option<&str>, &str); 6] = [
+        (
+            vec!["--service", &url, "--provider", LANE],
+            Some(costly.as_str()),
+            "unknown-cost; the roster estimates tokens only",
+        ),
+        (
+            vec!["--service", &url, "--provider", "nope"],
+            Some(roster_key.as_str()),
+            "unconfigured-provider; --provider must name a provider lane",
+        ),
+        (
+            vec!["--provider", LANE],
+            Some(roster_key.as_str()),
+            "--service",
+        ),
         (
             vec!["--service", &url],
             Some(roster_key.as_str()),
@@ -339,4 +361,67 @@ fn a_read_longer_than_the_lease_ttl_is_heartbeated_and_released_with_its_usage()
     let (status, fairness) = http(&service.addr, "GET", &path, &admin, None).unwrap();
     assert_eq!(status, 200, "{fairness}");
     assert_eq!(fairness["totalTokens"], 1000, "{fairness}");
+}
+
+#[test]
+fn a_looping_run_waits_out_a_retryable_refusal_then_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, roster_key, agent_key) = service(dir.path());
+    let upstream = FakeUpstream::spawn_thread();
+    let data = dir.path().join("roster");
+    enqueue(dir.path(), &data, 1);
+    // The lane is paused for 2 s; the read's deadline is 1 s: refused at once, Retry-After ~2 s.
+    let (status, answer) = agent_acquire(&service.addr, &agent_key, 5_000);
+    assert_eq!(status, 200, "{answer}");
+    let lease = answer["leaseId"].as_str().unwrap();
+    let pause = json!({"outcome": "retry-after", "retryAfterMs": 2000});
+    agent_release(&service.addr, &agent_key, lease, &pause);
+
+    let base = upstream.openai_base();
+    let url = format!("http://{}", service.addr);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args(["roster", "run", "--debounce-ms", "0", "--timeout-secs", "1"])
+        .args(["--poll-ms", "100", "--base-url", &base, "--model", "m"])
+        .args(["--api-key-env", "ROSTER_SERVICE_TEST_API_KEY"])
+        .args(["--service", &url, "--provider", LANE])
+        .arg("--data")
+        .arg(&data)
+        .env("ROSTER_SERVICE_TEST_API_KEY", "sk-upstream")
+        .env(KEY_ENV, &roster_key)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // A watchdog: a run that never reads is killed after 30 s (its stdout then ends).
+    let (pid, reaped) = (child.id().to_string(), Arc::new(AtomicBool::new(false)));
+    let watchdog = reaped.clone();
+    thread::spawn(move || {
+        thread::sleep(std::time::Duration::from_secs(30));
+        if !watchdog.load(Ordering::SeqCst) {
+            let _ = Command::new("kill").arg(&pid).status();
+        }
+    });
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    for line in std::io::BufRead::lines(stdout) {
+        let line = line.unwrap();
+        let read = line.starts_with("read g-0");
+        lines.push(line);
+        if read || lines.len() > 20 {
+            break;
+        }
+    }
+    let _ = child.kill();
+    child.wait().unwrap();
+    reaped.store(true, Ordering::SeqCst);
+    // Refused once (the wait was the service's Retry-After, not a spin), then read.
+    let refused = lines
+        .iter()
+        .filter(|l| l.starts_with("not admitted g-0: retry-after"));
+    assert_eq!(refused.count(), 1, "{lines:?}");
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("read g-0 (band 1): invalid")
+    );
+    assert_eq!(upstream.stats().requests, 1);
 }

@@ -395,8 +395,18 @@ fn report_pass(report: &PassReport) -> anyhow::Result<()> {
             refusal.reason
         );
         if !refusal.retryable {
+            let hint = match refusal.reason.as_str() {
+                "unknown-cost" => {
+                    "; the roster estimates tokens only, so its principal needs \
+                     allowUnknownCost: true (or no maxCostUsd) in the workspace profile"
+                }
+                "unconfigured-provider" => {
+                    "; --provider must name a provider lane of the key's workspace profile"
+                }
+                _ => "",
+            };
             bail!(
-                "the service refused a read and asking again cannot succeed: {}",
+                "the service refused a read and asking again cannot succeed: {}{hint}",
                 refusal.reason
             );
         }
