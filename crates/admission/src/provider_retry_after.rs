@@ -2,23 +2,23 @@
 //! of `retry-after-ms` and `Retry-After`, shared by the proxy and the roster's reader.
 //!
 //! Read in order: `retry-after-ms` (milliseconds, OpenAI's SDKs' own header), `retry-after` as
-//! delay-seconds (fractions allowed), `retry-after` as an HTTP-date (relative to `now`, a
-//! parameter: nothing here reads a clock). A value that is absent, unparsable, negative or in
+//! delay-seconds (fractions allowed), `retry-after` as an HTTP-date (relative to `now_ms`, Unix
+//! epoch milliseconds, a parameter: nothing here reads a clock). A value that is absent, unparsable, negative or in
 //! the past gives `None`, and the caller applies its fallback. Results are capped at `max_ms`.
 //!
 //! Invariant: no header value can panic here, and every result is at most `max_ms`. A date
 //! too far ahead for `SystemTime` (a year around 3·10^11 and beyond, or one that does not fit
 //! in 64 bits at all) saturates to the cap like a huge number of seconds does: date arithmetic
-//! is done on saturating integers, never on `SystemTime` (issue 34). The proptest of this
+//! is done on saturating integers (issue 34). The proptest of this
 //! invariant runs on the proxy's header wrapper (`crates/proxy/src/retry_after.rs`).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use crate::Millis;
 
 /// The wait the two headers' values ask for, in milliseconds, at most `max_ms`.
 pub fn provider_retry_after_ms(
     retry_after_ms: Option<&str>,
     retry_after: Option<&str>,
-    now: SystemTime,
+    now_ms: Millis,
     max_ms: u64,
 ) -> Option<u64> {
     if let Some(ms) = retry_after_ms.and_then(|v| v.trim().parse::<f64>().ok()) {
@@ -31,10 +31,9 @@ pub fn provider_retry_after_ms(
         return (seconds.is_finite() && seconds >= 0.0)
             .then(|| ((seconds * 1000.0).ceil() as u64).min(max_ms));
     }
-    let at = Duration::from_secs(http_date_secs(value)?);
-    let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let wait = at.checked_sub(now)?;
-    Some((wait.as_millis().min(u128::from(max_ms))) as u64)
+    let at_ms = http_date_secs(value)?.saturating_mul(1_000);
+    let wait = at_ms.checked_sub(now_ms)?;
+    Some(wait.min(max_ms))
 }
 
 /// An IMF-fixdate as seconds since the epoch, saturating at `u64::MAX` for a date beyond it
@@ -83,4 +82,26 @@ pub fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = (era * 146_097 + doe).saturating_sub(719_468);
     u64::try_from(days).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_form_is_read_relative_to_now_and_capped() {
+        // Sun, 06 Nov 1994 08:49:37 GMT
+        let now_ms = 784_111_777_000;
+        let wait = |ms, header| provider_retry_after_ms(ms, header, now_ms, 60_000);
+        assert_eq!(wait(Some(" 1500 "), Some("9")), Some(1500));
+        assert_eq!(wait(Some("soon"), Some("2.5")), Some(2500));
+        assert_eq!(
+            wait(None, Some("Sun, 06 Nov 1994 08:49:40 GMT")),
+            Some(3000)
+        );
+        assert_eq!(wait(None, Some("Sun, 06 Nov 1994 08:49:30 GMT")), None);
+        assert_eq!(wait(None, Some("99999")), Some(60_000));
+        assert_eq!(wait(None, Some("-1")), None);
+        assert_eq!(wait(None, None), None);
+    }
 }

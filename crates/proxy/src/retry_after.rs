@@ -20,7 +20,12 @@ use turnstile_admission::{http_date_secs, provider_retry_after_ms};
 /// ([`turnstile_admission::provider_retry_after_ms`] on its two headers).
 pub fn parse(headers: &HeaderMap, now: SystemTime, max_ms: u64) -> Option<u64> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    provider_retry_after_ms(text("retry-after-ms"), text("retry-after"), now, max_ms)
+    let now_ms = now
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    let now_ms = u64::try_from(now_ms).unwrap_or(u64::MAX);
+    provider_retry_after_ms(text("retry-after-ms"), text("retry-after"), now_ms, max_ms)
 }
 
 /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form RFC 9110 requires senders to use;

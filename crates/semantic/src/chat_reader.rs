@@ -13,7 +13,7 @@
 //!   reasoning tokens; a count not reported is 0, and no `usage` object is no usage).
 
 use std::fmt;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::json;
@@ -206,7 +206,7 @@ impl Reader for ChatCompletionsReader {
                 retry_after_ms: provider_retry_after_ms(
                     header("retry-after-ms"),
                     header("retry-after"),
-                    UNIX_EPOCH + Duration::from_millis(Clock::system().now_ms()),
+                    Clock::system().now_ms(),
                     MAX_RETRY_AFTER_MS,
                 ),
             };
