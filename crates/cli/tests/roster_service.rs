@@ -277,13 +277,18 @@ fn a_provider_429_pauses_the_lane_for_everyone_and_a_bad_set_up_is_refused() {
     let (_, pauses) = http(&service.addr, "GET", &pauses, &admin, None).unwrap();
     assert_eq!(pauses["records"][0]["cause"], "release-outcome", "{pauses}");
 
-    // --service without a lane or a key, with an unknown key or lane, --provider without
-    // --service: clear errors, no read.
+    // --service unreachable, without a lane or a key, with an unknown key or lane, a principal
+    // whose profile refuses unknown costs, --provider without --service: clear errors, no read.
     let url = format!("http://{}", service.addr);
     let base = upstream.openai_base();
     let reader = ["--base-url", base.as_str(), "--model", "m"];
     let costly = new_key(&service, "costly");
-    let cases: [(Vec<&str>, Option<&str>, &str); 6] = [
+    let cases: [(Vec<&str>, Option<&str>, &str); 7] = [
+        (
+            vec!["--service", "http://127.0.0.1:9", "--provider", LANE],
+            Some(roster_key.as_str()),
+            "the service could not be asked about the key's workspace",
+        ),
         (
             vec!["--service", &url, "--provider", LANE],
             Some(costly.as_str()),
@@ -292,7 +297,7 @@ fn a_provider_429_pauses_the_lane_for_everyone_and_a_bad_set_up_is_refused() {
         (
             vec!["--service", &url, "--provider", "nope"],
             Some(roster_key.as_str()),
-            "unconfigured-provider; --provider must name a provider lane",
+            "--provider \"nope\" is not a provider lane of the key's workspace profile; its lanes: reader",
         ),
         (
             vec!["--provider", LANE],

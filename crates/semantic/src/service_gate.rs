@@ -10,6 +10,10 @@
 //!   `retry-after` with the provider's wait (else [`FALLBACK_RETRY_AFTER_MS`], the proxy's
 //!   default), which pauses the lane for everyone in the workspace.
 //!
+//! Before any read, [`ServiceGate::check`] asks the service which workspace the key acts in:
+//! an unreachable service, an unknown key, a workspace without a profile or a lane the profile
+//! lacks stops `roster run` at once, naming the problem (and the profile's lanes).
+//!
 //! A refusal maps to a [`GateRefusal`]: the service's reason code, its `retryable` (a wait that
 //! ran out, `queue-timeout` or `deadline-exceeded`, counts as retryable: the next pass may get
 //! in) and Retry-After; an unreachable service or a 5xx is retryable; an unknown key, a workspace
@@ -43,6 +47,20 @@ pub enum ServiceGateError {
     /// The provider lane is empty.
     #[error("the provider lane (--provider) must not be empty")]
     EmptyProvider,
+    /// The service could not be asked about the key's workspace (unreachable, unknown key).
+    #[error("the service could not be asked about the key's workspace: {0}")]
+    Service(ClientError),
+    /// The key's workspace has no profile registered.
+    #[error("the service has no admission profile for the key's workspace: register one first")]
+    NoProfile,
+    /// The lane is not a provider lane of the workspace's profile.
+    #[error("--provider {lane:?} is not a provider lane of the key's workspace profile; its lanes: {lanes}")]
+    UnknownLane {
+        /// The lane asked for.
+        lane: String,
+        /// The profile's lanes, comma-separated.
+        lanes: String,
+    },
 }
 
 /// Where and how reads are admitted.
@@ -90,6 +108,35 @@ impl ServiceGate {
             runtime: Arc::new(runtime),
             client,
             settings,
+        })
+    }
+
+    /// Checks, before any read, that the service answers this key and that the lane is one of
+    /// its workspace profile's provider lanes.
+    pub fn check(&self) -> Result<(), ServiceGateError> {
+        let lanes = self.runtime.block_on(async {
+            let workspace = self.client.workspace().await?;
+            if workspace.profile_version.is_none() {
+                return Ok(None);
+            }
+            let snapshot = self.client.snapshot(&workspace.workspace_id).await?;
+            Ok::<_, ClientError>(Some(snapshot.core.providers))
+        });
+        let lanes = match lanes {
+            Ok(Some(lanes)) => lanes,
+            Ok(None) => return Err(ServiceGateError::NoProfile),
+            Err(error) if error.not_found_code() == Some("no-profile") => {
+                return Err(ServiceGateError::NoProfile)
+            }
+            Err(error) => return Err(ServiceGateError::Service(error)),
+        };
+        let lane = &self.settings.provider_id;
+        if lanes.contains_key(lane) {
+            return Ok(());
+        }
+        Err(ServiceGateError::UnknownLane {
+            lane: lane.clone(),
+            lanes: lanes.keys().cloned().collect::<Vec<_>>().join(", "),
         })
     }
 

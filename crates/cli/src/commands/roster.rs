@@ -374,6 +374,7 @@ fn service_gate(args: &RunArgs) -> anyhow::Result<Option<ServiceGate>> {
         deadline_ms: args.timeout_secs.max(1).saturating_mul(1_000),
     };
     let gate = ServiceGate::new(settings, key).context("setting up --service")?;
+    gate.check().context("checking --service")?;
     Ok(Some(gate))
 }
 
