@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -27,14 +27,47 @@ const LANE: &str = "reader";
 /// The principal key's environment variable of `roster run`.
 const KEY_ENV: &str = "TURNSTILE_KEY";
 
-/// A first `turnstile serve` on a fresh directory, the profile (lane `reader`, one call at a
-/// time; principal `costly` refuses unknown costs) registered, and keys of principals `roster`
-/// and `agent`.
-fn service(dir: &Path) -> (ServeProcess, String, String) {
-    service_with(dir, "demo = false\n")
+/// The service's configuration of most tests.
+const CONFIG: &str = "demo = false\n";
+
+/// What each test starts from.
+struct Setup {
+    /// Holds the service's and the roster's data.
+    dir: tempfile::TempDir,
+    service: ServeProcess,
+    /// Principal `roster`'s key (for `roster run`).
+    roster_key: String,
+    /// Principal `agent`'s key (the concurrent HTTP client).
+    agent_key: String,
+    upstream: FakeUpstream,
+    /// The roster's data directory.
+    data: PathBuf,
 }
 
-/// [`service`] with the configuration file `config`.
+/// A service ([`service_with`] `config`), the fake upstream with the standing `script`, and a
+/// roster with `count` generations enqueued.
+fn set_up(config: &str, script: &str, count: usize) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, roster_key, agent_key) = service_with(dir.path(), config);
+    let upstream = FakeUpstream::spawn_thread();
+    if !script.is_empty() {
+        upstream.set_script(script);
+    }
+    let data = dir.path().join("roster");
+    enqueue(dir.path(), &data, count);
+    Setup {
+        dir,
+        service,
+        roster_key,
+        agent_key,
+        upstream,
+        data,
+    }
+}
+
+/// A first `turnstile serve` on a fresh directory with the configuration file `config`, the
+/// profile (lane `reader`, one call at a time; principal `costly` refuses unknown costs)
+/// registered, and keys of principals `roster` and `agent`.
 fn service_with(dir: &Path, config: &str) -> (ServeProcess, String, String) {
     let config = config_file(dir, config);
     let service = start(&dir.join("data"), &config, true);
@@ -154,26 +187,30 @@ fn agent_release(addr: &str, key: &str, lease: &str, outcome: &Value) {
     assert_eq!(status, 200, "{answer}");
 }
 
+/// The agent's provider asks for `ms` of quiet: a lease on the lane released `retry-after`.
+fn pause_lane(service: &ServeProcess, agent_key: &str, ms: u64) {
+    let (status, answer) = agent_acquire(&service.addr, agent_key, 5_000);
+    assert_eq!(status, 200, "{answer}");
+    let lease = answer["leaseId"].as_str().unwrap();
+    let pause = json!({"outcome": "retry-after", "retryAfterMs": ms});
+    agent_release(&service.addr, agent_key, lease, &pause);
+}
+
 #[test]
 fn roster_reads_are_admitted_by_the_service_and_share_its_lane_limit() {
-    let dir = tempfile::tempdir().unwrap();
-    let (service, roster_key, agent_key) = service(dir.path());
-    let upstream = FakeUpstream::spawn_thread();
     // Every call (the roster's and the agent's) takes 200 ms at the upstream.
-    upstream.set_script("first-byte-ms=200");
-    let data = dir.path().join("roster");
-    enqueue(dir.path(), &data, 3);
+    let t = set_up(CONFIG, "first-byte-ms=200", 3);
 
-    let before = admitted(&service);
+    let before = admitted(&t.service);
     // The agent: acquire on the same lane, call the upstream, release, until the roster ends.
     let done = Arc::new(AtomicBool::new(false));
     let agent_grants = Arc::new(AtomicUsize::new(0));
     let agent = {
         let (done, grants) = (done.clone(), agent_grants.clone());
         let (addr, upstream_addr, key) = (
-            service.addr.clone(),
-            upstream.addr.to_string(),
-            agent_key.clone(),
+            t.service.addr.clone(),
+            t.upstream.addr.to_string(),
+            t.agent_key.clone(),
         );
         thread::spawn(move || {
             while !done.load(Ordering::SeqCst) {
@@ -189,7 +226,7 @@ fn roster_reads_are_admitted_by_the_service_and_share_its_lane_limit() {
         })
     };
 
-    let output = run_once(&data, &service, &upstream, &roster_key);
+    let output = run_once(&t.data, &t.service, &t.upstream, &t.roster_key);
     done.store(true, Ordering::SeqCst);
     agent.join().unwrap();
     let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
@@ -201,39 +238,27 @@ fn roster_reads_are_admitted_by_the_service_and_share_its_lane_limit() {
             "{stdout}"
         );
     }
-    assert!(!stdout.contains(&roster_key) && !stderr.contains(&roster_key));
+    assert!(!stdout.contains(&t.roster_key) && !stderr.contains(&t.roster_key));
 
     // The three reads are decisions of the service, next to the agent's.
     let agent_grants = agent_grants.load(Ordering::SeqCst) as u64;
     assert!(agent_grants >= 1);
-    assert_eq!(admitted(&service) - before, 3 + agent_grants);
+    assert_eq!(admitted(&t.service) - before, 3 + agent_grants);
     // The lane's one permit held across both: never two calls at the upstream at once.
-    let stats = upstream.stats();
+    let stats = t.upstream.stats();
     assert_eq!(stats.requests, 3 + agent_grants);
     assert_eq!(stats.max_in_flight, 1, "the lane limit is shared");
 }
 
 #[test]
 fn a_refused_read_is_not_made_not_recorded_and_not_counted_in_the_rolling_hour() {
-    let dir = tempfile::tempdir().unwrap();
-    let (service, roster_key, agent_key) = service(dir.path());
-    let upstream = FakeUpstream::spawn_thread();
-    let data = dir.path().join("roster");
-    enqueue(dir.path(), &data, 2);
+    let t = set_up(CONFIG, "", 2);
 
     // The agent's provider asked for 60 s of quiet: the lane is paused past the read's 10 s
     // deadline, so the service refuses the read at once (`retry-after`, retryable).
-    let (status, answer) = agent_acquire(&service.addr, &agent_key, 5_000);
-    assert_eq!(status, 200, "{answer}");
-    let lease = answer["leaseId"].as_str().unwrap();
-    agent_release(
-        &service.addr,
-        &agent_key,
-        lease,
-        &json!({"outcome": "retry-after", "retryAfterMs": 60000}),
-    );
+    pause_lane(&t.service, &t.agent_key, 60_000);
 
-    let output = run_once(&data, &service, &upstream, &roster_key);
+    let output = run_once(&t.data, &t.service, &t.upstream, &t.roster_key);
     let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
     assert!(
         output.status.success(),
@@ -241,27 +266,22 @@ fn a_refused_read_is_not_made_not_recorded_and_not_counted_in_the_rolling_hour()
     );
     assert!(stdout.contains("not admitted g-0: retry-after"), "{stdout}");
     assert!(!stdout.contains("read g-"), "{stdout}");
-    assert_eq!(upstream.stats().requests, 0, "no read was made");
+    assert_eq!(t.upstream.stats().requests, 0, "no read was made");
 
     // Not a failed read, not in the rolling hour, still pending.
-    let status = roster_status(&data);
+    let status = roster_status(&t.data);
     assert_eq!(status["rollingCalls"]["used"], 0, "{status}");
     assert_eq!(status["pending"], 2, "{status}");
-    let records = roster(&data, &["records"], None);
+    let records = roster(&t.data, &["records"], None);
     let records: Value = serde_json::from_slice(&records.stdout).unwrap();
     assert_eq!(records, json!([]), "no record for a read not made");
 }
 
 #[test]
 fn a_provider_429_pauses_the_lane_for_everyone_and_a_bad_set_up_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let (service, roster_key, agent_key) = service(dir.path());
-    let upstream = FakeUpstream::spawn_thread();
-    upstream.set_script("status=429,retry-after=30");
-    let data = dir.path().join("roster");
-    enqueue(dir.path(), &data, 1);
+    let t = set_up(CONFIG, "status=429,retry-after=30", 1);
 
-    let output = run_once(&data, &service, &upstream, &roster_key);
+    let output = run_once(&t.data, &t.service, &t.upstream, &t.roster_key);
     let stdout = text(&output.stdout);
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(
@@ -269,24 +289,24 @@ fn a_provider_429_pauses_the_lane_for_everyone_and_a_bad_set_up_is_refused() {
         "{stdout}"
     );
     // The read's release paused the lane: the agent is refused at once.
-    let (status, answer) = agent_acquire(&service.addr, &agent_key, 2_000);
+    let (status, answer) = agent_acquire(&t.service.addr, &t.agent_key, 2_000);
     assert_eq!(status, 503, "{answer}");
     assert_eq!(answer["reason"], "retry-after", "{answer}");
     let pauses = format!("/v1/workspaces/{WORKSPACE}/pauses");
-    let admin = service.admin_key.clone().unwrap();
-    let (_, pauses) = http(&service.addr, "GET", &pauses, &admin, None).unwrap();
+    let admin = t.service.admin_key.clone().unwrap();
+    let (_, pauses) = http(&t.service.addr, "GET", &pauses, &admin, None).unwrap();
     assert_eq!(pauses["records"][0]["cause"], "release-outcome", "{pauses}");
 
     // --service unreachable, without a lane or a key, with an unknown key or lane, a principal
     // whose profile refuses unknown costs, --provider without --service: clear errors, no read.
-    let url = format!("http://{}", service.addr);
-    let base = upstream.openai_base();
+    let url = format!("http://{}", t.service.addr);
+    let base = t.upstream.openai_base();
     let reader = ["--base-url", base.as_str(), "--model", "m"];
-    let costly = new_key(&service, "costly");
+    let costly = new_key(&t.service, "costly");
     let cases: [(Vec<&str>, Option<&str>, &str); 7] = [
         (
             vec!["--service", "http://127.0.0.1:9", "--provider", LANE],
-            Some(roster_key.as_str()),
+            Some(t.roster_key.as_str()),
             "the service could not be asked about the key's workspace",
         ),
         (
@@ -296,17 +316,17 @@ fn a_provider_429_pauses_the_lane_for_everyone_and_a_bad_set_up_is_refused() {
         ),
         (
             vec!["--service", &url, "--provider", "nope"],
-            Some(roster_key.as_str()),
+            Some(t.roster_key.as_str()),
             "--provider \"nope\" is not a provider lane of the key's workspace profile; its lanes: reader",
         ),
         (
             vec!["--provider", LANE],
-            Some(roster_key.as_str()),
+            Some(t.roster_key.as_str()),
             "--service",
         ),
         (
             vec!["--service", &url],
-            Some(roster_key.as_str()),
+            Some(t.roster_key.as_str()),
             "--service needs --provider",
         ),
         (
@@ -320,10 +340,10 @@ fn a_provider_429_pauses_the_lane_for_everyone_and_a_bad_set_up_is_refused() {
             "does not know this key",
         ),
     ];
-    let requests = upstream.stats().requests;
+    let requests = t.upstream.stats().requests;
     // A fresh roster: `g-0` of the first one is in its cool-down after the failed read.
-    let fresh = dir.path().join("fresh");
-    enqueue(dir.path(), &fresh, 1);
+    let fresh = t.dir.path().join("fresh");
+    enqueue(t.dir.path(), &fresh, 1);
     for (extra, key, expected) in cases {
         let mut args = vec![
             "run",
@@ -340,59 +360,49 @@ fn a_provider_429_pauses_the_lane_for_everyone_and_a_bad_set_up_is_refused() {
         assert!(!output.status.success(), "{expected}");
         assert!(stderr.contains(expected), "{expected}: {stderr}");
     }
-    assert_eq!(upstream.stats().requests, requests);
+    assert_eq!(t.upstream.stats().requests, requests);
 }
 
 #[test]
 fn a_read_longer_than_the_lease_ttl_is_heartbeated_and_released_with_its_usage() {
-    let dir = tempfile::tempdir().unwrap();
     // Leases live 600 ms unless heartbeated; the read takes 1.5 s.
-    let (service, roster_key, _) =
-        service_with(dir.path(), "demo = false\n\n[leases]\nttl_ms = 600\n");
-    let upstream = FakeUpstream::spawn_thread();
-    upstream.set_script("first-byte-ms=1500,usage=700/300");
-    let data = dir.path().join("roster");
-    enqueue(dir.path(), &data, 1);
+    let t = set_up(
+        "demo = false\n\n[leases]\nttl_ms = 600\n",
+        "first-byte-ms=1500,usage=700/300",
+        1,
+    );
 
-    let output = run_once(&data, &service, &upstream, &roster_key);
+    let output = run_once(&t.data, &t.service, &t.upstream, &t.roster_key);
     let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("read g-0 (band 1): invalid"), "{stdout}");
     // Reclaimed at its TTL, the lease's release would be refused (404) and reported.
     assert!(!stderr.contains("warning"), "{stderr}");
     // The release reported the provider's usage: the fairness window counts 1,000 tokens.
-    let admin = service.admin_key.clone().unwrap();
+    let admin = t.service.admin_key.clone().unwrap();
     let path = format!("/v1/workspaces/{WORKSPACE}/fairness");
-    let (status, fairness) = http(&service.addr, "GET", &path, &admin, None).unwrap();
+    let (status, fairness) = http(&t.service.addr, "GET", &path, &admin, None).unwrap();
     assert_eq!(status, 200, "{fairness}");
     assert_eq!(fairness["totalTokens"], 1000, "{fairness}");
 }
 
 #[test]
 fn a_looping_run_waits_out_a_retryable_refusal_then_reads() {
-    let dir = tempfile::tempdir().unwrap();
-    let (service, roster_key, agent_key) = service(dir.path());
-    let upstream = FakeUpstream::spawn_thread();
-    let data = dir.path().join("roster");
-    enqueue(dir.path(), &data, 1);
+    let t = set_up(CONFIG, "", 1);
     // The lane is paused for 2 s; the read's deadline is 1 s: refused at once, Retry-After ~2 s.
-    let (status, answer) = agent_acquire(&service.addr, &agent_key, 5_000);
-    assert_eq!(status, 200, "{answer}");
-    let lease = answer["leaseId"].as_str().unwrap();
-    let pause = json!({"outcome": "retry-after", "retryAfterMs": 2000});
-    agent_release(&service.addr, &agent_key, lease, &pause);
+    pause_lane(&t.service, &t.agent_key, 2_000);
 
-    let base = upstream.openai_base();
-    let url = format!("http://{}", service.addr);
+    let base = t.upstream.openai_base();
+    let url = format!("http://{}", t.service.addr);
     let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .args(["roster", "run", "--debounce-ms", "0", "--timeout-secs", "1"])
         .args(["--poll-ms", "100", "--base-url", &base, "--model", "m"])
         .args(["--api-key-env", "ROSTER_SERVICE_TEST_API_KEY"])
         .args(["--service", &url, "--provider", LANE])
         .arg("--data")
-        .arg(&data)
+        .arg(&t.data)
         .env("ROSTER_SERVICE_TEST_API_KEY", "sk-upstream")
-        .env(KEY_ENV, &roster_key)
+        .env(KEY_ENV, &t.roster_key)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -428,5 +438,5 @@ fn a_looping_run_waits_out_a_retryable_refusal_then_reads() {
         lines.last().map(String::as_str),
         Some("read g-0 (band 1): invalid")
     );
-    assert_eq!(upstream.stats().requests, 1);
+    assert_eq!(t.upstream.stats().requests, 1);
 }
