@@ -30,6 +30,7 @@ mod limits;
 mod prices;
 mod profile;
 mod provider_quota;
+mod provider_retry_after;
 mod provider_usage;
 mod queue;
 mod reason;
@@ -74,6 +75,7 @@ pub use profile::{Profile, ProfileError};
 pub use provider_quota::{ProviderQuota, QuotaWindow};
 /// What a provider reported it used (OpenAI and Anthropic, whole answers and streams), and the
 /// one reader of it that the proxy, the evaluator and the roster share.
+pub use provider_retry_after::{days_from_civil, http_date_secs, provider_retry_after_ms};
 pub use provider_usage::ProviderUsage;
 pub use reason::{BreakerState, Decision, Reason};
 pub use registry::{

@@ -13,83 +13,25 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderMap;
+pub(crate) use turnstile_admission::days_from_civil;
+use turnstile_admission::{http_date_secs, provider_retry_after_ms};
 
-/// The wait an upstream answer asks for, in milliseconds.
+/// The wait an upstream answer asks for, in milliseconds
+/// ([`turnstile_admission::provider_retry_after_ms`] on its two headers).
 pub fn parse(headers: &HeaderMap, now: SystemTime, max_ms: u64) -> Option<u64> {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
-    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some((ms.ceil() as u64).min(max_ms));
-        }
-    }
-    let value = text("retry-after")?;
-    if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0)
-            .then(|| ((seconds * 1000.0).ceil() as u64).min(max_ms));
-    }
-    let at = Duration::from_secs(http_date_secs(value)?);
-    let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let wait = at.checked_sub(now)?;
-    Some((wait.as_millis().min(u128::from(max_ms))) as u64)
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let now_ms = now
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    let now_ms = u64::try_from(now_ms).unwrap_or(u64::MAX);
+    provider_retry_after_ms(text("retry-after-ms"), text("retry-after"), now_ms, max_ms)
 }
 
 /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form RFC 9110 requires senders to use;
 /// `None` also for a date `SystemTime` cannot hold.
 pub fn parse_http_date(text: &str) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::from_secs(http_date_secs(text)?))
-}
-
-/// An IMF-fixdate as seconds since the epoch, saturating at `u64::MAX` for a date beyond it
-/// (a year of any number of digits is read, saturating too).
-fn http_date_secs(text: &str) -> Option<u64> {
-    let parts: Vec<&str> = text.split_whitespace().collect();
-    let [_, day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    let day: u64 = day.parse().ok()?;
-    let month = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ]
-    .iter()
-    .position(|m| m == month)? as u64
-        + 1;
-    if year.is_empty() || !year.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let year: u64 = year.parse().unwrap_or(u64::MAX);
-    let mut hms = time.split(':').map(|p| p.parse::<u64>().ok());
-    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    if !(1..=31).contains(&day) || year < 1970 || h > 23 || m > 59 || s > 60 {
-        return None;
-    }
-    let days = days_from_civil(year, month, day);
-    Some(
-        days.saturating_mul(86_400)
-            .saturating_add(h * 3600 + m * 60 + s),
-    )
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date on or after it (Howard Hinnant's
-/// algorithm), saturating at `u64::MAX` for a year too large to count in days.
-pub(crate) fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
-    let (year, month, day) = (u128::from(year), u128::from(month), u128::from(day));
-    let y = if month <= 2 {
-        year.saturating_sub(1)
-    } else {
-        year
-    };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day.saturating_sub(1);
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = (era * 146_097 + doe).saturating_sub(719_468);
-    u64::try_from(days).unwrap_or(u64::MAX)
 }
 
 /// The proleptic Gregorian `(year, month, day)` of a day count since 1970-01-01: the inverse

@@ -2,10 +2,12 @@
 //! endpoint, over rustls.
 //!
 //! - Request: `{"model", "messages": [system prompt, canonical evidence JSON], "temperature": 0}`
+//!   (and `max_tokens` when set with [`ChatCompletionsReader::with_max_tokens`])
 //!   with `Authorization: Bearer <key>`; the key is read from the environment variable *named*
 //!   in the settings and is never logged, printed, or part of any error or configuration digest.
 //! - Outcome: transport errors, timeouts and non-2xx statuses → *unavailable* (reason: the
-//!   status or error kind only); a 2xx body that is not a chat completion, or whose message
+//!   status or error kind only), a 429 as [`ReadOutcome::RateLimited`] with the wait its
+//!   `retry-after-ms` / `Retry-After` asks for ([`provider_retry_after_ms`]); a 2xx body that is not a chat completion, or whose message
 //!   content breaks the answer contract ([`crate::answer`]) → *invalid*; otherwise *accepted*.
 //! - Usage: the answer's `usage`, read by [`ProviderUsage`] (input, cached input, output and
 //!   reasoning tokens; a count not reported is 0, and no `usage` object is no usage).
@@ -15,7 +17,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::json;
-use turnstile_admission::ProviderUsage;
+use turnstile_admission::{provider_retry_after_ms, ProviderUsage};
+use turnstile_shell::Clock;
 
 use crate::answer::{parse_answer, CONTRACT_VERSION, SYSTEM_PROMPT};
 use crate::{CallUsage, ReadOutcome, ReadRequest, Reader, ReaderConfiguration};
@@ -74,7 +77,11 @@ pub struct ChatCompletionsReader {
     url: String,
     api_key: ApiKey,
     configuration: ReaderConfiguration,
+    max_tokens: Option<u32>,
 }
+
+/// The longest provider Retry-After a read reports (one hour).
+const MAX_RETRY_AFTER_MS: u64 = 3_600_000;
 
 impl ChatCompletionsReader {
     /// Builds a reader, reading the API key from the environment variable named in `settings`.
@@ -108,7 +115,14 @@ impl ChatCompletionsReader {
                 model: settings.model.trim().to_owned(),
                 contract_version: CONTRACT_VERSION,
             },
+            max_tokens: None,
         })
+    }
+
+    /// Sends `max_tokens` with every read (and reports it as the read's output bound).
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
     }
 }
 
@@ -149,8 +163,12 @@ impl Reader for ChatCompletionsReader {
         &self.configuration
     }
 
+    fn max_output_tokens(&self) -> Option<u32> {
+        self.max_tokens
+    }
+
     fn read(&mut self, request: &ReadRequest<'_>) -> ReadOutcome {
-        let body = json!({
+        let mut body = json!({
             "model": self.configuration.model,
             "temperature": 0,
             "messages": [
@@ -158,6 +176,9 @@ impl Reader for ChatCompletionsReader {
                 {"role": "user", "content": request.evidence_json},
             ],
         });
+        if let Some(max_tokens) = self.max_tokens {
+            body["max_tokens"] = json!(max_tokens);
+        }
         let response = match self
             .client
             .post(&self.url)
@@ -173,6 +194,23 @@ impl Reader for ChatCompletionsReader {
             }
         };
         let status = response.status();
+        if status.as_u16() == 429 {
+            let header = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .and_then(|value| value.to_str().ok())
+            };
+            return ReadOutcome::RateLimited {
+                reason: "endpoint answered HTTP 429".to_owned(),
+                retry_after_ms: provider_retry_after_ms(
+                    header("retry-after-ms"),
+                    header("retry-after"),
+                    Clock::system().now_ms(),
+                    MAX_RETRY_AFTER_MS,
+                ),
+            };
+        }
         if !status.is_success() {
             return ReadOutcome::Unavailable {
                 reason: format!("endpoint answered HTTP {}", status.as_u16()),

@@ -10,6 +10,9 @@
 //!   a [`reader::Reader`] once per read, with the call receipt committed before the call;
 //! - the **chat-completions reader** ([`chat_reader`]) is the real reader for OpenAI-compatible
 //!   endpoints;
+//! - an optional **admission gate** ([`gate`]) admits each read through an outside governor
+//!   (a running `turnstile serve`) before its receipt is committed, with the estimate of
+//!   [`estimate`]; a refused read is not made and leaves no trace in the store;
 //! - the [`roster::Roster`] facade is what the CLI and tests drive.
 //!
 //! Invariants the crate guarantees (proven by `tests/`): no 60-minute window ever holds more
@@ -26,7 +29,9 @@ pub mod digest;
 pub mod eligibility;
 pub mod enqueue;
 pub mod error;
+pub mod estimate;
 pub mod evidence;
+pub mod gate;
 pub mod history;
 pub mod limit;
 pub mod pass;
@@ -36,6 +41,7 @@ pub mod rate_cap;
 pub mod reader;
 pub mod roster;
 pub mod selection;
+pub mod service_gate;
 pub mod status;
 pub mod stop;
 pub mod time;
@@ -45,12 +51,14 @@ pub use band::classify;
 pub use chat_reader::{ApiKey, ChatCompletionsReader, ChatReaderSettings};
 pub use error::SemanticError;
 pub use evidence::{EvidenceError, GenerationEvidence, Lifecycle};
+pub use gate::{AdmittedRead, GateDecision, GateRefusal, ReadEstimate, ReadGate};
 pub use limit::{parse_calls_per_hour, CallLimit, CallsPerHourError};
 pub use pass::{PassReport, PassSettings, PassStep};
 pub use policy::{Policy, HOUR_MS};
 pub use rate_cap::RateCap;
 pub use reader::{ReadOutcome, ReadRequest, Reader, ReaderConfiguration, Reading};
 pub use roster::Roster;
+pub use service_gate::{ServiceGate, ServiceGateError, ServiceGateSettings};
 pub use status::{RollingCalls, RosterStatus};
 pub use stop::{NeverStop, StopFlag, StopSignal};
 pub use time_source::{ManualClock, TimeSource};

@@ -13,15 +13,19 @@
 //! 6. rate cap exhausted → write a `deferred` record `{reasonCode: rate_cap, eligibleAfter}`
 //!    (replacing any older meaning), hold the generation, continue;
 //! 7. within the generation's interval (or retry cool-down) → hold it, continue;
-//! 8. otherwise commit the call receipt durably, invoke the reader once, complete the receipt,
-//!    write the record, and remember the generation as the band-1 cursor if it was band 1. An
-//!    accepted read is cached and drops the entry; an invalid or unavailable read leaves it
-//!    pending, to be retried after the 5-minute cool-down.
+//! 8. a [`ReadGate`] is configured → ask it; a refusal writes nothing (no receipt, no record:
+//!    a read not made is not a failed read), leaves the entry pending and ends the pass
+//!    ([`PassReport::not_admitted`]);
+//! 9. otherwise commit the call receipt durably, invoke the reader once, settle the admission
+//!    (if any) with the outcome, complete the receipt, write the record, and remember the
+//!    generation as the band-1 cursor if it was band 1. An accepted read is cached and drops the
+//!    entry; an invalid or unavailable read leaves it pending, to be retried after the 5-minute
+//!    cool-down.
 //!
 //! Invariants: a receipt exists before every reader invocation, so the rolling cap counts calls
-//! that crash; at most one reader invocation per step; a held generation is not reconsidered
-//! within the same pass, so a pass ends after at most `2·pending` non-call steps plus one step per
-//! call.
+//! that crash; at most one reader invocation per step; a refused admission leaves the store
+//! untouched; a held generation is not reconsidered within the same pass, so a pass ends after at
+//! most `2·pending` non-call steps plus one step per call.
 
 use std::collections::HashSet;
 
@@ -29,6 +33,8 @@ use turnstile_store::meta_keys;
 use turnstile_store::RosterStore;
 
 use crate::eligibility::call_eligible;
+use crate::estimate::read_estimate;
+use crate::gate::{GateDecision, GateRefusal, ReadGate};
 use crate::history::{active_history, prune_cutoff};
 use crate::pass_due::matured;
 use crate::rate_cap::rate_cap;
@@ -109,6 +115,11 @@ pub struct PassReport {
     pub steps: Vec<PassStep>,
     /// Whether the pass ended because a stop was requested.
     pub stopped: bool,
+    /// The gate refused a read and the pass ended there: the generation and why.
+    pub not_admitted: Option<(String, GateRefusal)>,
+    /// Admitted reads whose settlement failed (short, non-secret descriptions); the governor
+    /// reclaims what they held on its own.
+    pub settle_errors: Vec<String>,
 }
 
 impl PassReport {
@@ -138,10 +149,23 @@ fn base_record(item: &PendingItem, kind: RecordKind, written_at: u64) -> Semanti
     }
 }
 
-/// Runs one pass. See the module docs for the steps.
+/// Runs one pass without a gate. See the module docs for the steps.
 pub fn run_pass<S: RosterStore + ?Sized>(
     store: &mut S,
+    reader: Option<&mut dyn Reader>,
+    clock: &dyn TimeSource,
+    stop: &dyn StopSignal,
+    settings: &PassSettings,
+) -> Result<PassReport, SemanticError> {
+    run_gated_pass(store, reader, None, clock, stop, settings)
+}
+
+/// Runs one pass, every read admitted by `gate` first when there is one. See the module docs
+/// for the steps.
+pub fn run_gated_pass<S: RosterStore + ?Sized>(
+    store: &mut S,
     mut reader: Option<&mut dyn Reader>,
+    mut gate: Option<&mut dyn ReadGate>,
     clock: &dyn TimeSource,
     stop: &dyn StopSignal,
     settings: &PassSettings,
@@ -231,15 +255,38 @@ pub fn run_pass<S: RosterStore + ?Sized>(
             continue;
         }
 
-        // The receipt is durable before the model is invoked: a crash can never hand capacity
-        // back.
-        let call_id = store.begin_call(&generation_id, now)?;
-        let outcome = reader.read(&ReadRequest {
+        let request = ReadRequest {
             generation_id: &generation_id,
             band: item.band,
             evidence_digest: &item.evidence_digest,
             evidence_json: &evidence.canonical_json,
-        });
+        };
+        let admitted = match gate.as_deref_mut() {
+            None => None,
+            Some(gate) => match gate.admit(&request, &read_estimate(&*reader, &request)) {
+                GateDecision::Admitted(admitted) => Some(admitted),
+                GateDecision::Refused(refusal) => {
+                    report.not_admitted = Some((generation_id, refusal));
+                    break;
+                }
+            },
+        };
+
+        // The receipt is durable before the model is invoked: a crash can never hand capacity
+        // back.
+        // After a wait for the gate the call starts later than the step did.
+        let now = if admitted.is_some() {
+            clock.now_ms()
+        } else {
+            now
+        };
+        let call_id = store.begin_call(&generation_id, now)?;
+        let outcome = reader.read(&request);
+        if let Some(admitted) = admitted {
+            if let Err(error) = admitted.settle(&outcome) {
+                report.settle_errors.push(error);
+            }
+        }
         let finished = clock.now_ms();
         let duration_ms = finished.saturating_sub(now);
 
@@ -259,7 +306,7 @@ pub fn run_pass<S: RosterStore + ?Sized>(
                 record.usage = usage;
                 CallOutcome::Invalid
             }
-            ReadOutcome::Unavailable { reason } => {
+            ReadOutcome::Unavailable { reason } | ReadOutcome::RateLimited { reason, .. } => {
                 record.kind = RecordKind::Unavailable;
                 record.reason_code = Some(ReasonCode::ReaderUnavailable);
                 record.detail = Some(reason);

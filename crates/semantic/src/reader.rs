@@ -84,6 +84,14 @@ pub enum ReadOutcome {
         /// Short, non-secret reason.
         reason: String,
     },
+    /// The endpoint refused the call for its rate limit (HTTP 429). Recorded like
+    /// [`ReadOutcome::Unavailable`]; an admission gate pauses the provider lane with it.
+    RateLimited {
+        /// Short, non-secret reason.
+        reason: String,
+        /// The wait the endpoint asked for (`retry-after-ms` / `Retry-After`), if it said.
+        retry_after_ms: Option<u64>,
+    },
 }
 
 /// Something that can read evidence with one model call.
@@ -93,4 +101,10 @@ pub trait Reader {
 
     /// Makes exactly one model call for `request`.
     fn read(&mut self, request: &ReadRequest<'_>) -> ReadOutcome;
+
+    /// The most output tokens one read may produce, when the reader caps them (its
+    /// `max_tokens`); the estimate of an admitted read ([`crate::estimate`]) uses it.
+    fn max_output_tokens(&self) -> Option<u32> {
+        None
+    }
 }

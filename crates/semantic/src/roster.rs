@@ -7,8 +7,9 @@ use turnstile_store::StoredEvidence;
 
 use crate::digest::{canonical_json_of, sha256_digest};
 use crate::enqueue::next_entry;
+use crate::gate::ReadGate;
 use crate::history::active_history;
-use crate::pass::{run_pass, PassReport, PassSettings};
+use crate::pass::{run_gated_pass, run_pass, PassReport, PassSettings};
 use crate::pass_due::{next_wake, pass_due};
 use crate::rate_cap::rate_cap;
 use crate::status::{RollingCalls, RosterStatus};
@@ -140,6 +141,24 @@ impl<S: RosterStore> Roster<S> {
         stop: &dyn StopSignal,
     ) -> Result<PassReport, SemanticError> {
         run_pass(&mut self.store, reader, clock, stop, &self.settings)
+    }
+
+    /// Runs one pass, every read admitted by `gate` first ([`crate::gate`]).
+    pub fn run_gated_pass(
+        &mut self,
+        reader: Option<&mut dyn Reader>,
+        gate: &mut dyn ReadGate,
+        clock: &dyn TimeSource,
+        stop: &dyn StopSignal,
+    ) -> Result<PassReport, SemanticError> {
+        run_gated_pass(
+            &mut self.store,
+            reader,
+            Some(gate),
+            clock,
+            stop,
+            &self.settings,
+        )
     }
 
     /// Clears everything but the call history (a ledger or configuration reset).

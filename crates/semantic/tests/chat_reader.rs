@@ -215,3 +215,37 @@ fn setup_refuses_missing_keys_bad_urls_and_empty_models() {
         Err(ReaderSetupError::EmptyModel)
     ));
 }
+
+#[test]
+fn max_tokens_is_sent_only_when_set_and_reported_as_the_output_bound() {
+    let answer = || completion(r#"{"headline":"h"}"#);
+    let (base, seen) = fake_server(vec![
+        (200, answer()),
+        (200, answer()),
+        (429, "{}".to_owned()),
+    ]);
+    let plain = ChatCompletionsReader::new(&settings(&base, "UNUSED"), ApiKey::new("k")).unwrap();
+    assert_eq!(plain.max_output_tokens(), None);
+    let mut capped = plain.with_max_tokens(300);
+    assert_eq!(capped.max_output_tokens(), Some(300));
+    let mut plain =
+        ChatCompletionsReader::new(&settings(&base, "UNUSED"), ApiKey::new("k")).unwrap();
+    plain.read(&request());
+    let body = seen.recv_timeout(Duration::from_secs(5)).unwrap().body;
+    assert!(body.get("max_tokens").is_none(), "{body}");
+    capped.read(&request());
+    let body = seen.recv_timeout(Duration::from_secs(5)).unwrap().body;
+    assert_eq!(body["max_tokens"], 300);
+
+    // A 429 without a Retry-After: rate limited, the wait unknown (the gate's fallback).
+    match capped.read(&request()) {
+        ReadOutcome::RateLimited {
+            reason,
+            retry_after_ms,
+        } => {
+            assert!(reason.contains("429"), "{reason}");
+            assert_eq!(retry_after_ms, None);
+        }
+        other => panic!("expected rate limited, got {other:?}"),
+    }
+}

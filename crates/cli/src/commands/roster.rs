@@ -5,8 +5,15 @@
 //! is `./turnstile-roster`, not the admission service's `./turnstile-data`.
 //!
 //! Thin: every subcommand is one call into `turnstile-semantic`. The only clock read is
-//! the shell's [`Clock`](turnstile_shell::Clock); the only secret is the API key, read from the environment variable *named*
-//! by `--api-key-env` and never printed.
+//! the shell's [`Clock`](turnstile_shell::Clock); the secrets are the API key, read from the environment variable *named*
+//! by `--api-key-env`, and the service key of `run --service` (`--key` or `TURNSTILE_KEY`);
+//! neither is ever printed.
+//!
+//! `run --service URL --provider LANE` admits every read through that running service
+//! ([`ServiceGate`]): a refused read is not made; a retryable refusal ends the pass and the
+//! loop waits the service's Retry-After (or `--poll-ms`) before the next one; a refusal that
+//! cannot succeed later (unknown key, no profile, a budget or bound that can never fit) stops
+//! `run` with an error. The run's budget is released when `run` ends.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -17,7 +24,8 @@ use clap::{Args, Subcommand};
 use turnstile_semantic::time::format_utc;
 use turnstile_semantic::{
     parse_calls_per_hour, CallLimit, ChatCompletionsReader, ChatReaderSettings, GenerationEvidence,
-    NeverStop, PassSettings, PassStep, Policy, Roster, RosterStatus,
+    NeverStop, PassReport, PassSettings, PassStep, Policy, Roster, RosterStatus, ServiceGate,
+    ServiceGateSettings,
 };
 use turnstile_shell::Clock;
 use turnstile_store::meta_keys;
@@ -101,6 +109,25 @@ struct RunArgs {
     /// Longest sleep between checks for new evidence, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 2_000)]
     poll_ms: u64,
+    /// Send `max_tokens` with every read (also the output part of its admission estimate).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_tokens: Option<u32>,
+    /// Admit every read through this running `turnstile serve` (e.g. http://127.0.0.1:8686);
+    /// needs --provider and a key.
+    #[arg(long, value_name = "URL")]
+    service: Option<String>,
+    /// The service key (a principal key of the workspace) [env: TURNSTILE_KEY]; never printed.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "TURNSTILE_KEY",
+        hide_env_values = true
+    )]
+    key: Option<String>,
+    /// The provider lane of the key's workspace profile the reads are admitted on (with
+    /// --service).
+    #[arg(long, value_name = "LANE", requires = "service")]
+    provider: Option<String>,
 }
 
 /// Runs `turnstile roster …`.
@@ -325,10 +352,91 @@ fn describe(step: &PassStep) -> String {
     }
 }
 
-fn run_passes(mut store: SqliteRosterStore, args: RunArgs) -> anyhow::Result<()> {
-    let reader_settings = reader_settings(&args)?;
+/// The gate of `--service`, or `None` without it.
+fn service_gate(args: &RunArgs) -> anyhow::Result<Option<ServiceGate>> {
+    let Some(service) = args.service.clone() else {
+        return Ok(None);
+    };
+    let Some(provider) = args.provider.clone() else {
+        bail!(
+            "--service needs --provider LANE: the provider lane of the key's workspace profile \
+             that the reads are admitted on"
+        );
+    };
+    let Some(key) = args.key.as_deref().filter(|key| !key.trim().is_empty()) else {
+        bail!("--service needs a key: --key KEY or the environment variable TURNSTILE_KEY");
+    };
+    let clock = Clock::system();
+    let settings = ServiceGateSettings {
+        service_url: service,
+        provider_id: provider,
+        budget_id: format!("roster-run-{}-{}", clock.now_ms(), std::process::id()),
+        deadline_ms: args.timeout_secs.max(1).saturating_mul(1_000),
+    };
+    let gate = ServiceGate::new(settings, key).context("setting up --service")?;
+    gate.check().context("checking --service")?;
+    Ok(Some(gate))
+}
+
+/// Prints what a pass did; an error when the service refused a read for good.
+fn report_pass(report: &PassReport) -> anyhow::Result<()> {
+    for step in &report.steps {
+        println!("{}", describe(step));
+    }
+    for error in &report.settle_errors {
+        eprintln!("roster run: warning: {error}");
+    }
+    if let Some((generation_id, refusal)) = &report.not_admitted {
+        let hint = refusal
+            .retry_after_ms
+            .map(|ms| format!(", retry after {ms} ms"))
+            .unwrap_or_default();
+        println!(
+            "not admitted {generation_id}: {}{hint}; the pass ends, nothing is recorded",
+            refusal.reason
+        );
+        if !refusal.retryable {
+            let hint = match refusal.reason.as_str() {
+                "unknown-cost" => {
+                    "; the roster estimates tokens only, so its principal needs \
+                     allowUnknownCost: true (or no maxCostUsd) in the workspace profile"
+                }
+                "unconfigured-provider" => {
+                    "; --provider must name a provider lane of the key's workspace profile"
+                }
+                _ => "",
+            };
+            bail!(
+                "the service refused a read and asking again cannot succeed: {}{hint}",
+                refusal.reason
+            );
+        }
+    }
+    Ok(())
+}
+
+fn run_passes(store: SqliteRosterStore, args: RunArgs) -> anyhow::Result<()> {
+    let mut gate = service_gate(&args)?;
+    let passes = run_loop(store, &args, gate.as_mut());
+    if let Some(gate) = &gate {
+        if let Err(error) = gate.finish() {
+            eprintln!("roster run: warning: releasing the run's budget failed: {error}");
+        }
+    }
+    passes
+}
+
+fn run_loop(
+    mut store: SqliteRosterStore,
+    args: &RunArgs,
+    mut gate: Option<&mut ServiceGate>,
+) -> anyhow::Result<()> {
+    let reader_settings = reader_settings(args)?;
     let mut reader = ChatCompletionsReader::from_env(&reader_settings)
         .context("setting up the chat-completions reader")?;
+    if let Some(max_tokens) = args.max_tokens {
+        reader = reader.with_max_tokens(max_tokens);
+    }
     let limit = CallLimit::from_configured(args.calls_per_hour.map(f64::from), &Policy::ADR_0119);
     store.set_meta(
         meta_keys::CONFIGURED_CALLS_PER_HOUR,
@@ -337,27 +445,41 @@ fn run_passes(mut store: SqliteRosterStore, args: RunArgs) -> anyhow::Result<()>
     let mut roster = Roster::new(store, settings(limit, args.debounce_ms));
     let clock = Clock::system();
     eprintln!(
-        "roster run: model {} at {}, limit {} calls per rolling hour",
+        "roster run: model {} at {}, limit {} calls per rolling hour{}",
         reader_settings.model,
         reader_settings.base_url,
-        limit.get()
+        limit.get(),
+        match (&args.service, &args.provider) {
+            (Some(service), Some(lane)) =>
+                format!(", each read admitted by {service} on lane {lane}"),
+            _ => String::new(),
+        }
     );
     loop {
         let now = clock.now_ms();
+        let mut refused_wait = None;
         if args.once || roster.pass_due(now)? {
-            let report = roster.run_pass(Some(&mut reader), &clock, &NeverStop)?;
-            for step in &report.steps {
-                println!("{}", describe(step));
-            }
+            let report = match gate.as_deref_mut() {
+                Some(gate) => roster.run_gated_pass(Some(&mut reader), gate, &clock, &NeverStop)?,
+                None => roster.run_pass(Some(&mut reader), &clock, &NeverStop)?,
+            };
+            report_pass(&report)?;
+            refused_wait = report
+                .not_admitted
+                .map(|(_, refusal)| refusal.retry_after_ms.unwrap_or(args.poll_ms));
         }
         if args.once {
             return Ok(());
         }
         let now = clock.now_ms();
-        let wait = roster
-            .next_wake(now)?
-            .map_or(args.poll_ms, |wake| wake.saturating_sub(now))
-            .clamp(100, args.poll_ms.max(100));
+        let wait = match refused_wait {
+            // The service said when to ask again.
+            Some(wait) => wait.max(100),
+            None => roster
+                .next_wake(now)?
+                .map_or(args.poll_ms, |wake| wake.saturating_sub(now))
+                .clamp(100, args.poll_ms.max(100)),
+        };
         std::thread::sleep(Duration::from_millis(wait));
     }
 }
