@@ -67,8 +67,10 @@ fn the_readme_session_runs_verbatim_and_prints_what_it_says() {
     let script =
         format!("set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n{script}\n");
     // `timeout` only guards against a hang; no assertion depends on time.
+    // From the repository's root, like a reader who cloned it (the session names examples/).
     let output = Command::new("timeout")
         .args(["120", "bash", "-c", &script])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
         .env_remove("RUST_BACKTRACE")
         .output()
         .unwrap();
