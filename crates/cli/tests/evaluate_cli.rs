@@ -189,9 +189,10 @@ fn evaluate_exports_admission_spans_and_metrics_over_otlp_before_it_exits() {
 fn evaluate_with_service_admits_the_shipped_llm_binding_under_the_demo_cost_cap() {
     use turnstile_testkit::{metric_total, TestServer, WORKSPACE};
     let server = TestServer::start_fresh(|_| {});
-    let profile: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(turnstile_testkit::repo_file("examples/profile.json")).unwrap())
-            .unwrap();
+    let profile: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(turnstile_testkit::repo_file("examples/profile.json")).unwrap(),
+    )
+    .unwrap();
     let put = server.put_profile(&server.admin(), WORKSPACE, "v1", &profile);
     assert!(put.status().is_success(), "{:?}", put.text());
     let key = server.new_key(WORKSPACE, "demo");

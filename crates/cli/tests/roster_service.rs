@@ -440,3 +440,17 @@ fn a_looping_run_waits_out_a_retryable_refusal_then_reads() {
     );
     assert_eq!(t.upstream.stats().requests, 1);
 }
+
+#[test]
+fn a_read_whose_timeout_is_above_the_services_max_wait_is_admitted_at_the_max_wait() {
+    // The service waits 5 s at most; the read's timeout is 10 s (`run_once`): the client
+    // asks again at 5 s instead of stopping `run` with the service's 422.
+    let config = "demo = false\n\n[admission]\ndefault_wait_ms = 1000\nmax_wait_ms = 5000\n";
+    let t = set_up(config, "", 1);
+
+    let output = run_once(&t.data, &t.service, &t.upstream, &t.roster_key);
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("read g-0 (band 1): invalid"), "{stdout}");
+    assert_eq!(t.upstream.stats().requests, 1);
+}
