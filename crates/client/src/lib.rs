@@ -14,6 +14,9 @@
 //!   service's evidence, an unknown key, a missing profile or lease, another status with the
 //!   service's reason, or the transport.
 //!
+//! [`Secret`] holds a key before it becomes a client (a flag, an environment variable) and
+//! never prints.
+//!
 //! The wire types are the admission core's ([`turnstile_admission::Evidence`],
 //! [`turnstile_admission::BreakerTransition`], …): what the service writes, read back by the
 //! same definitions. The key is never printed (`Debug` shows no key) and never put in an error.
@@ -26,9 +29,11 @@ mod client;
 mod error;
 mod lanes;
 mod lease;
+mod secret;
 mod wire;
 
 pub use client::{AcquireRequest, Client, WorkspaceInfo, WorkspaceSnapshot};
 pub use error::ClientError;
 pub use lanes::LaneCheckError;
 pub use lease::Lease;
+pub use secret::Secret;
