@@ -169,6 +169,8 @@ export interface ErrorBody {
   error: string;
   message: string;
   field?: string;
+  /** The service's bound when `field` is a number above it (`deadlineMs`, `retryAfterMs`). */
+  maximum?: number;
 }
 
 /** What the call actually used: replaces the lease's estimate in the invocation's budgets. */
@@ -613,7 +615,7 @@ export const SHAPES = {
   },
   LeaseBody: { leaseId: "scalar", expiresAtEpochMs: "scalar", ttlMs: "scalar", evidence: "Evidence" },
   Rejection: { reason: "enum:Reason", retryable: "scalar", evidence: "Evidence" },
-  ErrorBody: { error: "scalar", message: "scalar", field: "scalar" },
+  ErrorBody: { error: "scalar", message: "scalar", field: "scalar", maximum: "scalar" },
   ActualUsage: { tokens: "scalar", costUsd: "scalar" },
   ReleaseRequest: { outcome: "enum:Outcome", retryAfterMs: "scalar", actualUsage: "ActualUsage" },
   ReleaseResult: { released: "scalar", breakerTransitions: "BreakerTransition[]" },

@@ -440,3 +440,67 @@ fn a_looping_run_waits_out_a_retryable_refusal_then_reads() {
     );
     assert_eq!(t.upstream.stats().requests, 1);
 }
+
+#[test]
+fn a_read_whose_timeout_is_above_the_services_max_wait_is_admitted_at_the_max_wait() {
+    // The service waits 5 s at most; the read's timeout is 10 s (`run_once`): the client
+    // asks again at 5 s instead of stopping `run` with the service's 422.
+    let config = "demo = false\n\n[admission]\ndefault_wait_ms = 1000\nmax_wait_ms = 5000\n";
+    let t = set_up(config, "", 1);
+
+    let output = run_once(&t.data, &t.service, &t.upstream, &t.roster_key);
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("read g-0 (band 1): invalid"), "{stdout}");
+    assert_eq!(t.upstream.stats().requests, 1);
+}
+
+#[test]
+fn with_prices_the_demo_principal_admits_reads_that_it_refuses_without_them() {
+    // The shipped profile: principal `demo` has `maxCostUsd: 5` and refuses unknown costs.
+    let t = set_up(CONFIG, "", 1);
+    let admin = t.service.admin_key.clone().unwrap();
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/profile.json");
+    let profile: Value = serde_json::from_str(&std::fs::read_to_string(shipped).unwrap()).unwrap();
+    let path = format!("/v1/workspaces/{WORKSPACE}/profiles/demo");
+    let (status, answer) = http(&t.service.addr, "PUT", &path, &admin, Some(&profile)).unwrap();
+    assert_eq!(status, 201, "{answer}");
+    let demo = new_key(&t.service, "demo");
+
+    let (base, url) = (
+        t.upstream.openai_base(),
+        format!("http://{}", t.service.addr),
+    );
+    let read = |prices: &[&str]| {
+        let mut args = vec!["run", "--once", "--debounce-ms", "0", "--timeout-secs", "5"];
+        args.extend(["--base-url", &base, "--model", "m"]);
+        args.extend(["--api-key-env", "ROSTER_SERVICE_TEST_API_KEY"]);
+        args.extend(["--service", &url, "--provider", "llm-subagent"]);
+        args.extend(prices);
+        roster(&t.data, &args, Some(&demo))
+    };
+    let unpriced = read(&[]);
+    assert!(!unpriced.status.success());
+    assert!(
+        text(&unpriced.stderr).contains("unknown-cost"),
+        "{}",
+        text(&unpriced.stderr)
+    );
+    assert_eq!(t.upstream.stats().requests, 0);
+
+    let priced = read(&["--input-usd-per-mtok", "3", "--output-usd-per-mtok", "15"]);
+    let (stdout, stderr) = (text(&priced.stdout), text(&priced.stderr));
+    assert!(priced.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("read g-0 (band 1): invalid"), "{stdout}");
+    assert_eq!(t.upstream.stats().requests, 1);
+
+    // A price that is not a price is a clear error, and one without the other a usage error.
+    let negative = read(&["--input-usd-per-mtok", "-1", "--output-usd-per-mtok", "15"]);
+    assert!(
+        text(&negative.stderr).contains("prices must be finite"),
+        "{}",
+        text(&negative.stderr)
+    );
+    let half = read(&["--input-usd-per-mtok", "3"]);
+    assert_eq!(half.status.code(), Some(2), "{}", text(&half.stderr));
+}

@@ -4,12 +4,14 @@
 //! Decides the URL of every call (the base URL's path, then percent-encoded segments, so an ID
 //! can never change the route) and the time each call may take: an acquire may wait up to its
 //! `deadlineMs` on the service, so its HTTP timeout is that plus [`ANSWER_MARGIN`]; every other
-//! call gets [`CALL_TIMEOUT`].
+//! call gets [`CALL_TIMEOUT`]. A `deadlineMs` or `retryAfterMs` above the service's setting is
+//! sent at the setting (learned from the service's 422 and remembered, `bounds.rs`).
 //!
 //! Invariants: the key travels only in the `Authorization` header (marked sensitive) and never
 //! appears in `Debug` output or an error; dropping an acquire future drops its HTTP request,
 //! and the service then forgets the queued waiter (`docs/server.md`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderValue, AUTHORIZATION};
@@ -17,6 +19,7 @@ use reqwest::{Method, RequestBuilder, Url};
 use serde::Deserialize;
 use turnstile_admission::{Estimate, Snapshot};
 
+use crate::bounds::{capped, Bounds};
 use crate::error::ClientError;
 use crate::lease::Lease;
 use crate::wire::{
@@ -36,6 +39,8 @@ pub struct Client {
     http: reqwest::Client,
     base: Url,
     auth: HeaderValue,
+    /// The service's bounds as learned, shared by the clones and their leases.
+    bounds: Arc<Bounds>,
 }
 
 impl std::fmt::Debug for Client {
@@ -116,7 +121,12 @@ impl Client {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()?;
-        Ok(Client { http, base, auth })
+        Ok(Client {
+            http,
+            base,
+            auth,
+            bounds: Arc::default(),
+        })
     }
 
     /// The service's base URL.
@@ -146,19 +156,36 @@ impl Client {
             .await
     }
 
-    /// Asks for a permit and waits for the answer (up to `deadline_ms` on the service). A
-    /// refusal is [`ClientError::Rejected`] with the service's evidence. Dropping the future
-    /// drops the request, and the service forgets the waiter. The lease is heartbeated in the
+    /// Asks for a permit and waits for the answer (up to `deadline_ms` on the service; a
+    /// deadline above the service's `admission.max_wait_ms` waits that long). A refusal is
+    /// [`ClientError::Rejected`] with the service's evidence. Dropping the future drops the
+    /// request, and the service forgets the waiter. The lease is heartbeated in the
     /// background (inside a tokio runtime) until it is released or dropped.
     pub async fn acquire(&self, request: AcquireRequest) -> Result<Lease, ClientError> {
+        match request.deadline_ms {
+            None => self.acquire_once(&request, None).await,
+            Some(deadline_ms) => {
+                capped(&self.bounds.wait, deadline_ms, |ms| {
+                    self.acquire_once(&request, Some(ms))
+                })
+                .await
+            }
+        }
+    }
+
+    /// One `POST /v1/admissions` with `deadline_ms`.
+    async fn acquire_once(
+        &self,
+        request: &AcquireRequest,
+        deadline_ms: Option<u64>,
+    ) -> Result<Lease, ClientError> {
         let body = AdmissionBody {
             provider_id: &request.provider_id,
             budget_id: &request.budget_id,
             estimate: &request.estimate,
-            deadline_ms: request.deadline_ms,
+            deadline_ms,
         };
-        let timeout = request
-            .deadline_ms
+        let timeout = deadline_ms
             .map_or(UNBOUNDED_ACQUIRE_TIMEOUT, Duration::from_millis)
             .saturating_add(ANSWER_MARGIN);
         let call = self
@@ -190,20 +217,29 @@ impl Client {
     }
 
     /// Pauses a provider lane of the key's workspace for `retry_after_ms` (a provider's
-    /// Retry-After); answers when the pause ends (Unix epoch ms).
+    /// Retry-After; above the service's `admission.max_retry_after_ms`, that long); answers
+    /// when the pause ends (Unix epoch ms).
     pub async fn retry_after(
         &self,
         provider_id: &str,
         retry_after_ms: u64,
     ) -> Result<u64, ClientError> {
-        let call = self
-            .call(
-                Method::POST,
-                &["v1", "providers", provider_id, "retry-after"],
-            )
-            .json(&RetryAfterBody { retry_after_ms });
-        let answer: Paused = self.send(call).await?;
+        let answer: Paused = capped(&self.bounds.retry_after, retry_after_ms, |ms| {
+            let call = self
+                .call(
+                    Method::POST,
+                    &["v1", "providers", provider_id, "retry-after"],
+                )
+                .json(&RetryAfterBody { retry_after_ms: ms });
+            self.send(call)
+        })
+        .await?;
         Ok(answer.paused_until_epoch_ms)
+    }
+
+    /// The service's bounds as learned so far.
+    pub(crate) fn bounds(&self) -> &Bounds {
+        &self.bounds
     }
 
     /// A request to the base URL's path followed by `segments` (each percent-encoded).

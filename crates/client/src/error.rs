@@ -48,6 +48,9 @@ pub enum ClientError {
         message: String,
         /// The request field the service named, if it named one.
         field: Option<String>,
+        /// The service's bound when the field is a number above one of its settings (a 422
+        /// `invalid-request` with `maximum`).
+        maximum: Option<u64>,
     },
     /// The request did not reach the service or its answer did not arrive.
     #[error("transport: {0}")]
@@ -62,6 +65,19 @@ impl ClientError {
     pub fn not_found_code(&self) -> Option<&str> {
         match self {
             ClientError::NotFound { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// The bound a 422 answer gave for `field` (the number sent was above it).
+    pub fn maximum_of(&self, field: &str) -> Option<u64> {
+        match self {
+            ClientError::Status {
+                status: 422,
+                field: Some(named),
+                maximum,
+                ..
+            } if named == field => *maximum,
             _ => None,
         }
     }

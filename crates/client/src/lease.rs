@@ -8,6 +8,8 @@
 //! Invariants:
 //! - The heartbeat task stops when the lease is released or dropped (it is aborted, never
 //!   left running).
+//! - A `retry-after` release above the service's `admission.max_retry_after_ms` is sent at
+//!   that maximum (`bounds.rs`).
 //! - A lease is released at most once: [`Lease::release`] consumes it, [`Lease::try_release`]
 //!   marks it released once the service answered; a lease dropped unreleased is released with
 //!   outcome `none` on a spawned task (best effort: without a tokio runtime, or if the service
@@ -21,6 +23,7 @@ use reqwest::Method;
 use tokio::task::JoinHandle;
 use turnstile_admission::{ActualUsage, BreakerTransition, Evidence, Outcome};
 
+use crate::bounds::capped;
 use crate::client::Client;
 use crate::error::ClientError;
 use crate::wire::{LeaseAnswer, ReleaseBody, Released};
@@ -176,16 +179,29 @@ impl Drop for Lease {
     }
 }
 
+/// Releases `lease_id`; a `retry-after` outcome above the service's
+/// `admission.max_retry_after_ms` is released at that maximum (the lane still pauses).
 async fn release(
     client: &Client,
     lease_id: &str,
     outcome: Outcome,
     usage: ActualUsage,
 ) -> Result<Vec<BreakerTransition>, ClientError> {
-    let call = client
-        .call(Method::POST, &["v1", "leases", lease_id, "release"])
-        .json(&ReleaseBody::new(outcome, usage));
-    let answer: Released = client.send(call).await?;
+    let once = |outcome: Outcome| {
+        let call = client
+            .call(Method::POST, &["v1", "leases", lease_id, "release"])
+            .json(&ReleaseBody::new(outcome, usage));
+        client.send::<Released>(call)
+    };
+    let answer = match outcome {
+        Outcome::RetryAfter { retry_after_ms } => {
+            capped(&client.bounds().retry_after, retry_after_ms, |ms| {
+                once(Outcome::RetryAfter { retry_after_ms: ms })
+            })
+            .await?
+        }
+        outcome => once(outcome).await?,
+    };
     Ok(answer.breaker_transitions)
 }
 

@@ -115,6 +115,8 @@ struct ErrorBody {
     message: String,
     #[serde(default)]
     field: Option<String>,
+    #[serde(default)]
+    maximum: Option<u64>,
 }
 
 /// Reads a success as `T`, anything else as its [`ClientError`].
@@ -148,11 +150,12 @@ pub(crate) fn failure(status: StatusCode, header_hint: Option<u64>, body: &[u8])
         return ClientError::Unauthorized;
     }
     let parsed = serde_json::from_slice::<ErrorBody>(body).ok();
-    let (code, message, field) = match parsed {
-        Some(body) => (body.error, body.message, body.field),
+    let (code, message, field, maximum) = match parsed {
+        Some(body) => (body.error, body.message, body.field, body.maximum),
         None => (
             String::from("unknown"),
             String::from_utf8_lossy(body).chars().take(200).collect(),
+            None,
             None,
         ),
     };
@@ -164,6 +167,7 @@ pub(crate) fn failure(status: StatusCode, header_hint: Option<u64>, body: &[u8])
         code,
         message,
         field,
+        maximum,
     }
 }
 
@@ -207,8 +211,9 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
-        let body = br#"{"error":"invalid-request","message":"deadlineMs must be at most 5","field":"deadlineMs"}"#;
-        match failure(StatusCode::UNPROCESSABLE_ENTITY, None, body) {
+        let body = br#"{"error":"invalid-request","message":"deadlineMs must be at most 5","field":"deadlineMs","maximum":5}"#;
+        let above = failure(StatusCode::UNPROCESSABLE_ENTITY, None, body);
+        match &above {
             ClientError::Status {
                 status,
                 code,
@@ -216,12 +221,19 @@ mod tests {
                 ..
             } => {
                 assert_eq!(
-                    (status, code.as_str(), field.as_deref()),
+                    (*status, code.as_str(), field.as_deref()),
                     (422, "invalid-request", Some("deadlineMs"))
                 )
             }
             other => panic!("{other:?}"),
         }
+        assert_eq!(
+            (
+                above.maximum_of("deadlineMs"),
+                above.maximum_of("retryAfterMs")
+            ),
+            (Some(5), None)
+        );
         let missing = br#"{"error":"unknown-lease","message":"no such lease"}"#;
         assert_eq!(
             failure(StatusCode::NOT_FOUND, None, missing).not_found_code(),

@@ -68,9 +68,14 @@ fn grants_refusals_and_releases_read_what_the_service_wrote() {
     runtime().block_on(async {
         let client = Client::new(&server.base, &alice).expect("a client");
         let info = client.workspace().await.expect("the key's workspace");
-        assert_eq!((info.workspace_id.as_str(), info.profile_version.as_deref()), (WORKSPACE, Some("v1")));
+        assert_eq!(
+            (info.workspace_id.as_str(), info.profile_version.as_deref()),
+            (WORKSPACE, Some("v1"))
+        );
         let snapshot = client.snapshot(WORKSPACE).await.expect("a snapshot");
-        assert!(["p", "zero", "wide"].iter().all(|p| snapshot.core.providers.contains_key(*p)));
+        assert!(["p", "zero", "wide"]
+            .iter()
+            .all(|p| snapshot.core.providers.contains_key(*p)));
 
         let lease = client.acquire(request("p", 1_000)).await.expect("a grant");
         assert_eq!(lease.evidence().decision, Decision::Admit);
@@ -82,10 +87,18 @@ fn grants_refusals_and_releases_read_what_the_service_wrote() {
             .await
             .expect("released");
         assert_eq!(transitions.len(), 1);
-        assert_eq!((transitions[0].provider_id.as_str(), transitions[0].to), ("p", BreakerState::Open));
+        assert_eq!(
+            (transitions[0].provider_id.as_str(), transitions[0].to),
+            ("p", BreakerState::Open)
+        );
 
         match client.acquire(request("p", 1_000)).await {
-            Err(ClientError::Rejected { reason, retryable, retry_after_ms, evidence }) => {
+            Err(ClientError::Rejected {
+                reason,
+                retryable,
+                retry_after_ms,
+                evidence,
+            }) => {
                 assert_eq!(reason, Reason::CircuitOpen);
                 assert_eq!(evidence.decision, Decision::Reject);
                 assert_eq!(evidence.breaker_state, BreakerState::Open);
@@ -93,20 +106,25 @@ fn grants_refusals_and_releases_read_what_the_service_wrote() {
             }
             other => panic!("expected a refusal, got {other:?}"),
         }
-        assert!(matches!(
-            client.acquire(request("p", 10_000_000)).await,
-            Err(ClientError::Status { status: 422, ref field, .. }) if field.as_deref() == Some("deadlineMs")
-        ));
-        assert!(client.release_budget("inv-1").await.expect("a budget release"));
+        assert!(client
+            .release_budget("inv-1")
+            .await
+            .expect("a budget release"));
         let until = client.retry_after("wide", 1_000).await.expect("a pause");
         assert!(until > 0);
 
         let stranger = Client::new(&server.base, "tsk_not_a_key").expect("a client");
-        assert!(matches!(stranger.workspace().await, Err(ClientError::Unauthorized)));
+        assert!(matches!(
+            stranger.workspace().await,
+            Err(ClientError::Unauthorized)
+        ));
         let no_profile = Client::new(&server.base, &other).expect("a client");
         let info = no_profile.workspace().await.expect("its workspace");
         assert_eq!(info.profile_version, None);
-        let missing = no_profile.acquire(request("p", 100)).await.expect_err("no profile");
+        let missing = no_profile
+            .acquire(request("p", 100))
+            .await
+            .expect_err("no profile");
         assert_eq!(missing.not_found_code(), Some("no-profile"));
     });
 }
@@ -220,14 +238,13 @@ fn a_refused_try_release_keeps_the_lease_and_a_second_release_asks_nobody() {
             .acquire(request("wide", 1_000))
             .await
             .expect("a grant");
-        let long = Outcome::RetryAfter {
-            retry_after_ms: 5_000,
-        };
-        match lease.try_release(long, ActualUsage::none()).await {
+        // More tokens than JSON can carry exactly: refused naming the field.
+        let huge = ActualUsage::none().tokens(u64::MAX);
+        match lease.try_release(Outcome::Success, huge).await {
             Err(ClientError::Status {
                 status: 422, field, ..
             }) => {
-                assert_eq!(field.as_deref(), Some("retryAfterMs"))
+                assert_eq!(field.as_deref(), Some("actualUsage.tokens"))
             }
             other => panic!("expected a 422, got {other:?}"),
         }
@@ -247,6 +264,67 @@ fn a_refused_try_release_keeps_the_lease_and_a_second_release_asks_nobody() {
             Some("unknown-lease")
         );
         drop(lease);
+        assert_eq!(until(&client, |s| s.leases == 0).await.core.active, 0);
+    });
+}
+
+#[test]
+fn a_deadline_or_retry_after_above_the_services_maximum_is_sent_at_the_maximum_and_remembered() {
+    let server = TestServer::start_fresh(|config| {
+        config.admission.max_wait_ms = 2_000;
+        config.admission.default_wait_ms = 1_000;
+        config.admission.max_retry_after_ms = 1_000;
+    });
+    let (alice, _) = server.register_test_profile_with_keys();
+    // The service's answer names the bound as a number.
+    let raw: Value = server
+        .acquire(
+            &alice,
+            &json!({"providerId": "wide", "budgetId": "b", "estimate": {}, "deadlineMs": 10_000}),
+        )
+        .json()
+        .unwrap();
+    assert_eq!(
+        (raw["field"].as_str(), raw["maximum"].as_u64()),
+        (Some("deadlineMs"), Some(2_000)),
+        "{raw}"
+    );
+    runtime().block_on(async {
+        let client = Client::new(&server.base, &alice).expect("a client");
+
+        // An hour's deadline: admitted (asked again at 2 s, then sent at 2 s, by clones too).
+        let lease = client
+            .acquire(request("wide", 3_600_000))
+            .await
+            .expect("a grant");
+        let clone = client.clone();
+        let second = clone
+            .acquire(request("wide", 3_600_000))
+            .await
+            .expect("a grant");
+        // A provider's hour of Retry-After pauses the lane for the service's maximum.
+        lease
+            .release(
+                Outcome::RetryAfter {
+                    retry_after_ms: 3_600_000,
+                },
+                ActualUsage::none(),
+            )
+            .await
+            .expect("released at the maximum");
+        second
+            .release(Outcome::Success, ActualUsage::none())
+            .await
+            .expect("released");
+        let paused_until = client
+            .retry_after("wide", 3_600_000)
+            .await
+            .expect("a pause");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        assert!(paused_until <= now + 1_000, "{paused_until} vs {now}");
         assert_eq!(until(&client, |s| s.leases == 0).await.core.active, 0);
     });
 }

@@ -93,13 +93,14 @@ impl Governor {
                     detail: error.to_string(),
                 }),
             Governor::Remote(remote) => {
-                let adapters = plan
+                let adapters: Vec<&str> = plan
                     .aliases
                     .iter()
                     .flat_map(|alias| alias.binding.targets.iter())
-                    .map(|target| target.adapter.as_str());
+                    .map(|target| target.adapter.as_str())
+                    .collect();
                 remote
-                    .check_lanes(adapters)
+                    .check_lanes(&adapters)
                     .await
                     .map_err(|error| Unprepared {
                         reason: error.result_reason(),

@@ -2,34 +2,31 @@
 //! attempt through the service's admission API with the Rust client (`turnstile-client`).
 //!
 //! Decides:
-//! - Before the first attempt: the key's workspace must have a profile that names the key's
-//!   principal (an admin key cannot admit), and every adapter ID of the binding must be a
-//!   provider lane of it (the snapshot a principal key may read names every lane); otherwise
-//!   the evaluation is refused naming the adapter (or the key's problem).
+//! - Before the first attempt: the client's lane check ([`Client::check_lanes`]) with every
+//!   adapter ID of the binding as a lane (the key's workspace has a profile that names the
+//!   key's principal, and the adapters are its provider lanes); otherwise the evaluation is
+//!   refused naming the adapter (or the key's problem).
 //! - Each attempt acquires with `providerId` = the target's adapter, `budgetId` = the
-//!   invocation, the attempt's estimate and `deadlineMs` = the attempt's remaining time, capped
-//!   at the service's `admission.max_wait_ms` (learned from the service's 422 the first time a
-//!   deadline exceeds it, then remembered): a long attempt deadline never fails the attempt.
+//!   invocation, the attempt's estimate and `deadlineMs` = the attempt's remaining time, which
+//!   the client caps at the service's `admission.max_wait_ms`: a long attempt deadline never
+//!   fails the attempt.
 //! - A refusal maps to the core's [`Rejection`] with the service's evidence; any other failure
 //!   (unreachable, 5xx) is [`AdmissionError::Unavailable`].
 //!
 //! - A provider's Retry-After above the service's `admission.max_retry_after_ms` is released
-//!   at that maximum (learned from the service's 422), so the lane pauses and the permit
-//!   returns instead of staying held until its TTL.
+//!   at that maximum (the client caps it), so the lane pauses and the permit returns instead
+//!   of staying held until its TTL.
 //!
 //! Invariants: the caller's cancellation while queued drops the HTTP request (the service then
 //! forgets the waiter) and answers the `cancelled` rejection; a lease is heartbeated while the
 //! call runs and released exactly once (explicitly, or with outcome `none` on drop); the key is
 //! never printed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
 use tokio_util::sync::CancellationToken;
 use turnstile_admission::{
     ActualUsage, AdmissionRequest, BreakerTransition, Evidence, Outcome, Reason, Rejection,
 };
-use turnstile_client::{AcquireRequest, Client, ClientError, Lease};
+use turnstile_client::{AcquireRequest, Client, ClientError, LaneCheckError, Lease};
 
 use crate::error::AdmissionError;
 use crate::reason::ResultReason;
@@ -39,40 +36,30 @@ use crate::telemetry::AdmitSpan;
 #[derive(Clone, Debug)]
 pub struct RemoteGovernor {
     client: Client,
-    /// The service's `admission.max_wait_ms` once learned; `u64::MAX` until then.
-    max_wait_ms: Arc<AtomicU64>,
 }
 
-/// Why the service cannot govern this evaluation.
+/// Why the service cannot govern this evaluation: the client's lane check
+/// ([`Client::check_lanes`]) with the binding's adapters as the lanes.
 #[derive(Debug, thiserror::Error)]
-pub enum RemoteCheckError {
-    /// The key's workspace has no profile registered.
-    #[error("the service has no admission profile for the key's workspace: register one before evaluating with --service")]
-    NoProfile,
-    /// An adapter of the binding is not a provider lane of the workspace's profile.
-    #[error("adapter {adapter:?} of the binding is not a provider lane of the service's workspace profile (revision {revision}); lanes: {lanes}")]
-    UnknownLane {
-        adapter: String,
-        revision: String,
-        lanes: String,
-    },
-    /// The key may not hold leases in its workspace (an admin key, or a principal the
-    /// profile does not name): the service's reason.
-    #[error("the key cannot admit calls in its workspace: {0}")]
-    NotAPrincipal(String),
-    /// The service could not be asked.
-    #[error("the service could not be asked about the key's workspace: {0}")]
-    Service(#[from] ClientError),
+pub struct RemoteCheckError(#[from] pub LaneCheckError);
+
+impl std::fmt::Display for RemoteCheckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            LaneCheckError::UnknownLane { .. } => write!(f, "the binding's adapter {}", self.0),
+            other => other.fmt(f),
+        }
+    }
 }
 
 impl RemoteCheckError {
     /// The result reason of an evaluation this refuses.
     pub fn result_reason(&self) -> ResultReason {
-        match self {
-            RemoteCheckError::NoProfile | RemoteCheckError::UnknownLane { .. } => {
+        match self.0 {
+            LaneCheckError::NoProfile | LaneCheckError::UnknownLane { .. } => {
                 ResultReason::InvalidDefinition
             }
-            RemoteCheckError::NotAPrincipal(_) | RemoteCheckError::Service(_) => {
+            LaneCheckError::NotAPrincipal(_) | LaneCheckError::Service(_) => {
                 ResultReason::EvaluationFailed
             }
         }
@@ -82,10 +69,7 @@ impl RemoteCheckError {
 impl RemoteGovernor {
     /// Governs with the service and key of `client`.
     pub fn new(client: Client) -> Self {
-        RemoteGovernor {
-            client,
-            max_wait_ms: Arc::new(AtomicU64::new(u64::MAX)),
-        }
+        RemoteGovernor { client }
     }
 
     /// The client (its service and key).
@@ -93,43 +77,10 @@ impl RemoteGovernor {
         &self.client
     }
 
-    /// Checks the key is a principal the workspace's profile names (a heartbeat of no lease: a
-    /// 404 for such a key, a 403 otherwise; nothing changes on the service) and that the
-    /// profile's provider lanes include every adapter.
-    pub async fn check_lanes<'a>(
-        &self,
-        adapters: impl IntoIterator<Item = &'a str>,
-    ) -> Result<(), RemoteCheckError> {
-        let workspace = self.client.workspace().await?;
-        let Some(revision) = workspace.profile_version else {
-            return Err(RemoteCheckError::NoProfile);
-        };
-        let snapshot = match self.client.snapshot(&workspace.workspace_id).await {
-            Err(error) if error.not_found_code() == Some("no-profile") => {
-                return Err(RemoteCheckError::NoProfile)
-            }
-            other => other?,
-        };
-        match self.client.heartbeat(NO_LEASE).await {
-            Err(ClientError::Status {
-                status: 403,
-                message,
-                ..
-            }) => return Err(RemoteCheckError::NotAPrincipal(message)),
-            Err(error) if error.not_found_code().is_some() => {}
-            Err(error) => return Err(error.into()),
-            Ok(_) => {}
-        }
-        let lanes = &snapshot.core.providers;
-        for adapter in adapters {
-            if !lanes.contains_key(adapter) {
-                return Err(RemoteCheckError::UnknownLane {
-                    adapter: adapter.to_owned(),
-                    revision,
-                    lanes: lanes.keys().cloned().collect::<Vec<_>>().join(", "),
-                });
-            }
-        }
+    /// Checks the key can admit calls on every adapter of the binding (see
+    /// [`Client::check_lanes`]).
+    pub async fn check_lanes(&self, adapters: &[&str]) -> Result<(), RemoteCheckError> {
+        self.client.check_lanes(adapters).await?;
         Ok(())
     }
 
@@ -142,7 +93,13 @@ impl RemoteGovernor {
         cancel: Option<&CancellationToken>,
         span: Option<AdmitSpan>,
     ) -> Result<RemoteLease, AdmissionError> {
-        let asked = self.acquire_capped(request, wait_ms);
+        // A deadline above the service's maximum waits that long (the client caps it).
+        let asked = self.client.acquire(AcquireRequest {
+            provider_id: request.provider_id.clone(),
+            budget_id: request.budget_id.clone(),
+            estimate: request.estimate.clone(),
+            deadline_ms: wait_ms,
+        });
         let answer = match cancel {
             None => asked.await,
             Some(token) => tokio::select! {
@@ -193,59 +150,10 @@ impl RemoteGovernor {
         }
     }
 
-    /// One acquire; a deadline above the service's maximum is asked again at the maximum
-    /// (which is remembered).
-    async fn acquire_capped(
-        &self,
-        request: &AdmissionRequest,
-        wait_ms: Option<u64>,
-    ) -> Result<Lease, ClientError> {
-        let ask = |deadline_ms: Option<u64>| {
-            self.client.acquire(AcquireRequest {
-                provider_id: request.provider_id.clone(),
-                budget_id: request.budget_id.clone(),
-                estimate: request.estimate.clone(),
-                deadline_ms,
-            })
-        };
-        let cap = self.max_wait_ms.load(Ordering::Relaxed);
-        let wait_ms = wait_ms.map(|ms| ms.min(cap));
-        match ask(wait_ms).await {
-            Err(ClientError::Status {
-                status: 422,
-                field: Some(field),
-                message,
-                ..
-            }) if field == "deadlineMs" => {
-                let max = at_most(&message).ok_or_else(|| ClientError::Status {
-                    status: 422,
-                    code: "invalid-request".into(),
-                    message: message.clone(),
-                    field: Some(field),
-                })?;
-                self.max_wait_ms.store(max, Ordering::Relaxed);
-                ask(wait_ms.map(|ms| ms.min(max))).await
-            }
-            other => other,
-        }
-    }
-
     /// Forgets the invocation's budgets on the service; `false` when it could not be reached.
     pub async fn release_budget(&self, budget_id: &str) -> bool {
         self.client.release_budget(budget_id).await.unwrap_or(false)
     }
-}
-
-/// A lease ID no service grants (not a lease token): its heartbeat asks only whether the key
-/// may hold leases.
-const NO_LEASE: &str = "no-lease";
-
-/// The maximum in the service's refusal of a value above its setting: "deadlineMs must be at
-/// most N (admission.max_wait_ms)", "retryAfterMs must be at most N (…)".
-fn at_most(message: &str) -> Option<u64> {
-    let rest = message.split("at most ").nth(1)?;
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
 }
 
 /// A lease granted by the service, with the attempt's `decision.admit` span.
@@ -275,43 +183,11 @@ impl RemoteLease {
     /// ends with its TTL). A provider's Retry-After above the service's
     /// `admission.max_retry_after_ms` is released at that maximum (the lane still pauses).
     pub async fn release(self, outcome: Outcome, usage: ActualUsage) -> Vec<BreakerTransition> {
-        let RemoteLease { mut lease, span } = self;
-        let mut answer = lease.try_release(outcome, usage).await;
-        if let (
-            Outcome::RetryAfter { retry_after_ms },
-            Err(ClientError::Status {
-                status: 422,
-                field: Some(field),
-                message,
-                ..
-            }),
-        ) = (outcome, &answer)
-        {
-            if let Some(max) = at_most(message).filter(|_| field == "retryAfterMs") {
-                let capped = Outcome::RetryAfter {
-                    retry_after_ms: retry_after_ms.min(max),
-                };
-                answer = lease.try_release(capped, usage).await;
-            }
-        }
-        let transitions = answer.unwrap_or_default();
+        let RemoteLease { lease, span } = self;
+        let transitions = lease.release(outcome, usage).await.unwrap_or_default();
         if let Some(span) = span {
             span.released(&transitions);
         }
         transitions
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_maximum_is_read_from_the_services_refusal() {
-        assert_eq!(
-            at_most("deadlineMs must be at most 300000 (admission.max_wait_ms)"),
-            Some(300_000)
-        );
-        assert_eq!(at_most("deadlineMs must be a whole number"), None);
     }
 }

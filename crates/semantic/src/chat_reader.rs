@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::json;
-use turnstile_admission::{provider_retry_after_ms, ProviderUsage};
+use turnstile_admission::{provider_retry_after_ms, Prices, ProviderUsage};
 use turnstile_shell::Clock;
 
 use crate::answer::{parse_answer, CONTRACT_VERSION, SYSTEM_PROMPT};
@@ -78,6 +78,7 @@ pub struct ChatCompletionsReader {
     api_key: ApiKey,
     configuration: ReaderConfiguration,
     max_tokens: Option<u32>,
+    prices: Option<Prices>,
 }
 
 /// The longest provider Retry-After a read reports (one hour).
@@ -116,12 +117,19 @@ impl ChatCompletionsReader {
                 contract_version: CONTRACT_VERSION,
             },
             max_tokens: None,
+            prices: None,
         })
     }
 
     /// Sends `max_tokens` with every read (and reports it as the read's output bound).
     pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
         self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// The model's prices, for the cost of each read's admission estimate.
+    pub fn with_prices(mut self, prices: Prices) -> Self {
+        self.prices = Some(prices);
         self
     }
 }
@@ -165,6 +173,10 @@ impl Reader for ChatCompletionsReader {
 
     fn max_output_tokens(&self) -> Option<u32> {
         self.max_tokens
+    }
+
+    fn prices(&self) -> Option<Prices> {
+        self.prices
     }
 
     fn read(&mut self, request: &ReadRequest<'_>) -> ReadOutcome {

@@ -5,8 +5,9 @@
 //!   is rarely under 3 bytes.
 //! - Output tokens: the reader's `max_tokens` ([`crate::Reader::max_output_tokens`]), else
 //!   [`DEFAULT_OUTPUT_TOKENS`] (an answer of the contract is one short JSON object).
-//! - Cost: unknown (the reader has no price table); a governor whose profile refuses unknown
-//!   costs (`allowUnknownCost: false` with `maxCostUsd`) refuses such reads.
+//! - Cost: the input and output tokens at the reader's prices ([`crate::Reader::prices`]);
+//!   unknown without them, and a governor whose profile refuses unknown costs
+//!   (`allowUnknownCost: false` with `maxCostUsd`) refuses such reads.
 //!
 //! Settlement replaces the estimate with the usage the endpoint reported.
 
@@ -29,6 +30,6 @@ pub fn read_estimate(reader: &dyn Reader, request: &ReadRequest<'_>) -> ReadEsti
         .map_or(DEFAULT_OUTPUT_TOKENS, u64::from);
     ReadEstimate {
         tokens: input.saturating_add(output),
-        cost_usd: None,
+        cost_usd: reader.prices().map(|prices| prices.cost_usd(input, output)),
     }
 }

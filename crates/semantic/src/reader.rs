@@ -107,4 +107,10 @@ pub trait Reader {
     fn max_output_tokens(&self) -> Option<u32> {
         None
     }
+
+    /// The model's prices, when the reader knows them; the estimate of an admitted read
+    /// ([`crate::estimate`]) then carries a cost.
+    fn prices(&self) -> Option<turnstile_admission::Prices> {
+        None
+    }
 }

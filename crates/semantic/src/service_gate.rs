@@ -10,9 +10,10 @@
 //!   `retry-after` with the provider's wait (else [`FALLBACK_RETRY_AFTER_MS`], the proxy's
 //!   default), which pauses the lane for everyone in the workspace.
 //!
-//! Before any read, [`ServiceGate::check`] asks the service which workspace the key acts in:
-//! an unreachable service, an unknown key, a workspace without a profile or a lane the profile
-//! lacks stops `roster run` at once, naming the problem (and the profile's lanes).
+//! Before any read, [`ServiceGate::check`] runs the client's lane check: an unreachable
+//! service, an unknown key, a workspace without a profile, a key that is not a principal the
+//! profile names or a lane the profile lacks stops `roster run` at once, naming the problem
+//! (and the profile's lanes).
 //!
 //! A refusal maps to a [`GateRefusal`]: the service's reason code, its `retryable` (a wait that
 //! ran out, `queue-timeout` or `deadline-exceeded`, counts as retryable: the next pass may get
@@ -27,7 +28,7 @@ use std::sync::Arc;
 
 use tokio::runtime::Runtime;
 use turnstile_admission::{ActualUsage, Estimate, Outcome, Reason};
-use turnstile_client::{AcquireRequest, Client, ClientError, Lease};
+use turnstile_client::{AcquireRequest, Client, ClientError, LaneCheckError, Lease};
 
 use crate::gate::{AdmittedRead, GateDecision, GateRefusal, ReadEstimate, ReadGate};
 use crate::{ReadOutcome, ReadRequest};
@@ -47,20 +48,17 @@ pub enum ServiceGateError {
     /// The provider lane is empty.
     #[error("the provider lane (--provider) must not be empty")]
     EmptyProvider,
-    /// The service could not be asked about the key's workspace (unreachable, unknown key).
-    #[error("the service could not be asked about the key's workspace: {0}")]
-    Service(ClientError),
-    /// The key's workspace has no profile registered.
-    #[error("the service has no admission profile for the key's workspace: register one first")]
-    NoProfile,
-    /// The lane is not a provider lane of the workspace's profile.
-    #[error("--provider {lane:?} is not a provider lane of the key's workspace profile; its lanes: {lanes}")]
-    UnknownLane {
-        /// The lane asked for.
-        lane: String,
-        /// The profile's lanes, comma-separated.
-        lanes: String,
-    },
+    /// The key cannot admit reads on the lane (the client's lane check).
+    #[error("{}", describe_check(.0))]
+    Check(#[from] LaneCheckError),
+}
+
+/// A lane check's error as `roster run` names it: the lane is its `--provider`.
+fn describe_check(error: &LaneCheckError) -> String {
+    match error {
+        LaneCheckError::UnknownLane { .. } => format!("--provider {error}"),
+        other => other.to_string(),
+    }
 }
 
 /// Where and how reads are admitted.
@@ -72,7 +70,8 @@ pub struct ServiceGateSettings {
     pub provider_id: String,
     /// The budget all reads of this gate are charged to.
     pub budget_id: String,
-    /// How long one admission may wait (`deadlineMs`).
+    /// How long one admission may wait (`deadlineMs`; above the service's
+    /// `admission.max_wait_ms`, the client waits that long).
     pub deadline_ms: u64,
 }
 
@@ -111,33 +110,12 @@ impl ServiceGate {
         })
     }
 
-    /// Checks, before any read, that the service answers this key and that the lane is one of
-    /// its workspace profile's provider lanes.
+    /// Checks, before any read, that the key can admit reads on the lane
+    /// ([`Client::check_lanes`]).
     pub fn check(&self) -> Result<(), ServiceGateError> {
-        let lanes = self.runtime.block_on(async {
-            let workspace = self.client.workspace().await?;
-            if workspace.profile_version.is_none() {
-                return Ok(None);
-            }
-            let snapshot = self.client.snapshot(&workspace.workspace_id).await?;
-            Ok::<_, ClientError>(Some(snapshot.core.providers))
-        });
-        let lanes = match lanes {
-            Ok(Some(lanes)) => lanes,
-            Ok(None) => return Err(ServiceGateError::NoProfile),
-            Err(error) if error.not_found_code() == Some("no-profile") => {
-                return Err(ServiceGateError::NoProfile)
-            }
-            Err(error) => return Err(ServiceGateError::Service(error)),
-        };
-        let lane = &self.settings.provider_id;
-        if lanes.contains_key(lane) {
-            return Ok(());
-        }
-        Err(ServiceGateError::UnknownLane {
-            lane: lane.clone(),
-            lanes: lanes.keys().cloned().collect::<Vec<_>>().join(", "),
-        })
+        let lane = self.settings.provider_id.as_str();
+        self.runtime.block_on(self.client.check_lanes(&[lane]))?;
+        Ok(())
     }
 
     /// Releases this gate's budget on the service (the end of a `roster run`).

@@ -182,6 +182,7 @@ class _ErrorRequired(TypedDict):
 
 class ErrorBody(_ErrorRequired, total=False):
     field: str
+    maximum: int
 
 
 class ActualUsage(TypedDict, total=False):

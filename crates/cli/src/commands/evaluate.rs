@@ -38,7 +38,8 @@ use turnstile_cli::{HintExt, OtlpExport, ResultFailed};
 /// tenant ID): receipts are keyed by it and `--invocation-id`.
 pub const RECEIPT_PROJECT: &str = "turnstile-evaluate";
 
-use super::evaluate_service::{governed, Secret};
+use super::evaluate_service::governed;
+use turnstile_client::Secret;
 
 #[derive(Debug, Args)]
 pub struct EvaluateArgs {

@@ -7,40 +7,22 @@
 //! binding's `concurrency`). `--scheduler` is refused with `--service` (clap, exit 2): its
 //! limits would be a second governor the service does not know.
 //!
-//! Invariant: the key is held as a [`Secret`], which prints as `***` (so `Debug` of the
-//! arguments never shows it) and is handed only to the client's `Authorization` header.
+//! Invariant: the key is held as a [`Secret`] (`turnstile-client`), which prints as `***` (so
+//! `Debug` of the arguments never shows it) and is handed only to the client's
+//! `Authorization` header.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 
 use anyhow::Context;
 use turnstile_admission::Limits;
-use turnstile_client::Client;
+use turnstile_client::{Client, Secret};
 use turnstile_decision::{RemoteGovernor, SchedulerPolicy, SchedulerRun, ScopeLimits};
 
 use turnstile_cli::HintExt;
 
-/// A key from the command line or the environment; never printed.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl FromStr for Secret {
-    type Err = std::convert::Infallible;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        Ok(Secret(text.to_owned()))
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("***")
-    }
-}
-
 /// The scheduler run of an evaluation governed by the service at `service` with `key`.
 pub fn governed(service: &str, key: &Secret) -> anyhow::Result<SchedulerRun> {
-    let client = Client::new(service, &key.0)
+    let client = Client::new(service, key.expose())
         .context("--service/--key cannot be used")
         .hint("--service is the service's base URL, e.g. http://127.0.0.1:8080; --key (or TURNSTILE_KEY) a principal key of its workspace")?;
     let unlimited = || ScopeLimits {
@@ -65,7 +47,7 @@ mod tests {
 
     #[test]
     fn the_key_never_prints_and_a_bad_url_is_an_error() {
-        let key = Secret::from_str("tsk_secret").unwrap();
+        let key = Secret::new("tsk_secret");
         assert_eq!(format!("{key:?}"), "***");
         let refused = governed("localhost:8080", &key).expect_err("no scheme");
         assert!(!format!("{refused:#}").contains("tsk_secret"));

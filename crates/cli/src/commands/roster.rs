@@ -6,8 +6,8 @@
 //!
 //! Thin: every subcommand is one call into `turnstile-semantic`. The only clock read is
 //! the shell's [`Clock`](turnstile_shell::Clock); the secrets are the API key, read from the environment variable *named*
-//! by `--api-key-env`, and the service key of `run --service` (`--key` or `TURNSTILE_KEY`);
-//! neither is ever printed.
+//! by `--api-key-env`, and the service key of `run --service` (`--key` or `TURNSTILE_KEY`,
+//! held as a [`Secret`]); neither is ever printed.
 //!
 //! `run --service URL --provider LANE` admits every read through that running service
 //! ([`ServiceGate`]): a refused read is not made; a retryable refusal ends the pass and the
@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use turnstile_admission::Prices;
+use turnstile_client::Secret;
 use turnstile_semantic::time::format_utc;
 use turnstile_semantic::{
     parse_calls_per_hour, CallLimit, ChatCompletionsReader, ChatReaderSettings, GenerationEvidence,
@@ -112,6 +114,23 @@ struct RunArgs {
     /// Send `max_tokens` with every read (also the output part of its admission estimate).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_tokens: Option<u32>,
+    /// The model's price of input tokens, in USD per million (with --output-usd-per-mtok): each
+    /// read's admission estimate then carries its cost.
+    #[arg(
+        long,
+        value_name = "USD",
+        requires = "output_usd_per_mtok",
+        allow_negative_numbers = true
+    )]
+    input_usd_per_mtok: Option<f64>,
+    /// The model's price of output tokens, in USD per million (with --input-usd-per-mtok).
+    #[arg(
+        long,
+        value_name = "USD",
+        requires = "input_usd_per_mtok",
+        allow_negative_numbers = true
+    )]
+    output_usd_per_mtok: Option<f64>,
     /// Admit every read through this running `turnstile serve` (e.g. http://127.0.0.1:8686);
     /// needs --provider and a key.
     #[arg(long, value_name = "URL")]
@@ -123,7 +142,7 @@ struct RunArgs {
         env = "TURNSTILE_KEY",
         hide_env_values = true
     )]
-    key: Option<String>,
+    key: Option<Secret>,
     /// The provider lane of the key's workspace profile the reads are admitted on (with
     /// --service).
     #[arg(long, value_name = "LANE", requires = "service")]
@@ -363,7 +382,7 @@ fn service_gate(args: &RunArgs) -> anyhow::Result<Option<ServiceGate>> {
              that the reads are admitted on"
         );
     };
-    let Some(key) = args.key.as_deref().filter(|key| !key.trim().is_empty()) else {
+    let Some(key) = args.key.as_ref().filter(|key| !key.is_blank()) else {
         bail!("--service needs a key: --key KEY or the environment variable TURNSTILE_KEY");
     };
     let clock = Clock::system();
@@ -373,7 +392,7 @@ fn service_gate(args: &RunArgs) -> anyhow::Result<Option<ServiceGate>> {
         budget_id: format!("roster-run-{}-{}", clock.now_ms(), std::process::id()),
         deadline_ms: args.timeout_secs.max(1).saturating_mul(1_000),
     };
-    let gate = ServiceGate::new(settings, key).context("setting up --service")?;
+    let gate = ServiceGate::new(settings, key.expose()).context("setting up --service")?;
     gate.check().context("checking --service")?;
     Ok(Some(gate))
 }
@@ -398,8 +417,9 @@ fn report_pass(report: &PassReport) -> anyhow::Result<()> {
         if !refusal.retryable {
             let hint = match refusal.reason.as_str() {
                 "unknown-cost" => {
-                    "; the roster estimates tokens only, so its principal needs \
-                     allowUnknownCost: true (or no maxCostUsd) in the workspace profile"
+                    "; the roster estimates tokens only (without --input-usd-per-mtok and \
+                     --output-usd-per-mtok), so its principal needs allowUnknownCost: true (or \
+                     no maxCostUsd) in the workspace profile, or the roster the model's prices"
                 }
                 "unconfigured-provider" => {
                     "; --provider must name a provider lane of the key's workspace profile"
@@ -436,6 +456,11 @@ fn run_loop(
         .context("setting up the chat-completions reader")?;
     if let Some(max_tokens) = args.max_tokens {
         reader = reader.with_max_tokens(max_tokens);
+    }
+    if let (Some(input), Some(output)) = (args.input_usd_per_mtok, args.output_usd_per_mtok) {
+        let prices =
+            Prices::new(input, output).context("--input-usd-per-mtok / --output-usd-per-mtok")?;
+        reader = reader.with_prices(prices);
     }
     let limit = CallLimit::from_configured(args.calls_per_hour.map(f64::from), &Policy::ADR_0119);
     store.set_meta(

@@ -90,10 +90,11 @@ pub async fn acquire(
         .deadline_ms
         .unwrap_or(state.config.admission.default_wait_ms);
     if wait_ms > max_wait {
-        return Err(ApiError::invalid(
-            "deadlineMs",
-            format!("deadlineMs must be at most {max_wait} (admission.max_wait_ms)"),
-        ));
+        return Err(ApiError::AboveMaximum {
+            field: "deadlineMs",
+            maximum: max_wait,
+            setting: "admission.max_wait_ms",
+        });
     }
 
     let span = state.telemetry.admission_requested(&request.provider_id);

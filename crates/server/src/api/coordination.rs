@@ -62,10 +62,11 @@ pub async fn retry_after(
     let request: RetryAfterBody = body::parse(body)?;
     let max = state.config.admission.max_retry_after_ms;
     if request.retry_after_ms > max {
-        return Err(ApiError::invalid(
-            "retryAfterMs",
-            format!("retryAfterMs must be at most {max} (admission.max_retry_after_ms)"),
-        ));
+        return Err(ApiError::AboveMaximum {
+            field: "retryAfterMs",
+            maximum: max,
+            setting: "admission.max_retry_after_ms",
+        });
     }
     let mut until = state
         .driver

@@ -133,12 +133,11 @@ fn outcome(body: &ReleaseBody, max_retry_after_ms: Millis) -> Result<Outcome, Ap
         (OutcomeKind::RetryAfter, Some(ms)) if ms <= max_retry_after_ms => {
             Ok(Outcome::RetryAfter { retry_after_ms: ms })
         }
-        (OutcomeKind::RetryAfter, Some(_)) => Err(ApiError::invalid(
-            "retryAfterMs",
-            format!(
-                "retryAfterMs must be at most {max_retry_after_ms} (admission.max_retry_after_ms)"
-            ),
-        )),
+        (OutcomeKind::RetryAfter, Some(_)) => Err(ApiError::AboveMaximum {
+            field: "retryAfterMs",
+            maximum: max_retry_after_ms,
+            setting: "admission.max_retry_after_ms",
+        }),
         (OutcomeKind::RetryAfter, None) => Err(ApiError::invalid(
             "retryAfterMs",
             "outcome retry-after needs retryAfterMs",

@@ -1,5 +1,7 @@
 //! Typed API errors: every failure the HTTP surface can answer, with its status and a stable
-//! machine-readable code. Bodies are `{"error": code, "message": text, "field"?: name}`.
+//! machine-readable code. Bodies are `{"error": code, "message": text, "field"?: name,
+//! "maximum"?: number}`: `maximum` is the service's bound when a number is above it
+//! ([`ApiError::AboveMaximum`]), so a client can retry at the bound without reading the text.
 //!
 //! Invariant: no variant answers 5xx for anything a client sent; 5xx means the service itself
 //! (store, shutdown, a handler that panicked) could not answer.
@@ -32,6 +34,14 @@ pub enum ApiError {
     /// The body is JSON but a field is missing, unknown, of the wrong type or out of range.
     #[error("{message}")]
     InvalidRequest { field: String, message: String },
+    /// A number of the request is above one of the service's settings: 422 `invalid-request`
+    /// naming the field, with the bound as `maximum`.
+    #[error("{field} must be at most {maximum} ({setting})")]
+    AboveMaximum {
+        field: &'static str,
+        maximum: u64,
+        setting: &'static str,
+    },
     /// The body exceeds the configured cap.
     #[error("request body exceeds the configured limit")]
     BodyTooLarge,
@@ -85,6 +95,8 @@ struct ErrorBody<'a> {
     message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    maximum: Option<u64>,
 }
 
 impl ApiError {
@@ -96,7 +108,7 @@ impl ApiError {
             ApiError::NotFound { code, .. } => code,
             ApiError::MethodNotAllowed => "method-not-allowed",
             ApiError::MalformedJson(_) => "malformed-json",
-            ApiError::InvalidRequest { .. } => "invalid-request",
+            ApiError::InvalidRequest { .. } | ApiError::AboveMaximum { .. } => "invalid-request",
             ApiError::BodyTooLarge => "body-too-large",
             ApiError::BodyTimeout(_) => "body-timeout",
             ApiError::UnsupportedMediaType => "unsupported-media-type",
@@ -119,9 +131,9 @@ impl ApiError {
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::MalformedJson(_) => StatusCode::BAD_REQUEST,
-            ApiError::InvalidRequest { .. } | ApiError::InvalidDefinition { .. } => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            ApiError::InvalidRequest { .. }
+            | ApiError::AboveMaximum { .. }
+            | ApiError::InvalidDefinition { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -162,16 +174,18 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let field = match &self {
+        let (field, maximum) = match &self {
             ApiError::InvalidRequest { field, .. } | ApiError::InvalidDefinition { field, .. } => {
-                Some(field.as_str())
+                (Some(field.as_str()), None)
             }
-            _ => None,
+            ApiError::AboveMaximum { field, maximum, .. } => (Some(*field), Some(*maximum)),
+            _ => (None, None),
         };
         let body = ErrorBody {
             error: self.code(),
             message: self.to_string(),
             field,
+            maximum,
         };
         let mut response = (self.status(), Json(body)).into_response();
         match &self {
