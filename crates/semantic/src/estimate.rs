@@ -31,5 +31,6 @@ pub fn read_estimate(reader: &dyn Reader, request: &ReadRequest<'_>) -> ReadEsti
     ReadEstimate {
         tokens: input.saturating_add(output),
         cost_usd: reader.prices().map(|prices| prices.cost_usd(input, output)),
+        prices: reader.prices(),
     }
 }

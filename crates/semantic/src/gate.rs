@@ -24,6 +24,9 @@ pub struct ReadEstimate {
     pub tokens: u64,
     /// The cost in US dollars, when the reader knows its prices.
     pub cost_usd: Option<f64>,
+    /// The reader's prices behind `cost_usd`: the settlement prices the usage the provider
+    /// reported with them, so the actual cost replaces the estimate.
+    pub prices: Option<turnstile_admission::Prices>,
 }
 
 /// Why the gate did not admit a read.

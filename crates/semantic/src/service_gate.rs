@@ -27,7 +27,7 @@
 use std::sync::Arc;
 
 use tokio::runtime::Runtime;
-use turnstile_admission::{ActualUsage, Estimate, Outcome, Reason};
+use turnstile_admission::{ActualUsage, Estimate, Outcome, Prices, Reason};
 use turnstile_client::{AcquireRequest, Client, ClientError, LaneCheckError, Lease};
 
 use crate::gate::{AdmittedRead, GateDecision, GateRefusal, ReadEstimate, ReadGate};
@@ -142,6 +142,7 @@ impl ReadGate for ServiceGate {
             Ok(lease) => GateDecision::Admitted(Box::new(HeldRead {
                 runtime: Arc::clone(&self.runtime),
                 lease: Some(lease),
+                prices: estimate.prices,
             })),
             Err(error) => GateDecision::Refused(refusal(&error)),
         }
@@ -182,11 +183,17 @@ fn refusal(error: &ClientError) -> GateRefusal {
     }
 }
 
-/// The release an outcome means.
-fn release_of(outcome: &ReadOutcome) -> (Outcome, ActualUsage) {
+/// The release an outcome means: the tokens the provider reported and, with the reader's
+/// prices, their cost (a cost the prices cannot give stays unknown: the estimate stands).
+fn release_of(outcome: &ReadOutcome, prices: Option<Prices>) -> (Outcome, ActualUsage) {
     let usage = |usage: &Option<crate::CallUsage>| {
         usage.map_or(ActualUsage::none(), |usage| {
-            ActualUsage::none().tokens(usage.input_tokens.saturating_add(usage.output_tokens))
+            let tokens =
+                ActualUsage::none().tokens(usage.input_tokens.saturating_add(usage.output_tokens));
+            match prices.map(|p| p.cost_usd(usage.input_tokens, usage.output_tokens)) {
+                Some(cost) => tokens.with_cost_usd(cost).unwrap_or(tokens),
+                None => tokens,
+            }
         })
     };
     match outcome {
@@ -207,6 +214,8 @@ fn release_of(outcome: &ReadOutcome) -> (Outcome, ActualUsage) {
 struct HeldRead {
     runtime: Arc<Runtime>,
     lease: Option<Lease>,
+    /// The prices of the read's estimate, for the actual cost.
+    prices: Option<Prices>,
 }
 
 impl AdmittedRead for HeldRead {
@@ -214,7 +223,7 @@ impl AdmittedRead for HeldRead {
         let Some(lease) = self.lease.take() else {
             return Ok(());
         };
-        let (outcome, usage) = release_of(outcome);
+        let (outcome, usage) = release_of(outcome, self.prices);
         self.runtime
             .block_on(lease.release(outcome, usage))
             .map(|_| ())
@@ -254,28 +263,36 @@ mod tests {
             usage: used,
         };
         assert_eq!(
-            release_of(&accepted),
+            release_of(&accepted, None),
             (Outcome::Success, ActualUsage::none().tokens(15))
         );
         let invalid = ReadOutcome::Invalid {
             reason: "r".to_owned(),
             usage: None,
         };
+        // With prices, the reported tokens are priced: 10 in at $3, 5 out at $15 per million.
+        let prices = Prices::new(3.0, 15.0).unwrap();
+        let priced = release_of(&accepted, Some(prices)).1;
+        assert_eq!(priced.tokens, Some(15));
         assert_eq!(
-            release_of(&invalid),
+            priced.cost_usd(),
+            Some((10.0 * 3.0 + 5.0 * 15.0) / 1_000_000.0)
+        );
+        assert_eq!(
+            release_of(&invalid, None),
             (Outcome::Success, ActualUsage::none())
         );
         let down = ReadOutcome::Unavailable {
             reason: "r".to_owned(),
         };
-        assert_eq!(release_of(&down).0, Outcome::Failure);
+        assert_eq!(release_of(&down, None).0, Outcome::Failure);
         for (asked, paused) in [(Some(7_000), 7_000), (None, FALLBACK_RETRY_AFTER_MS)] {
             let limited = ReadOutcome::RateLimited {
                 reason: "r".to_owned(),
                 retry_after_ms: asked,
             };
             assert_eq!(
-                release_of(&limited).0,
+                release_of(&limited, None).0,
                 Outcome::RetryAfter {
                     retry_after_ms: paused
                 }
