@@ -3,7 +3,7 @@
 //! (no new call); a CLI killed (SIGKILL) while its call is in flight leaves an uncertain receipt,
 //! and the rerun answers `execution-uncertain` without calling the provider again (issue 36,
 //! "Tests": a rerun pays for no call twice; EVALUATOR.md "Durable receipt"), also when the
-//! evaluation is admitted by a running service (`--service`, testkit's `TestServer`).
+//! evaluation is admitted by a running `turnstile serve` (`--service`).
 
 #![cfg(unix)]
 
@@ -12,9 +12,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use turnstile_testkit::{
-    metric_total, repo_file, Recorded, StubAnswer, StubHttp, TestServer, WORKSPACE,
-};
+use turnstile_testkit::{get_text, http, metric_total, repo_file, Recorded, StubAnswer, StubHttp};
+
+mod common;
 
 const CALLS: &str = "/v1/chat/completions";
 
@@ -180,33 +180,45 @@ fn a_cli_killed_mid_call_then_rerun_pays_for_no_call_twice() {
     kill_mid_call_then_rerun(&provider, || evaluate(&binding, &adapters, &receipts));
 }
 
-/// The same with the evaluation admitted by a real service (`--service`) whose workspace has
-/// the shipped demo profile (its principal caps cost without admitting unknown cost: the
-/// adapters file's estimate is what lets the first attempt in): the service admitted one
-/// attempt in all, and the reruns asked it for nothing.
+/// The same with the evaluation admitted by a real `turnstile serve` process and its shipped
+/// demo workspace (its principal `demo` caps cost without admitting unknown cost: the adapters
+/// file's estimate is what lets the first attempt in): the service admitted one attempt in all,
+/// and the reruns asked it for nothing.
 #[test]
 fn a_cli_killed_mid_call_under_service_admission_then_rerun_pays_for_no_call_twice() {
-    let server = TestServer::start_fresh(|_| {});
-    let profile = read(&repo_file("examples/profile.json"));
-    let put = server.put_profile(&server.admin(), WORKSPACE, "v1", &profile);
-    assert!(put.status().is_success(), "{:?}", put.text());
-    let key = server.new_key(WORKSPACE, "demo");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // Embedded defaults: the demo workspace with examples/profile.json.
+    let config = turnstile_testkit::config_file(&data, "");
+    let serve = common::start(&data, &config, true);
+    let admin = serve.admin_key.clone().expect("first start");
+    let (status, answer) = http(
+        &serve.addr,
+        "POST",
+        "/v1/workspaces/demo/keys",
+        &admin,
+        Some(&json!({"principalId": "demo"})),
+    )
+    .expect("the service answers");
+    assert_eq!(status, 201, "{answer}");
+    let key = answer["key"].as_str().expect("a key").to_owned();
+    let base = format!("http://{}", serve.addr);
     let admitted = || {
         metric_total(
-            &server.metrics_text(),
+            &get_text(&serve.addr, "/metrics"),
             "turnstile_admission_decisions_total",
             &[("decision", "admit")],
         )
     };
     let before = admitted();
 
-    let dir = tempfile::tempdir().unwrap();
     let provider = provider(Duration::from_secs(30));
     let (binding, adapters) = inputs(dir.path(), &provider);
     let receipts = dir.path().join("receipts");
     kill_mid_call_then_rerun(&provider, || {
         let mut command = evaluate(&binding, &adapters, &receipts);
-        command.args(["--service", &server.base, "--key", &key]);
+        command.args(["--service", &base, "--key", &key]);
         command
     });
     assert_eq!(admitted() - before, 1.0, "one admission in all");
